@@ -1,0 +1,364 @@
+//! Archive: the Parquet audit archive.
+//!
+//! Owns everything under `spans/` and `logs/` in the data directory. Promises: rows are
+//! written to `table/tenant=T/date=YYYY-MM-DD/hour=HH/part-….parquet` (zstd, page statistics,
+//! bloom filters on `trace_id` and `request_id`); a file becomes visible only when complete;
+//! files roll by size and age; everything handed to the archive is in a completed file once
+//! [`Archive::close`] returns. It receives protected events only.
+
+pub mod partition;
+pub mod schema;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::config::ArchiveConfig;
+use crate::event::EventBatch;
+use crate::metrics::Metrics;
+use partition::{FileSettings, PartitionKey, PartitionWriter, Table, IN_PROGRESS_SUFFIX};
+use schema::{LogRows, SpanRows};
+
+/// What went wrong writing the archive.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The Parquet encoder failed.
+    #[error("parquet: {0}")]
+    Parquet(parquet::errors::ParquetError),
+    /// Building a record batch failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+impl ArchiveError {
+    fn io(path: &Path, source: std::io::Error) -> ArchiveError {
+        ArchiveError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+enum Rows {
+    Spans(SpanRows),
+    Logs(LogRows),
+}
+
+impl Rows {
+    fn for_table(t: Table) -> Rows {
+        match t {
+            Table::Spans => Rows::Spans(SpanRows::default()),
+            Table::Logs => Rows::Logs(LogRows::default()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Rows::Spans(r) => r.len(),
+            Rows::Logs(r) => r.len(),
+        }
+    }
+
+    fn finish(&mut self) -> Result<arrow::record_batch::RecordBatch, ArchiveError> {
+        Ok(match self {
+            Rows::Spans(r) => r.finish()?,
+            Rows::Logs(r) => r.finish()?,
+        })
+    }
+}
+
+struct OpenPartition {
+    writer: PartitionWriter,
+    rows: Rows,
+}
+
+impl OpenPartition {
+    fn flush_rows(&mut self) -> Result<(), ArchiveError> {
+        if self.rows.len() > 0 {
+            let batch = self.rows.finish()?;
+            self.writer.write(&batch)?;
+        }
+        Ok(())
+    }
+}
+
+/// Totals of what the archive wrote, reported when it closes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArchiveTotals {
+    /// Span rows in completed files.
+    pub span_rows: u64,
+    /// Log rows in completed files.
+    pub log_rows: u64,
+    /// Completed files.
+    pub files: u64,
+    /// Rows lost to write errors (each also logged and counted in metrics).
+    pub failed_rows: u64,
+}
+
+/// The partitioned Parquet writer for all tables.
+pub struct Archive {
+    data_dir: PathBuf,
+    settings: FileSettings,
+    batch_rows: usize,
+    max_open: usize,
+    instance_id: String,
+    sequence: u64,
+    open: HashMap<PartitionKey, OpenPartition>,
+    metrics: Arc<Metrics>,
+    totals: ArchiveTotals,
+}
+
+impl Archive {
+    /// Prepares the archive under `data_dir`. Files a previous process left half-written
+    /// are removed: without the journal their rows cannot be completed.
+    pub fn open(
+        data_dir: &Path,
+        config: &ArchiveConfig,
+        instance_id: String,
+        metrics: Arc<Metrics>,
+    ) -> Result<Archive, ArchiveError> {
+        for table in [Table::Spans, Table::Logs] {
+            let dir = data_dir.join(table.as_str());
+            std::fs::create_dir_all(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
+            let removed = remove_in_progress(&dir)?;
+            if removed > 0 {
+                tracing::warn!(
+                    table = table.as_str(),
+                    files = removed,
+                    "removed unfinished archive files left by an earlier process"
+                );
+                metrics.archive_abandoned_files(table, removed);
+            }
+        }
+        Ok(Archive {
+            data_dir: data_dir.to_path_buf(),
+            settings: FileSettings {
+                max_bytes: config.max_file_bytes.0,
+                max_age: config.max_file_age.0,
+                row_group_rows: config.row_group_rows.0,
+                zstd_level: config.zstd_level.0,
+            },
+            batch_rows: config.batch_rows.0,
+            max_open: config.max_open_partitions.0,
+            instance_id,
+            sequence: 0,
+            open: HashMap::new(),
+            metrics,
+            totals: ArchiveTotals::default(),
+        })
+    }
+
+    /// Adds a batch of protected events.
+    pub fn append(&mut self, batch: &EventBatch) {
+        for span in &batch.spans {
+            let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
+            self.with_partition(key, |rows| match rows {
+                Rows::Spans(r) => r.append(span).map_err(ArchiveError::from),
+                Rows::Logs(_) => unreachable_table(),
+            });
+        }
+        for log in &batch.logs {
+            let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
+            self.with_partition(key, |rows| match rows {
+                Rows::Logs(r) => r.append(log).map_err(ArchiveError::from),
+                Rows::Spans(_) => unreachable_table(),
+            });
+        }
+    }
+
+    fn with_partition(
+        &mut self,
+        key: PartitionKey,
+        add: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
+    ) {
+        if !self.open.contains_key(&key) {
+            if let Err(e) = self.open_partition(key.clone()) {
+                self.fail(key.table, 1, &e);
+                return;
+            }
+        }
+        let Some(part) = self.open.get_mut(&key) else {
+            return;
+        };
+        if let Err(e) = add(&mut part.rows) {
+            self.fail(key.table, 1, &e);
+            return;
+        }
+        if part.rows.len() >= self.batch_rows {
+            if let Err(e) = part.flush_rows() {
+                let lost = part.rows.len() as u64;
+                self.fail(key.table, lost.max(1), &e);
+                self.discard(&key);
+            }
+        }
+    }
+
+    fn open_partition(&mut self, key: PartitionKey) -> Result<(), ArchiveError> {
+        if self.open.len() >= self.max_open {
+            // Complete the least recently written file to stay within the bound.
+            if let Some(oldest) = self
+                .open
+                .iter()
+                .min_by_key(|(_, p)| p.writer.last_write)
+                .map(|(k, _)| k.clone())
+            {
+                self.complete(&oldest);
+            }
+        }
+        self.sequence += 1;
+        let stem = format!(
+            "part-{}-{}-{:06}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S%3fZ"),
+            self.instance_id,
+            self.sequence
+        );
+        let schema = match key.table {
+            Table::Spans => schema::spans_schema(),
+            Table::Logs => schema::logs_schema(),
+        };
+        let writer =
+            PartitionWriter::open(&self.data_dir, key.clone(), schema, &self.settings, &stem)?;
+        self.open.insert(
+            key.clone(),
+            OpenPartition {
+                writer,
+                rows: Rows::for_table(key.table),
+            },
+        );
+        self.metrics.set_open_files(self.open.len());
+        Ok(())
+    }
+
+    /// Completes files that reached their size or age.
+    pub fn complete_due(&mut self, now: Instant) {
+        let due: Vec<PartitionKey> = self
+            .open
+            .iter()
+            .filter(|(_, p)| p.writer.is_due(now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            self.complete(&key);
+        }
+    }
+
+    fn complete(&mut self, key: &PartitionKey) {
+        let Some(mut part) = self.open.remove(key) else {
+            return;
+        };
+        self.metrics.set_open_files(self.open.len());
+        let pending = part.rows.len() as u64;
+        if let Err(e) = part.flush_rows() {
+            self.fail(key.table, pending, &e);
+            return;
+        }
+        match part.writer.complete() {
+            Ok(done) => {
+                match key.table {
+                    Table::Spans => self.totals.span_rows += done.rows,
+                    Table::Logs => self.totals.log_rows += done.rows,
+                }
+                self.totals.files += 1;
+                self.metrics.archive_file(key.table, done.rows, done.bytes);
+                tracing::debug!(path = %done.path.display(), rows = done.rows, bytes = done.bytes, "archive file complete");
+            }
+            Err(e) => self.fail(key.table, pending, &e),
+        }
+    }
+
+    fn discard(&mut self, key: &PartitionKey) {
+        self.open.remove(key);
+        self.metrics.set_open_files(self.open.len());
+    }
+
+    fn fail(&mut self, table: Table, rows: u64, e: &ArchiveError) {
+        self.totals.failed_rows += rows;
+        self.metrics.archive_error(table, rows);
+        tracing::error!(table = table.as_str(), rows, error = %e, "archive write failed");
+    }
+
+    /// Completes every open file and reports what was written in total.
+    pub fn close(mut self) -> ArchiveTotals {
+        let keys: Vec<PartitionKey> = self.open.keys().cloned().collect();
+        for key in keys {
+            self.complete(&key);
+        }
+        self.totals
+    }
+}
+
+fn unreachable_table() -> Result<(), ArchiveError> {
+    // Partition keys carry their table, so rows always match; this is a defect if reached.
+    Err(ArchiveError::Arrow(
+        arrow::error::ArrowError::InvalidArgumentError("row sent to the wrong table".into()),
+    ))
+}
+
+fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
+    let mut removed = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| ArchiveError::io(&d, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| ArchiveError::io(&d, e))?;
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(IN_PROGRESS_SUFFIX))
+            {
+                std::fs::remove_file(&path).map_err(|e| ArchiveError::io(&path, e))?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Runs the archive on its own thread: Parquet encoding is blocking work that must not
+/// stall the receivers' async workers. Returns when every sender is gone and the queue is
+/// drained, after completing all files.
+pub fn spawn(
+    mut archive: Archive,
+    mut rx: mpsc::Receiver<EventBatch>,
+    runtime: tokio::runtime::Handle,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<std::thread::JoinHandle<ArchiveTotals>> {
+    const TICK: Duration = Duration::from_millis(500);
+    std::thread::Builder::new()
+        .name("toolwatch-archive".into())
+        .spawn(move || {
+            let mut last_check = Instant::now();
+            loop {
+                let next = runtime.block_on(async { tokio::time::timeout(TICK, rx.recv()).await });
+                match next {
+                    Ok(Some(batch)) => {
+                        metrics.set_queue_depth(rx.len());
+                        archive.append(&batch);
+                    }
+                    Ok(None) => break,
+                    Err(_elapsed) => {}
+                }
+                let now = Instant::now();
+                if now.duration_since(last_check) >= TICK {
+                    archive.complete_due(now);
+                    last_check = now;
+                }
+            }
+            metrics.set_queue_depth(0);
+            archive.close()
+        })
+}

@@ -1,0 +1,532 @@
+//! Configuration model: every key, its default, and its validation.
+//!
+//! A config comes from three layers, later ones winning: the TOML file (or the embedded
+//! defaults when there is none), `TOOLWATCH_*` environment variables, then command-line
+//! flags. Values are validated while they are deserialized, so an error from the file names
+//! the key and its line; an error from the environment names the variable.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Prefix of environment variables that override configuration keys.
+pub const ENV_PREFIX: &str = "TOOLWATCH_";
+
+/// The whole daemon configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Listening addresses.
+    pub listen: ListenConfig,
+    /// Where the archive and the daemon's own state live.
+    pub storage: StorageConfig,
+    /// Limits applied to what receivers accept.
+    pub limits: LimitsConfig,
+    /// Parquet archive settings.
+    pub archive: ArchiveConfig,
+    /// The daemon's own logs.
+    pub log: LogConfig,
+}
+
+/// Listening addresses of the three servers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    /// OTLP/gRPC (trace and logs services).
+    pub otlp_grpc: SocketAddr,
+    /// OTLP/HTTP (`POST /v1/traces`, `POST /v1/logs`).
+    pub otlp_http: SocketAddr,
+    /// Admin HTTP: `/healthz`, `/readyz`, `/metrics`.
+    pub admin: SocketAddr,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            otlp_grpc: SocketAddr::from(([127, 0, 0, 1], 4317)),
+            otlp_http: SocketAddr::from(([127, 0, 0, 1], 4318)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 9464)),
+        }
+    }
+}
+
+/// Where data is kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Data directory: holds `spans/`, `logs/` and the daemon's state.
+    pub data_dir: PathBuf,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            data_dir: PathBuf::from("./toolwatch-data"),
+        }
+    }
+}
+
+/// Limits on what the receivers accept; everything is bounded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest request body accepted, as sent (compressed) and after decompression.
+    pub max_request_bytes: ByteSize,
+    /// Batches waiting for the archive before receivers answer "retry later".
+    pub queue_batches: PositiveUsize,
+    /// How long a receiver waits for room in the queue before refusing.
+    pub enqueue_timeout: HumanDuration,
+    /// The `Retry-After` / RetryInfo delay suggested to clients when refusing.
+    pub retry_after: HumanDuration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_request_bytes: ByteSize(8 * 1024 * 1024),
+            queue_batches: PositiveUsize(256),
+            enqueue_timeout: HumanDuration(Duration::from_secs(2)),
+            retry_after: HumanDuration(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// Parquet archive settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArchiveConfig {
+    /// A file is completed once it holds about this many bytes.
+    pub max_file_bytes: ByteSize,
+    /// A file is completed once it has been open this long.
+    pub max_file_age: HumanDuration,
+    /// Rows buffered in memory per partition before they are encoded into the open file.
+    pub batch_rows: PositiveUsize,
+    /// Rows per Parquet row group (the unit of statistics and bloom filters).
+    pub row_group_rows: PositiveUsize,
+    /// Partitions with an open file at once; the least recently written is completed first.
+    pub max_open_partitions: PositiveUsize,
+    /// zstd compression level (1-22).
+    pub zstd_level: ZstdLevel,
+}
+
+impl Default for ArchiveConfig {
+    fn default() -> Self {
+        ArchiveConfig {
+            max_file_bytes: ByteSize(128 * 1024 * 1024),
+            max_file_age: HumanDuration(Duration::from_secs(300)),
+            batch_rows: PositiveUsize(4096),
+            row_group_rows: PositiveUsize(65536),
+            max_open_partitions: PositiveUsize(64),
+            zstd_level: ZstdLevel(3),
+        }
+    }
+}
+
+/// The daemon's own log output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `toolwatch=debug`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".to_string(),
+        }
+    }
+}
+
+/// Format of the daemon's own logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or a key or value is wrong; the message names the line.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// The file name, or "embedded defaults".
+        origin: String,
+        /// The parser's message, with line, column and key.
+        message: String,
+    },
+    /// An environment variable names no key or holds a bad value.
+    #[error("environment variable {var}: {message}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names the source in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// Loads the file (or the embedded defaults) and applies `TOOLWATCH_*` variables from `env`.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let config = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })?;
+                Config::from_toml(&text, &p.display().to_string())?
+            }
+            None => Config::default(),
+        };
+        config.with_env_overrides(env)
+    }
+
+    /// Applies `TOOLWATCH_SECTION__KEY=value` overrides; `__` separates the levels.
+    pub fn with_env_overrides(
+        self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut vars: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+            .collect();
+        if vars.is_empty() {
+            return Ok(self);
+        }
+        vars.sort();
+        let mut table = toml::Table::try_from(&self).map_err(|e| ConfigError::Invalid {
+            origin: "effective configuration".into(),
+            message: e.to_string(),
+        })?;
+        for (var, raw) in vars {
+            let path: Vec<String> = var[ENV_PREFIX.len()..]
+                .split("__")
+                .map(|s| s.to_ascii_lowercase())
+                .collect();
+            set_path(&mut table, &path, env_value(&raw)).map_err(|message| ConfigError::Env {
+                var: var.clone(),
+                message,
+            })?;
+            // Deserialize after each variable so an error names the variable that caused it.
+            let candidate: Result<Config, _> = toml::Table::try_into(table.clone());
+            if let Err(e) = candidate {
+                return Err(ConfigError::Env {
+                    var,
+                    message: e.message().to_string(),
+                });
+            }
+        }
+        toml::Table::try_into(table).map_err(|e: toml::de::Error| ConfigError::Invalid {
+            origin: "environment overrides".into(),
+            message: e.message().to_string(),
+        })
+    }
+
+    /// Checks that span several keys: the three servers need distinct addresses.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = &self.listen;
+        let named = [
+            ("listen.otlp_grpc", l.otlp_grpc),
+            ("listen.otlp_http", l.otlp_http),
+            ("listen.admin", l.admin),
+        ];
+        for (i, (a_name, a)) in named.iter().enumerate() {
+            for (b_name, b) in &named[i + 1..] {
+                if a == b && a.port() != 0 {
+                    return Err(ConfigError::Invalid {
+                        origin: "configuration".into(),
+                        message: format!(
+                            "{a_name} and {b_name} are both {a}; each server needs its own address"
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration as TOML, every key present.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
+/// A value from the environment: TOML syntax where it parses (numbers, booleans), else a string.
+fn env_value(raw: &str) -> toml::Value {
+    let doc = format!("v = {raw}");
+    match toml::from_str::<toml::Table>(&doc) {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.to_string())),
+        Err(_) => toml::Value::String(raw.to_string()),
+    }
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    let (last, parents) = match path.split_last() {
+        Some(split) => split,
+        None => return Err("names no key".into()),
+    };
+    let mut current = table;
+    for (i, part) in parents.iter().enumerate() {
+        current = match current.get_mut(part) {
+            Some(toml::Value::Table(t)) => t,
+            _ => {
+                return Err(format!(
+                    "no configuration section `{}`",
+                    path[..=i].join(".")
+                ))
+            }
+        };
+    }
+    if !current.contains_key(last) {
+        return Err(format!("no configuration key `{}`", path.join(".")));
+    }
+    current.insert(last.clone(), value);
+    Ok(())
+}
+
+/// A byte count written as an integer or a string such as `"64MiB"`, `"512 KB"`; never zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// The size as `usize`, saturating.
+    pub fn as_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (digits, unit) = s.split_at(split);
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("`{s}` is not a size such as 1048576, \"512KiB\" or \"64MiB\""))?;
+        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" => 1_000,
+            "kib" | "k" => 1 << 10,
+            "mb" => 1_000_000,
+            "mib" | "m" => 1 << 20,
+            "gb" => 1_000_000_000,
+            "gib" | "g" => 1 << 30,
+            other => {
+                return Err(format!(
+                    "unknown size unit `{other}` (use B, KiB, MiB, GiB, KB, MB, GB)"
+                ))
+            }
+        };
+        let bytes = n
+            .checked_mul(mult)
+            .ok_or_else(|| format!("`{s}` is too large"))?;
+        if bytes == 0 {
+            return Err("a size must be greater than zero".into());
+        }
+        Ok(ByteSize(bytes))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+        for (name, size) in UNITS {
+            if self.0 >= size && self.0 % size == 0 {
+                return write!(f, "{}{}", self.0 / size, name);
+            }
+        }
+        write!(f, "{}B", self.0)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(i64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) if n > 0 => Ok(ByteSize(n as u64)),
+            Raw::Int(n) => Err(serde::de::Error::custom(format!(
+                "a size must be greater than zero, got {n}"
+            ))),
+            Raw::Str(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A duration written as `"250ms"`, `"5s"`, `"10m"`, `"1h"`; never zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl Serialize for HumanDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let dur = humantime::parse_duration(&s).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "`{s}` is not a duration such as \"250ms\", \"5s\" or \"10m\": {e}"
+            ))
+        })?;
+        if dur.is_zero() {
+            return Err(serde::de::Error::custom(
+                "a duration must be greater than zero",
+            ));
+        }
+        Ok(HumanDuration(dur))
+    }
+}
+
+/// A count that must be at least one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PositiveUsize(pub usize);
+
+impl<'de> Deserialize<'de> for PositiveUsize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        if n < 1 {
+            return Err(serde::de::Error::custom(format!(
+                "must be at least 1, got {n}"
+            )));
+        }
+        Ok(PositiveUsize(usize::try_from(n).unwrap_or(usize::MAX)))
+    }
+}
+
+/// A zstd level between 1 and 22.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ZstdLevel(pub i32);
+
+impl<'de> Deserialize<'de> for ZstdLevel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        if !(1..=22).contains(&n) {
+            return Err(serde::de::Error::custom(format!(
+                "zstd level must be between 1 and 22, got {n}"
+            )));
+        }
+        Ok(ZstdLevel(n as i32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_match_the_documented_file() {
+        let documented = include_str!("../config/toolwatch.toml");
+        let parsed = Config::from_toml(documented, "config/toolwatch.toml").expect("parses");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn effective_config_round_trips() {
+        let text = Config::default().to_toml();
+        assert_eq!(
+            Config::from_toml(&text, "x").expect("parses"),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = Config::from_toml("[archive]\nzstd_level = 3\nmax_fle_bytes = 10\n", "f.toml")
+            .expect_err("unknown key");
+        let msg = err.to_string();
+        assert!(msg.contains("line 3"), "{msg}");
+        assert!(msg.contains("max_fle_bytes"), "{msg}");
+    }
+
+    #[test]
+    fn bad_value_names_line() {
+        let err = Config::from_toml("[archive]\n\nzstd_level = 40\n", "f.toml").expect_err("bad");
+        let msg = err.to_string();
+        assert!(msg.contains("line 3"), "{msg}");
+        assert!(msg.contains("between 1 and 22"), "{msg}");
+        let err = Config::from_toml("[listen]\notlp_grpc = \"nowhere\"\n", "f.toml")
+            .expect_err("bad addr");
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!("64MiB".parse::<ByteSize>(), Ok(ByteSize(64 << 20)));
+        assert_eq!("512 KB".parse::<ByteSize>(), Ok(ByteSize(512_000)));
+        assert_eq!("17".parse::<ByteSize>(), Ok(ByteSize(17)));
+        assert!("0".parse::<ByteSize>().is_err());
+        assert!("12 parsecs".parse::<ByteSize>().is_err());
+        assert_eq!(ByteSize(64 << 20).to_string(), "64MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000B");
+    }
+
+    #[test]
+    fn env_overrides_apply_and_name_bad_variables() {
+        let env = vec![
+            ("TOOLWATCH_ARCHIVE__ZSTD_LEVEL".to_string(), "7".to_string()),
+            (
+                "TOOLWATCH_STORAGE__DATA_DIR".to_string(),
+                "/tmp/tw".to_string(),
+            ),
+            ("PATH".to_string(), "/bin".to_string()),
+        ];
+        let c = Config::default().with_env_overrides(env).expect("applies");
+        assert_eq!(c.archive.zstd_level, ZstdLevel(7));
+        assert_eq!(c.storage.data_dir, PathBuf::from("/tmp/tw"));
+
+        let err = Config::default()
+            .with_env_overrides(vec![("TOOLWATCH_ARCHIVE__NOPE".into(), "1".into())])
+            .expect_err("unknown");
+        assert!(err.to_string().contains("TOOLWATCH_ARCHIVE__NOPE"), "{err}");
+        let err = Config::default()
+            .with_env_overrides(vec![("TOOLWATCH_ARCHIVE__ZSTD_LEVEL".into(), "99".into())])
+            .expect_err("bad value");
+        assert!(err.to_string().contains("between 1 and 22"), "{err}");
+    }
+}

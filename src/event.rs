@@ -1,0 +1,471 @@
+//! The normalized event model every stage speaks.
+//!
+//! `receive` turns OTLP spans and log records into these types; every later stage (protect,
+//! journal, archive, export, assemble, budgets) reads them and nothing else. The GenAI
+//! semantic-convention fields and the `executor.*` audit fields are typed; attributes that
+//! map onto no field are kept verbatim in `attributes`, so nothing the sender said is lost.
+
+use std::sync::Arc;
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+
+/// Version of the archive row layout written by this build.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Tenant used when neither the sender nor the event names one.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// A 16-byte trace id.
+pub type TraceId = [u8; 16];
+/// An 8-byte span id.
+pub type SpanId = [u8; 8];
+
+/// An attribute value, as rich as OTLP's `AnyValue`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    /// A UTF-8 string.
+    Str(String),
+    /// A boolean.
+    Bool(bool),
+    /// A signed 64-bit integer.
+    Int(i64),
+    /// A double.
+    Double(f64),
+    /// Raw bytes.
+    Bytes(Vec<u8>),
+    /// An ordered list.
+    Array(Vec<AttrValue>),
+    /// An ordered list of key-value pairs.
+    Map(Attributes),
+    /// An `AnyValue` with nothing set.
+    Empty,
+}
+
+impl AttrValue {
+    /// The string, if this is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            AttrValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Ordered key-value pairs (attributes keep the order the sender used).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Attributes(pub Vec<(String, AttrValue)>);
+
+impl Attributes {
+    /// The value under `key`, the first if the sender repeated it.
+    pub fn get(&self, key: &str) -> Option<&AttrValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// True when there are no pairs.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for AttrValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AttrValue::Str(v) => s.serialize_str(v),
+            AttrValue::Bool(v) => s.serialize_bool(*v),
+            AttrValue::Int(v) => s.serialize_i64(*v),
+            AttrValue::Double(v) if v.is_finite() => s.serialize_f64(*v),
+            // JSON has no NaN or infinity; keep them readable rather than turning them into null.
+            AttrValue::Double(v) => s.serialize_str(&v.to_string()),
+            AttrValue::Bytes(b) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("bytes_hex", &hex::encode(b))?;
+                m.end()
+            }
+            AttrValue::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            AttrValue::Map(attrs) => attrs.serialize(s),
+            AttrValue::Empty => s.serialize_unit(),
+        }
+    }
+}
+
+impl Serialize for Attributes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// What produced a batch of telemetry: the OTLP resource.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Resource {
+    /// `service.name`, or `unknown_service` when absent.
+    pub service_name: String,
+    /// All resource attributes, `service.name` included.
+    pub attributes: Attributes,
+}
+
+/// The instrumentation scope of a span or log record.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Scope {
+    /// Scope name.
+    pub name: String,
+    /// Scope version.
+    pub version: String,
+    /// Scope attributes.
+    pub attributes: Attributes,
+}
+
+/// What a span is, for auditing: from `gen_ai.operation.name`, the dialects, and span kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SpanClass {
+    /// A call to a model.
+    Model,
+    /// The execution of a tool.
+    Tool,
+    /// An agent invocation or creation.
+    Agent,
+    /// A client call to something downstream (HTTP, database, RPC, messaging).
+    Downstream,
+    /// Anything else.
+    Other,
+}
+
+impl SpanClass {
+    /// The archive's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanClass::Model => "model",
+            SpanClass::Tool => "tool",
+            SpanClass::Agent => "agent",
+            SpanClass::Downstream => "downstream",
+            SpanClass::Other => "other",
+        }
+    }
+}
+
+/// OTLP span kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    /// Not given.
+    Unspecified,
+    /// Internal operation.
+    Internal,
+    /// Server side of a call.
+    Server,
+    /// Client side of a call.
+    Client,
+    /// Message producer.
+    Producer,
+    /// Message consumer.
+    Consumer,
+}
+
+impl SpanKind {
+    /// From the OTLP enum value; unknown values are `Unspecified`.
+    pub fn from_otlp(v: i32) -> SpanKind {
+        match v {
+            1 => SpanKind::Internal,
+            2 => SpanKind::Server,
+            3 => SpanKind::Client,
+            4 => SpanKind::Producer,
+            5 => SpanKind::Consumer,
+            _ => SpanKind::Unspecified,
+        }
+    }
+
+    /// The archive's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanKind::Unspecified => "unspecified",
+            SpanKind::Internal => "internal",
+            SpanKind::Server => "server",
+            SpanKind::Client => "client",
+            SpanKind::Producer => "producer",
+            SpanKind::Consumer => "consumer",
+        }
+    }
+}
+
+/// OTLP status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusCode {
+    /// Not set.
+    Unset,
+    /// Explicitly OK.
+    Ok,
+    /// An error.
+    Error,
+}
+
+impl StatusCode {
+    /// From the OTLP enum value; unknown values are `Unset`.
+    pub fn from_otlp(v: i32) -> StatusCode {
+        match v {
+            1 => StatusCode::Ok,
+            2 => StatusCode::Error,
+            _ => StatusCode::Unset,
+        }
+    }
+
+    /// The archive's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusCode::Unset => "unset",
+            StatusCode::Ok => "ok",
+            StatusCode::Error => "error",
+        }
+    }
+}
+
+/// Fields of the OpenTelemetry GenAI (and MCP) semantic conventions.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GenAiFields {
+    /// `gen_ai.operation.name`: chat, text_completion, generate_content, embeddings,
+    /// execute_tool, invoke_agent, create_agent.
+    pub operation: Option<String>,
+    /// `gen_ai.provider.name` (older: `gen_ai.system`).
+    pub provider: Option<String>,
+    /// `gen_ai.request.model`.
+    pub request_model: Option<String>,
+    /// `gen_ai.response.model`.
+    pub response_model: Option<String>,
+    /// `gen_ai.response.id`.
+    pub response_id: Option<String>,
+    /// `gen_ai.response.finish_reasons`, comma-joined.
+    pub finish_reasons: Option<String>,
+    /// `gen_ai.usage.input_tokens` (older: `prompt_tokens`).
+    pub input_tokens: Option<i64>,
+    /// `gen_ai.usage.output_tokens` (older: `completion_tokens`).
+    pub output_tokens: Option<i64>,
+    /// `gen_ai.usage.cache_read.input_tokens`.
+    pub cache_read_input_tokens: Option<i64>,
+    /// `gen_ai.usage.cache_creation.input_tokens` (also `cache_write`).
+    pub cache_creation_input_tokens: Option<i64>,
+    /// `gen_ai.conversation.id`.
+    pub conversation_id: Option<String>,
+    /// `gen_ai.agent.id`.
+    pub agent_id: Option<String>,
+    /// `gen_ai.agent.name`.
+    pub agent_name: Option<String>,
+    /// `gen_ai.tool.name`.
+    pub tool_name: Option<String>,
+    /// `gen_ai.tool.call.id`.
+    pub tool_call_id: Option<String>,
+    /// `gen_ai.tool.type`.
+    pub tool_type: Option<String>,
+    /// `gen_ai.tool.call.arguments`, as JSON text whether it came structured or as a string.
+    pub tool_arguments: Option<String>,
+    /// `gen_ai.tool.call.result`, as JSON text (or the plain string sent).
+    pub tool_result: Option<String>,
+    /// `mcp.method.name`.
+    pub mcp_method: Option<String>,
+    /// `mcp.session.id`.
+    pub mcp_session_id: Option<String>,
+}
+
+/// The `executor.*` audit fields that the conventions do not cover.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AuditFields {
+    /// `executor.request_id`: the user request this work belongs to.
+    pub request_id: Option<String>,
+    /// `executor.tenant_id` as the event claims it (the trusted tenant is on the record).
+    pub claimed_tenant: Option<String>,
+    /// `executor.principal_id`.
+    pub principal_id: Option<String>,
+    /// `executor.resource_id`.
+    pub resource_id: Option<String>,
+    /// `executor.resource_version`.
+    pub resource_version: Option<String>,
+    /// `executor.tool_version`.
+    pub tool_version: Option<String>,
+    /// `executor.tool_schema_version`.
+    pub tool_schema_version: Option<String>,
+    /// `executor.prompt_version`.
+    pub prompt_version: Option<String>,
+    /// `executor.effect_class`: read, write, high_impact.
+    pub effect_class: Option<String>,
+    /// `executor.policy_decision`: allow, deny, require_confirmation.
+    pub policy_decision: Option<String>,
+    /// `executor.policy_reason`: the policy's reason code.
+    pub policy_reason: Option<String>,
+    /// `executor.idempotency_key` as received; `protect` replaces it with the hash below
+    /// before the event goes anywhere.
+    pub idempotency_key: Option<String>,
+    /// Keyed HMAC of the idempotency key (`hmac:<key-id>:<hex>`), set by `protect`.
+    pub idempotency_key_hash: Option<String>,
+    /// `executor.retry_attempt`.
+    pub retry_attempt: Option<i64>,
+    /// `executor.timeout_ms`.
+    pub timeout_ms: Option<i64>,
+    /// `executor.result_code`: ok, denied, invalid, duplicate, error, timeout, cancelled.
+    pub result_code: Option<String>,
+    /// `executor.result_bytes`.
+    pub result_bytes: Option<i64>,
+    /// `executor.confirmation_status`.
+    pub confirmation_status: Option<String>,
+    /// `executor.confirmation_digest`.
+    pub confirmation_digest: Option<String>,
+    /// `executor.cancelled`.
+    pub cancelled: Option<bool>,
+    /// `executor.stop_reason`: completed, budget_exhausted, repeated_call,
+    /// approval_required, cancelled, error.
+    pub stop_reason: Option<String>,
+    /// `executor.claimed_cost_usd`: the cost the executor claims.
+    pub claimed_cost_usd: Option<f64>,
+}
+
+/// A span event (a moment inside a span).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanEventRecord {
+    /// Time, ns since the Unix epoch.
+    pub time_ns: i64,
+    /// Event name.
+    pub name: String,
+    /// Event attributes, verbatim.
+    pub attributes: Attributes,
+}
+
+/// A link from a span to another span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanLinkRecord {
+    /// Linked trace.
+    pub trace_id: TraceId,
+    /// Linked span.
+    pub span_id: SpanId,
+    /// W3C trace state of the link.
+    pub trace_state: String,
+    /// Link attributes, verbatim.
+    pub attributes: Attributes,
+}
+
+/// One normalized span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanRecord {
+    /// The tenant the span is filed under.
+    pub tenant: String,
+    /// The producing resource, shared by the spans of one batch.
+    pub resource: Arc<Resource>,
+    /// The instrumentation scope.
+    pub scope: Arc<Scope>,
+    /// Trace id.
+    pub trace_id: TraceId,
+    /// Span id.
+    pub span_id: SpanId,
+    /// Parent span id, if any.
+    pub parent_span_id: Option<SpanId>,
+    /// W3C trace state.
+    pub trace_state: String,
+    /// Span name.
+    pub name: String,
+    /// Span kind.
+    pub kind: SpanKind,
+    /// Audit class.
+    pub class: SpanClass,
+    /// Start, ns since the Unix epoch.
+    pub start_ns: i64,
+    /// End, ns since the Unix epoch.
+    pub end_ns: i64,
+    /// Status code.
+    pub status_code: StatusCode,
+    /// Status message.
+    pub status_message: String,
+    /// GenAI convention fields.
+    pub gen_ai: GenAiFields,
+    /// `executor.*` audit fields.
+    pub audit: AuditFields,
+    /// Attributes that map onto no typed field, verbatim.
+    pub attributes: Attributes,
+    /// Span events.
+    pub events: Vec<SpanEventRecord>,
+    /// Links.
+    pub links: Vec<SpanLinkRecord>,
+    /// Attributes, events and links the sender dropped before sending.
+    pub dropped: DroppedCounts,
+    /// Which redaction rules fired on this span and how often (never what they removed).
+    pub redactions: Redactions,
+}
+
+/// Counts of things the sender dropped, kept for completeness audits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DroppedCounts {
+    /// Dropped attributes.
+    pub attributes: u32,
+    /// Dropped events.
+    pub events: u32,
+    /// Dropped links.
+    pub links: u32,
+}
+
+/// One normalized log record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRecord {
+    /// The tenant the record is filed under.
+    pub tenant: String,
+    /// The producing resource.
+    pub resource: Arc<Resource>,
+    /// The instrumentation scope.
+    pub scope: Arc<Scope>,
+    /// When the event happened, ns since the Unix epoch (observed time if not given).
+    pub time_ns: i64,
+    /// When it was observed, ns since the Unix epoch.
+    pub observed_time_ns: i64,
+    /// Trace context, if any.
+    pub trace_id: Option<TraceId>,
+    /// Span context, if any.
+    pub span_id: Option<SpanId>,
+    /// OTLP severity number (0 = unspecified).
+    pub severity_number: i32,
+    /// Severity text.
+    pub severity_text: String,
+    /// `event_name` of the record.
+    pub event_name: String,
+    /// The body.
+    pub body: AttrValue,
+    /// `executor.*` audit fields found on the record.
+    pub audit: AuditFields,
+    /// Attributes that map onto no typed field, verbatim.
+    pub attributes: Attributes,
+    /// Attributes the sender dropped.
+    pub dropped_attributes: u32,
+    /// Which redaction rules fired on this record and how often.
+    pub redactions: Redactions,
+}
+
+/// Redaction rule ids and how often each fired on one item, in rule-id order.
+pub type Redactions = std::collections::BTreeMap<String, u32>;
+
+/// What one OTLP request carried, normalized.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventBatch {
+    /// Spans.
+    pub spans: Vec<SpanRecord>,
+    /// Log records.
+    pub logs: Vec<LogRecord>,
+}
+
+impl EventBatch {
+    /// Number of items (spans plus log records).
+    pub fn len(&self) -> usize {
+        self.spans.len() + self.logs.len()
+    }
+
+    /// True when the batch holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Lowercase hex of an id.
+pub fn hex_id(id: &[u8]) -> String {
+    hex::encode(id)
+}

@@ -1,0 +1,18 @@
+//! toolwatch: an audit daemon for the executors of LLM tool calls.
+//!
+//! Executors stream OTLP traces and logs; toolwatch normalizes them into one event model
+//! ([`event`]), protects them ([`protect`]), and archives them as partitioned Parquet
+//! ([`archive`]). See `DESIGN.md` for the whole pipeline.
+
+#![deny(missing_docs)]
+
+pub mod admin;
+pub mod archive;
+pub mod config;
+pub mod event;
+pub mod loadgen;
+pub mod metrics;
+pub mod pipeline;
+pub mod protect;
+pub mod receive;
+pub mod serve;

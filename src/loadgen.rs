@@ -1,0 +1,882 @@
+//! `toolwatch loadgen`: realistic executor traffic for demos, tests and benchmarks.
+//!
+//! Each generated request is one agent run: an `invoke_agent` root span, several model turns
+//! with token usage, tool executions with JSON arguments and results of 1-3 KiB (some with
+//! planted fake secrets and personal data), policy decisions, idempotency keys on write
+//! tools, retries, and downstream HTTP and database spans emitted by a second service. The
+//! same `--seed` gives the same ids and content. The report counts exactly what was
+//! acknowledged, so a test can compare it with the archive.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::{Event, SpanKind};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use prost::Message;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::Semaphore;
+
+/// How loadgen talks to toolwatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/gRPC.
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies.
+    Http,
+}
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct LoadgenOptions {
+    /// gRPC address or HTTP base URL.
+    pub target: String,
+    /// Transport.
+    pub protocol: Protocol,
+    /// Agent runs to send.
+    pub requests: u64,
+    /// Agent runs per second; 0 for as fast as accepted.
+    pub rate: u64,
+    /// Tenants to spread runs over.
+    pub tenants: u32,
+    /// Seed for ids and content.
+    pub seed: u64,
+    /// Export calls in flight at once.
+    pub concurrency: usize,
+}
+
+/// Why loadgen could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    /// The target is not a valid address.
+    #[error("invalid target {0:?}")]
+    Target(String),
+    /// The connection could not be made.
+    #[error("cannot connect to {target}: {detail}")]
+    Connect {
+        /// The target.
+        target: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// What was sent and acknowledged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadgenReport {
+    /// Agent runs whose spans were all acknowledged.
+    pub requests: u64,
+    /// Spans acknowledged.
+    pub spans: u64,
+    /// Of those: agent spans.
+    pub agent_spans: u64,
+    /// Model-call spans.
+    pub model_spans: u64,
+    /// Tool-execution spans.
+    pub tool_spans: u64,
+    /// Downstream client spans.
+    pub downstream_spans: u64,
+    /// Log records acknowledged.
+    pub log_records: u64,
+    /// Tool spans carrying a planted fake secret or personal data.
+    pub planted_secrets: u64,
+    /// Export calls acknowledged.
+    pub exports: u64,
+    /// Bytes of acknowledged protobuf bodies.
+    pub bytes: u64,
+    /// Export calls retried after a retryable refusal.
+    pub retries: u64,
+    /// Export calls that failed for good.
+    pub failed_batches: u64,
+    /// Wall time in milliseconds.
+    pub elapsed_ms: u64,
+}
+
+impl LoadgenReport {
+    /// The report as one JSON object.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "requests": self.requests,
+            "spans": self.spans,
+            "agent_spans": self.agent_spans,
+            "model_spans": self.model_spans,
+            "tool_spans": self.tool_spans,
+            "downstream_spans": self.downstream_spans,
+            "log_records": self.log_records,
+            "planted_secrets": self.planted_secrets,
+            "exports": self.exports,
+            "bytes": self.bytes,
+            "retries": self.retries,
+            "failed_batches": self.failed_batches,
+            "elapsed_ms": self.elapsed_ms,
+        })
+        .to_string()
+    }
+
+    fn add(&mut self, run: &RunCounts) {
+        self.requests += 1;
+        self.spans += run.spans();
+        self.agent_spans += run.agent;
+        self.model_spans += run.model;
+        self.tool_spans += run.tool;
+        self.downstream_spans += run.downstream;
+        self.log_records += run.logs;
+        self.planted_secrets += run.planted;
+    }
+}
+
+impl fmt::Display for LoadgenReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = (self.elapsed_ms as f64 / 1000.0).max(0.001);
+        writeln!(
+            f,
+            "requests {}  spans {} (agent {}, model {}, tool {}, downstream {})  log records {}",
+            self.requests,
+            self.spans,
+            self.agent_spans,
+            self.model_spans,
+            self.tool_spans,
+            self.downstream_spans,
+            self.log_records
+        )?;
+        writeln!(
+            f,
+            "exports {}  bytes {}  retries {}  failed {}  planted secrets {}",
+            self.exports, self.bytes, self.retries, self.failed_batches, self.planted_secrets
+        )?;
+        write!(
+            f,
+            "elapsed {:.1}s  {:.0} spans/s  {:.1} MiB/s",
+            secs,
+            self.spans as f64 / secs,
+            self.bytes as f64 / secs / (1024.0 * 1024.0)
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct RunCounts {
+    agent: u64,
+    model: u64,
+    tool: u64,
+    downstream: u64,
+    logs: u64,
+    planted: u64,
+}
+
+impl RunCounts {
+    fn spans(&self) -> u64 {
+        self.agent + self.model + self.tool + self.downstream
+    }
+}
+
+/// One generated agent run, as the two export requests that carry it.
+pub struct AgentRun {
+    /// Spans of the executor and the downstream service.
+    pub traces: ExportTraceServiceRequest,
+    /// Policy-decision log records with trace context (may be empty).
+    pub logs: ExportLogsServiceRequest,
+    counts: RunCounts,
+}
+
+fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+fn s(key: &str, v: impl Into<String>) -> KeyValue {
+    kv(key, any_value::Value::StringValue(v.into()))
+}
+
+fn i(key: &str, v: i64) -> KeyValue {
+    kv(key, any_value::Value::IntValue(v))
+}
+
+fn resource(service: &str, tenant: &str) -> Resource {
+    Resource {
+        attributes: vec![
+            s("service.name", service),
+            s("service.version", "1.4.2"),
+            s("deployment.environment.name", "loadgen"),
+            s("executor.tenant_id", tenant),
+        ],
+        ..Default::default()
+    }
+}
+
+struct Tool {
+    name: &'static str,
+    effect: &'static str,
+    downstream: &'static str,
+}
+
+const TOOLS: &[Tool] = &[
+    Tool {
+        name: "search_orders",
+        effect: "read",
+        downstream: "db",
+    },
+    Tool {
+        name: "get_customer",
+        effect: "read",
+        downstream: "http",
+    },
+    Tool {
+        name: "refund_order",
+        effect: "write",
+        downstream: "http",
+    },
+    Tool {
+        name: "send_email",
+        effect: "write",
+        downstream: "http",
+    },
+    Tool {
+        name: "delete_records",
+        effect: "high_impact",
+        downstream: "db",
+    },
+];
+
+/// Fake secrets and personal data planted in tool payloads so that redaction can be tested.
+/// All are syntactically plausible and none is real.
+pub const PLANTED: &[&str] = &[
+    "AKIAIOSFODNN7EXAMPLE",
+    "sk-proj-T3stOnlyN0tAR3alK3yAbCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "ghp_TestOnlyToken0123456789abcdefABCDEF01",
+    "jane.doe@example.com",
+    "+1 415 555 0132",
+    "4111 1111 1111 1111",
+    "GB82 WEST 1234 5698 7654 32",
+    "xoxb-1234567890-0987654321-TestOnlyTokenValue",
+];
+
+struct Generator {
+    rng: StdRng,
+    base_ns: u64,
+}
+
+impl Generator {
+    fn id<const N: usize>(&mut self) -> Vec<u8> {
+        let mut b = [0u8; N];
+        self.rng.fill(&mut b[..]);
+        b[0] |= 1; // never all zeros
+        b.to_vec()
+    }
+
+    fn words(&mut self, n: usize) -> String {
+        const WORDS: &[&str] = &[
+            "order",
+            "shipment",
+            "customer",
+            "refund",
+            "pending",
+            "warehouse",
+            "priority",
+            "invoice",
+            "delivered",
+            "address",
+            "express",
+            "returned",
+            "status",
+            "account",
+        ];
+        (0..n)
+            .map(|_| WORDS[self.rng.random_range(0..WORDS.len())])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// A JSON payload of roughly `target` bytes, with a planted value when `plant` is set.
+    fn payload(&mut self, tool: &str, target: usize, plant: Option<&str>) -> String {
+        let mut items = Vec::new();
+        let mut len = 0;
+        while len < target {
+            let item = serde_json::json!({
+                "order_id": format!("ORD-{:08}", self.rng.random_range(0..100_000_000u32)),
+                "amount_cents": self.rng.random_range(100..500_000u32),
+                "note": self.words(8),
+            });
+            len += item.to_string().len() + 1;
+            items.push(item);
+        }
+        let mut doc = serde_json::json!({ "tool": tool, "items": items });
+        if let Some(secret) = plant {
+            doc["contact"] = serde_json::Value::String(format!("reach me at {secret}"));
+        }
+        doc.to_string()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn span(
+        &mut self,
+        trace_id: &[u8],
+        parent: &[u8],
+        name: String,
+        kind: SpanKind,
+        start: u64,
+        dur: u64,
+        attributes: Vec<KeyValue>,
+        error: bool,
+    ) -> Span {
+        Span {
+            trace_id: trace_id.to_vec(),
+            span_id: self.id::<8>(),
+            parent_span_id: parent.to_vec(),
+            name,
+            kind: kind as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: start + dur,
+            attributes,
+            status: Some(Status {
+                code: if error { 2 } else { 0 },
+                message: if error {
+                    "tool failed".into()
+                } else {
+                    String::new()
+                },
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn run(&mut self, n: u64, tenants: u32) -> AgentRun {
+        let tenant = format!("tenant-{}", n % u64::from(tenants));
+        let principal = format!("user-{}", self.rng.random_range(0..50u32));
+        let request_id = format!("req-{n:08}");
+        let trace_id = self.id::<16>();
+        let start = self.base_ns + n * 1_000_000;
+        let mut counts = RunCounts::default();
+        let mut exec_spans = Vec::new();
+        let mut down_spans = Vec::new();
+        let mut logs = Vec::new();
+
+        let root_id = self.id::<8>();
+        let turns = self.rng.random_range(2..=4u32);
+        let mut t = start + 1_000_000;
+        for turn in 0..turns {
+            let input = self.rng.random_range(400..4000i64);
+            let output = self.rng.random_range(20..600i64);
+            let dur = self.rng.random_range(200..2000u64) * 1_000_000;
+            let mut attrs = vec![
+                s("gen_ai.operation.name", "chat"),
+                s("gen_ai.provider.name", "openai"),
+                s("gen_ai.request.model", "gpt-4o"),
+                s("gen_ai.response.model", "gpt-4o-2024-08-06"),
+                i("gen_ai.usage.input_tokens", input),
+                i("gen_ai.usage.output_tokens", output),
+                s("executor.request_id", request_id.clone()),
+            ];
+            if turn > 0 {
+                attrs.push(i("gen_ai.usage.cache_read.input_tokens", input / 2));
+            }
+            let span = self.span(
+                &trace_id,
+                &root_id,
+                "chat gpt-4o".into(),
+                SpanKind::Client,
+                t,
+                dur,
+                attrs,
+                false,
+            );
+            exec_spans.push(span);
+            counts.model += 1;
+            t += dur;
+            if turn + 1 == turns {
+                break;
+            }
+            let calls = self.rng.random_range(1..=2u32);
+            for _ in 0..calls {
+                let tool = &TOOLS[self.rng.random_range(0..TOOLS.len())];
+                let retry = self.rng.random_bool(0.1);
+                for attempt in 0..=u32::from(retry) {
+                    let (span, down, log, planted) = self.tool_call(
+                        tool,
+                        &trace_id,
+                        &root_id,
+                        &request_id,
+                        &principal,
+                        t,
+                        attempt,
+                        retry,
+                    );
+                    t = span.end_time_unix_nano + 1_000_000;
+                    exec_spans.push(span);
+                    counts.tool += 1;
+                    counts.planted += u64::from(planted);
+                    counts.downstream += down.len() as u64;
+                    down_spans.extend(down);
+                    if let Some(l) = log {
+                        logs.push(l);
+                        counts.logs += 1;
+                    }
+                }
+            }
+        }
+        let root = Span {
+            trace_id: trace_id.clone(),
+            span_id: root_id.clone(),
+            name: "invoke_agent support-agent".into(),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: t + 1_000_000,
+            attributes: vec![
+                s("gen_ai.operation.name", "invoke_agent"),
+                s("gen_ai.agent.name", "support-agent"),
+                s("gen_ai.agent.id", "agent-7"),
+                s("gen_ai.conversation.id", format!("conv-{n:08}")),
+                s("executor.request_id", request_id.clone()),
+                s("executor.principal_id", principal.clone()),
+                s("executor.prompt_version", "support-v12"),
+                s("executor.stop_reason", "completed"),
+            ],
+            ..Default::default()
+        };
+        exec_spans.insert(0, root);
+        counts.agent += 1;
+
+        let scope = |name: &str| InstrumentationScope {
+            name: name.into(),
+            version: "0.9.0".into(),
+            ..Default::default()
+        };
+        let traces = ExportTraceServiceRequest {
+            resource_spans: vec![
+                ResourceSpans {
+                    resource: Some(resource("agent-executor", &tenant)),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(scope("executor")),
+                        spans: exec_spans,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                ResourceSpans {
+                    resource: Some(resource("orders-api", &tenant)),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(scope("orders-api")),
+                        spans: down_spans,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ],
+        };
+        let logs = ExportLogsServiceRequest {
+            resource_logs: if logs.is_empty() {
+                Vec::new()
+            } else {
+                vec![ResourceLogs {
+                    resource: Some(resource("agent-executor", &tenant)),
+                    scope_logs: vec![ScopeLogs {
+                        scope: Some(scope("executor.policy")),
+                        log_records: logs,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }]
+            },
+        };
+        AgentRun {
+            traces,
+            logs,
+            counts,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tool_call(
+        &mut self,
+        tool: &Tool,
+        trace_id: &[u8],
+        parent: &[u8],
+        request_id: &str,
+        principal: &str,
+        start: u64,
+        attempt: u32,
+        will_retry: bool,
+    ) -> (Span, Vec<Span>, Option<LogRecord>, bool) {
+        let decision = match tool.effect {
+            "high_impact" => "deny",
+            "write" if self.rng.random_bool(0.2) => "require_confirmation",
+            _ => "allow",
+        };
+        let failed = will_retry && attempt == 0;
+        let result_code = match (decision, failed) {
+            ("deny", _) => "denied",
+            (_, true) => "timeout",
+            _ => "ok",
+        };
+        let plant = self
+            .rng
+            .random_bool(0.25)
+            .then(|| PLANTED[self.rng.random_range(0..PLANTED.len())]);
+        let size = self.rng.random_range(700..1500);
+        let args = self.payload(tool.name, size, plant);
+        let result = if decision == "deny" {
+            "{\"error\":\"denied by policy\"}".to_string()
+        } else {
+            let size = self.rng.random_range(700..1500);
+            self.payload(tool.name, size, None)
+        };
+        let dur = self.rng.random_range(20..400u64) * 1_000_000;
+        let call_id = format!("call_{}", hex::encode(self.id::<6>()));
+        let mut attrs = vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", tool.name),
+            s("gen_ai.tool.call.id", call_id),
+            s("gen_ai.tool.type", "function"),
+            s("gen_ai.tool.call.arguments", args),
+            s("gen_ai.tool.call.result", result.clone()),
+            s("executor.request_id", request_id),
+            s("executor.principal_id", principal),
+            s("executor.tool_version", "2.3.0"),
+            s("executor.tool_schema_version", "7"),
+            s("executor.effect_class", tool.effect),
+            s("executor.policy_decision", decision),
+            s(
+                "executor.policy_reason",
+                format!("policy.{}.{}", tool.effect, decision),
+            ),
+            s("executor.result_code", result_code),
+            i("executor.result_bytes", result.len() as i64),
+            i("executor.retry_attempt", i64::from(attempt)),
+            i("executor.timeout_ms", 30_000),
+            s(
+                "executor.resource_id",
+                format!("orders/{}", self.rng.random_range(0..10_000u32)),
+            ),
+        ];
+        if tool.effect != "read" {
+            attrs.push(s(
+                "executor.idempotency_key",
+                format!("idem-{}", hex::encode(self.id::<8>())),
+            ));
+        }
+        let mut span = self.span(
+            trace_id,
+            parent,
+            format!("execute_tool {}", tool.name),
+            SpanKind::Internal,
+            start,
+            dur,
+            attrs,
+            failed,
+        );
+        span.events.push(Event {
+            time_unix_nano: start + 1000,
+            name: "executor.policy_decision".into(),
+            attributes: vec![s("executor.policy_decision", decision)],
+            ..Default::default()
+        });
+        let mut down = Vec::new();
+        if decision != "deny" {
+            let (name, attrs) = match tool.downstream {
+                "db" => (
+                    "SELECT orders".to_string(),
+                    vec![
+                        s("db.system.name", "postgresql"),
+                        s("db.operation.name", "SELECT"),
+                        s(
+                            "db.query.text",
+                            "SELECT id, status FROM orders WHERE id = $1",
+                        ),
+                    ],
+                ),
+                _ => (
+                    "POST /v1/orders".to_string(),
+                    vec![
+                        s("http.request.method", "POST"),
+                        s("url.full", "https://orders.internal.example/v1/orders"),
+                        i("http.response.status_code", if failed { 504 } else { 200 }),
+                    ],
+                ),
+            };
+            let d_start = start + dur / 4;
+            let child = self.span(
+                trace_id,
+                &span.span_id,
+                name,
+                SpanKind::Client,
+                d_start,
+                dur / 2,
+                attrs,
+                failed,
+            );
+            down.push(child);
+        }
+        let log = (decision != "allow").then(|| LogRecord {
+            time_unix_nano: start + 1000,
+            observed_time_unix_nano: start + 2000,
+            severity_number: 13,
+            severity_text: "WARN".into(),
+            body: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(format!(
+                    "policy {decision} for {}",
+                    tool.name
+                ))),
+            }),
+            attributes: vec![
+                s("executor.request_id", request_id),
+                s("executor.policy_decision", decision),
+                s(
+                    "executor.policy_reason",
+                    format!("policy.{}.{}", tool.effect, decision),
+                ),
+            ],
+            trace_id: trace_id.to_vec(),
+            span_id: span.span_id.clone(),
+            event_name: "executor.policy_decision".into(),
+            ..Default::default()
+        });
+        (span, down, log, plant.is_some())
+    }
+}
+
+/// Generates the `n`th..`n+count` agent runs for a seed (for tests and benchmarks).
+pub fn generate(seed: u64, tenants: u32, base_ns: u64, count: u64) -> Vec<AgentRun> {
+    let mut g = Generator {
+        rng: StdRng::seed_from_u64(seed),
+        base_ns,
+    };
+    (0..count).map(|n| g.run(n, tenants.max(1))).collect()
+}
+
+enum Client {
+    Grpc(
+        TraceServiceClient<tonic::transport::Channel>,
+        LogsServiceClient<tonic::transport::Channel>,
+    ),
+    Http(reqwest::Client, String),
+}
+
+/// Outcome of one export call.
+enum Sent {
+    Ok(u64),
+    Retry,
+    Fail(String),
+}
+
+impl Client {
+    async fn connect(opts: &LoadgenOptions) -> Result<Client, LoadgenError> {
+        match opts.protocol {
+            Protocol::Grpc => {
+                let endpoint = tonic::transport::Endpoint::from_shared(opts.target.clone())
+                    .map_err(|_| LoadgenError::Target(opts.target.clone()))?;
+                let channel = endpoint
+                    .connect()
+                    .await
+                    .map_err(|e| LoadgenError::Connect {
+                        target: opts.target.clone(),
+                        detail: e.to_string(),
+                    })?;
+                Ok(Client::Grpc(
+                    TraceServiceClient::new(channel.clone()),
+                    LogsServiceClient::new(channel),
+                ))
+            }
+            Protocol::Http => Ok(Client::Http(
+                reqwest::Client::new(),
+                opts.target.trim_end_matches('/').to_string(),
+            )),
+        }
+    }
+
+    async fn traces(&self, req: &ExportTraceServiceRequest) -> Sent {
+        match self {
+            Client::Grpc(t, _) => {
+                let bytes = req.encoded_len() as u64;
+                grpc_outcome(t.clone().export(req.clone()).await.map(|_| ()), bytes)
+            }
+            Client::Http(c, base) => {
+                http_send(c, &format!("{base}/v1/traces"), req.encode_to_vec()).await
+            }
+        }
+    }
+
+    async fn logs(&self, req: &ExportLogsServiceRequest) -> Sent {
+        match self {
+            Client::Grpc(_, l) => {
+                let bytes = req.encoded_len() as u64;
+                grpc_outcome(l.clone().export(req.clone()).await.map(|_| ()), bytes)
+            }
+            Client::Http(c, base) => {
+                http_send(c, &format!("{base}/v1/logs"), req.encode_to_vec()).await
+            }
+        }
+    }
+}
+
+fn grpc_outcome(r: Result<(), tonic::Status>, bytes: u64) -> Sent {
+    match r {
+        Ok(()) => Sent::Ok(bytes),
+        Err(s)
+            if matches!(
+                s.code(),
+                tonic::Code::ResourceExhausted | tonic::Code::Unavailable
+            ) =>
+        {
+            Sent::Retry
+        }
+        Err(s) => Sent::Fail(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
+async fn http_send(c: &reqwest::Client, url: &str, body: Vec<u8>) -> Sent {
+    let bytes = body.len() as u64;
+    let resp = c
+        .post(url)
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .await;
+    match resp {
+        Ok(r) if r.status().is_success() => Sent::Ok(bytes),
+        Ok(r) if matches!(r.status().as_u16(), 429 | 502 | 503 | 504) => Sent::Retry,
+        Ok(r) => Sent::Fail(format!("HTTP {}", r.status())),
+        Err(e) if e.is_connect() => Sent::Retry,
+        Err(e) => Sent::Fail(e.to_string()),
+    }
+}
+
+const MAX_ATTEMPTS: u32 = 12;
+
+/// Sends with retries and exponential backoff; returns bytes acknowledged and retries used.
+async fn send_with_retry<F, Fut>(mut send: F) -> Result<(u64, u64), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Sent>,
+{
+    let mut delay = Duration::from_millis(50);
+    for attempt in 0..MAX_ATTEMPTS {
+        match send().await {
+            Sent::Ok(b) => return Ok((b, u64::from(attempt))),
+            Sent::Retry => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Sent::Fail(e) => return Err(e),
+        }
+    }
+    Err(format!("still refused after {MAX_ATTEMPTS} attempts"))
+}
+
+/// Sends the traffic and reports what was acknowledged.
+pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
+    let client = Arc::new(Client::connect(&opts).await?);
+    let base_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut gen = Generator {
+        rng: StdRng::seed_from_u64(opts.seed),
+        base_ns,
+    };
+    let started = Instant::now();
+    let permits = Arc::new(Semaphore::new(opts.concurrency));
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..opts.requests {
+        if opts.rate > 0 {
+            let due = started + Duration::from_secs_f64(n as f64 / opts.rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let run = gen.run(n, opts.tenants);
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            break;
+        };
+        let client = Arc::clone(&client);
+        tasks.spawn(async move {
+            let _permit = permit;
+            let mut exports = 0;
+            let t = send_with_retry(|| client.traces(&run.traces)).await;
+            let (mut bytes, mut retries) = match t {
+                Ok(v) => v,
+                Err(e) => return (run.counts, Err(e), 0, 0, 0),
+            };
+            exports += 1;
+            if !run.logs.resource_logs.is_empty() {
+                match send_with_retry(|| client.logs(&run.logs)).await {
+                    Ok((b, r)) => {
+                        bytes += b;
+                        retries += r;
+                        exports += 1;
+                    }
+                    Err(e) => return (run.counts, Err(e), exports, bytes, retries),
+                }
+            }
+            (run.counts, Ok(()), exports, bytes, retries)
+        });
+    }
+    let mut report = LoadgenReport::default();
+    while let Some(done) = tasks.join_next().await {
+        let Ok((counts, outcome, exports, bytes, retries)) = done else {
+            report.failed_batches += 1;
+            continue;
+        };
+        report.exports += exports;
+        report.bytes += bytes;
+        report.retries += retries;
+        match outcome {
+            Ok(()) => report.add(&counts),
+            Err(e) => {
+                report.failed_batches += 1;
+                eprintln!("toolwatch loadgen: export failed: {e}");
+            }
+        }
+    }
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_traffic() {
+        let a = generate(7, 2, 1_700_000_000_000_000_000, 3);
+        let b = generate(7, 2, 1_700_000_000_000_000_000, 3);
+        let c = generate(8, 2, 1_700_000_000_000_000_000, 3);
+        let enc = |runs: &[AgentRun]| {
+            runs.iter()
+                .map(|r| r.traces.encode_to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(enc(&a), enc(&b));
+        assert_ne!(enc(&a), enc(&c));
+    }
+
+    #[test]
+    fn counts_match_the_generated_spans() {
+        for run in generate(3, 1, 1_700_000_000_000_000_000, 20) {
+            let spans: usize = run
+                .traces
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len())
+                .sum();
+            assert_eq!(spans as u64, run.counts.spans());
+            let logs: usize = run
+                .logs
+                .resource_logs
+                .iter()
+                .flat_map(|r| &r.scope_logs)
+                .map(|s| s.log_records.len())
+                .sum();
+            assert_eq!(logs as u64, run.counts.logs);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The `toolwatch` command line: parses, then calls one function per command.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use toolwatch::config::{Config, LogFormat};
+use toolwatch::loadgen::{self, LoadgenOptions, Protocol};
+
+/// Audit daemon for LLM tool-call executors: OTLP in, protected Parquet archive out.
+#[derive(Parser)]
+#[command(name = "toolwatch", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: OTLP receivers, archive, admin endpoints.
+    Serve(ServeArgs),
+    /// Validate a configuration and print the effective configuration as TOML.
+    CheckConfig(ConfigArg),
+    /// Send realistic executor traffic to a running toolwatch.
+    Loadgen(LoadgenArgs),
+}
+
+#[derive(Args)]
+struct ConfigArg {
+    /// Configuration file (TOML). Without it the embedded defaults apply;
+    /// TOOLWATCH_SECTION__KEY environment variables override either.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Data directory for the archive and state [default: ./toolwatch-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// OTLP/gRPC listen address [default: 127.0.0.1:4317].
+    #[arg(long, value_name = "ADDR")]
+    otlp_grpc: Option<SocketAddr>,
+    /// OTLP/HTTP listen address [default: 127.0.0.1:4318].
+    #[arg(long, value_name = "ADDR")]
+    otlp_http: Option<SocketAddr>,
+    /// Admin HTTP listen address (/healthz, /readyz, /metrics) [default: 127.0.0.1:9464].
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
+}
+
+#[derive(Args)]
+struct LoadgenArgs {
+    /// Where toolwatch listens: the OTLP/gRPC address, or the OTLP/HTTP base URL with --http.
+    #[arg(long, value_name = "URL")]
+    target: Option<String>,
+    /// Send OTLP/HTTP protobuf instead of OTLP/gRPC.
+    #[arg(long)]
+    http: bool,
+    /// Requests (agent runs) to send.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    requests: u64,
+    /// Requests per second; 0 sends as fast as toolwatch accepts.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    rate: u64,
+    /// Tenants the requests are spread over.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    tenants: u32,
+    /// Seed: the same seed sends the same traffic.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    seed: u64,
+    /// Requests sent at once.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    concurrency: usize,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::CheckConfig(args) => check_config(args),
+        Command::Loadgen(args) => run_loadgen(args),
+    }
+}
+
+fn load_config(arg: &ConfigArg) -> Result<Config, toolwatch::config::ConfigError> {
+    Config::load(arg.config.as_deref(), std::env::vars())
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let mut config = match load_config(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(d) = args.data_dir {
+        config.storage.data_dir = d;
+    }
+    if let Some(a) = args.otlp_grpc {
+        config.listen.otlp_grpc = a;
+    }
+    if let Some(a) = args.otlp_http {
+        config.listen.otlp_http = a;
+    }
+    if let Some(a) = args.admin {
+        config.listen.admin = a;
+    }
+    if let Err(e) = config.validate() {
+        eprintln!("toolwatch: {e}");
+        return ExitCode::from(2);
+    }
+    init_logging(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolwatch: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(toolwatch::serve::run(
+        config,
+        toolwatch::serve::stop_signal(),
+    )) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "toolwatch failed");
+            eprintln!("toolwatch: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(args: ConfigArg) -> ExitCode {
+    match load_config(&args).and_then(|c| c.validate().map(|()| c)) {
+        Ok(c) => {
+            print!("{}", c.to_toml());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_loadgen(args: LoadgenArgs) -> ExitCode {
+    let protocol = if args.http {
+        Protocol::Http
+    } else {
+        Protocol::Grpc
+    };
+    let target = args.target.unwrap_or_else(|| match protocol {
+        Protocol::Grpc => "http://127.0.0.1:4317".to_string(),
+        Protocol::Http => "http://127.0.0.1:4318".to_string(),
+    });
+    let options = LoadgenOptions {
+        target,
+        protocol,
+        requests: args.requests,
+        rate: args.rate,
+        tenants: args.tenants.max(1),
+        seed: args.seed,
+        concurrency: args.concurrency.max(1),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolwatch loadgen: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(loadgen::run(options)) {
+        Ok(report) => {
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                println!("{report}");
+            }
+            if report.failed_batches > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("toolwatch loadgen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Receive: OTLP/gRPC and OTLP/HTTP servers, decoding and normalization.
+//!
+//! Owns the listening sockets. Promises: a request is answered success only once every item
+//! in it has been normalized, protected and handed to the pipeline; a request with anything
+//! invalid in it is refused whole with a message saying what and where (nothing of it is
+//! kept); bodies are bounded before and after decompression; overload is refused with the
+//! retryable codes OTLP clients understand; every refusal is counted by reason.
+
+pub mod decode;
+pub mod grpc;
+pub mod http;
+pub mod normalize;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+use crate::event::EventBatch;
+use crate::metrics::{Metrics, RejectReason, Signal, Transport};
+use crate::pipeline::{Intake, Refusal};
+use decode::{DecodeError, OtlpRequest};
+use normalize::NormalizeError;
+
+/// What the receivers share.
+pub struct ReceiverContext {
+    /// Where accepted batches go.
+    pub intake: Arc<Intake>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Largest body, compressed and decompressed.
+    pub max_body_bytes: usize,
+    /// Delay suggested to clients that are refused for overload.
+    pub retry_after: Duration,
+}
+
+/// Why a request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    /// The body could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The message decoded but holds invalid data.
+    #[error("invalid OTLP data at {0}")]
+    Invalid(#[from] NormalizeError),
+    /// Unsupported content type.
+    #[error("unsupported content type {0:?}: send application/x-protobuf or application/json")]
+    MediaType(String),
+    /// Unsupported content encoding.
+    #[error("unsupported encoding {0:?}: send gzip or identity")]
+    Encoding(String),
+    /// The pipeline refused the batch.
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+}
+
+impl ReceiveError {
+    /// The metrics reason.
+    pub fn reason(&self) -> RejectReason {
+        match self {
+            ReceiveError::Decode(DecodeError::TooLarge { .. }) => RejectReason::TooLarge,
+            ReceiveError::Decode(_) => RejectReason::Malformed,
+            ReceiveError::Invalid(_) => RejectReason::InvalidData,
+            ReceiveError::MediaType(_) => RejectReason::UnsupportedMediaType,
+            ReceiveError::Encoding(_) => RejectReason::UnsupportedEncoding,
+            ReceiveError::Refused(Refusal::Overloaded) => RejectReason::Overloaded,
+            ReceiveError::Refused(Refusal::ShuttingDown) => RejectReason::ShuttingDown,
+        }
+    }
+}
+
+/// An OTLP request type that toolwatch accepts, with its signal and normalization.
+pub trait Ingestible: OtlpRequest {
+    /// Which signal it carries.
+    const SIGNAL: Signal;
+    /// Normalizes the request.
+    fn normalize(self) -> Result<EventBatch, NormalizeError>;
+}
+
+impl Ingestible for ExportTraceServiceRequest {
+    const SIGNAL: Signal = Signal::Traces;
+    fn normalize(self) -> Result<EventBatch, NormalizeError> {
+        normalize::spans(self)
+    }
+}
+
+impl Ingestible for ExportLogsServiceRequest {
+    const SIGNAL: Signal = Signal::Logs;
+    fn normalize(self) -> Result<EventBatch, NormalizeError> {
+        normalize::logs(self)
+    }
+}
+
+impl ReceiverContext {
+    /// Normalizes a decoded request and hands it on; counts the outcome.
+    pub async fn ingest<M: Ingestible>(
+        &self,
+        transport: Transport,
+        wire_bytes: usize,
+        request: M,
+    ) -> Result<(), ReceiveError> {
+        let batch = request.normalize()?;
+        let items = batch.len();
+        self.intake.submit(batch).await?;
+        self.metrics
+            .accepted(transport, M::SIGNAL, wire_bytes, items);
+        Ok(())
+    }
+
+    /// Counts and logs a refusal. The message carries no payload values.
+    pub fn refused(&self, transport: Transport, signal: Signal, e: &ReceiveError) {
+        let reason = e.reason();
+        self.metrics.rejected(transport, signal, reason);
+        tracing::debug!(
+            transport = transport.as_str(),
+            signal = signal.as_str(),
+            reason = reason.as_str(),
+            error = %e,
+            "refused OTLP request"
+        );
+    }
+}

@@ -1,0 +1,815 @@
+//! OTLP messages to the event model: ids checked, fields typed, dialects mapped.
+//!
+//! The mapping from attribute names to fields is one table, [`FIELD_SOURCES`]; where several
+//! names carry the same fact (newer and older GenAI names, the OpenInference dialect), the
+//! entry with the lowest rank wins. An attribute whose value cannot be read as its field's
+//! type stays in the remaining attributes, so nothing the sender said is lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource as OtlpResource;
+
+use crate::event::{
+    AttrValue, Attributes, AuditFields, DroppedCounts, EventBatch, GenAiFields, LogRecord,
+    Resource, Scope, SpanClass, SpanEventRecord, SpanId, SpanKind, SpanLinkRecord, SpanRecord,
+    StatusCode, TraceId, DEFAULT_TENANT,
+};
+
+/// Why an OTLP request cannot be normalized; the request is rejected whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{location}: {problem}")]
+pub struct NormalizeError {
+    /// Where in the request, e.g. `resourceSpans[0].scopeSpans[1].spans[3]`.
+    pub location: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// A typed field that attributes map onto.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Field {
+    Operation,
+    Provider,
+    RequestModel,
+    ResponseModel,
+    ResponseId,
+    FinishReasons,
+    InputTokens,
+    OutputTokens,
+    CacheReadInputTokens,
+    CacheCreationInputTokens,
+    ConversationId,
+    AgentId,
+    AgentName,
+    ToolName,
+    ToolCallId,
+    ToolType,
+    ToolArguments,
+    ToolResult,
+    McpMethod,
+    McpSessionId,
+    RequestId,
+    ClaimedTenant,
+    PrincipalId,
+    ResourceId,
+    ResourceVersion,
+    ToolVersion,
+    ToolSchemaVersion,
+    PromptVersion,
+    EffectClass,
+    PolicyDecision,
+    PolicyReason,
+    IdempotencyKey,
+    RetryAttempt,
+    TimeoutMs,
+    ResultCode,
+    ResultBytes,
+    ConfirmationStatus,
+    ConfirmationDigest,
+    Cancelled,
+    StopReason,
+    ClaimedCostUsd,
+}
+
+/// Every attribute name that lands in a typed field: (source name, field, rank).
+/// Lower rank wins when a span carries several names for one fact.
+pub const FIELD_SOURCES: &[(&str, Field, u8)] = &[
+    ("gen_ai.operation.name", Field::Operation, 0),
+    ("gen_ai.provider.name", Field::Provider, 0),
+    ("gen_ai.system", Field::Provider, 1),
+    ("llm.provider", Field::Provider, 2),
+    ("llm.system", Field::Provider, 3),
+    ("gen_ai.request.model", Field::RequestModel, 0),
+    ("llm.model_name", Field::RequestModel, 1),
+    ("gen_ai.response.model", Field::ResponseModel, 0),
+    ("gen_ai.response.id", Field::ResponseId, 0),
+    ("gen_ai.response.finish_reasons", Field::FinishReasons, 0),
+    ("gen_ai.usage.input_tokens", Field::InputTokens, 0),
+    ("gen_ai.usage.prompt_tokens", Field::InputTokens, 1),
+    ("llm.token_count.prompt", Field::InputTokens, 2),
+    ("gen_ai.usage.output_tokens", Field::OutputTokens, 0),
+    ("gen_ai.usage.completion_tokens", Field::OutputTokens, 1),
+    ("llm.token_count.completion", Field::OutputTokens, 2),
+    (
+        "gen_ai.usage.cache_read.input_tokens",
+        Field::CacheReadInputTokens,
+        0,
+    ),
+    (
+        "gen_ai.usage.cache_read_input_tokens",
+        Field::CacheReadInputTokens,
+        1,
+    ),
+    (
+        "llm.token_count.prompt_details.cache_read",
+        Field::CacheReadInputTokens,
+        2,
+    ),
+    (
+        "gen_ai.usage.cache_creation.input_tokens",
+        Field::CacheCreationInputTokens,
+        0,
+    ),
+    (
+        "gen_ai.usage.cache_write.input_tokens",
+        Field::CacheCreationInputTokens,
+        1,
+    ),
+    (
+        "gen_ai.usage.cache_creation_input_tokens",
+        Field::CacheCreationInputTokens,
+        2,
+    ),
+    (
+        "llm.token_count.prompt_details.cache_write",
+        Field::CacheCreationInputTokens,
+        3,
+    ),
+    ("gen_ai.conversation.id", Field::ConversationId, 0),
+    ("session.id", Field::ConversationId, 1),
+    ("gen_ai.agent.id", Field::AgentId, 0),
+    ("gen_ai.agent.name", Field::AgentName, 0),
+    ("agent.name", Field::AgentName, 1),
+    ("gen_ai.tool.name", Field::ToolName, 0),
+    ("tool.name", Field::ToolName, 1),
+    ("gen_ai.tool.call.id", Field::ToolCallId, 0),
+    ("tool_call.id", Field::ToolCallId, 1),
+    ("gen_ai.tool.type", Field::ToolType, 0),
+    ("gen_ai.tool.call.arguments", Field::ToolArguments, 0),
+    ("gen_ai.tool.call.result", Field::ToolResult, 0),
+    ("mcp.method.name", Field::McpMethod, 0),
+    ("mcp.session.id", Field::McpSessionId, 0),
+    ("executor.request_id", Field::RequestId, 0),
+    ("executor.tenant_id", Field::ClaimedTenant, 0),
+    ("executor.principal_id", Field::PrincipalId, 0),
+    ("executor.resource_id", Field::ResourceId, 0),
+    ("executor.resource_version", Field::ResourceVersion, 0),
+    ("executor.tool_version", Field::ToolVersion, 0),
+    ("executor.tool_schema_version", Field::ToolSchemaVersion, 0),
+    ("executor.prompt_version", Field::PromptVersion, 0),
+    ("executor.effect_class", Field::EffectClass, 0),
+    ("executor.policy_decision", Field::PolicyDecision, 0),
+    ("executor.policy_reason", Field::PolicyReason, 0),
+    ("executor.idempotency_key", Field::IdempotencyKey, 0),
+    ("executor.retry_attempt", Field::RetryAttempt, 0),
+    ("executor.timeout_ms", Field::TimeoutMs, 0),
+    ("executor.result_code", Field::ResultCode, 0),
+    ("executor.result_bytes", Field::ResultBytes, 0),
+    ("executor.confirmation_status", Field::ConfirmationStatus, 0),
+    ("executor.confirmation_digest", Field::ConfirmationDigest, 0),
+    ("executor.cancelled", Field::Cancelled, 0),
+    ("executor.stop_reason", Field::StopReason, 0),
+    ("executor.claimed_cost_usd", Field::ClaimedCostUsd, 0),
+];
+
+/// OpenInference's names for a tool span's input and output, read only on tool spans
+/// (on model spans the same names hold prompts and completions, which stay attributes).
+const OPENINFERENCE_TOOL_IO: [(&str, Field); 2] = [
+    ("input.value", Field::ToolArguments),
+    ("output.value", Field::ToolResult),
+];
+
+const OPENINFERENCE_KIND: &str = "openinference.span.kind";
+
+fn field_index() -> &'static HashMap<&'static str, (Field, u8)> {
+    static INDEX: OnceLock<HashMap<&'static str, (Field, u8)>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        FIELD_SOURCES
+            .iter()
+            .map(|(name, field, rank)| (*name, (*field, *rank)))
+            .collect()
+    })
+}
+
+impl Field {
+    /// True for the `executor.*` fields, which log records carry too.
+    pub fn is_audit(self) -> bool {
+        matches!(
+            self,
+            Field::RequestId
+                | Field::ClaimedTenant
+                | Field::PrincipalId
+                | Field::ResourceId
+                | Field::ResourceVersion
+                | Field::ToolVersion
+                | Field::ToolSchemaVersion
+                | Field::PromptVersion
+                | Field::EffectClass
+                | Field::PolicyDecision
+                | Field::PolicyReason
+                | Field::IdempotencyKey
+                | Field::RetryAttempt
+                | Field::TimeoutMs
+                | Field::ResultCode
+                | Field::ResultBytes
+                | Field::ConfirmationStatus
+                | Field::ConfirmationDigest
+                | Field::Cancelled
+                | Field::StopReason
+                | Field::ClaimedCostUsd
+        )
+    }
+
+    /// Stores `value` if it can be read as this field's type; false leaves it untouched.
+    fn store(self, value: &AttrValue, gen_ai: &mut GenAiFields, audit: &mut AuditFields) -> bool {
+        use Field as F;
+        let text = |slot: &mut Option<String>| put(slot, as_text(value));
+        let int = |slot: &mut Option<i64>| put(slot, as_int(value));
+        match self {
+            F::Operation => text(&mut gen_ai.operation),
+            F::Provider => text(&mut gen_ai.provider),
+            F::RequestModel => text(&mut gen_ai.request_model),
+            F::ResponseModel => text(&mut gen_ai.response_model),
+            F::ResponseId => text(&mut gen_ai.response_id),
+            F::FinishReasons => put(&mut gen_ai.finish_reasons, as_joined_list(value)),
+            F::InputTokens => int(&mut gen_ai.input_tokens),
+            F::OutputTokens => int(&mut gen_ai.output_tokens),
+            F::CacheReadInputTokens => int(&mut gen_ai.cache_read_input_tokens),
+            F::CacheCreationInputTokens => int(&mut gen_ai.cache_creation_input_tokens),
+            F::ConversationId => text(&mut gen_ai.conversation_id),
+            F::AgentId => text(&mut gen_ai.agent_id),
+            F::AgentName => text(&mut gen_ai.agent_name),
+            F::ToolName => text(&mut gen_ai.tool_name),
+            F::ToolCallId => text(&mut gen_ai.tool_call_id),
+            F::ToolType => text(&mut gen_ai.tool_type),
+            F::ToolArguments => put(&mut gen_ai.tool_arguments, Some(as_json_text(value))),
+            F::ToolResult => put(&mut gen_ai.tool_result, Some(as_json_text(value))),
+            F::McpMethod => text(&mut gen_ai.mcp_method),
+            F::McpSessionId => text(&mut gen_ai.mcp_session_id),
+            F::RequestId => text(&mut audit.request_id),
+            F::ClaimedTenant => text(&mut audit.claimed_tenant),
+            F::PrincipalId => text(&mut audit.principal_id),
+            F::ResourceId => text(&mut audit.resource_id),
+            F::ResourceVersion => text(&mut audit.resource_version),
+            F::ToolVersion => text(&mut audit.tool_version),
+            F::ToolSchemaVersion => text(&mut audit.tool_schema_version),
+            F::PromptVersion => text(&mut audit.prompt_version),
+            F::EffectClass => text(&mut audit.effect_class),
+            F::PolicyDecision => text(&mut audit.policy_decision),
+            F::PolicyReason => text(&mut audit.policy_reason),
+            F::IdempotencyKey => text(&mut audit.idempotency_key),
+            F::RetryAttempt => int(&mut audit.retry_attempt),
+            F::TimeoutMs => int(&mut audit.timeout_ms),
+            F::ResultCode => text(&mut audit.result_code),
+            F::ResultBytes => int(&mut audit.result_bytes),
+            F::ConfirmationStatus => text(&mut audit.confirmation_status),
+            F::ConfirmationDigest => text(&mut audit.confirmation_digest),
+            F::Cancelled => put(&mut audit.cancelled, as_bool(value)),
+            F::StopReason => text(&mut audit.stop_reason),
+            F::ClaimedCostUsd => put(&mut audit.claimed_cost_usd, as_float(value)),
+        }
+    }
+}
+
+fn put<T>(slot: &mut Option<T>, value: Option<T>) -> bool {
+    match value {
+        Some(v) => {
+            *slot = Some(v);
+            true
+        }
+        None => false,
+    }
+}
+
+fn as_text(v: &AttrValue) -> Option<String> {
+    match v {
+        AttrValue::Str(s) => Some(s.clone()),
+        AttrValue::Int(i) => Some(i.to_string()),
+        AttrValue::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn as_int(v: &AttrValue) -> Option<i64> {
+    match v {
+        AttrValue::Int(i) => Some(*i),
+        AttrValue::Double(d) if d.fract() == 0.0 && d.abs() < 9.0e15 => Some(*d as i64),
+        AttrValue::Str(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_float(v: &AttrValue) -> Option<f64> {
+    match v {
+        AttrValue::Double(d) if d.is_finite() => Some(*d),
+        AttrValue::Int(i) => Some(*i as f64),
+        AttrValue::Str(s) => s.trim().parse::<f64>().ok().filter(|d| d.is_finite()),
+        _ => None,
+    }
+}
+
+fn as_bool(v: &AttrValue) -> Option<bool> {
+    match v {
+        AttrValue::Bool(b) => Some(*b),
+        AttrValue::Str(s) if s.eq_ignore_ascii_case("true") => Some(true),
+        AttrValue::Str(s) if s.eq_ignore_ascii_case("false") => Some(false),
+        _ => None,
+    }
+}
+
+fn as_joined_list(v: &AttrValue) -> Option<String> {
+    match v {
+        AttrValue::Array(items) => items
+            .iter()
+            .map(as_text)
+            .collect::<Option<Vec<_>>>()
+            .map(|parts| parts.join(",")),
+        other => as_text(other),
+    }
+}
+
+/// Content arrives as a structured value or as a string holding JSON; both become JSON text.
+/// A string is kept exactly as sent (it may be JSON, or plain text).
+fn as_json_text(v: &AttrValue) -> String {
+    match v {
+        AttrValue::Str(s) => s.clone(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+/// Typed fields pulled out of one attribute list, and what is left.
+struct Extraction {
+    gen_ai: GenAiFields,
+    audit: AuditFields,
+    rest: Attributes,
+}
+
+fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
+    let index = field_index();
+    let mut gen_ai = GenAiFields::default();
+    let mut audit = AuditFields::default();
+    let mut ranks: HashMap<Field, u8> = HashMap::new();
+    let mut rest = Vec::with_capacity(attrs.0.len());
+    for (key, value) in attrs.0 {
+        let Some(&(field, rank)) = index.get(key.as_str()) else {
+            rest.push((key, value));
+            continue;
+        };
+        if audit_only && !field.is_audit() {
+            rest.push((key, value));
+            continue;
+        }
+        let outranked = ranks.get(&field).is_some_and(|&held| held <= rank);
+        if outranked {
+            rest.push((key, value));
+            continue;
+        }
+        if field.store(&value, &mut gen_ai, &mut audit) {
+            ranks.insert(field, rank);
+        } else {
+            rest.push((key, value));
+        }
+    }
+    Extraction {
+        gen_ai,
+        audit,
+        rest: Attributes(rest),
+    }
+}
+
+/// Converts an OTLP value; bytes stay bytes, empty stays empty.
+pub fn attr_value(v: Option<AnyValue>) -> AttrValue {
+    use any_value::Value as V;
+    match v.and_then(|a| a.value) {
+        None => AttrValue::Empty,
+        Some(V::StringValue(s)) => AttrValue::Str(s),
+        Some(V::BoolValue(b)) => AttrValue::Bool(b),
+        Some(V::IntValue(i)) => AttrValue::Int(i),
+        Some(V::DoubleValue(d)) => AttrValue::Double(d),
+        Some(V::BytesValue(b)) => AttrValue::Bytes(b),
+        Some(V::ArrayValue(a)) => {
+            AttrValue::Array(a.values.into_iter().map(|v| attr_value(Some(v))).collect())
+        }
+        Some(V::KvlistValue(kv)) => AttrValue::Map(attributes(kv.values)),
+        // An index into a profiles string table; traces and logs have none, so keep it as
+        // sent rather than guess.
+        Some(V::StringValueStrindex(n)) => AttrValue::Map(Attributes(vec![(
+            "string_value_strindex".to_string(),
+            AttrValue::Int(i64::from(n)),
+        )])),
+    }
+}
+
+/// Converts OTLP key-values, keeping order.
+pub fn attributes(kvs: Vec<KeyValue>) -> Attributes {
+    Attributes(
+        kvs.into_iter()
+            .map(|kv| (kv.key, attr_value(kv.value)))
+            .collect(),
+    )
+}
+
+fn resource(r: Option<OtlpResource>) -> Resource {
+    let attrs = attributes(r.map(|r| r.attributes).unwrap_or_default());
+    let service_name = attrs
+        .get("service.name")
+        .and_then(AttrValue::as_str)
+        .unwrap_or("unknown_service")
+        .to_string();
+    Resource {
+        service_name,
+        attributes: attrs,
+    }
+}
+
+fn scope(s: Option<InstrumentationScope>) -> Scope {
+    match s {
+        Some(s) => Scope {
+            name: s.name,
+            version: s.version,
+            attributes: attributes(s.attributes),
+        },
+        None => Scope::default(),
+    }
+}
+
+/// Resource-level `executor.*` facts that apply to every item under the resource.
+#[derive(Default)]
+struct ResourceAudit {
+    tenant: Option<String>,
+    request_id: Option<String>,
+    principal_id: Option<String>,
+}
+
+fn resource_audit(res: &Resource) -> ResourceAudit {
+    let text = |k: &str| res.attributes.get(k).and_then(as_text);
+    ResourceAudit {
+        tenant: text("executor.tenant_id"),
+        request_id: text("executor.request_id"),
+        principal_id: text("executor.principal_id"),
+    }
+}
+
+fn fill_from_resource(audit: &mut AuditFields, res: &ResourceAudit) -> String {
+    if audit.request_id.is_none() {
+        audit.request_id.clone_from(&res.request_id);
+    }
+    if audit.principal_id.is_none() {
+        audit.principal_id.clone_from(&res.principal_id);
+    }
+    audit
+        .claimed_tenant
+        .clone()
+        .or_else(|| res.tenant.clone())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| DEFAULT_TENANT.to_string())
+}
+
+fn timestamp(v: u64, what: &str, at: &dyn Fn() -> String) -> Result<i64, NormalizeError> {
+    i64::try_from(v).map_err(|_| NormalizeError {
+        location: at(),
+        problem: format!("{what} {v} is past the year 2262 (nanoseconds since the Unix epoch)"),
+    })
+}
+
+fn trace_id(bytes: &[u8], what: &str, at: &dyn Fn() -> String) -> Result<TraceId, NormalizeError> {
+    match <TraceId>::try_from(bytes) {
+        Ok(id) if id != [0; 16] => Ok(id),
+        Ok(_) => Err(NormalizeError {
+            location: at(),
+            problem: format!("{what} is all zeros, which OTLP defines as invalid"),
+        }),
+        Err(_) => Err(NormalizeError {
+            location: at(),
+            problem: format!(
+                "{what} must be 16 bytes, got {} (in OTLP/JSON: 32 hex digits under the lowerCamelCase key)",
+                bytes.len()
+            ),
+        }),
+    }
+}
+
+fn span_id(bytes: &[u8], what: &str, at: &dyn Fn() -> String) -> Result<SpanId, NormalizeError> {
+    match <SpanId>::try_from(bytes) {
+        Ok(id) if id != [0; 8] => Ok(id),
+        Ok(_) => Err(NormalizeError {
+            location: at(),
+            problem: format!("{what} is all zeros, which OTLP defines as invalid"),
+        }),
+        Err(_) => Err(NormalizeError {
+            location: at(),
+            problem: format!(
+                "{what} must be 8 bytes, got {} (in OTLP/JSON: 16 hex digits under the lowerCamelCase key)",
+                bytes.len()
+            ),
+        }),
+    }
+}
+
+/// An optional id: empty or all zeros mean "none"; any other length is an error.
+fn optional_id<const N: usize>(
+    bytes: &[u8],
+    what: &str,
+    at: &dyn Fn() -> String,
+) -> Result<Option<[u8; N]>, NormalizeError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    match <[u8; N]>::try_from(bytes) {
+        Ok(id) if id == [0; N] => Ok(None),
+        Ok(id) => Ok(Some(id)),
+        Err(_) => Err(NormalizeError {
+            location: at(),
+            problem: format!("{what} must be empty or {N} bytes, got {}", bytes.len()),
+        }),
+    }
+}
+
+fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> SpanClass {
+    let openinference = attrs.get(OPENINFERENCE_KIND).and_then(AttrValue::as_str);
+    if gen_ai.operation.is_none() {
+        // Give OpenInference spans the operation the GenAI conventions would have named.
+        let implied = match openinference.map(str::to_ascii_uppercase).as_deref() {
+            Some("LLM") => Some("chat"),
+            Some("EMBEDDING") => Some("embeddings"),
+            Some("TOOL") => Some("execute_tool"),
+            Some("AGENT") => Some("invoke_agent"),
+            _ => None,
+        };
+        gen_ai.operation = implied.map(str::to_string);
+    }
+    match gen_ai.operation.as_deref() {
+        Some("chat" | "text_completion" | "generate_content" | "embeddings") => {
+            return SpanClass::Model
+        }
+        Some("execute_tool") => return SpanClass::Tool,
+        Some("invoke_agent" | "create_agent") => return SpanClass::Agent,
+        _ => {}
+    }
+    if gen_ai.mcp_method.as_deref() == Some("tools/call") {
+        return SpanClass::Tool;
+    }
+    match kind {
+        SpanKind::Client | SpanKind::Producer => SpanClass::Downstream,
+        _ => SpanClass::Other,
+    }
+}
+
+/// OpenInference tool spans carry arguments and result as `input.value` / `output.value`.
+fn take_openinference_tool_io(ex: &mut Extraction) {
+    for (name, field) in OPENINFERENCE_TOOL_IO {
+        let slot_empty = match field {
+            Field::ToolArguments => ex.gen_ai.tool_arguments.is_none(),
+            _ => ex.gen_ai.tool_result.is_none(),
+        };
+        if !slot_empty {
+            continue;
+        }
+        if let Some(pos) = ex.rest.0.iter().position(|(k, _)| k == name) {
+            let (_, value) = ex.rest.0.remove(pos);
+            field.store(&value, &mut ex.gen_ai, &mut ex.audit);
+        }
+    }
+}
+
+/// Normalizes a trace export request. Any invalid span rejects the whole request.
+pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeError> {
+    let mut out = Vec::new();
+    for (ri, rs) in req.resource_spans.into_iter().enumerate() {
+        let res = Arc::new(resource(rs.resource));
+        let res_audit = resource_audit(&res);
+        for (si, ss) in rs.scope_spans.into_iter().enumerate() {
+            let scope = Arc::new(scope(ss.scope));
+            for (pi, span) in ss.spans.into_iter().enumerate() {
+                let at = || format!("resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]");
+                let trace = trace_id(&span.trace_id, "traceId", &at)?;
+                let id = span_id(&span.span_id, "spanId", &at)?;
+                let parent = optional_id::<8>(&span.parent_span_id, "parentSpanId", &at)?;
+                let start_ns = timestamp(span.start_time_unix_nano, "startTimeUnixNano", &at)?;
+                let end_ns = timestamp(span.end_time_unix_nano, "endTimeUnixNano", &at)?;
+                let kind = SpanKind::from_otlp(span.kind);
+                let mut ex = extract(attributes(span.attributes), false);
+                let class = classify(&mut ex.gen_ai, &ex.rest, kind);
+                if class == SpanClass::Tool {
+                    take_openinference_tool_io(&mut ex);
+                }
+                let tenant = fill_from_resource(&mut ex.audit, &res_audit);
+                let mut events = Vec::with_capacity(span.events.len());
+                for (ei, e) in span.events.into_iter().enumerate() {
+                    let at = || format!("{}.events[{ei}]", at());
+                    events.push(SpanEventRecord {
+                        time_ns: timestamp(e.time_unix_nano, "timeUnixNano", &at)?,
+                        name: e.name,
+                        attributes: attributes(e.attributes),
+                    });
+                }
+                let mut links = Vec::with_capacity(span.links.len());
+                for (li, l) in span.links.into_iter().enumerate() {
+                    let at = || format!("{}.links[{li}]", at());
+                    links.push(SpanLinkRecord {
+                        trace_id: trace_id(&l.trace_id, "traceId", &at)?,
+                        span_id: span_id(&l.span_id, "spanId", &at)?,
+                        trace_state: l.trace_state,
+                        attributes: attributes(l.attributes),
+                    });
+                }
+                let (status_code, status_message) = match span.status {
+                    Some(s) => (StatusCode::from_otlp(s.code), s.message),
+                    None => (StatusCode::Unset, String::new()),
+                };
+                out.push(SpanRecord {
+                    tenant,
+                    resource: Arc::clone(&res),
+                    scope: Arc::clone(&scope),
+                    trace_id: trace,
+                    span_id: id,
+                    parent_span_id: parent,
+                    trace_state: span.trace_state,
+                    name: span.name,
+                    kind,
+                    class,
+                    start_ns,
+                    end_ns,
+                    status_code,
+                    status_message,
+                    gen_ai: ex.gen_ai,
+                    audit: ex.audit,
+                    attributes: ex.rest,
+                    events,
+                    links,
+                    dropped: DroppedCounts {
+                        attributes: span.dropped_attributes_count,
+                        events: span.dropped_events_count,
+                        links: span.dropped_links_count,
+                    },
+                    redactions: Default::default(),
+                });
+            }
+        }
+    }
+    Ok(EventBatch {
+        spans: out,
+        logs: Vec::new(),
+    })
+}
+
+/// Normalizes a logs export request. Any invalid record rejects the whole request.
+pub fn logs(req: ExportLogsServiceRequest) -> Result<EventBatch, NormalizeError> {
+    let mut out = Vec::new();
+    for (ri, rl) in req.resource_logs.into_iter().enumerate() {
+        let res = Arc::new(resource(rl.resource));
+        let res_audit = resource_audit(&res);
+        for (si, sl) in rl.scope_logs.into_iter().enumerate() {
+            let scope = Arc::new(scope(sl.scope));
+            for (li, rec) in sl.log_records.into_iter().enumerate() {
+                let at = || format!("resourceLogs[{ri}].scopeLogs[{si}].logRecords[{li}]");
+                let observed = timestamp(rec.observed_time_unix_nano, "observedTimeUnixNano", &at)?;
+                let time = timestamp(rec.time_unix_nano, "timeUnixNano", &at)?;
+                let trace = optional_id::<16>(&rec.trace_id, "traceId", &at)?;
+                let span = optional_id::<8>(&rec.span_id, "spanId", &at)?;
+                let mut ex = extract(attributes(rec.attributes), true);
+                let tenant = fill_from_resource(&mut ex.audit, &res_audit);
+                out.push(LogRecord {
+                    tenant,
+                    resource: Arc::clone(&res),
+                    scope: Arc::clone(&scope),
+                    // The data model says: use the observed time when the event time is unknown.
+                    time_ns: if time == 0 { observed } else { time },
+                    observed_time_ns: observed,
+                    trace_id: trace,
+                    span_id: span,
+                    severity_number: rec.severity_number,
+                    severity_text: rec.severity_text,
+                    event_name: rec.event_name,
+                    body: attr_value(rec.body),
+                    audit: ex.audit,
+                    attributes: ex.rest,
+                    dropped_attributes: rec.dropped_attributes_count,
+                    redactions: Default::default(),
+                });
+            }
+        }
+    }
+    Ok(EventBatch {
+        spans: Vec::new(),
+        logs: out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> AttrValue {
+        AttrValue::Str(v.to_string())
+    }
+
+    fn attrs(pairs: &[(&str, AttrValue)]) -> Attributes {
+        Attributes(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn newer_names_win_over_older_whatever_the_order() {
+        let ex = extract(
+            attrs(&[
+                ("gen_ai.system", s("openai")),
+                ("gen_ai.usage.prompt_tokens", AttrValue::Int(5)),
+                ("gen_ai.provider.name", s("anthropic")),
+                ("gen_ai.usage.input_tokens", AttrValue::Int(7)),
+            ]),
+            false,
+        );
+        assert_eq!(ex.gen_ai.provider.as_deref(), Some("anthropic"));
+        assert_eq!(ex.gen_ai.input_tokens, Some(7));
+        // The losing names are kept, so nothing the sender said disappears.
+        assert_eq!(ex.rest.0.len(), 2);
+        assert_eq!(ex.rest.get("gen_ai.system"), Some(&s("openai")));
+    }
+
+    #[test]
+    fn unreadable_values_stay_attributes() {
+        let ex = extract(
+            attrs(&[
+                ("gen_ai.usage.input_tokens", s("many")),
+                ("executor.retry_attempt", s("2")),
+            ]),
+            false,
+        );
+        assert_eq!(ex.gen_ai.input_tokens, None);
+        assert_eq!(ex.audit.retry_attempt, Some(2));
+        assert_eq!(ex.rest.get("gen_ai.usage.input_tokens"), Some(&s("many")));
+    }
+
+    #[test]
+    fn structured_and_string_arguments_agree() {
+        let structured = AttrValue::Map(attrs(&[("order_id", AttrValue::Int(42))]));
+        let a = extract(attrs(&[("gen_ai.tool.call.arguments", structured)]), false);
+        let b = extract(
+            attrs(&[("gen_ai.tool.call.arguments", s("{\"order_id\":42}"))]),
+            false,
+        );
+        assert_eq!(
+            a.gen_ai.tool_arguments.as_deref(),
+            Some("{\"order_id\":42}")
+        );
+        assert_eq!(a.gen_ai.tool_arguments, b.gen_ai.tool_arguments);
+    }
+
+    #[test]
+    fn openinference_tool_span_maps_onto_the_same_fields() {
+        let mut ex = extract(
+            attrs(&[
+                (OPENINFERENCE_KIND, s("TOOL")),
+                ("tool.name", s("search_orders")),
+                ("input.value", s("{\"q\":1}")),
+                ("output.value", s("[]")),
+            ]),
+            false,
+        );
+        let class = classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal);
+        assert_eq!(class, SpanClass::Tool);
+        take_openinference_tool_io(&mut ex);
+        assert_eq!(ex.gen_ai.tool_name.as_deref(), Some("search_orders"));
+        assert_eq!(ex.gen_ai.operation.as_deref(), Some("execute_tool"));
+        assert_eq!(ex.gen_ai.tool_arguments.as_deref(), Some("{\"q\":1}"));
+        assert_eq!(ex.gen_ai.tool_result.as_deref(), Some("[]"));
+    }
+
+    #[test]
+    fn classes() {
+        let mut g = GenAiFields {
+            mcp_method: Some("tools/call".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            classify(&mut g, &Attributes::default(), SpanKind::Server),
+            SpanClass::Tool
+        );
+        let mut g = GenAiFields::default();
+        assert_eq!(
+            classify(&mut g, &Attributes::default(), SpanKind::Client),
+            SpanClass::Downstream
+        );
+        let mut g = GenAiFields {
+            operation: Some("embeddings".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            classify(&mut g, &Attributes::default(), SpanKind::Client),
+            SpanClass::Model
+        );
+    }
+
+    #[test]
+    fn logs_keep_gen_ai_names_as_attributes() {
+        let ex = extract(
+            attrs(&[
+                ("gen_ai.tool.name", s("x")),
+                ("executor.policy_decision", s("deny")),
+            ]),
+            true,
+        );
+        assert_eq!(ex.audit.policy_decision.as_deref(), Some("deny"));
+        assert_eq!(ex.rest.get("gen_ai.tool.name"), Some(&s("x")));
+    }
+}

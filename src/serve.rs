@@ -1,0 +1,222 @@
+//! `toolwatch serve`: wires the stages together and runs them until a stop signal.
+//!
+//! Start-up order: state and archive first, then the listeners, then ready. Shutdown order:
+//! not ready, stop accepting and finish in-flight requests, drain the queue into the
+//! archive and complete every file, then stop the admin server. Everything acknowledged
+//! before the signal is in a completed Parquet file when `run` returns.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::archive::{self, Archive, ArchiveError, ArchiveTotals};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pipeline::Intake;
+use crate::protect::{KeyError, KeyedHasher, Protector};
+use crate::receive::{grpc, http, ReceiverContext};
+
+/// How long shutdown waits for in-flight requests before closing connections.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Why the daemon could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The data directory could not be created.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Which server.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The hash key could not be loaded.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The archive could not be opened.
+    #[error("archive: {0}")]
+    Archive(#[from] ArchiveError),
+    /// The archive thread could not start or died.
+    #[error("archive thread: {0}")]
+    ArchiveThread(String),
+}
+
+/// Addresses actually bound (useful when a configured port is 0).
+#[derive(Debug, Clone, Copy)]
+pub struct BoundAddrs {
+    /// OTLP/gRPC.
+    pub otlp_grpc: SocketAddr,
+    /// OTLP/HTTP.
+    pub otlp_http: SocketAddr,
+    /// Admin.
+    pub admin: SocketAddr,
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { what, addr, source })
+}
+
+fn bound(l: &TcpListener, fallback: SocketAddr) -> SocketAddr {
+    l.local_addr().unwrap_or(fallback)
+}
+
+/// Runs the daemon until `stop` completes; returns what the archive wrote.
+pub async fn run(
+    config: Config,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<ArchiveTotals, ServeError> {
+    let data_dir = config.storage.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).map_err(|source| ServeError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    let metrics = Arc::new(Metrics::new());
+    let hasher = KeyedHasher::load_or_create(&data_dir.join("state").join("hash.key"))?;
+    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let archive = Archive::open(
+        &data_dir,
+        &config.archive,
+        instance_id.clone(),
+        Arc::clone(&metrics),
+    )?;
+
+    let (queue_tx, queue_rx) = mpsc::channel(config.limits.queue_batches.0);
+    let archive_thread = archive::spawn(
+        archive,
+        queue_rx,
+        tokio::runtime::Handle::current(),
+        Arc::clone(&metrics),
+    )
+    .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
+
+    let intake = Arc::new(Intake::new(
+        Protector::new(hasher),
+        queue_tx,
+        config.limits.enqueue_timeout.0,
+        Arc::clone(&metrics),
+    ));
+    let ctx = Arc::new(ReceiverContext {
+        intake,
+        metrics: Arc::clone(&metrics),
+        max_body_bytes: config.limits.max_request_bytes.as_usize(),
+        retry_after: config.limits.retry_after.0,
+    });
+
+    let grpc_listener = bind("OTLP/gRPC", config.listen.otlp_grpc).await?;
+    let http_listener = bind("OTLP/HTTP", config.listen.otlp_http).await?;
+    let admin_listener = bind("admin", config.listen.admin).await?;
+    let addrs = BoundAddrs {
+        otlp_grpc: bound(&grpc_listener, config.listen.otlp_grpc),
+        otlp_http: bound(&http_listener, config.listen.otlp_http),
+        admin: bound(&admin_listener, config.listen.admin),
+    };
+
+    let stop_receivers = CancellationToken::new();
+    let stop_admin = CancellationToken::new();
+    let grpc_server = tokio::spawn(serve_until(
+        grpc_listener,
+        grpc::router(Arc::clone(&ctx)),
+        stop_receivers.clone(),
+    ));
+    let http_server = tokio::spawn(serve_until(
+        http_listener,
+        http::router(Arc::clone(&ctx)),
+        stop_receivers.clone(),
+    ));
+    let admin_server = tokio::spawn(serve_until(
+        admin_listener,
+        crate::admin::router(Arc::clone(&metrics)),
+        stop_admin.clone(),
+    ));
+    // The receivers own the only queue sender from here on.
+    drop(ctx);
+
+    metrics.set_ready(true);
+    tracing::info!(
+        otlp_grpc = %addrs.otlp_grpc,
+        otlp_http = %addrs.otlp_http,
+        admin = %addrs.admin,
+        data_dir = %data_dir.display(),
+        instance_id = %instance_id,
+        "toolwatch ready"
+    );
+
+    stop.await;
+    tracing::info!("stopping: refusing new data, draining what was accepted");
+    metrics.set_ready(false);
+    stop_receivers.cancel();
+    for server in [grpc_server, http_server] {
+        let abort = server.abort_handle();
+        if tokio::time::timeout(DRAIN_DEADLINE, server).await.is_err() {
+            tracing::warn!("in-flight requests did not finish in time; closing their connections");
+            abort.abort();
+        }
+    }
+    let totals = tokio::task::spawn_blocking(move || archive_thread.join())
+        .await
+        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
+        .map_err(|_| ServeError::ArchiveThread("the archive thread panicked".into()))?;
+    stop_admin.cancel();
+    let _ = admin_server.await;
+    tracing::info!(
+        span_rows = totals.span_rows,
+        log_rows = totals.log_rows,
+        files = totals.files,
+        failed_rows = totals.failed_rows,
+        "toolwatch stopped"
+    );
+    Ok(totals)
+}
+
+async fn serve_until(listener: TcpListener, router: axum::Router, stop: CancellationToken) {
+    let result = axum::serve(listener, router)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "server stopped with an error");
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
