@@ -1,1 +1,129 @@
-fn main() {}
+//! Per-stage cost of the ingest path on loadgen's traffic (spans of about 1 KiB with 1-3 KiB
+//! JSON tool arguments and results): decode, normalize, protect, Arrow rows, Parquet encode.
+//! Run with `cargo bench --bench pipeline`; figures go into BENCHMARKS.md.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use parquet::arrow::ArrowWriter;
+use prost::Message;
+
+use toolwatch::archive::partition::{writer_properties, FileSettings, Table};
+use toolwatch::archive::schema::{spans_schema, SpanRows};
+use toolwatch::event::EventBatch;
+use toolwatch::loadgen::generate;
+use toolwatch::protect::{KeyedHasher, Protector};
+use toolwatch::receive::decode;
+use toolwatch::receive::normalize;
+
+const BASE_NS: u64 = 1_767_225_600_000_000_000;
+
+fn bodies() -> Vec<Vec<u8>> {
+    generate(1, 3, BASE_NS, 100)
+        .iter()
+        .map(|r| r.traces.encode_to_vec())
+        .collect()
+}
+
+fn batches(bodies: &[Vec<u8>]) -> Vec<EventBatch> {
+    bodies
+        .iter()
+        .map(|b| {
+            let req: ExportTraceServiceRequest = decode::protobuf(b).expect("decodes");
+            normalize::spans(req).expect("normalizes")
+        })
+        .collect()
+}
+
+fn stages(c: &mut Criterion) {
+    let bodies = bodies();
+    let batches = batches(&bodies);
+    let spans: usize = batches.iter().map(EventBatch::len).sum();
+    let bytes: usize = bodies.iter().map(Vec::len).sum();
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(spans as u64));
+    eprintln!(
+        "{spans} spans, {bytes} protobuf bytes ({} bytes/span)",
+        bytes / spans
+    );
+
+    g.bench_function("decode_protobuf", |b| {
+        b.iter(|| {
+            for body in &bodies {
+                let req: ExportTraceServiceRequest = decode::protobuf(body).expect("decodes");
+                std::hint::black_box(req);
+            }
+        })
+    });
+    g.bench_function("decode_and_normalize", |b| {
+        b.iter(|| std::hint::black_box(batches_of(&bodies)))
+    });
+    let protector = Protector::new(KeyedHasher::new(b"bench-key"));
+    g.bench_function("protect", |b| {
+        b.iter_batched(
+            || batches.clone(),
+            |mut bs| {
+                for batch in &mut bs {
+                    protector.protect(batch);
+                }
+                bs
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("arrow_rows", |b| {
+        b.iter(|| {
+            let mut rows = SpanRows::default();
+            for batch in &batches {
+                for s in &batch.spans {
+                    rows.append(s).expect("append");
+                }
+            }
+            rows.finish().expect("batch")
+        })
+    });
+    let mut rows = SpanRows::default();
+    for batch in &batches {
+        for s in &batch.spans {
+            rows.append(s).expect("append");
+        }
+    }
+    let record_batch = rows.finish().expect("batch");
+    let settings = FileSettings {
+        max_bytes: u64::MAX,
+        max_age: std::time::Duration::from_secs(3600),
+        row_group_rows: 65536,
+        zstd_level: 3,
+    };
+    let props = writer_properties(&settings, Table::Spans).expect("props");
+    g.bench_function("parquet_encode_zstd3", |b| {
+        b.iter(|| {
+            let mut w = ArrowWriter::try_new(Vec::new(), spans_schema(), Some(props.clone()))
+                .expect("writer");
+            w.write(&record_batch).expect("write");
+            w.into_inner().expect("close").len()
+        })
+    });
+    let json_bodies: Vec<Vec<u8>> = bodies
+        .iter()
+        .map(|b| {
+            let req: ExportTraceServiceRequest = decode::protobuf(b).expect("decodes");
+            serde_json::to_vec(&req).expect("json")
+        })
+        .collect();
+    g.bench_function("decode_json", |b| {
+        b.iter(|| {
+            for body in &json_bodies {
+                let req: ExportTraceServiceRequest = decode::json(body).expect("decodes");
+                std::hint::black_box(req);
+            }
+        })
+    });
+    g.finish();
+}
+
+fn batches_of(bodies: &[Vec<u8>]) -> usize {
+    batches(bodies).len()
+}
+
+criterion_group!(benches, stages);
+criterion_main!(benches);

@@ -264,6 +264,7 @@ pub const PLANTED: &[&str] = &[
 
 struct Generator {
     rng: StdRng,
+    seed: u64,
     base_ns: u64,
 }
 
@@ -354,7 +355,7 @@ impl Generator {
     fn run(&mut self, n: u64, tenants: u32) -> AgentRun {
         let tenant = format!("tenant-{}", n % u64::from(tenants));
         let principal = format!("user-{}", self.rng.random_range(0..50u32));
-        let request_id = format!("req-{n:08}");
+        let request_id = format!("req-{}-{n:08}", self.seed);
         let trace_id = self.id::<16>();
         let start = self.base_ns + n * 1_000_000;
         let mut counts = RunCounts::default();
@@ -649,16 +650,19 @@ impl Generator {
 pub fn generate(seed: u64, tenants: u32, base_ns: u64, count: u64) -> Vec<AgentRun> {
     let mut g = Generator {
         rng: StdRng::seed_from_u64(seed),
+        seed,
         base_ns,
     };
     (0..count).map(|n| g.run(n, tenants.max(1))).collect()
 }
 
+struct GrpcClients {
+    traces: TraceServiceClient<tonic::transport::Channel>,
+    logs: LogsServiceClient<tonic::transport::Channel>,
+}
+
 enum Client {
-    Grpc(
-        TraceServiceClient<tonic::transport::Channel>,
-        LogsServiceClient<tonic::transport::Channel>,
-    ),
+    Grpc(Box<GrpcClients>),
     Http(reqwest::Client, String),
 }
 
@@ -682,10 +686,10 @@ impl Client {
                         target: opts.target.clone(),
                         detail: e.to_string(),
                     })?;
-                Ok(Client::Grpc(
-                    TraceServiceClient::new(channel.clone()),
-                    LogsServiceClient::new(channel),
-                ))
+                Ok(Client::Grpc(Box::new(GrpcClients {
+                    traces: TraceServiceClient::new(channel.clone()),
+                    logs: LogsServiceClient::new(channel),
+                })))
             }
             Protocol::Http => Ok(Client::Http(
                 reqwest::Client::new(),
@@ -696,9 +700,12 @@ impl Client {
 
     async fn traces(&self, req: &ExportTraceServiceRequest) -> Sent {
         match self {
-            Client::Grpc(t, _) => {
+            Client::Grpc(g) => {
                 let bytes = req.encoded_len() as u64;
-                grpc_outcome(t.clone().export(req.clone()).await.map(|_| ()), bytes)
+                grpc_outcome(
+                    g.traces.clone().export(req.clone()).await.map(|_| ()),
+                    bytes,
+                )
             }
             Client::Http(c, base) => {
                 http_send(c, &format!("{base}/v1/traces"), req.encode_to_vec()).await
@@ -708,9 +715,9 @@ impl Client {
 
     async fn logs(&self, req: &ExportLogsServiceRequest) -> Sent {
         match self {
-            Client::Grpc(_, l) => {
+            Client::Grpc(g) => {
                 let bytes = req.encoded_len() as u64;
-                grpc_outcome(l.clone().export(req.clone()).await.map(|_| ()), bytes)
+                grpc_outcome(g.logs.clone().export(req.clone()).await.map(|_| ()), bytes)
             }
             Client::Http(c, base) => {
                 http_send(c, &format!("{base}/v1/logs"), req.encode_to_vec()).await
@@ -782,6 +789,7 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
         .unwrap_or(0);
     let mut gen = Generator {
         rng: StdRng::seed_from_u64(opts.seed),
+        seed: opts.seed,
         base_ns,
     };
     let started = Instant::now();

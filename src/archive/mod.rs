@@ -51,15 +51,15 @@ impl ArchiveError {
 }
 
 enum Rows {
-    Spans(SpanRows),
-    Logs(LogRows),
+    Spans(Box<SpanRows>),
+    Logs(Box<LogRows>),
 }
 
 impl Rows {
     fn for_table(t: Table) -> Rows {
         match t {
-            Table::Spans => Rows::Spans(SpanRows::default()),
-            Table::Logs => Rows::Logs(LogRows::default()),
+            Table::Spans => Rows::Spans(Box::default()),
+            Table::Logs => Rows::Logs(Box::default()),
         }
     }
 
@@ -196,10 +196,15 @@ impl Archive {
             return;
         }
         if part.rows.len() >= self.batch_rows {
+            let at_stake = part.writer.rows() + part.rows.len() as u64;
             if let Err(e) = part.flush_rows() {
-                let lost = part.rows.len() as u64;
-                self.fail(key.table, lost.max(1), &e);
+                self.fail(key.table, at_stake, &e);
                 self.discard(&key);
+                return;
+            }
+            // Size is checked as rows are encoded, so a busy partition rolls on time.
+            if part.writer.is_due(Instant::now()) {
+                self.complete(&key);
             }
         }
     }
@@ -258,9 +263,10 @@ impl Archive {
             return;
         };
         self.metrics.set_open_files(self.open.len());
-        let pending = part.rows.len() as u64;
+        // If the file cannot be completed, everything in it is lost, not just the last batch.
+        let at_stake = part.writer.rows() + part.rows.len() as u64;
         if let Err(e) = part.flush_rows() {
-            self.fail(key.table, pending, &e);
+            self.fail(key.table, at_stake, &e);
             return;
         }
         match part.writer.complete() {
@@ -273,7 +279,7 @@ impl Archive {
                 self.metrics.archive_file(key.table, done.rows, done.bytes);
                 tracing::debug!(path = %done.path.display(), rows = done.rows, bytes = done.bytes, "archive file complete");
             }
-            Err(e) => self.fail(key.table, pending, &e),
+            Err(e) => self.fail(key.table, at_stake, &e),
         }
     }
 

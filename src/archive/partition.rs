@@ -98,15 +98,19 @@ pub fn encode_partition_value(v: &str) -> String {
         out.push_str("%00");
     }
     if out.len() > MAX_PARTITION_VALUE {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        v.hash(&mut h);
+        // A stable digest keeps long names distinct and in the same folder across releases.
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(v.as_bytes());
         let mut cut = MAX_PARTITION_VALUE - 17;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
+        // Never split a %XX escape (the output is ASCII, so any index is a char boundary).
+        if let Some(pct) = out[..cut].rfind('%') {
+            if pct + 3 > cut {
+                cut = pct;
+            }
         }
         out.truncate(cut);
-        out.push_str(&format!("~{:016x}", h.finish()));
+        out.push('~');
+        out.push_str(&hex::encode(&digest[..8]));
     }
     out
 }
@@ -124,7 +128,8 @@ pub struct FileSettings {
     pub zstd_level: i32,
 }
 
-fn writer_properties(
+/// Parquet writer settings for a table: zstd, page statistics, bloom filters on the id columns.
+pub fn writer_properties(
     settings: &FileSettings,
     table: Table,
 ) -> Result<WriterProperties, ArchiveError> {
@@ -216,6 +221,11 @@ impl PartitionWriter {
         &self.key
     }
 
+    /// Rows encoded into the file so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
     /// Encodes a batch into the file.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), ArchiveError> {
         self.writer.write(batch).map_err(ArchiveError::Parquet)?;
@@ -270,6 +280,38 @@ mod tests {
         let enc = encode_partition_value(&long);
         assert_eq!(enc.len(), MAX_PARTITION_VALUE);
         assert_ne!(enc, encode_partition_value(&"x".repeat(501)));
+        // 78 kept bytes then a two-byte escape would straddle the cut at 79.
+        let straddle = format!("{}/{}", "x".repeat(78), "y".repeat(100));
+        let enc = encode_partition_value(&straddle);
+        assert!(enc.starts_with(&format!("{}~", "x".repeat(78))), "{enc}");
+    }
+
+    proptest::proptest! {
+        /// Whatever the tenant name, its folder name is one safe path segment, and short
+        /// names decode back to themselves (so distinct tenants get distinct folders).
+        #[test]
+        fn any_tenant_is_one_safe_segment(name in proptest::prelude::any::<String>()) {
+            let enc = encode_partition_value(&name);
+            proptest::prop_assert!(enc.len() <= MAX_PARTITION_VALUE);
+            proptest::prop_assert!(!enc.starts_with('.'));
+            proptest::prop_assert!(enc.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.%~".contains(&b)), "{}", enc);
+            if !enc.contains('~') && !name.is_empty() {
+                let mut bytes = Vec::new();
+                let raw = enc.as_bytes();
+                let mut i = 0;
+                while i < raw.len() {
+                    if raw[i] == b'%' {
+                        let hex = std::str::from_utf8(&raw[i + 1..i + 3]).expect("ascii");
+                        bytes.push(u8::from_str_radix(hex, 16).expect("hex"));
+                        i += 3;
+                    } else {
+                        bytes.push(raw[i]);
+                        i += 1;
+                    }
+                }
+                proptest::prop_assert_eq!(String::from_utf8(bytes).expect("utf-8"), name);
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,12 @@ use std::path::{Path, PathBuf};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::event::{AuditFields, EventBatch};
+use std::sync::Arc;
+
+use crate::event::{AttrValue, Attributes, AuditFields, EventBatch, Resource};
+
+/// The attribute that carries an idempotency key on the wire.
+const IDEMPOTENCY_KEY: &str = "executor.idempotency_key";
 
 /// Why the protection key could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -119,15 +124,52 @@ impl Protector {
     pub fn protect(&self, batch: &mut EventBatch) {
         for span in &mut batch.spans {
             self.protect_audit(&mut span.audit);
+            self.protect_attributes(&mut span.attributes);
+            for e in &mut span.events {
+                self.protect_attributes(&mut e.attributes);
+            }
+            for l in &mut span.links {
+                self.protect_attributes(&mut l.attributes);
+            }
+            self.protect_resource(&mut span.resource);
         }
         for log in &mut batch.logs {
             self.protect_audit(&mut log.audit);
+            self.protect_attributes(&mut log.attributes);
+            self.protect_resource(&mut log.resource);
         }
     }
 
     fn protect_audit(&self, audit: &mut AuditFields) {
         if let Some(raw) = audit.idempotency_key.take() {
             audit.idempotency_key_hash = Some(self.hasher.hash(&raw));
+        }
+    }
+
+    /// An idempotency key that did not land in the typed field (repeated, not text, or on
+    /// an event, link or resource) is hashed where it stands.
+    fn protect_attributes(&self, attrs: &mut Attributes) {
+        for (key, value) in &mut attrs.0 {
+            if key == IDEMPOTENCY_KEY {
+                let raw = match &*value {
+                    AttrValue::Str(s) => s.clone(),
+                    other => serde_json::to_string(other).unwrap_or_default(),
+                };
+                *value = AttrValue::Str(self.hasher.hash(&raw));
+            }
+        }
+    }
+
+    fn protect_resource(&self, resource: &mut Arc<Resource>) {
+        let exposed = resource
+            .attributes
+            .0
+            .iter()
+            .any(|(k, _)| k == IDEMPOTENCY_KEY);
+        if exposed {
+            // The resource is shared with other items: this item gets its own protected copy,
+            // and each item is protected exactly once, so nothing is hashed twice.
+            self.protect_attributes(&mut Arc::make_mut(resource).attributes);
         }
     }
 }
@@ -146,6 +188,81 @@ mod tests {
         assert!(h.starts_with(&format!("hmac:{}:", a.key_id)));
         assert!(!h.contains("order-123"));
         assert_eq!(h.len(), "hmac:".len() + 8 + 1 + 64);
+    }
+
+    #[test]
+    fn idempotency_keys_are_hashed_wherever_they_stand() {
+        use crate::event::{SpanEventRecord, SpanRecord};
+        let raw = |v: &str| {
+            (
+                "executor.idempotency_key".to_string(),
+                AttrValue::Str(v.into()),
+            )
+        };
+        let hasher = KeyedHasher::new(b"k");
+        let resource = Arc::new(Resource {
+            service_name: "s".into(),
+            attributes: Attributes(vec![raw("idem-res")]),
+        });
+        let span = SpanRecord {
+            tenant: "t".into(),
+            resource: Arc::clone(&resource),
+            scope: Arc::default(),
+            trace_id: [1; 16],
+            span_id: [1; 8],
+            parent_span_id: None,
+            trace_state: String::new(),
+            name: "n".into(),
+            kind: crate::event::SpanKind::Internal,
+            class: crate::event::SpanClass::Tool,
+            start_ns: 0,
+            end_ns: 0,
+            status_code: crate::event::StatusCode::Unset,
+            status_message: String::new(),
+            gen_ai: Default::default(),
+            audit: AuditFields {
+                idempotency_key: Some("idem-typed".into()),
+                ..Default::default()
+            },
+            attributes: Attributes(vec![
+                raw("idem-repeated"),
+                ("executor.idempotency_key".into(), AttrValue::Int(42)),
+            ]),
+            events: vec![SpanEventRecord {
+                time_ns: 0,
+                name: "e".into(),
+                attributes: Attributes(vec![raw("idem-event")]),
+            }],
+            links: vec![],
+            dropped: Default::default(),
+            redactions: Default::default(),
+        };
+        let mut batch = EventBatch {
+            spans: vec![span.clone(), span],
+            logs: vec![],
+        };
+        Protector::new(hasher.clone()).protect(&mut batch);
+        let s = &batch.spans[1];
+        assert_eq!(s.audit.idempotency_key, None);
+        assert_eq!(
+            s.audit.idempotency_key_hash,
+            Some(hasher.hash("idem-typed"))
+        );
+        assert_eq!(
+            s.attributes.0[0].1,
+            AttrValue::Str(hasher.hash("idem-repeated"))
+        );
+        assert_eq!(s.attributes.0[1].1, AttrValue::Str(hasher.hash("42")));
+        assert_eq!(
+            s.events[0].attributes.0[0].1,
+            AttrValue::Str(hasher.hash("idem-event"))
+        );
+        for s in &batch.spans {
+            assert_eq!(
+                s.resource.attributes.0[0].1,
+                AttrValue::Str(hasher.hash("idem-res"))
+            );
+        }
     }
 
     #[test]

@@ -262,6 +262,129 @@ mod tests {
         );
     }
 
+    mod properties {
+        use super::super::*;
+        use opentelemetry_proto::tonic::common::v1::{
+            any_value, AnyValue, ArrayValue, KeyValue, KeyValueList,
+        };
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+        use proptest::prelude::*;
+
+        fn any_value() -> impl Strategy<Value = AnyValue> {
+            let leaf = prop_oneof![
+                any::<String>().prop_map(any_value::Value::StringValue),
+                any::<i64>().prop_map(any_value::Value::IntValue),
+                any::<bool>().prop_map(any_value::Value::BoolValue),
+                (-1e12f64..1e12).prop_map(any_value::Value::DoubleValue),
+                prop::collection::vec(any::<u8>(), 0..8).prop_map(any_value::Value::BytesValue),
+            ]
+            .prop_map(|v| AnyValue { value: Some(v) });
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(|values| AnyValue {
+                        value: Some(any_value::Value::ArrayValue(ArrayValue { values }))
+                    }),
+                    prop::collection::vec(("[a-z_.]{1,6}", inner), 0..4).prop_map(|kvs| AnyValue {
+                        value: Some(any_value::Value::KvlistValue(KeyValueList {
+                            values: kvs
+                                .into_iter()
+                                .map(|(key, v)| KeyValue {
+                                    key,
+                                    value: Some(v),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                        })),
+                    }),
+                ]
+            })
+        }
+
+        fn request() -> impl Strategy<Value = ExportTraceServiceRequest> {
+            (
+                prop::collection::vec(("[a-z_.]{1,10}", any_value()), 0..6),
+                any::<[u8; 16]>(),
+                any::<[u8; 8]>(),
+                any::<u64>(),
+                0i32..6,
+                0i32..3,
+                any::<String>(),
+            )
+                .prop_map(|(attrs, trace, span, start, kind, code, name)| {
+                    ExportTraceServiceRequest {
+                        resource_spans: vec![ResourceSpans {
+                            scope_spans: vec![ScopeSpans {
+                                spans: vec![Span {
+                                    trace_id: trace.to_vec(),
+                                    span_id: span.to_vec(),
+                                    name,
+                                    kind,
+                                    start_time_unix_nano: start,
+                                    end_time_unix_nano: start / 2,
+                                    attributes: attrs
+                                        .into_iter()
+                                        .map(|(key, v)| KeyValue {
+                                            key,
+                                            value: Some(v),
+                                            ..Default::default()
+                                        })
+                                        .collect(),
+                                    status: Some(Status {
+                                        code,
+                                        message: String::new(),
+                                    }),
+                                    ..Default::default()
+                                }],
+                                ..Default::default()
+                            }],
+                            ..Default::default()
+                        }],
+                    }
+                })
+        }
+
+        /// Renames object keys to snake_case, as some senders write them.
+        fn snake(v: Value) -> Value {
+            match v {
+                Value::Object(m) => Value::Object(
+                    m.into_iter()
+                        .map(|(k, v)| {
+                            let mut s = String::new();
+                            for c in k.chars() {
+                                if c.is_ascii_uppercase() {
+                                    s.push('_');
+                                    s.push(c.to_ascii_lowercase());
+                                } else {
+                                    s.push(c);
+                                }
+                            }
+                            (s, snake(v))
+                        })
+                        .collect(),
+                ),
+                Value::Array(a) => Value::Array(a.into_iter().map(snake).collect()),
+                other => other,
+            }
+        }
+
+        proptest! {
+            /// OTLP/JSON, in lowerCamelCase or snake_case, decodes to the same message as the
+            /// protobuf it was written from: every value type, nesting, any string.
+            #[test]
+            fn json_decodes_to_the_protobuf_message(req in request()) {
+                let value = serde_json::to_value(&req).expect("serializes");
+                let camel: Result<ExportTraceServiceRequest, _> = json(&serde_json::to_vec(&value).expect("bytes"));
+                prop_assert_eq!(camel.as_ref(), Ok(&req));
+                let snaked = snake(value);
+                let snake_decoded: Result<ExportTraceServiceRequest, _> = json(&serde_json::to_vec(&snaked).expect("bytes"));
+                prop_assert_eq!(snake_decoded.as_ref(), Ok(&req));
+                // And the protobuf itself round-trips through the decoder.
+                let proto: ExportTraceServiceRequest = protobuf(&req.encode_to_vec()).expect("decodes");
+                prop_assert_eq!(proto, req);
+            }
+        }
+    }
+
     #[test]
     fn scrub_hides_quoted_payload() {
         let m = scrub("invalid type: string \"sk-live-123\", expected u64 at line 1 column 9");

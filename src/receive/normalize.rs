@@ -343,28 +343,33 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
     let index = field_index();
     let mut gen_ai = GenAiFields::default();
     let mut audit = AuditFields::default();
-    let mut ranks: HashMap<Field, u8> = HashMap::new();
-    let mut rest = Vec::with_capacity(attrs.0.len());
-    for (key, value) in attrs.0 {
+    // Which attribute currently fills each field, and its rank.
+    let mut held: HashMap<Field, (u8, usize)> = HashMap::new();
+    let mut consumed = vec![false; attrs.0.len()];
+    for (i, (key, value)) in attrs.0.iter().enumerate() {
         let Some(&(field, rank)) = index.get(key.as_str()) else {
-            rest.push((key, value));
             continue;
         };
         if audit_only && !field.is_audit() {
-            rest.push((key, value));
             continue;
         }
-        let outranked = ranks.get(&field).is_some_and(|&held| held <= rank);
-        if outranked {
-            rest.push((key, value));
+        if held.get(&field).is_some_and(|&(r, _)| r <= rank) {
             continue;
         }
-        if field.store(&value, &mut gen_ai, &mut audit) {
-            ranks.insert(field, rank);
-        } else {
-            rest.push((key, value));
+        if field.store(value, &mut gen_ai, &mut audit) {
+            // A displaced lower-precedence name goes back to the attributes.
+            if let Some((_, previous)) = held.insert(field, (rank, i)) {
+                consumed[previous] = false;
+            }
+            consumed[i] = true;
         }
     }
+    let rest = attrs
+        .0
+        .into_iter()
+        .zip(consumed)
+        .filter_map(|(kv, used)| (!used).then_some(kv))
+        .collect();
     Extraction {
         gen_ai,
         audit,
@@ -452,12 +457,16 @@ fn fill_from_resource(audit: &mut AuditFields, res: &ResourceAudit) -> String {
     if audit.principal_id.is_none() {
         audit.principal_id.clone_from(&res.principal_id);
     }
-    audit
-        .claimed_tenant
-        .clone()
-        .or_else(|| res.tenant.clone())
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| DEFAULT_TENANT.to_string())
+    if audit.claimed_tenant.is_none() {
+        audit.claimed_tenant.clone_from(&res.tenant);
+    }
+    // An empty claim on the item falls back to the resource's, then to the default.
+    [audit.claimed_tenant.as_deref(), res.tenant.as_deref()]
+        .into_iter()
+        .flatten()
+        .find(|t| !t.is_empty())
+        .unwrap_or(DEFAULT_TENANT)
+        .to_string()
 }
 
 fn timestamp(v: u64, what: &str, at: &dyn Fn() -> String) -> Result<i64, NormalizeError> {
@@ -541,7 +550,8 @@ fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> Spa
         Some("invoke_agent" | "create_agent") => return SpanClass::Agent,
         _ => {}
     }
-    if gen_ai.mcp_method.as_deref() == Some("tools/call") {
+    // An MCP `tools/call` naming its tool is a tool execution, on whichever side it is seen.
+    if gen_ai.mcp_method.as_deref() == Some("tools/call") && gen_ai.tool_name.is_some() {
         return SpanClass::Tool;
     }
     match kind {
@@ -779,6 +789,7 @@ mod tests {
     fn classes() {
         let mut g = GenAiFields {
             mcp_method: Some("tools/call".into()),
+            tool_name: Some("fetch".into()),
             ..Default::default()
         };
         assert_eq!(
@@ -798,6 +809,90 @@ mod tests {
             classify(&mut g, &Attributes::default(), SpanKind::Client),
             SpanClass::Model
         );
+    }
+
+    mod properties {
+        use super::super::*;
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+        use proptest::prelude::*;
+
+        fn value() -> impl Strategy<Value = any_value::Value> {
+            prop_oneof![
+                "[a-z0-9 ]{0,8}".prop_map(any_value::Value::StringValue),
+                (0i64..5000).prop_map(any_value::Value::IntValue),
+                (0i64..50).prop_map(|n| any_value::Value::StringValue(n.to_string())),
+                any::<bool>().prop_map(any_value::Value::BoolValue),
+                (0.0f64..10.0).prop_map(any_value::Value::DoubleValue),
+            ]
+        }
+
+        fn attribute() -> impl Strategy<Value = KeyValue> {
+            let names: Vec<&'static str> = FIELD_SOURCES
+                .iter()
+                .map(|(n, _, _)| *n)
+                .chain(["custom.a", "custom.b", "input.value", OPENINFERENCE_KIND])
+                .collect();
+            (prop::sample::select(names), value()).prop_map(|(k, v)| KeyValue {
+                key: k.to_string(),
+                value: Some(AnyValue { value: Some(v) }),
+                ..Default::default()
+            })
+        }
+
+        fn request(attrs: Vec<KeyValue>) -> ExportTraceServiceRequest {
+            ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    scope_spans: vec![ScopeSpans {
+                        spans: vec![Span {
+                            trace_id: vec![1; 16],
+                            span_id: vec![2; 8],
+                            attributes: attrs,
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+            }
+        }
+
+        fn sorted(a: &Attributes) -> Vec<String> {
+            let mut v: Vec<String> = a.0.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+            v.sort();
+            v
+        }
+
+        proptest! {
+            /// Attribute order never changes the typed fields (names are distinct, as OTLP
+            /// requires), and every attribute is either in a field or kept.
+            #[test]
+            fn attribute_order_does_not_matter(
+                attrs in prop::collection::vec(attribute(), 0..24)
+                    .prop_map(|mut v| { v.sort_by(|a, b| a.key.cmp(&b.key)); v.dedup_by(|a, b| a.key == b.key); v })
+                    .prop_shuffle(),
+                seed in any::<u64>(),
+            ) {
+                let mut shuffled = attrs.clone();
+                // A second, different order of the same attributes.
+                let n = shuffled.len();
+                if n > 1 {
+                    shuffled.rotate_left((seed as usize) % n);
+                    shuffled.reverse();
+                }
+                let a = spans(request(attrs.clone())).expect("valid");
+                let b = spans(request(shuffled)).expect("valid");
+                let (a, b) = (&a.spans[0], &b.spans[0]);
+                prop_assert_eq!(&a.gen_ai, &b.gen_ai);
+                prop_assert_eq!(&a.audit, &b.audit);
+                prop_assert_eq!(a.class, b.class);
+                prop_assert_eq!(sorted(&a.attributes), sorted(&b.attributes));
+                let filled = attrs.len() - a.attributes.0.len();
+                let typed = format!("{:?}{:?}", a.gen_ai, a.audit).matches("Some(").count();
+                // Each consumed attribute filled one field; fields set only by class
+                // inference (operation from the OpenInference kind) account for the rest.
+                prop_assert!(filled <= typed, "{} consumed, {} fields set", filled, typed);
+            }
+        }
     }
 
     #[test]

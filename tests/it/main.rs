@@ -1,1 +1,11 @@
+//! Integration tests: the real `toolwatch` binary over real sockets with real clients.
+//! One test binary, because each one links everything.
 
+mod bad_input;
+mod cli;
+mod harness;
+mod lifecycle;
+mod loadgen;
+mod otlp_json;
+mod python_sdk;
+mod rust_sdk;

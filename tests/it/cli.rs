@@ -1,0 +1,108 @@
+//! The command line: help, check-config, exit codes.
+
+use std::process::Output;
+
+use crate::harness::toolwatch;
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = toolwatch();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run toolwatch")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn help_explains_every_command_and_flag() {
+    let out = run(&["--help"], &[]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for cmd in ["serve", "check-config", "loadgen"] {
+        assert!(help.contains(cmd), "{help}");
+    }
+    let serve = text(&run(&["serve", "--help"], &[]).stdout);
+    for flag in [
+        "--config",
+        "--data-dir",
+        "--otlp-grpc",
+        "--otlp-http",
+        "--admin",
+    ] {
+        assert!(serve.contains(flag), "{serve}");
+    }
+    let lg = text(&run(&["loadgen", "--help"], &[]).stdout);
+    for flag in [
+        "--target",
+        "--http",
+        "--requests",
+        "--rate",
+        "--tenants",
+        "--seed",
+    ] {
+        assert!(lg.contains(flag), "{lg}");
+    }
+}
+
+#[test]
+fn check_config_prints_the_effective_configuration() {
+    let out = run(&["check-config"], &[("TOOLWATCH_ARCHIVE__ZSTD_LEVEL", "9")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let toml = text(&out.stdout);
+    assert!(toml.contains("otlp_grpc = \"127.0.0.1:4317\""), "{toml}");
+    assert!(toml.contains("zstd_level = 9"), "{toml}");
+    assert!(toml.contains("max_request_bytes = \"8MiB\""), "{toml}");
+    // The documented file is valid and equals the defaults.
+    let documented = concat!(env!("CARGO_MANIFEST_DIR"), "/config/toolwatch.toml");
+    let out = run(&["check-config", "--config", documented], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn check_config_errors_name_key_and_line_and_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        (
+            "[archive]\nzstd_level = 3\n\n[limits]\nqueue_batchs = 3\n",
+            &["line 5", "queue_batchs"][..],
+        ),
+        (
+            "[archive]\nmax_file_age = \"soon\"\n",
+            &["line 2", "max_file_age", "not a duration"][..],
+        ),
+        (
+            "[listen]\notlp_http = \"127.0.0.1:9464\"\n",
+            &["listen.otlp_http and listen.admin"][..],
+        ),
+        ("[archive\n", &["line 1"][..]),
+    ];
+    for (i, (content, expected)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("c{i}.toml"));
+        std::fs::write(&path, content).expect("write");
+        let p = path.to_str().expect("utf-8");
+        for cmd in [
+            &["check-config", "--config", p][..],
+            &["serve", "--config", p][..],
+        ] {
+            let out = run(cmd, &[]);
+            assert_eq!(out.status.code(), Some(2), "{cmd:?} on {content:?}");
+            let err = text(&out.stderr);
+            for e in *expected {
+                assert!(err.contains(e), "{err:?} should contain {e:?}");
+            }
+        }
+    }
+    let out = run(&["check-config"], &[("TOOLWATCH_LIMITS__QUEUE", "3")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("TOOLWATCH_LIMITS__QUEUE"));
+    let out = run(
+        &["check-config", "--config", "/nonexistent/toolwatch.toml"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("/nonexistent/toolwatch.toml"));
+}

@@ -1,0 +1,411 @@
+//! Starts the real `toolwatch` binary on free loopback ports and reads what it archived.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, RecordBatch};
+use arrow::datatypes::{DataType, TimeUnit};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde_json::{Map, Value};
+
+/// How long a test waits for a condition before failing.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Polls `check` until it returns `Some`, or panics after [`DEADLINE`] with `what`.
+pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// The built binary.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_toolwatch")
+}
+
+/// A command for the built binary, without any `TOOLWATCH_*` variable of the caller's
+/// environment (they would override the configuration under test).
+pub fn toolwatch() -> Command {
+    let mut c = Command::new(binary());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOOLWATCH_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// A running daemon.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Data directory (inside `_dir` unless given).
+    pub data_dir: PathBuf,
+    /// Bound OTLP/gRPC address.
+    pub grpc: SocketAddr,
+    /// Bound OTLP/HTTP address.
+    pub http: SocketAddr,
+    /// Bound admin address.
+    pub admin: SocketAddr,
+    /// Every line the daemon wrote to stderr so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Options for [`Daemon::start_with`].
+#[derive(Default)]
+pub struct DaemonOptions {
+    /// Extra environment (e.g. `TOOLWATCH_LIMITS__MAX_REQUEST_BYTES`).
+    pub env: Vec<(String, String)>,
+    /// Use this data directory instead of a fresh one.
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// Starts a daemon with a fresh data directory.
+    pub fn start() -> Daemon {
+        Daemon::start_with(DaemonOptions::default())
+    }
+
+    /// Starts a daemon and waits until it logs that it is ready.
+    pub fn start_with(opts: DaemonOptions) -> Daemon {
+        let (dir, data_dir) = match opts.data_dir {
+            Some(d) => (None, d),
+            None => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let data = dir.path().join("data");
+                (Some(dir), data)
+            }
+        };
+        let mut cmd = toolwatch();
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args([
+                "--otlp-grpc",
+                "127.0.0.1:0",
+                "--otlp-http",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+            ])
+            .env("TOOLWATCH_LOG__FORMAT", "json")
+            .env("TOOLWATCH_LOG__LEVEL", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start toolwatch");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().expect("log lock").push(line);
+            }
+        });
+        let ready = wait_for("toolwatch to log that it is ready", || {
+            if let Ok(Some(status)) = child.try_wait() {
+                // Give the reader thread a moment to collect the last lines, then explain.
+                std::thread::sleep(Duration::from_millis(100));
+                let lines = log.lock().expect("log lock").join("\n");
+                panic!("toolwatch exited with {status} before it was ready:\n{lines}");
+            }
+            let lines = log.lock().expect("log lock");
+            lines.iter().find_map(|l| {
+                let v: Value = serde_json::from_str(l).ok()?;
+                (v["message"] == "toolwatch ready").then_some(v)
+            })
+        });
+        let addr = |k: &str| -> SocketAddr {
+            ready[k]
+                .as_str()
+                .expect("address in ready line")
+                .parse()
+                .expect("socket address")
+        };
+        Daemon {
+            grpc: addr("otlp_grpc"),
+            http: addr("otlp_http"),
+            admin: addr("admin"),
+            child: Some(child),
+            data_dir,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// `http://host:port` of the gRPC listener.
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// `http://host:port` of the OTLP/HTTP listener.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// GETs an admin path; returns status and body.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        blocking_get(&format!("http://{}{}", self.admin, path))
+    }
+
+    /// The value of one sample in `/metrics`, e.g. `toolwatch_archive_rows_total{table="spans"}`.
+    pub fn metric(&self, sample: &str) -> Option<f64> {
+        let (_, text) = self.admin_get("/metrics");
+        text.lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == sample).then(|| value.parse().ok()).flatten()
+        })
+    }
+
+    /// Sends a signal and waits for exit.
+    pub fn signal(&mut self, sig: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+        wait_for("toolwatch to exit", || child.try_wait().expect("wait"))
+    }
+
+    /// SIGTERM, then asserts a clean exit.
+    pub fn stop(&mut self) {
+        let status = self.signal(libc::SIGTERM);
+        assert!(
+            status.success(),
+            "toolwatch exited with {status}; log:\n{}",
+            self.log_text()
+        );
+    }
+
+    /// The whole stderr log so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().expect("log lock").join("\n")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A blocking GET; panics if the server cannot be reached.
+pub fn blocking_get(url: &str) -> (u16, String) {
+    try_get(url).unwrap_or_else(|| panic!("GET {url} failed"))
+}
+
+/// A blocking GET on its own thread and runtime (callers may be inside a runtime);
+/// `None` if the server cannot be reached.
+pub fn try_get(url: &str) -> Option<(u16, String)> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        rt.block_on(async {
+            let resp = reqwest::get(&url).await.ok()?;
+            let status = resp.status().as_u16();
+            Some((status, resp.text().await.ok()?))
+        })
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// Every completed Parquet file of a table.
+pub fn parquet_files(data_dir: &Path, table: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![data_dir.join(table)];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Hive partition values from a file's path.
+fn partition_values(path: &Path) -> Vec<(String, String)> {
+    path.ancestors()
+        .filter_map(|a| a.file_name()?.to_str())
+        .filter_map(|n| n.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Reads a table with the Rust parquet reader: one JSON object per row, timestamps as
+/// integer nanoseconds, maps as objects, partition columns from the path.
+pub fn read_table(data_dir: &Path, table: &str) -> Vec<Map<String, Value>> {
+    let mut rows = Vec::new();
+    for file in parquet_files(data_dir, table) {
+        let f = std::fs::File::open(&file).expect("open parquet");
+        let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+            .expect("parquet metadata")
+            .build()
+            .expect("reader");
+        let parts = partition_values(&file);
+        for batch in reader {
+            let batch = batch.expect("batch");
+            for mut row in batch_rows(&batch) {
+                for (k, v) in &parts {
+                    row.insert(k.clone(), Value::String(v.clone()));
+                }
+                rows.push(row);
+            }
+        }
+    }
+    rows.sort_by_key(|r| serde_json::to_string(r).unwrap_or_default());
+    rows
+}
+
+fn batch_rows(batch: &RecordBatch) -> Vec<Map<String, Value>> {
+    let schema = batch.schema();
+    let mut rows = vec![Map::new(); batch.num_rows()];
+    for (i, field) in schema.fields().iter().enumerate() {
+        let col = batch.column(i);
+        for (r, row) in rows.iter_mut().enumerate() {
+            row.insert(field.name().clone(), cell(col.as_ref(), r));
+        }
+    }
+    rows
+}
+
+fn cell(col: &dyn Array, r: usize) -> Value {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Float64Type, Int32Type, Int64Type, TimestampNanosecondType};
+    if col.is_null(r) {
+        return Value::Null;
+    }
+    match col.data_type() {
+        DataType::Utf8 => Value::from(col.as_string::<i32>().value(r)),
+        DataType::Int32 => Value::from(col.as_primitive::<Int32Type>().value(r)),
+        DataType::Int64 => Value::from(col.as_primitive::<Int64Type>().value(r)),
+        DataType::Float64 => Value::from(col.as_primitive::<Float64Type>().value(r)),
+        DataType::Boolean => Value::from(col.as_boolean().value(r)),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            Value::from(col.as_primitive::<TimestampNanosecondType>().value(r))
+        }
+        DataType::Map(_, _) => {
+            let m = col.as_map();
+            let entries = m.value(r);
+            let keys = entries.column(0).as_string::<i32>();
+            let values = entries.column(1).as_primitive::<Int64Type>();
+            let mut out = Map::new();
+            for j in 0..entries.len() {
+                out.insert(keys.value(j).to_string(), Value::from(values.value(j)));
+            }
+            Value::Object(out)
+        }
+        other => panic!("unexpected column type {other}"),
+    }
+}
+
+/// Rows keyed by a column (e.g. `span_id`), asserting it is unique.
+pub fn by_key(rows: &[Map<String, Value>], key: &str) -> BTreeMap<String, Map<String, Value>> {
+    let mut out = BTreeMap::new();
+    for r in rows {
+        let k = r[key].as_str().expect("key column is text").to_string();
+        assert!(
+            out.insert(k.clone(), r.clone()).is_none(),
+            "duplicate {key} {k}"
+        );
+    }
+    out
+}
+
+/// The Python of the test venv (made by `scripts/test`).
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("TEST_VENV_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the Python test clients need the venv: run scripts/test (or set TEST_VENV_PYTHON)"
+    );
+    venv
+}
+
+/// Runs a script from `tests/python`; returns stdout, panicking with stderr on failure.
+pub fn run_python(script: &str, args: &[&str]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let out = Command::new(python())
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{script} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// A table read by pyarrow or DuckDB, rows as JSON objects.
+pub fn read_table_python(engine: &str, data_dir: &Path, table: &str) -> Vec<Map<String, Value>> {
+    let out = run_python(
+        "read_archive.py",
+        &[
+            "--engine",
+            engine,
+            "--data-dir",
+            data_dir.to_str().expect("utf-8 path"),
+            "--table",
+            table,
+        ],
+    );
+    let mut rows: Vec<Map<String, Value>> = serde_json::from_str(&out).expect("rows JSON");
+    rows.sort_by_key(|r| serde_json::to_string(r).unwrap_or_default());
+    rows
+}
+
+/// Asserts that three readers see the same rows (same columns and values).
+pub fn assert_readers_agree(data_dir: &Path, table: &str) -> Vec<Map<String, Value>> {
+    let rust = read_table(data_dir, table);
+    let sort = |mut rows: Vec<Map<String, Value>>| {
+        rows.sort_by_key(|r| serde_json::to_string(r).unwrap_or_default());
+        rows
+    };
+    let rust = sort(rust);
+    for engine in ["pyarrow", "duckdb"] {
+        let other = sort(read_table_python(engine, data_dir, table));
+        assert_eq!(other.len(), rust.len(), "{engine} row count for {table}");
+        for (a, b) in rust.iter().zip(&other) {
+            assert_eq!(a, b, "{engine} disagrees with the Rust reader on {table}");
+        }
+    }
+    rust
+}

@@ -1,0 +1,145 @@
+//! Rolling by age and size while serving, readers never seeing partial files, SIGINT, and
+//! the embedded defaults.
+
+use std::process::Stdio;
+
+use crate::harness::{parquet_files, read_table, toolwatch, wait_for, Daemon, DaemonOptions};
+
+fn loadgen(target: &str, requests: &str, seed: &str) -> serde_json::Value {
+    let out = toolwatch()
+        .args([
+            "loadgen",
+            "--target",
+            target,
+            "--requests",
+            requests,
+            "--seed",
+            seed,
+            "--json",
+        ])
+        .output()
+        .expect("loadgen");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report")
+}
+
+#[test]
+fn files_complete_by_age_and_are_readable_while_serving() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![
+            ("TOOLWATCH_ARCHIVE__MAX_FILE_AGE".into(), "1s".into()),
+            ("TOOLWATCH_ARCHIVE__BATCH_ROWS".into(), "64".into()),
+        ],
+        ..Default::default()
+    });
+    let first = loadgen(&d.grpc_url(), "40", "1");
+    let expected = first["spans"].as_u64().expect("spans");
+    // Wait for the age limit to complete the file; then read it while the daemon runs.
+    let rows = wait_for("aged files to be completed", || {
+        let rows = read_table(&d.data_dir, "spans");
+        (rows.len() as u64 == expected).then_some(rows)
+    });
+    assert_eq!(rows.len() as u64, expected);
+    // Partial files exist only under the hidden in-progress name.
+    let second = loadgen(&d.grpc_url(), "40", "2");
+    for f in parquet_files(&d.data_dir, "spans") {
+        let name = f.file_name().and_then(|n| n.to_str()).expect("name");
+        assert!(
+            name.starts_with("part-") && name.ends_with(".parquet"),
+            "{name}"
+        );
+    }
+    d.stop();
+    let total = read_table(&d.data_dir, "spans").len() as u64;
+    assert_eq!(total, expected + second["spans"].as_u64().expect("spans"));
+}
+
+#[test]
+fn files_roll_by_size() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![
+            ("TOOLWATCH_ARCHIVE__MAX_FILE_BYTES".into(), "48KiB".into()),
+            ("TOOLWATCH_ARCHIVE__BATCH_ROWS".into(), "32".into()),
+        ],
+        ..Default::default()
+    });
+    let report = loadgen(&d.grpc_url(), "150", "3");
+    d.stop();
+    let files = parquet_files(&d.data_dir, "spans");
+    assert!(
+        files.len() >= 3,
+        "expected several files, got {}",
+        files.len()
+    );
+    let rows = read_table(&d.data_dir, "spans");
+    assert_eq!(rows.len() as u64, report["spans"].as_u64().expect("spans"));
+}
+
+#[test]
+fn sigint_flushes_everything_acknowledged() {
+    let mut d = Daemon::start();
+    let report = loadgen(&d.grpc_url(), "25", "4");
+    let status = d.signal(libc::SIGINT);
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        read_table(&d.data_dir, "spans").len() as u64,
+        report["spans"].as_u64().expect("spans")
+    );
+    assert_eq!(
+        read_table(&d.data_dir, "logs").len() as u64,
+        report["log_records"].as_u64().expect("logs")
+    );
+}
+
+#[test]
+fn readyz_and_healthz() {
+    let mut d = Daemon::start();
+    assert_eq!(d.admin_get("/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(d.admin_get("/readyz"), (200, "ready\n".to_string()));
+    let (status, metrics) = d.admin_get("/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("toolwatch_build_info{version=\""),
+        "{metrics}"
+    );
+    assert!(metrics.ends_with("# EOF\n"));
+    d.stop();
+}
+
+/// With no config and no flags: the documented ports and ./toolwatch-data.
+#[test]
+fn serve_runs_on_embedded_defaults() {
+    for port in [4317, 4318, 9464] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "port {port} is busy; this test needs the default ports free"
+        );
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = toolwatch()
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("TOOLWATCH_LOG__FORMAT", "json")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let ready = wait_for("the daemon on its default ports", || {
+        crate::harness::try_get("http://127.0.0.1:9464/readyz").filter(|(s, _)| *s == 200)
+    });
+    assert_eq!(ready.1, "ready\n");
+    let report = loadgen("http://127.0.0.1:4317", "5", "5");
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = wait_for("exit", || child.try_wait().expect("wait"));
+    assert!(status.success());
+    let rows = read_table(&dir.path().join("toolwatch-data"), "spans");
+    assert_eq!(rows.len() as u64, report["spans"].as_u64().expect("spans"));
+    assert!(dir.path().join("toolwatch-data/state/hash.key").exists());
+}
