@@ -51,6 +51,8 @@ pub struct LoadgenOptions {
     pub seed: u64,
     /// Export calls in flight at once.
     pub concurrency: usize,
+    /// Agent runs per export call (an SDK batch processor sends up to 512 spans at once).
+    pub batch: u64,
 }
 
 /// Why loadgen could not run.
@@ -122,7 +124,7 @@ impl LoadgenReport {
     }
 
     fn add(&mut self, run: &RunCounts) {
-        self.requests += 1;
+        self.requests += run.runs;
         self.spans += run.spans();
         self.agent_spans += run.agent;
         self.model_spans += run.model;
@@ -164,6 +166,7 @@ impl fmt::Display for LoadgenReport {
 
 #[derive(Debug, Clone, Copy, Default)]
 struct RunCounts {
+    runs: u64,
     agent: u64,
     model: u64,
     tool: u64,
@@ -175,6 +178,27 @@ struct RunCounts {
 impl RunCounts {
     fn spans(&self) -> u64 {
         self.agent + self.model + self.tool + self.downstream
+    }
+
+    fn merge(&mut self, o: &RunCounts) {
+        self.runs += o.runs;
+        self.agent += o.agent;
+        self.model += o.model;
+        self.tool += o.tool;
+        self.downstream += o.downstream;
+        self.logs += o.logs;
+        self.planted += o.planted;
+    }
+}
+
+impl AgentRun {
+    /// Appends another run's spans and log records, so that one export carries both.
+    fn absorb(&mut self, other: AgentRun) {
+        self.traces
+            .resource_spans
+            .extend(other.traces.resource_spans);
+        self.logs.resource_logs.extend(other.logs.resource_logs);
+        self.counts.merge(&other.counts);
     }
 }
 
@@ -358,7 +382,10 @@ impl Generator {
         let request_id = format!("req-{}-{n:08}", self.seed);
         let trace_id = self.id::<16>();
         let start = self.base_ns + n * 1_000_000;
-        let mut counts = RunCounts::default();
+        let mut counts = RunCounts {
+            runs: 1,
+            ..Default::default()
+        };
         let mut exec_spans = Vec::new();
         let mut down_spans = Vec::new();
         let mut logs = Vec::new();
@@ -795,12 +822,16 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
     let started = Instant::now();
     let permits = Arc::new(Semaphore::new(opts.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
-    for n in 0..opts.requests {
+    let batch = opts.batch.max(1);
+    for first in (0..opts.requests).step_by(batch as usize) {
         if opts.rate > 0 {
-            let due = started + Duration::from_secs_f64(n as f64 / opts.rate as f64);
+            let due = started + Duration::from_secs_f64(first as f64 / opts.rate as f64);
             tokio::time::sleep_until(due.into()).await;
         }
-        let run = gen.run(n, opts.tenants);
+        let mut run = gen.run(first, opts.tenants);
+        for n in first + 1..(first + batch).min(opts.requests) {
+            run.absorb(gen.run(n, opts.tenants));
+        }
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             break;
         };

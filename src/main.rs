@@ -72,9 +72,13 @@ struct LoadgenArgs {
     /// Seed: the same seed sends the same traffic.
     #[arg(long, default_value_t = 1, value_name = "N")]
     seed: u64,
-    /// Requests sent at once.
+    /// Export calls in flight at once.
     #[arg(long, default_value_t = 4, value_name = "N")]
     concurrency: usize,
+    /// Agent runs per export call (about 10 spans each; SDK batch processors send up to 512
+    /// spans per export, so 50 is close to what a busy executor sends).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    batch: u64,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -185,6 +189,7 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
         tenants: args.tenants.max(1),
         seed: args.seed,
         concurrency: args.concurrency.max(1),
+        batch: args.batch.max(1),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

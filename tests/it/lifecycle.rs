@@ -143,3 +143,74 @@ fn serve_runs_on_embedded_defaults() {
     assert_eq!(rows.len() as u64, report["spans"].as_u64().expect("spans"));
     assert!(dir.path().join("toolwatch-data/state/hash.key").exists());
 }
+
+/// The files carry what readers rely on for pruning: zstd, statistics, page indexes, bloom
+/// filters on the id columns that actually answer lookups, and the schema version.
+#[test]
+fn archive_files_have_statistics_page_indexes_and_bloom_filters() {
+    use parquet::basic::Compression;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::file::serialized_reader::ReadOptionsBuilder;
+
+    let mut d = Daemon::start();
+    loadgen(&d.grpc_url(), "30", "6");
+    d.stop();
+    let rows = read_table(&d.data_dir, "spans");
+    let known_trace = rows[0]["trace_id"].as_str().expect("trace id").to_string();
+    let known_request = rows[0]["request_id"]
+        .as_str()
+        .expect("request id")
+        .to_string();
+    let files = parquet_files(&d.data_dir, "spans");
+    assert_eq!(files.len(), 1);
+    let options = ReadOptionsBuilder::new().with_reader_properties(
+        parquet::file::properties::ReaderProperties::builder()
+            .set_read_bloom_filter(true)
+            .build(),
+    );
+    let reader = SerializedFileReader::new_with_options(
+        std::fs::File::open(&files[0]).expect("open"),
+        options.build(),
+    )
+    .expect("reader");
+    let meta = reader.metadata();
+    let kv = meta
+        .file_metadata()
+        .key_value_metadata()
+        .expect("key-value metadata");
+    assert!(kv
+        .iter()
+        .any(|e| e.key == "toolwatch.schema_version" && e.value.as_deref() == Some("1")));
+    let rg = meta.row_group(0);
+    for (i, col) in rg.columns().iter().enumerate() {
+        let name = col.column_path().string();
+        assert!(matches!(col.compression(), Compression::ZSTD(_)), "{name}");
+        assert!(col.statistics().is_some(), "{name} has statistics");
+        assert!(
+            col.column_index_offset().is_some(),
+            "{name} has a column index"
+        );
+        assert!(
+            col.offset_index_offset().is_some(),
+            "{name} has an offset index"
+        );
+        let bloom = reader
+            .get_row_group(0)
+            .expect("row group")
+            .get_column_bloom_filter(i)
+            .cloned();
+        match name.as_str() {
+            "trace_id" => {
+                let b = bloom.expect("trace_id bloom filter");
+                assert!(b.check(&known_trace.as_str()));
+                assert!(!b.check(&"ffffffffffffffffffffffffffffffff"));
+            }
+            "request_id" => {
+                let b = bloom.expect("request_id bloom filter");
+                assert!(b.check(&known_request.as_str()));
+                assert!(!b.check(&"req-none-00000000"));
+            }
+            _ => assert!(bloom.is_none(), "{name} has no bloom filter"),
+        }
+    }
+}
