@@ -92,6 +92,7 @@ fn stages(c: &mut Criterion) {
         max_bytes: u64::MAX,
         max_age: std::time::Duration::from_secs(3600),
         row_group_rows: 65536,
+        row_group_bytes: 32 << 20,
         zstd_level: 3,
     };
     let props = writer_properties(&settings, Table::Spans).expect("props");

@@ -107,6 +107,9 @@ pub struct ArchiveConfig {
     pub batch_rows: PositiveUsize,
     /// Rows per Parquet row group (the unit of statistics and bloom filters).
     pub row_group_rows: PositiveUsize,
+    /// Encoded bytes per row group: the writer holds a partition's open row group in memory,
+    /// so this bounds memory per open partition.
+    pub row_group_bytes: ByteSize,
     /// Partitions with an open file at once; the least recently written is completed first.
     pub max_open_partitions: PositiveUsize,
     /// zstd compression level (1-22).
@@ -120,6 +123,7 @@ impl Default for ArchiveConfig {
             max_file_age: HumanDuration(Duration::from_secs(300)),
             batch_rows: PositiveUsize(4096),
             row_group_rows: PositiveUsize(65536),
+            row_group_bytes: ByteSize(32 * 1024 * 1024),
             max_open_partitions: PositiveUsize(64),
             zstd_level: ZstdLevel(3),
         }

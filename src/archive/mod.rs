@@ -147,6 +147,7 @@ impl Archive {
                 max_bytes: config.max_file_bytes.0,
                 max_age: config.max_file_age.0,
                 row_group_rows: config.row_group_rows.0,
+                row_group_bytes: config.row_group_bytes.as_usize(),
                 zstd_level: config.zstd_level.0,
             },
             batch_rows: config.batch_rows.0,

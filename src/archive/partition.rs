@@ -124,6 +124,8 @@ pub struct FileSettings {
     pub max_age: std::time::Duration,
     /// Rows per row group.
     pub row_group_rows: usize,
+    /// Encoded bytes per row group.
+    pub row_group_bytes: usize,
     /// zstd level.
     pub zstd_level: i32,
 }
@@ -138,6 +140,7 @@ pub fn writer_properties(
         .set_compression(Compression::ZSTD(level))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(settings.row_group_rows))
+        .set_max_row_group_bytes(Some(settings.row_group_bytes))
         .set_created_by(format!("toolwatch {}", env!("CARGO_PKG_VERSION")))
         .set_key_value_metadata(Some(vec![KeyValue::new(
             "toolwatch.schema_version".to_string(),

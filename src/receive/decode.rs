@@ -38,6 +38,9 @@ pub enum DecodeError {
     /// Text that is not valid OTLP/JSON.
     #[error("body is not valid OTLP/JSON: {0}")]
     Json(String),
+    /// The body could not be read (the client went away mid-request).
+    #[error("could not read the request body: {0}")]
+    Body(String),
 }
 
 /// Inflates gzip data, refusing to produce more than `limit` bytes.

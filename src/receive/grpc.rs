@@ -108,9 +108,11 @@ async fn receive<M: Ingestible>(
     };
     // The 5-byte frame header is not part of the message limit.
     let limit = ctx.max_body_bytes;
-    let raw = match axum::body::to_bytes(body, limit.saturating_add(5)).await {
-        Ok(b) => b,
-        Err(_) => return Err(DecodeError::TooLarge { limit, after: "" }.into()),
+    let raw = match super::read_body(body, limit.saturating_add(5)).await {
+        Err(ReceiveError::Decode(DecodeError::TooLarge { .. })) => {
+            return Err(DecodeError::TooLarge { limit, after: "" }.into())
+        }
+        other => other?,
     };
     let wire_bytes = raw.len();
     let (compressed, payload) = frame(&raw, limit)?;

@@ -117,7 +117,7 @@ async fn receive<M: Ingestible>(
         "gzip" | "x-gzip" => true,
         other => return Err(ReceiveError::Encoding(other.to_string())),
     };
-    let raw = read_body(body, ctx.max_body_bytes).await?;
+    let raw = super::read_body(body, ctx.max_body_bytes).await?;
     let wire_bytes = raw.len();
     let plain = if gzip {
         Bytes::from(decode::gunzip(&raw, ctx.max_body_bytes)?)
@@ -152,21 +152,6 @@ fn format_of(headers: &HeaderMap) -> Option<Format> {
         "application/x-protobuf" | "application/protobuf" => Some(Format::Protobuf),
         "application/json" => Some(Format::Json),
         _ => None,
-    }
-}
-
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ReceiveError> {
-    match axum::body::to_bytes(body, limit).await {
-        Ok(b) => Ok(b),
-        Err(e) => {
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                Err(DecodeError::TooLarge { limit, after: "" }.into())
-            } else {
-                Err(DecodeError::Json(format!("could not read the request body: {e}")).into())
-            }
-        }
     }
 }
 

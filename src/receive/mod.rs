@@ -92,6 +92,25 @@ impl Ingestible for ExportLogsServiceRequest {
     }
 }
 
+/// Reads a request body of at most `limit` bytes.
+pub(crate) async fn read_body(
+    body: axum::body::Body,
+    limit: usize,
+) -> Result<bytes::Bytes, ReceiveError> {
+    match axum::body::to_bytes(body, limit).await {
+        Ok(b) => Ok(b),
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                Err(DecodeError::TooLarge { limit, after: "" }.into())
+            } else {
+                Err(DecodeError::Body(e.to_string()).into())
+            }
+        }
+    }
+}
+
 impl ReceiverContext {
     /// Normalizes a decoded request and hands it on; counts the outcome.
     pub async fn ingest<M: Ingestible>(

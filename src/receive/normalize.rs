@@ -476,57 +476,67 @@ fn timestamp(v: u64, what: &str, at: &dyn Fn() -> String) -> Result<i64, Normali
     })
 }
 
-fn trace_id(bytes: &[u8], what: &str, at: &dyn Fn() -> String) -> Result<TraceId, NormalizeError> {
-    match <TraceId>::try_from(bytes) {
-        Ok(id) if id != [0; 16] => Ok(id),
-        Ok(_) => Err(NormalizeError {
-            location: at(),
-            problem: format!("{what} is all zeros, which OTLP defines as invalid"),
-        }),
+/// What an id field holds.
+enum Id<const N: usize> {
+    Present([u8; N]),
+    /// Not sent (empty bytes).
+    Absent,
+    /// All zeros, which OTLP defines as "no id".
+    Zero,
+}
+
+fn read_id<const N: usize>(
+    bytes: &[u8],
+    what: &str,
+    at: &dyn Fn() -> String,
+) -> Result<Id<N>, NormalizeError> {
+    if bytes.is_empty() {
+        return Ok(Id::Absent);
+    }
+    match <[u8; N]>::try_from(bytes) {
+        Ok(id) if id == [0; N] => Ok(Id::Zero),
+        Ok(id) => Ok(Id::Present(id)),
         Err(_) => Err(NormalizeError {
             location: at(),
             problem: format!(
-                "{what} must be 16 bytes, got {} (in OTLP/JSON: 32 hex digits under the lowerCamelCase key)",
-                bytes.len()
+                "{what} must be {N} bytes, got {} (in OTLP/JSON: {} hex digits under the lowerCamelCase key)",
+                bytes.len(),
+                2 * N
             ),
         }),
     }
 }
 
-fn span_id(bytes: &[u8], what: &str, at: &dyn Fn() -> String) -> Result<SpanId, NormalizeError> {
-    match <SpanId>::try_from(bytes) {
-        Ok(id) if id != [0; 8] => Ok(id),
-        Ok(_) => Err(NormalizeError {
-            location: at(),
-            problem: format!("{what} is all zeros, which OTLP defines as invalid"),
-        }),
-        Err(_) => Err(NormalizeError {
-            location: at(),
-            problem: format!(
-                "{what} must be 8 bytes, got {} (in OTLP/JSON: 16 hex digits under the lowerCamelCase key)",
-                bytes.len()
-            ),
-        }),
-    }
+/// A span's own trace or span id: present and not all zeros.
+fn required_id<const N: usize>(
+    bytes: &[u8],
+    what: &str,
+    at: &dyn Fn() -> String,
+) -> Result<[u8; N], NormalizeError> {
+    let problem = match read_id::<N>(bytes, what, at)? {
+        Id::Present(id) => return Ok(id),
+        Id::Absent => format!(
+            "{what} must be {N} bytes, got 0 (in OTLP/JSON: {} hex digits under the lowerCamelCase key)",
+            2 * N
+        ),
+        Id::Zero => format!("{what} is all zeros, which OTLP defines as invalid"),
+    };
+    Err(NormalizeError {
+        location: at(),
+        problem,
+    })
 }
 
-/// An optional id: empty or all zeros mean "none"; any other length is an error.
+/// A parent or log-context id: empty or all zeros mean "none".
 fn optional_id<const N: usize>(
     bytes: &[u8],
     what: &str,
     at: &dyn Fn() -> String,
 ) -> Result<Option<[u8; N]>, NormalizeError> {
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    match <[u8; N]>::try_from(bytes) {
-        Ok(id) if id == [0; N] => Ok(None),
-        Ok(id) => Ok(Some(id)),
-        Err(_) => Err(NormalizeError {
-            location: at(),
-            problem: format!("{what} must be empty or {N} bytes, got {}", bytes.len()),
-        }),
-    }
+    Ok(match read_id::<N>(bytes, what, at)? {
+        Id::Present(id) => Some(id),
+        Id::Absent | Id::Zero => None,
+    })
 }
 
 fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> SpanClass {
@@ -587,8 +597,8 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
             let scope = Arc::new(scope(ss.scope));
             for (pi, span) in ss.spans.into_iter().enumerate() {
                 let at = || format!("resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]");
-                let trace = trace_id(&span.trace_id, "traceId", &at)?;
-                let id = span_id(&span.span_id, "spanId", &at)?;
+                let trace: TraceId = required_id(&span.trace_id, "traceId", &at)?;
+                let id: SpanId = required_id(&span.span_id, "spanId", &at)?;
                 let parent = optional_id::<8>(&span.parent_span_id, "parentSpanId", &at)?;
                 let start_ns = timestamp(span.start_time_unix_nano, "startTimeUnixNano", &at)?;
                 let end_ns = timestamp(span.end_time_unix_nano, "endTimeUnixNano", &at)?;
@@ -612,8 +622,8 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                 for (li, l) in span.links.into_iter().enumerate() {
                     let at = || format!("{}.links[{li}]", at());
                     links.push(SpanLinkRecord {
-                        trace_id: trace_id(&l.trace_id, "traceId", &at)?,
-                        span_id: span_id(&l.span_id, "spanId", &at)?,
+                        trace_id: required_id(&l.trace_id, "traceId", &at)?,
+                        span_id: required_id(&l.span_id, "spanId", &at)?,
                         trace_state: l.trace_state,
                         attributes: attributes(l.attributes),
                     });

@@ -64,7 +64,9 @@ async fn grpc_raw(
     let (resp, mut stream) = client
         .send_request(req.body(()).expect("request"), false)
         .expect("send");
-    stream.send_data(Bytes::from(frame), true).expect("data");
+    // The server may answer (and reset the stream) before reading a body it refuses on the
+    // headers alone, so a failed send is not an error here: the answer is what is checked.
+    let _ = stream.send_data(Bytes::from(frame), true);
     let resp = resp.await.expect("response");
     let (parts, mut body) = resp.into_parts();
     let headers = if parts.headers.contains_key("grpc-status") {
