@@ -87,7 +87,14 @@ fn stages(c: &mut Criterion) {
             rows.append(s).expect("append");
         }
     }
-    let record_batch = rows.finish().expect("batch");
+    // A daemon's writer lives for a whole file, so encode ten batches per writer to keep the
+    // writer's set-up (a zstd context per column) from dominating the figure.
+    let one = rows.finish().expect("batch");
+    let record_batch =
+        arrow::compute::concat_batches(&one.schema(), &vec![one.clone(); 10]).expect("concat");
+    g.finish();
+    let mut g = c.benchmark_group("ingest_x10");
+    g.throughput(Throughput::Elements(record_batch.num_rows() as u64));
     let settings = FileSettings {
         max_bytes: u64::MAX,
         max_age: std::time::Duration::from_secs(3600),
@@ -95,15 +102,24 @@ fn stages(c: &mut Criterion) {
         row_group_bytes: 32 << 20,
         zstd_level: 3,
     };
-    let props = writer_properties(&settings, Table::Spans).expect("props");
-    g.bench_function("parquet_encode_zstd3", |b| {
-        b.iter(|| {
+    for level in [1, 3] {
+        let settings = FileSettings {
+            zstd_level: level,
+            ..settings.clone()
+        };
+        let props = writer_properties(&settings, Table::Spans).expect("props");
+        let encode = || {
             let mut w = ArrowWriter::try_new(Vec::new(), spans_schema(), Some(props.clone()))
                 .expect("writer");
             w.write(&record_batch).expect("write");
             w.into_inner().expect("close").len()
-        })
-    });
+        };
+        eprintln!("zstd {level}: {} bytes of Parquet", encode());
+        g.bench_function(format!("parquet_encode_zstd{level}"), |b| b.iter(encode));
+    }
+    g.finish();
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(spans as u64));
     let json_bodies: Vec<Vec<u8>> = bodies
         .iter()
         .map(|b| {
