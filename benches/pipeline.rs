@@ -11,6 +11,8 @@ use toolwatch::archive::partition::{writer_properties, FileSettings, Table};
 use toolwatch::archive::schema::{spans_schema, SpanRows};
 use toolwatch::event::EventBatch;
 use toolwatch::loadgen::generate;
+use toolwatch::protect::engine::Redactor;
+use toolwatch::protect::rules::RedactionConfig;
 use toolwatch::protect::{KeyedHasher, Protector};
 use toolwatch::receive::decode;
 use toolwatch::receive::normalize;
@@ -57,7 +59,9 @@ fn stages(c: &mut Criterion) {
     g.bench_function("decode_and_normalize", |b| {
         b.iter(|| std::hint::black_box(batches_of(&bodies)))
     });
-    let protector = Protector::new(KeyedHasher::new(b"bench-key"));
+    let redactor = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"bench-key"))
+        .expect("default rules compile");
+    let protector = Protector::new(redactor);
     g.bench_function("protect", |b| {
         b.iter_batched(
             || batches.clone(),

@@ -28,6 +28,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
+    /// Redaction rules applied by `protect`.
+    pub redaction: crate::protect::rules::RedactionConfig,
     /// The daemon's own logs.
     pub log: LogConfig,
 }
@@ -256,8 +258,17 @@ impl Config {
         })
     }
 
-    /// Checks that span several keys: the three servers need distinct addresses.
+    /// Checks that span several keys: the three servers need distinct addresses, and the
+    /// redaction rules must compile.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::protect::engine::Redactor::new(
+            &self.redaction,
+            crate::protect::KeyedHasher::new(b"validation only"),
+        )
+        .map_err(|e| ConfigError::Invalid {
+            origin: "configuration".into(),
+            message: e.to_string(),
+        })?;
         let l = &self.listen;
         let named = [
             ("listen.otlp_grpc", l.otlp_grpc),

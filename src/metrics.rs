@@ -104,6 +104,7 @@ pub struct Metrics {
     archive_abandoned: Family<Labels1, Counter>,
     queue_depth: Gauge,
     open_files: Gauge,
+    redactions: Family<[(&'static str, String); 1], Counter>,
 }
 
 impl Default for Metrics {
@@ -130,7 +131,13 @@ impl Metrics {
             archive_abandoned: Family::default(),
             queue_depth: Gauge::default(),
             open_files: Gauge::default(),
+            redactions: Family::default(),
         };
+        registry.register(
+            "redactions",
+            "Values removed by protect, by rule id (never what was removed)",
+            m.redactions.clone(),
+        );
         registry.register(
             "otlp_requests",
             "OTLP export requests accepted, by transport and signal",
@@ -254,6 +261,15 @@ impl Metrics {
         self.archive_abandoned
             .get_or_create(&[("table", table.as_str())])
             .inc_by(files);
+    }
+
+    /// Counts rule hits; rule ids come from the configuration, never from a payload.
+    pub fn redactions(&self, hits: &crate::event::Redactions) {
+        for (rule, n) in hits {
+            self.redactions
+                .get_or_create(&[("rule", rule.clone())])
+                .inc_by(u64::from(*n));
+        }
     }
 
     /// Batches waiting for the archive.

@@ -54,7 +54,8 @@ impl Intake {
         if batch.is_empty() {
             return Ok(());
         }
-        self.protector.protect(&mut batch);
+        let hits = self.protector.protect(&mut batch);
+        self.metrics.redactions(&hits);
         match self.queue.send_timeout(batch, self.enqueue_timeout).await {
             Ok(()) => {
                 self.metrics

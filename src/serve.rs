@@ -19,6 +19,7 @@ use crate::archive::{self, Archive, ArchiveError, ArchiveTotals};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Intake;
+use crate::protect::engine::{Redactor, RuleError};
 use crate::protect::{KeyError, KeyedHasher, Protector};
 use crate::receive::{grpc, http, ReceiverContext};
 
@@ -49,6 +50,9 @@ pub enum ServeError {
     /// The hash key could not be loaded.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// A redaction rule does not compile.
+    #[error(transparent)]
+    Rules(#[from] RuleError),
     /// The archive could not be opened.
     #[error("archive: {0}")]
     Archive(#[from] ArchiveError),
@@ -90,6 +94,7 @@ pub async fn run(
     })?;
     let metrics = Arc::new(Metrics::new());
     let hasher = KeyedHasher::load_or_create(&data_dir.join("state").join("hash.key"))?;
+    let redactor = Redactor::new(&config.redaction, hasher)?;
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
     let archive = Archive::open(
         &data_dir,
@@ -108,7 +113,7 @@ pub async fn run(
     .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
 
     let intake = Arc::new(Intake::new(
-        Protector::new(hasher),
+        Protector::new(redactor),
         queue_tx,
         config.limits.enqueue_timeout.0,
         Arc::clone(&metrics),

@@ -1,9 +1,18 @@
 //! Protect: what must never be stored, forwarded or logged is removed here.
 //!
 //! Every event passes through [`Protector::protect`] after normalization and before any
-//! other stage sees it. Today this stage replaces idempotency keys with a keyed HMAC
-//! (`hmac:<key-id>:<hex>`), so equal keys stay joinable without being readable; the
-//! configurable redaction rules are the next piece of this stage.
+//! other stage sees it. It replaces idempotency keys with a keyed HMAC (`hmac:<key-id>:<hex>`,
+//! equal keys stay joinable without being readable), and applies the redaction rules
+//! ([`engine::Redactor`]: key rules, value detectors, allowlists) to every string of the item:
+//! resource, scope, span and log attributes at any depth, span names, status messages, event
+//! and link attributes, log bodies, the free-text typed fields, and JSON inside strings. Each
+//! item records which rules fired and how often, never what they removed.
+
+pub mod catalogue;
+pub mod engine;
+pub mod rules;
+pub mod validators;
+pub mod walk;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,9 +20,13 @@ use std::path::{Path, PathBuf};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::event::{AttrValue, Attributes, AuditFields, EventBatch, Resource};
+use crate::event::{
+    AttrValue, Attributes, AuditFields, EventBatch, GenAiFields, Redactions, Resource, Scope,
+};
+use engine::Redactor;
 
 /// The attribute that carries an idempotency key on the wire.
 const IDEMPOTENCY_KEY: &str = "executor.idempotency_key";
@@ -111,38 +124,93 @@ impl KeyedHasher {
 /// The protect stage.
 #[derive(Clone)]
 pub struct Protector {
-    hasher: KeyedHasher,
+    redactor: Arc<Redactor>,
+}
+
+/// Redacted copies of the resources and scopes of one batch, shared by its items.
+#[derive(Default)]
+struct SharedParts {
+    resources: HashMap<*const Resource, (Arc<Resource>, Redactions)>,
+    scopes: HashMap<*const Scope, (Arc<Scope>, Redactions)>,
+}
+
+fn add_hits(into: &mut Redactions, from: &Redactions) {
+    for (rule, n) in from {
+        *into.entry(rule.clone()).or_insert(0) += n;
+    }
 }
 
 impl Protector {
-    /// A protector hashing with `hasher`.
-    pub fn new(hasher: KeyedHasher) -> Protector {
-        Protector { hasher }
+    /// A protector applying `redactor`'s rules and hashing with its key.
+    pub fn new(redactor: Redactor) -> Protector {
+        Protector {
+            redactor: Arc::new(redactor),
+        }
     }
 
-    /// Protects a batch in place.
-    pub fn protect(&self, batch: &mut EventBatch) {
+    /// The compiled rules.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// Protects a batch in place; returns how often each rule fired across the batch.
+    pub fn protect(&self, batch: &mut EventBatch) -> Redactions {
+        let r = &*self.redactor;
+        let mut shared = SharedParts::default();
+        let mut total = Redactions::new();
         for span in &mut batch.spans {
-            self.protect_audit(&mut span.audit);
+            let mut hits = Redactions::new();
+            self.protect_audit(&mut span.audit, &mut hits);
             self.protect_attributes(&mut span.attributes);
+            walk::redact_attributes(r, &mut span.attributes, &mut hits, 0);
+            walk::redact_string(r, &mut span.name, &mut hits, 0);
+            walk::redact_string(r, &mut span.status_message, &mut hits, 0);
+            protect_gen_ai(r, &mut span.gen_ai, &mut hits);
             for e in &mut span.events {
                 self.protect_attributes(&mut e.attributes);
+                walk::redact_string(r, &mut e.name, &mut hits, 0);
+                walk::redact_attributes(r, &mut e.attributes, &mut hits, 0);
             }
             for l in &mut span.links {
                 self.protect_attributes(&mut l.attributes);
+                walk::redact_attributes(r, &mut l.attributes, &mut hits, 0);
             }
-            self.protect_resource(&mut span.resource);
+            self.protect_shared(&mut span.resource, &mut span.scope, &mut shared, &mut hits);
+            add_hits(&mut total, &hits);
+            span.redactions = hits;
         }
         for log in &mut batch.logs {
-            self.protect_audit(&mut log.audit);
+            let mut hits = Redactions::new();
+            self.protect_audit(&mut log.audit, &mut hits);
             self.protect_attributes(&mut log.attributes);
-            self.protect_resource(&mut log.resource);
+            walk::redact_attributes(r, &mut log.attributes, &mut hits, 0);
+            walk::redact_value(r, &mut log.body, &mut hits, 0);
+            walk::redact_string(r, &mut log.event_name, &mut hits, 0);
+            self.protect_shared(&mut log.resource, &mut log.scope, &mut shared, &mut hits);
+            add_hits(&mut total, &hits);
+            log.redactions = hits;
         }
+        total
     }
 
-    fn protect_audit(&self, audit: &mut AuditFields) {
+    fn protect_audit(&self, audit: &mut AuditFields, hits: &mut Redactions) {
         if let Some(raw) = audit.idempotency_key.take() {
-            audit.idempotency_key_hash = Some(self.hasher.hash(&raw));
+            audit.idempotency_key_hash = Some(self.redactor.hasher().hash(&raw));
+        }
+        let r = &*self.redactor;
+        // Codes (effect class, decisions, result codes, stop reasons) are not free text.
+        for field in [
+            &mut audit.request_id,
+            &mut audit.claimed_tenant,
+            &mut audit.principal_id,
+            &mut audit.resource_id,
+            &mut audit.resource_version,
+            &mut audit.tool_version,
+            &mut audit.tool_schema_version,
+            &mut audit.prompt_version,
+            &mut audit.confirmation_digest,
+        ] {
+            walk::redact_field(r, field, hits);
         }
     }
 
@@ -155,22 +223,58 @@ impl Protector {
                     AttrValue::Str(s) => s.clone(),
                     other => serde_json::to_string(other).unwrap_or_default(),
                 };
-                *value = AttrValue::Str(self.hasher.hash(&raw));
+                *value = AttrValue::Str(self.redactor.hasher().hash(&raw));
             }
         }
     }
 
-    fn protect_resource(&self, resource: &mut Arc<Resource>) {
-        let exposed = resource
-            .attributes
-            .0
-            .iter()
-            .any(|(k, _)| k == IDEMPOTENCY_KEY);
-        if exposed {
-            // The resource is shared with other items: this item gets its own protected copy,
-            // and each item is protected exactly once, so nothing is hashed twice.
-            self.protect_attributes(&mut Arc::make_mut(resource).attributes);
-        }
+    /// Resources and scopes are shared by the items of a batch: each is protected once, and
+    /// its findings are counted on every item that carries it.
+    fn protect_shared(
+        &self,
+        resource: &mut Arc<Resource>,
+        scope: &mut Arc<Scope>,
+        shared: &mut SharedParts,
+        hits: &mut Redactions,
+    ) {
+        let r = &*self.redactor;
+        let key = Arc::as_ptr(resource);
+        let (protected, found) = shared.resources.entry(key).or_insert_with(|| {
+            let mut res = (**resource).clone();
+            let mut found = Redactions::new();
+            self.protect_attributes(&mut res.attributes);
+            walk::redact_attributes(r, &mut res.attributes, &mut found, 0);
+            walk::redact_string(r, &mut res.service_name, &mut found, 0);
+            (Arc::new(res), found)
+        });
+        *resource = Arc::clone(protected);
+        add_hits(hits, found);
+        let key = Arc::as_ptr(scope);
+        let (protected, found) = shared.scopes.entry(key).or_insert_with(|| {
+            let mut sc = (**scope).clone();
+            let mut found = Redactions::new();
+            walk::redact_attributes(r, &mut sc.attributes, &mut found, 0);
+            (Arc::new(sc), found)
+        });
+        *scope = Arc::clone(protected);
+        add_hits(hits, found);
+    }
+}
+
+/// The GenAI fields that carry free text or payloads (models, providers, operation names and
+/// tool names are identifiers and stay as sent).
+fn protect_gen_ai(r: &Redactor, g: &mut GenAiFields, hits: &mut Redactions) {
+    for field in [
+        &mut g.response_id,
+        &mut g.conversation_id,
+        &mut g.agent_id,
+        &mut g.agent_name,
+        &mut g.tool_call_id,
+        &mut g.tool_arguments,
+        &mut g.tool_result,
+        &mut g.mcp_session_id,
+    ] {
+        walk::redact_field(r, field, hits);
     }
 }
 
@@ -241,7 +345,9 @@ mod tests {
             spans: vec![span.clone(), span],
             logs: vec![],
         };
-        Protector::new(hasher.clone()).protect(&mut batch);
+        let redactor = Redactor::new(&rules::RedactionConfig::default(), hasher.clone())
+            .expect("default rules compile");
+        Protector::new(redactor).protect(&mut batch);
         let s = &batch.spans[1];
         assert_eq!(s.audit.idempotency_key, None);
         assert_eq!(

@@ -1,0 +1,316 @@
+//! The compiled rules: one Aho-Corasick pass picks the detectors worth running on a string,
+//! then only those regexes run. Findings never overlap; the earliest, then longest, wins.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use regex::Regex;
+
+use super::catalogue;
+use super::rules::{Action, DetectorSpec, KeyGlob, KeyRuleSpec, RedactionConfig};
+use super::validators::Validator;
+use super::KeyedHasher;
+use crate::event::Redactions;
+
+/// A rule that cannot be used; the daemon refuses to start with it.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    /// The regex does not compile.
+    #[error("redaction rule {id}: invalid regex: {source}")]
+    Regex {
+        /// Rule id.
+        id: String,
+        /// The regex error.
+        source: Box<regex::Error>,
+    },
+    /// The capture group does not exist in the regex.
+    #[error("redaction rule {id}: group {group} does not exist (the regex has {groups})")]
+    Group {
+        /// Rule id.
+        id: String,
+        /// Configured group.
+        group: usize,
+        /// Groups in the regex, including 0.
+        groups: usize,
+    },
+    /// Two rules share an id.
+    #[error("redaction rule id {0} is used twice")]
+    DuplicateId(String),
+    /// `drop` is for key rules.
+    #[error("redaction rule {0}: a detector can mask or hash its match; drop is for key rules")]
+    DropOnDetector(String),
+    /// The keyword prefilter could not be built.
+    #[error("redaction keywords: {0}")]
+    Keywords(String),
+    /// A disabled rule id names no built-in rule.
+    #[error("redaction.disabled_rules: {0} is not a built-in rule id")]
+    UnknownDisabled(String),
+}
+
+struct Detector {
+    id: Arc<str>,
+    regex: Regex,
+    group: usize,
+    validator: Option<Validator>,
+    action: Action,
+}
+
+/// A key rule, compiled.
+pub struct KeyRule {
+    /// Rule id.
+    pub id: Arc<str>,
+    globs: Vec<KeyGlob>,
+    /// What to do with the value.
+    pub action: Action,
+}
+
+/// One thing a detector found in a string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The rule.
+    pub rule: Arc<str>,
+    /// Byte range in the string.
+    pub start: usize,
+    /// End of the byte range.
+    pub end: usize,
+}
+
+/// The compiled redaction rules.
+pub struct Redactor {
+    detectors: Vec<Detector>,
+    prefilter: Option<AhoCorasick>,
+    /// Prefilter pattern index to detector index.
+    keyword_owner: Vec<usize>,
+    /// Detectors without keywords: they run on every string.
+    unfiltered: Vec<usize>,
+    key_rules: Vec<KeyRule>,
+    allow_keys: Vec<KeyGlob>,
+    allow_values: HashSet<String>,
+    hasher: KeyedHasher,
+    /// Deepest nesting examined.
+    pub max_depth: usize,
+}
+
+impl Redactor {
+    /// Compiles the configured rules (plus the catalogue unless switched off).
+    pub fn new(config: &RedactionConfig, hasher: KeyedHasher) -> Result<Redactor, RuleError> {
+        let (mut detector_specs, mut key_specs) = if config.default_rules {
+            (catalogue::default_detectors(), catalogue::default_key_rules())
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        for id in &config.disabled_rules {
+            let known = detector_specs.iter().any(|d| &d.id == id)
+                || key_specs.iter().any(|k| &k.id == id);
+            if !known && config.default_rules {
+                return Err(RuleError::UnknownDisabled(id.clone()));
+            }
+        }
+        detector_specs.retain(|d| !config.disabled_rules.contains(&d.id));
+        key_specs.retain(|k| !config.disabled_rules.contains(&k.id));
+        detector_specs.extend(config.detectors.iter().cloned());
+        key_specs.extend(config.key_rules.iter().cloned());
+
+        let mut seen = HashSet::new();
+        for id in detector_specs
+            .iter()
+            .map(|d| &d.id)
+            .chain(key_specs.iter().map(|k| &k.id))
+        {
+            if !seen.insert(id.clone()) {
+                return Err(RuleError::DuplicateId(id.clone()));
+            }
+        }
+
+        let mut detectors = Vec::with_capacity(detector_specs.len());
+        let mut keywords: Vec<String> = Vec::new();
+        let mut keyword_owner = Vec::new();
+        let mut unfiltered = Vec::new();
+        for (i, spec) in detector_specs.iter().enumerate() {
+            detectors.push(compile_detector(spec)?);
+            if spec.keywords.is_empty() {
+                unfiltered.push(i);
+            }
+            for k in &spec.keywords {
+                keywords.push(k.to_ascii_lowercase());
+                keyword_owner.push(i);
+            }
+        }
+        let prefilter = if keywords.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasickBuilder::new()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::Standard)
+                    .build(&keywords)
+                    .map_err(|e| RuleError::Keywords(e.to_string()))?,
+            )
+        };
+        Ok(Redactor {
+            detectors,
+            prefilter,
+            keyword_owner,
+            unfiltered,
+            key_rules: key_specs.iter().map(compile_key_rule).collect(),
+            allow_keys: config.allow_keys.iter().map(|k| KeyGlob::new(k)).collect(),
+            allow_values: config.allow_values.iter().cloned().collect(),
+            hasher,
+            max_depth: config.max_depth,
+        })
+    }
+
+    /// The hasher used by `hash` actions.
+    pub fn hasher(&self) -> &KeyedHasher {
+        &self.hasher
+    }
+
+    /// Ids of every compiled rule (detectors, then key rules).
+    pub fn rule_ids(&self) -> Vec<&str> {
+        self.detectors
+            .iter()
+            .map(|d| &*d.id)
+            .chain(self.key_rules.iter().map(|k| &*k.id))
+            .collect()
+    }
+
+    /// True when the key is on the allowlist and its value is never touched.
+    pub fn is_allowed_key(&self, key: &str) -> bool {
+        self.allow_keys.iter().any(|g| g.matches(key))
+    }
+
+    /// The key rule that covers `key`, if any.
+    pub fn key_rule(&self, key: &str) -> Option<&KeyRule> {
+        self.key_rules
+            .iter()
+            .find(|r| r.globs.iter().any(|g| g.matches(key)))
+    }
+
+    /// Every finding in `text`, non-overlapping, in order.
+    pub fn scan(&self, text: &str) -> Vec<Finding> {
+        let mut run = vec![false; self.detectors.len()];
+        for &i in &self.unfiltered {
+            run[i] = true;
+        }
+        if let Some(ac) = &self.prefilter {
+            for m in ac.find_overlapping_iter(text) {
+                run[self.keyword_owner[m.pattern().as_usize()]] = true;
+            }
+        }
+        let mut found = Vec::new();
+        for (i, d) in self.detectors.iter().enumerate() {
+            if run[i] {
+                d.find_all(text, &self.allow_values, &mut found);
+            }
+        }
+        if found.len() > 1 {
+            // Earliest first; at one start the longest; at equal spans the earlier rule.
+            found.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+            let mut kept: Vec<Finding> = Vec::with_capacity(found.len());
+            for f in found {
+                if kept.last().is_none_or(|k| f.start >= k.end) {
+                    kept.push(f);
+                }
+            }
+            return kept;
+        }
+        found
+    }
+
+    /// `text` with every finding replaced, or `None` when nothing was found. Counts each
+    /// finding under its rule id in `hits`.
+    pub fn redact_text(&self, text: &str, hits: &mut Redactions) -> Option<String> {
+        let findings = self.scan(text);
+        if findings.is_empty() {
+            return None;
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut pos = 0;
+        for f in &findings {
+            out.push_str(&text[pos..f.start]);
+            let action = self.action_of(&f.rule);
+            out.push_str(&self.replacement(&f.rule, action, &text[f.start..f.end]));
+            *hits.entry(f.rule.to_string()).or_insert(0) += 1;
+            pos = f.end;
+        }
+        out.push_str(&text[pos..]);
+        Some(out)
+    }
+
+    fn action_of(&self, rule: &str) -> Action {
+        self.detectors
+            .iter()
+            .find(|d| &*d.id == rule)
+            .map_or(Action::Mask, |d| d.action)
+    }
+
+    /// The text that replaces `original` under `action`.
+    pub fn replacement(&self, rule: &str, action: Action, original: &str) -> String {
+        match action {
+            Action::Hash => self.hasher.hash(original),
+            Action::Mask | Action::Drop => format!("[REDACTED:{rule}]"),
+        }
+    }
+}
+
+impl Detector {
+    fn find_all(&self, text: &str, allow: &HashSet<String>, out: &mut Vec<Finding>) {
+        let mut accept = |start: usize, end: usize| {
+            let m = &text[start..end];
+            if self.validator.is_none_or(|v| v.accepts(m)) && !allow.contains(m) {
+                out.push(Finding {
+                    rule: Arc::clone(&self.id),
+                    start,
+                    end,
+                });
+            }
+        };
+        if self.group == 0 {
+            for m in self.regex.find_iter(text) {
+                accept(m.start(), m.end());
+            }
+        } else {
+            for caps in self.regex.captures_iter(text) {
+                if let Some(m) = caps.get(self.group) {
+                    accept(m.start(), m.end());
+                }
+            }
+        }
+    }
+}
+
+fn compile_detector(spec: &DetectorSpec) -> Result<Detector, RuleError> {
+    if spec.action == Action::Drop {
+        return Err(RuleError::DropOnDetector(spec.id.clone()));
+    }
+    let regex = regex::RegexBuilder::new(&spec.regex)
+        .size_limit(1 << 22)
+        .build()
+        .map_err(|e| RuleError::Regex {
+            id: spec.id.clone(),
+            source: Box::new(e),
+        })?;
+    if spec.group >= regex.captures_len() {
+        return Err(RuleError::Group {
+            id: spec.id.clone(),
+            group: spec.group,
+            groups: regex.captures_len(),
+        });
+    }
+    Ok(Detector {
+        id: Arc::from(spec.id.as_str()),
+        regex,
+        group: spec.group,
+        validator: spec.validator,
+        action: spec.action,
+    })
+}
+
+fn compile_key_rule(spec: &KeyRuleSpec) -> KeyRule {
+    KeyRule {
+        id: Arc::from(spec.id.as_str()),
+        globs: spec.keys.iter().map(|k| KeyGlob::new(k)).collect(),
+        action: spec.action,
+    }
+}

@@ -1,0 +1,196 @@
+//! Redaction rules as configured: the `[redaction]` section of the config.
+
+use serde::{Deserialize, Serialize};
+
+use super::validators::Validator;
+
+/// What to do with what a rule found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Replace with `[REDACTED:<rule-id>]`.
+    #[default]
+    Mask,
+    /// Replace with `hmac:<key-id>:<hex>` under toolwatch's key (joinable, not readable).
+    Hash,
+    /// Remove the attribute (key rules only; a detector's match is masked instead).
+    Drop,
+}
+
+/// A value detector.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectorSpec {
+    /// Stable id: it appears in archive rows and metric labels.
+    pub id: String,
+    /// One line saying what it finds.
+    #[serde(default)]
+    pub description: String,
+    /// The regex (Rust `regex` syntax).
+    pub regex: String,
+    /// Keywords (case-insensitive); the detector runs only on text containing one. Empty:
+    /// always runs.
+    #[serde(default)]
+    pub keywords: Vec<String>,
+    /// Capture group to replace (0 = the whole match).
+    #[serde(default)]
+    pub group: usize,
+    /// Optional check of the matched text.
+    #[serde(default)]
+    pub validator: Option<Validator>,
+    /// What to do with a match.
+    #[serde(default)]
+    pub action: Action,
+}
+
+/// A key rule: attribute (or JSON object) keys whose whole value is removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRuleSpec {
+    /// Stable id.
+    pub id: String,
+    /// One line saying what it covers.
+    #[serde(default)]
+    pub description: String,
+    /// Key names or globs (`*` matches any run of characters), case-insensitive.
+    pub keys: Vec<String>,
+    /// What to do with the value.
+    #[serde(default)]
+    pub action: Action,
+}
+
+/// The `[redaction]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedactionConfig {
+    /// Use the built-in catalogue of detectors and key rules.
+    pub default_rules: bool,
+    /// Ids of built-in rules to switch off (e.g. `ipv4_address`).
+    pub disabled_rules: Vec<String>,
+    /// Extra detectors.
+    pub detectors: Vec<DetectorSpec>,
+    /// Extra key rules.
+    pub key_rules: Vec<KeyRuleSpec>,
+    /// Keys never touched (globs): ids, codes, counters.
+    pub allow_keys: Vec<String>,
+    /// Exact values never redacted (known false positives).
+    pub allow_values: Vec<String>,
+    /// Deepest nesting examined (attribute lists, JSON); anything deeper is removed whole.
+    pub max_depth: usize,
+}
+
+impl Default for RedactionConfig {
+    fn default() -> Self {
+        RedactionConfig {
+            default_rules: true,
+            disabled_rules: Vec::new(),
+            detectors: Vec::new(),
+            key_rules: Vec::new(),
+            allow_keys: [
+                "executor.effect_class",
+                "executor.policy_decision",
+                "executor.policy_reason",
+                "executor.result_code",
+                "executor.stop_reason",
+                "executor.confirmation_status",
+                "executor.retry_attempt",
+                "executor.timeout_ms",
+                "executor.result_bytes",
+                "gen_ai.usage.*",
+                "gen_ai.operation.name",
+                "gen_ai.provider.name",
+                "gen_ai.system",
+                "gen_ai.request.model",
+                "gen_ai.response.model",
+                "gen_ai.tool.name",
+                "service.name",
+                "service.version",
+                "telemetry.sdk.*",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            allow_values: Vec::new(),
+            max_depth: 16,
+        }
+    }
+}
+
+/// A glob over keys: `*` matches any run of characters; matching ignores ASCII case.
+#[derive(Debug, Clone)]
+pub struct KeyGlob {
+    parts: Vec<String>,
+    anchored_start: bool,
+    anchored_end: bool,
+}
+
+impl KeyGlob {
+    /// Compiles a glob.
+    pub fn new(pattern: &str) -> KeyGlob {
+        let lower = pattern.to_ascii_lowercase();
+        KeyGlob {
+            anchored_start: !lower.starts_with('*'),
+            anchored_end: !lower.ends_with('*'),
+            parts: lower
+                .split('*')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+
+    /// True when `key` matches.
+    pub fn matches(&self, key: &str) -> bool {
+        let key = key.to_ascii_lowercase();
+        let mut rest = key.as_str();
+        if self.parts.is_empty() {
+            // "*" matches anything; "" matches only "".
+            return !self.anchored_start || key.is_empty();
+        }
+        for (i, part) in self.parts.iter().enumerate() {
+            let first = i == 0;
+            let last = i == self.parts.len() - 1;
+            if first && self.anchored_start {
+                if !rest.starts_with(part.as_str()) {
+                    return false;
+                }
+                rest = &rest[part.len()..];
+                if last && self.anchored_end {
+                    return rest.is_empty();
+                }
+                continue;
+            }
+            if last && self.anchored_end {
+                return rest.ends_with(part.as_str());
+            }
+            match rest.find(part.as_str()) {
+                Some(pos) => rest = &rest[pos + part.len()..],
+                None => return false,
+            }
+        }
+        !self.anchored_end || rest.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        let g = |p: &str, k: &str| KeyGlob::new(p).matches(k);
+        assert!(g("*password*", "db.PASSWORD.value"));
+        assert!(g("*password*", "password"));
+        assert!(!g("*password*", "passwd"));
+        assert!(g("*.api_key", "openai.api_key"));
+        assert!(!g("*.api_key", "api_key"));
+        assert!(g("set-cookie", "Set-Cookie"));
+        assert!(!g("set-cookie", "set-cookie2"));
+        assert!(g("gen_ai.usage.*", "gen_ai.usage.input_tokens"));
+        assert!(g("a*b*c", "axxbyyc"));
+        assert!(!g("a*b*c", "axxbyy"));
+        assert!(g("*", "anything"));
+        assert!(g("token", "TOKEN"));
+        assert!(!g("token", "input_tokens"));
+    }
+}

@@ -1,0 +1,305 @@
+//! Checks that confirm a regex match is what it looks like, where the format allows it.
+//!
+//! A detector with a validator only fires when the validator accepts the matched text; this
+//! is what keeps card-number and IBAN rules from firing on order numbers and timestamps.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+/// A validator a detector can name in its configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Validator {
+    /// Luhn checksum over the digits (payment cards).
+    Luhn,
+    /// ISO 13616 mod-97 check (IBANs).
+    IbanMod97,
+    /// Shannon entropy of at least `bits` per character.
+    MinEntropy {
+        /// Minimum bits per character.
+        bits: f64,
+    },
+    /// GitHub's token checksum: the last 6 characters are the base62 CRC32 of the rest.
+    GithubCrc32,
+    /// npm's token checksum (same scheme as GitHub's).
+    NpmCrc32,
+    /// A JWT whose header segment decodes to a JSON object with `alg`.
+    JwtHeader,
+    /// HTTP Basic credentials that decode to `user:password`.
+    BasicAuth,
+    /// A US social security number outside the ranges never issued.
+    UsSsn,
+    /// Not a run of one repeated character or an ascending sequence (`0123…`, `abcd…`).
+    NotTrivial,
+    /// A plausible secret value under a secret-looking key: not a number, a boolean, a type
+    /// name or a placeholder.
+    SecretLike,
+    /// 8 to 15 digits, as E.164 allows.
+    PhoneDigits,
+    /// Parses as an IPv6 address.
+    Ipv6,
+}
+
+impl Validator {
+    /// True when `text` passes.
+    pub fn accepts(self, text: &str) -> bool {
+        match self {
+            Validator::Luhn => luhn(text),
+            Validator::IbanMod97 => iban_mod97(text),
+            Validator::MinEntropy { bits } => shannon_entropy(text) >= bits,
+            Validator::GithubCrc32 | Validator::NpmCrc32 => token_crc32(text),
+            Validator::JwtHeader => jwt_header(text),
+            Validator::BasicAuth => basic_auth(text),
+            Validator::UsSsn => us_ssn(text),
+            Validator::NotTrivial => not_trivial(text),
+            Validator::SecretLike => secret_like(text),
+            Validator::PhoneDigits => {
+                (8..=15).contains(&text.bytes().filter(u8::is_ascii_digit).count())
+            }
+            Validator::Ipv6 => text.parse::<std::net::Ipv6Addr>().is_ok(),
+        }
+    }
+}
+
+/// Luhn checksum over the digits of `text` (separators ignored); 12 to 19 digits.
+pub fn luhn(text: &str) -> bool {
+    let digits: Vec<u32> = text.chars().filter_map(|c| c.to_digit(10)).collect();
+    if !(12..=19).contains(&digits.len()) || digits.iter().all(|&d| d == digits[0]) {
+        return false;
+    }
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, &d)| {
+            if i % 2 == 1 {
+                let x = d * 2;
+                if x > 9 {
+                    x - 9
+                } else {
+                    x
+                }
+            } else {
+                d
+            }
+        })
+        .sum();
+    sum.is_multiple_of(10)
+}
+
+/// IBAN check: country code, check digits, mod 97 == 1 (spaces ignored).
+pub fn iban_mod97(text: &str) -> bool {
+    let compact: Vec<u8> = text
+        .bytes()
+        .filter(|b| !b.is_ascii_whitespace() && *b != b'-')
+        .map(|b| b.to_ascii_uppercase())
+        .collect();
+    if !(15..=34).contains(&compact.len())
+        || !compact[..2].iter().all(u8::is_ascii_alphabetic)
+        || !compact[2..4].iter().all(u8::is_ascii_digit)
+        || !compact.iter().all(u8::is_ascii_alphanumeric)
+    {
+        return false;
+    }
+    let rearranged = compact[4..].iter().chain(&compact[..4]);
+    let mut rem: u32 = 0;
+    for &b in rearranged {
+        let v = if b.is_ascii_digit() {
+            u32::from(b - b'0')
+        } else {
+            u32::from(b - b'A') + 10
+        };
+        rem = if v >= 10 {
+            (rem * 100 + v) % 97
+        } else {
+            (rem * 10 + v) % 97
+        };
+    }
+    rem == 1
+}
+
+/// Shannon entropy in bits per character.
+pub fn shannon_entropy(text: &str) -> f64 {
+    let mut counts = [0u32; 256];
+    let mut n = 0u32;
+    for b in text.bytes() {
+        counts[b as usize] += 1;
+        n += 1;
+    }
+    if n == 0 {
+        return 0.0;
+    }
+    let n = f64::from(n);
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+fn base62_6(mut n: u32) -> [u8; 6] {
+    let mut out = [b'0'; 6];
+    for slot in out.iter_mut().rev() {
+        *slot = BASE62[(n % 62) as usize];
+        n /= 62;
+    }
+    out
+}
+
+/// GitHub and npm tokens: `prefix_` + 30 random base62 characters + 6-character base62
+/// CRC32 of those 30.
+pub fn token_crc32(text: &str) -> bool {
+    let Some((_, body)) = text.rsplit_once('_') else {
+        return false;
+    };
+    if body.len() != 36 || !body.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return false;
+    }
+    let (random, check) = body.split_at(30);
+    base62_6(crc32fast::hash(random.as_bytes())) == check.as_bytes()
+}
+
+fn b64url(segment: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(segment.trim_end_matches('='))
+        .ok()
+}
+
+/// A JWT: the header segment decodes to a JSON object naming `alg`.
+pub fn jwt_header(text: &str) -> bool {
+    let Some(header) = text.split('.').next() else {
+        return false;
+    };
+    b64url(header)
+        .and_then(|h| serde_json::from_slice::<serde_json::Value>(&h).ok())
+        .is_some_and(|v| v.get("alg").is_some())
+}
+
+/// `Basic <base64>` (or the bare base64) that decodes to printable `user:password`.
+pub fn basic_auth(text: &str) -> bool {
+    let token = text.rsplit(' ').next().unwrap_or(text);
+    let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(token) else {
+        return false;
+    };
+    let Ok(s) = String::from_utf8(raw) else {
+        return false;
+    };
+    match s.split_once(':') {
+        Some((user, pass)) => {
+            !user.is_empty() && !pass.is_empty() && s.chars().all(|c| !c.is_control())
+        }
+        None => false,
+    }
+}
+
+/// SSN `AAA-GG-SSSS`: area not 000, 666 or 9xx; group not 00; serial not 0000.
+pub fn us_ssn(text: &str) -> bool {
+    let digits: String = text.chars().filter(char::is_ascii_digit).collect();
+    if digits.len() != 9 {
+        return false;
+    }
+    let (area, rest) = digits.split_at(3);
+    let (group, serial) = rest.split_at(2);
+    area != "000" && area != "666" && !area.starts_with('9') && group != "00" && serial != "0000"
+}
+
+/// Not one repeated character and not a plain ascending run.
+pub fn not_trivial(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.len() < 2 {
+        return false;
+    }
+    let repeated = b.iter().all(|&c| c == b[0]);
+    let ascending = b.windows(2).all(|w| w[1] == w[0].wrapping_add(1));
+    !repeated && !ascending
+}
+
+/// Words that sit under secret-looking keys without being secrets (schemas, placeholders).
+const NOT_SECRETS: &[&str] = &[
+    "true", "false", "null", "none", "nil", "undefined", "string", "integer", "number",
+    "boolean", "object", "array", "required", "optional", "redacted", "[redacted", "hidden",
+    "example", "placeholder", "changeit_not", "env", "input_tokens", "output_tokens",
+];
+
+/// A value under a secret-looking key that is worth removing.
+pub fn secret_like(text: &str) -> bool {
+    let t = text.trim_matches(|c| c == '"' || c == '\'' || c == ',' || c == ';');
+    if t.len() < 6 || t.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'-') {
+        return false;
+    }
+    let lower = t.to_ascii_lowercase();
+    if NOT_SECRETS.iter().any(|w| lower == *w || lower.starts_with("[redacted")) {
+        return false;
+    }
+    // Placeholders and references rather than values.
+    if t.starts_with("${") || t.starts_with('<') || t.starts_with("{{") || lower.starts_with("hmac:") {
+        return false;
+    }
+    not_trivial(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn luhn_accepts_test_cards_and_refuses_near_misses() {
+        assert!(luhn("4111 1111 1111 1111"));
+        assert!(luhn("5500-0000-0000-0004"));
+        assert!(luhn("378282246310005"));
+        assert!(!luhn("4111 1111 1111 1112"));
+        assert!(!luhn("0000 0000 0000 0000"));
+        assert!(!luhn("1234"));
+    }
+
+    #[test]
+    fn iban_mod97_checks() {
+        assert!(iban_mod97("GB82 WEST 1234 5698 7654 32"));
+        assert!(iban_mod97("DE89370400440532013000"));
+        assert!(!iban_mod97("GB82 WEST 1234 5698 7654 33"));
+        assert!(!iban_mod97("ORDER12345678901234"));
+    }
+
+    #[test]
+    fn github_checksum() {
+        // A token built with the published scheme: 30 random characters + base62(CRC32).
+        let random = "abcdefghijklmnopqrstuvwxyz0123";
+        let check = base62_6(crc32fast::hash(random.as_bytes()));
+        let token = format!("ghp_{random}{}", std::str::from_utf8(&check).expect("ascii"));
+        assert!(token_crc32(&token));
+        let mut bad = token.clone();
+        bad.replace_range(4..5, "b");
+        assert!(!token_crc32(&bad));
+    }
+
+    #[test]
+    fn jwt_and_basic() {
+        assert!(jwt_header("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIn0.sig"));
+        assert!(!jwt_header("eyJmb28iOiJiYXIifQ.eyJzdWIiOiIxIn0.sig")); // {"foo":"bar"}
+        assert!(basic_auth("Basic YWxhZGRpbjpvcGVuc2VzYW1l"));
+        assert!(!basic_auth("Basic aGVsbG8gd29ybGQ=")); // "hello world"
+    }
+
+    #[test]
+    fn ssn_ranges() {
+        assert!(us_ssn("123-45-6789"));
+        assert!(!us_ssn("000-45-6789"));
+        assert!(!us_ssn("666-45-6789"));
+        assert!(!us_ssn("912-45-6789"));
+        assert!(!us_ssn("123-00-6789"));
+    }
+
+    #[test]
+    fn entropy_and_triviality() {
+        assert!(shannon_entropy("aaaaaaaa") < 0.01);
+        assert!(shannon_entropy("Zk3q9XbT2mLw8RvN") > 3.5);
+        assert!(!not_trivial("00000000"));
+        assert!(!not_trivial("abcdefgh"));
+        assert!(not_trivial("a8Fk2Lq9"));
+    }
+}

@@ -1,0 +1,215 @@
+//! Applies the rules everywhere a string can hide in an event.
+//!
+//! Strings at any depth of arrays and key-value lists; JSON inside strings (parsed, walked
+//! with key rules applied to its object keys, re-serialized only if something changed, and
+//! nested JSON-in-JSON to the depth limit); percent-encoded text (matched in decoded form);
+//! integers (a card number sent as a number); bytes (examined as UTF-8, and removed whole when
+//! they are not text, since they cannot be examined). Anything deeper than the depth limit is
+//! removed whole rather than passed through unexamined.
+
+use serde_json::Value;
+
+use super::engine::Redactor;
+use super::rules::Action;
+use crate::event::{AttrValue, Attributes, Redactions};
+
+/// Rule id recorded when a structure is deeper than `redaction.max_depth`.
+pub const MAX_DEPTH_RULE: &str = "max_depth_exceeded";
+/// Rule id recorded when a bytes value is not UTF-8 text and is removed.
+pub const BINARY_RULE: &str = "unexaminable_bytes";
+
+fn count(hits: &mut Redactions, rule: &str) {
+    *hits.entry(rule.to_string()).or_insert(0) += 1;
+}
+
+/// Redacts a string in place; true if it changed.
+pub fn redact_string(r: &Redactor, s: &mut String, hits: &mut Redactions, depth: usize) -> bool {
+    let trimmed = s.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        if let Ok(mut v) = serde_json::from_str::<Value>(s) {
+            if redact_json(r, &mut v, hits, depth + 1) {
+                *s = v.to_string();
+                return true;
+            }
+            return false;
+        }
+    }
+    if let Some(new) = r.redact_text(s, hits) {
+        *s = new;
+        return true;
+    }
+    // Secrets in URLs are often percent-encoded; match the decoded text and keep it decoded
+    // (redacted) when that finds something the encoded form hid.
+    if s.contains('%') {
+        if let Some(decoded) = percent_decode(s) {
+            if let Some(new) = r.redact_text(&decoded, hits) {
+                *s = new;
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Decodes `%XX` escapes; `None` if there are none or the result is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let mut changed = false;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(v);
+                i += 3;
+                changed = true;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    if !changed {
+        return None;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Redacts a JSON value in place; true if it changed.
+pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: usize) -> bool {
+    if depth > r.max_depth {
+        *v = Value::String(format!("[REDACTED:{MAX_DEPTH_RULE}]"));
+        count(hits, MAX_DEPTH_RULE);
+        return true;
+    }
+    match v {
+        Value::String(s) => redact_string(r, s, hits, depth),
+        Value::Number(n) => {
+            let text = n.to_string();
+            match r.redact_text(&text, hits) {
+                Some(new) => {
+                    *v = Value::String(new);
+                    true
+                }
+                None => false,
+            }
+        }
+        Value::Array(items) => {
+            let mut changed = false;
+            for item in items {
+                changed |= redact_json(r, item, hits, depth + 1);
+            }
+            changed
+        }
+        Value::Object(map) => {
+            let mut changed = false;
+            let mut dropped = Vec::new();
+            for (k, val) in map.iter_mut() {
+                if r.is_allowed_key(k) {
+                    continue;
+                }
+                if let Some(rule) = r.key_rule(k) {
+                    if val.is_null() || val.as_str().is_some_and(str::is_empty) {
+                        continue;
+                    }
+                    count(hits, &rule.id);
+                    changed = true;
+                    match rule.action {
+                        Action::Drop => dropped.push(k.clone()),
+                        action => {
+                            let original = match &*val {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            };
+                            *val = Value::String(r.replacement(&rule.id, action, &original));
+                        }
+                    }
+                    continue;
+                }
+                changed |= redact_json(r, val, hits, depth + 1);
+            }
+            for k in dropped {
+                map.remove(&k);
+            }
+            changed
+        }
+        Value::Bool(_) | Value::Null => false,
+    }
+}
+
+/// Redacts an attribute list in place (key rules, allowlist, values at any depth).
+pub fn redact_attributes(r: &Redactor, attrs: &mut Attributes, hits: &mut Redactions, depth: usize) {
+    let mut dropped = Vec::new();
+    for (i, (key, value)) in attrs.0.iter_mut().enumerate() {
+        if r.is_allowed_key(key) {
+            continue;
+        }
+        if let Some(rule) = r.key_rule(key) {
+            if matches!(value, AttrValue::Empty) || value.as_str().is_some_and(str::is_empty) {
+                continue;
+            }
+            count(hits, &rule.id);
+            match rule.action {
+                Action::Drop => dropped.push(i),
+                action => {
+                    let original = match &*value {
+                        AttrValue::Str(s) => s.clone(),
+                        other => serde_json::to_string(other).unwrap_or_default(),
+                    };
+                    *value = AttrValue::Str(r.replacement(&rule.id, action, &original));
+                }
+            }
+            continue;
+        }
+        redact_value(r, value, hits, depth + 1);
+    }
+    for i in dropped.into_iter().rev() {
+        attrs.0.remove(i);
+    }
+}
+
+/// Redacts one attribute value in place.
+pub fn redact_value(r: &Redactor, v: &mut AttrValue, hits: &mut Redactions, depth: usize) {
+    if depth > r.max_depth {
+        *v = AttrValue::Str(format!("[REDACTED:{MAX_DEPTH_RULE}]"));
+        count(hits, MAX_DEPTH_RULE);
+        return;
+    }
+    match v {
+        AttrValue::Str(s) => {
+            redact_string(r, s, hits, depth);
+        }
+        AttrValue::Int(i) => {
+            if let Some(new) = r.redact_text(&i.to_string(), hits) {
+                *v = AttrValue::Str(new);
+            }
+        }
+        AttrValue::Array(items) => {
+            for item in items {
+                redact_value(r, item, hits, depth + 1);
+            }
+        }
+        AttrValue::Map(attrs) => redact_attributes(r, attrs, hits, depth + 1),
+        AttrValue::Bytes(b) => match std::str::from_utf8(b) {
+            Ok(text) => {
+                let mut s = text.to_string();
+                if redact_string(r, &mut s, hits, depth) {
+                    *v = AttrValue::Str(s);
+                }
+            }
+            Err(_) => {
+                *v = AttrValue::Str(format!("[REDACTED:{BINARY_RULE}] {} bytes", b.len()));
+                count(hits, BINARY_RULE);
+            }
+        },
+        AttrValue::Bool(_) | AttrValue::Double(_) | AttrValue::Empty => {}
+    }
+}
+
+/// Redacts an optional free-text field.
+pub fn redact_field(r: &Redactor, field: &mut Option<String>, hits: &mut Redactions) {
+    if let Some(s) = field {
+        redact_string(r, s, hits, 0);
+    }
+}
