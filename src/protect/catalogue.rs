@@ -197,7 +197,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^\w+])(\+[1-9]\d{0,2}[\s.\-]?(?:\(\d{1,4}\)[\s.\-]?)?\d{1,4}(?:[\s.\-]?\d{2,5}){1,4})(?:[^\w]|$)", group: 1, validator: Some(Validator::PhoneDigits) },
     D { id: "phone_number_north_american", description: "North American phone number ((415) 555-0132, 415-555-0132, 415.555.0132)",
         keywords: &[],
-        regex: r"(?:^|[^\w+\-.])((?:1[\s.\-])?(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.\-])[2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|$)", group: 1, validator: None },
+        regex: r"(?:^|[^\w+\-.])((?:1[\s.\-])?(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.\-])[2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|\.(?:\s|$)|$)", group: 1, validator: None },
     D { id: "payment_card_number", description: "Payment card number (13-19 digits, Luhn-valid, issuer prefix)",
         keywords: &[],
         regex: r"(?:^|[^0-9\-.])([2-6]\d{3}(?:[ \-]?\d{4}){2}[ \-]?\d{1,4}(?:[ \-]?\d{1,3})?)(?:[^0-9\-.]|$)", group: 1, validator: Some(Validator::Luhn) },
@@ -233,22 +233,513 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
 
 /// Keys whose whole value is a credential, whatever it looks like.
 pub fn default_key_rules() -> Vec<KeyRuleSpec> {
-    vec![
-        KeyRuleSpec {
-            id: "credential_key".into(),
-            description: "Attribute or JSON key that names a credential".into(),
-            keys: [
-                "*password*", "*passwd*", "*secret*", "*api_key*", "*apikey*", "*api-key*",
-                "*access_token*", "*refresh_token*", "*id_token*", "*auth_token*",
-                "*session_token*", "*private_key*", "*client_secret*", "*credential*",
-                "token", "*.token", "authorization", "*.authorization", "proxy-authorization",
-                "*.proxy-authorization", "cookie", "*.cookie", "set-cookie", "*.set-cookie",
-                "x-api-key", "*.x-api-key",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-            action: Action::Mask,
-        },
-    ]
+    vec![KeyRuleSpec {
+        id: "credential_key".into(),
+        description: "Attribute or JSON key that names a credential".into(),
+        keys: [
+            "*password*",
+            "*passwd*",
+            "*secret*",
+            "*api_key*",
+            "*apikey*",
+            "*api-key*",
+            "*access_token*",
+            "*refresh_token*",
+            "*id_token*",
+            "*auth_token*",
+            "*session_token*",
+            "*private_key*",
+            "*client_secret*",
+            "*credential*",
+            "token",
+            "*.token",
+            "authorization",
+            "*.authorization",
+            "proxy-authorization",
+            "*.proxy-authorization",
+            "cookie",
+            "*.cookie",
+            "set-cookie",
+            "*.set-cookie",
+            "x-api-key",
+            "*.x-api-key",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        action: Action::Mask,
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protect::engine::Redactor;
+    use crate::protect::rules::RedactionConfig;
+    use crate::protect::KeyedHasher;
+
+    fn redactor() -> Redactor {
+        Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"test")).expect("compiles")
+    }
+
+    /// `n` characters cycling through `alphabet`, so lengths are exact.
+    fn cycle(alphabet: &str, n: usize) -> String {
+        alphabet.chars().cycle().take(n).collect()
+    }
+
+    const B62: &str = "aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jK";
+
+    /// (rule, text, the substring that must be found under that rule)
+    fn true_positives() -> Vec<(&'static str, String, String)> {
+        let mut v: Vec<(&'static str, String, String)> = Vec::new();
+        let mut tp =
+            |rule: &'static str, text: String, secret: String| v.push((rule, text, secret));
+        let s = |x: &str| x.to_string();
+        tp(
+            "aws_access_key_id",
+            s("aws_access_key_id=AKIAIOSFODNN7EXAMPLE"),
+            s("AKIAIOSFODNN7EXAMPLE"),
+        );
+        tp(
+            "aws_access_key_id",
+            s("{\"key\":\"ASIAY34FZKBOKMUTVV7A\"}"),
+            s("ASIAY34FZKBOKMUTVV7A"),
+        );
+        tp(
+            "aws_secret_access_key",
+            s("aws_secret_access_key = \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\""),
+            s("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+        );
+        let bedrock = format!("ABSK{}", cycle("QmVkcm9ja0FQSUtleS1hYmNk", 120));
+        tp("aws_bedrock_api_key", format!("key {bedrock}"), bedrock);
+        let gcp = format!("AIza{}", cycle(B62, 35));
+        tp(
+            "gcp_api_key",
+            format!("https://maps.googleapis.com/?key={gcp}&x=1"),
+            gcp,
+        );
+        tp("gcp_service_account_private_key_id", s("{\"type\":\"service_account\",\"private_key_id\": \"3f1e5c7a9b2d4f6e8a0c1b3d5f7e9a2c4b6d8f0e\"}"), s("3f1e5c7a9b2d4f6e8a0c1b3d5f7e9a2c4b6d8f0e"));
+        let azkey = format!("{}==", cycle("Zm9vYmFyYmF6cXV4", 86));
+        tp("azure_storage_account_key", format!("DefaultEndpointsProtocol=https;AccountName=x;AccountKey={azkey};EndpointSuffix=core.windows.net"), azkey);
+        tp(
+            "azure_ad_client_secret",
+            s("client secret: abc8Q~Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3kQ9m"),
+            s("abc8Q~Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3kQ9m"),
+        );
+        let dop = format!("dop_v1_{}", cycle("0123456789abcdef", 64));
+        tp("digitalocean_token", format!("DO_TOKEN {dop}"), dop);
+        let hrku = format!("HRKU-AA{}", cycle(B62, 58));
+        tp("heroku_api_key", format!("heroku: {hrku}"), hrku);
+        let cf = format!(
+            "v1.0-{}-{}",
+            cycle("0a1b2c3d4e5f", 24),
+            cycle("9f8e7d6c5b4a", 146)
+        );
+        tp("cloudflare_origin_ca_key", format!("origin_ca {cf}"), cf);
+        tp(
+            "github_token",
+            format!("token {}", valid_github("ghp_")),
+            valid_github("ghp_"),
+        );
+        let gh = format!("ghp_{}", cycle(B62, 36));
+        tp("github_token_unverified", format!("GITHUB_TOKEN: {gh}"), gh);
+        let ghf = format!("github_pat_{}", cycle("11ABCDEFG0_abcdefghijk", 82));
+        tp("github_fine_grained_pat", format!("use {ghf} here"), ghf);
+        let gl = format!("glpat-{}", cycle(B62, 20));
+        tp("gitlab_token", format!("PRIVATE-TOKEN: {gl}"), gl);
+        tp(
+            "npm_token",
+            format!("//registry.npmjs.org/:_authToken={}", valid_github("npm_")),
+            valid_github("npm_"),
+        );
+        let npm = format!("npm_{}", cycle(B62, 36));
+        tp("npm_token_unverified", format!("token {npm}"), npm);
+        let pypi = format!("pypi-AgEIcHlwaS5vcmc{}", cycle(B62, 60));
+        tp("pypi_token", format!("password = {pypi}"), pypi);
+        let atl = format!("ATATT{}", cycle(B62, 190));
+        tp("atlassian_api_token", format!("jira {atl}"), atl);
+        let tf = format!("{}.atlasv1.{}", cycle(B62, 14), cycle(B62, 65));
+        tp("hashicorp_token", format!("credentials {tf}"), tf);
+        let vault = format!("hvs.{}", cycle(B62, 90));
+        tp("hashicorp_token", format!("VAULT {vault}"), vault);
+        let dckr = format!("dckr_pat_{}", cycle(B62, 27));
+        tp("docker_pat", format!("docker login -p {dckr}"), dckr);
+        let oai = format!("sk-proj-{}", cycle(B62, 120));
+        tp("openai_api_key", format!("{{\"api_key\": \"{oai}\"}}"), oai);
+        let oai_old = format!("sk-{}T3BlbkFJ{}", cycle(B62, 20), cycle(B62, 20));
+        tp("openai_api_key", format!("OPENAI {oai_old}"), oai_old);
+        let ant = format!("sk-ant-api03-{}", cycle(B62, 95));
+        tp("anthropic_api_key", format!("x-api {ant}"), ant);
+        let hf = format!("hf_{}", cycle("aZkQmXpLvRtYwNbCdFgHjK", 34));
+        tp("huggingface_token", format!("HF {hf}"), hf);
+        let gsk = format!("gsk_{}", cycle(B62, 52));
+        tp("groq_api_key", format!("groq {gsk}"), gsk);
+        let pplx = format!("pplx-{}", cycle(B62, 48));
+        tp("perplexity_api_key", format!("key {pplx}"), pplx);
+        let r8 = format!("r8_{}", cycle(B62, 37));
+        tp("replicate_api_token", format!("replicate {r8}"), r8);
+        let sk = format!("sk_live_{}", cycle(B62, 24));
+        tp("stripe_key", format!("Stripe.api_key = '{sk}'"), sk);
+        let wh = format!("whsec_{}", cycle(B62, 32));
+        tp("stripe_webhook_secret", format!("endpoint {wh}"), wh);
+        let sq = format!("sq0atp-{}", cycle(B62, 22));
+        tp("square_token", format!("square {sq}"), sq);
+        let bt = format!(
+            "access_token$production${}${}",
+            cycle("abc123", 16),
+            cycle("0123456789abcdef", 32)
+        );
+        tp("braintree_access_token", format!("braintree {bt}"), bt);
+        tp(
+            "slack_token",
+            s("SLACK_BOT xoxb-2401234567-2409876543210-AbCdEfGhIjKlMnOpQrStUvWx"),
+            s("xoxb-2401234567-2409876543210-AbCdEfGhIjKlMnOpQrStUvWx"),
+        );
+        tp("slack_webhook_url", s("post to https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/AbCdEfGhIjKlMnOpQrStUvWx now"), s("https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/AbCdEfGhIjKlMnOpQrStUvWx"));
+        let dw = format!(
+            "https://discord.com/api/webhooks/123456789012345678/{}",
+            cycle(B62, 68)
+        );
+        tp("discord_webhook_url", format!("hook: {dw}"), dw);
+        tp("teams_webhook_url", s("https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/0123abcd/ef45"), s("https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/0123abcd/ef45"));
+        let tg = format!("123456789:AA{}", cycle(B62, 33));
+        tp("telegram_bot_token", format!("bot{tg}/sendMessage"), tg);
+        let sg = format!("SG.{}.{}", cycle(B62, 22), cycle(B62, 43));
+        tp("sendgrid_api_key", format!("sendgrid {sg}"), sg);
+        tp(
+            "twilio_api_key",
+            s("twilio SK0123456789abcdef0123456789abcdef"),
+            s("SK0123456789abcdef0123456789abcdef"),
+        );
+        tp(
+            "mailchimp_api_key",
+            s("mc 0123456789abcdef0123456789abcdef-us21"),
+            s("0123456789abcdef0123456789abcdef-us21"),
+        );
+        tp(
+            "shopify_token",
+            s("shop shpat_0123456789abcdef0123456789abcdef"),
+            s("shpat_0123456789abcdef0123456789abcdef"),
+        );
+        let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        tp("jwt", format!("token={jwt}"), s(jwt));
+        let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n-----END RSA PRIVATE KEY-----";
+        tp("private_key", format!("key:\n{pem}\n"), s(pem));
+        let cut = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW";
+        tp("private_key", s(cut), s(cut));
+        let pgp = "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0Z\n-----END PGP PRIVATE KEY BLOCK-----";
+        tp("private_key", s(pgp), s(pgp));
+        let putty = "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPrivate-Lines: 1\nAAAAIBx\nPrivate-MAC: 6e4c1d2f";
+        tp("putty_private_key", s(putty), s(putty));
+        tp(
+            "bearer_token",
+            s("Authorization: Bearer abcDEF123456.ghiJKL789-_x"),
+            s("abcDEF123456.ghiJKL789-_x"),
+        );
+        tp(
+            "basic_auth_credentials",
+            s("Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l"),
+            s("YWxhZGRpbjpvcGVuc2VzYW1l"),
+        );
+        tp(
+            "url_userinfo_password",
+            s("postgres://app:S3cr3tPw@db.internal:5432/orders"),
+            s("S3cr3tPw"),
+        );
+        tp(
+            "connection_string_password",
+            s("Server=db;Database=x;User Id=sa;Password=Tr0ub4dor&3;"),
+            s("Tr0ub4dor&3"),
+        );
+        tp(
+            "curl_user_credentials",
+            s("curl -u admin:hunter22 https://api.example.com"),
+            s("hunter22"),
+        );
+        tp(
+            "cli_secret_flag",
+            s("mysql --password=Zq8vLx2Rk --host db"),
+            s("Zq8vLx2Rk"),
+        );
+        tp(
+            "env_secret_assignment",
+            s("PGPASSWORD=Pa55w0rdX psql -h db"),
+            s("Pa55w0rdX"),
+        );
+        tp(
+            "url_secret_query_param",
+            s("GET https://files.example.com/a.pdf?X-Amz-Signature=9f8e7d6c5b4a&sig=Qm9vYmFy"),
+            s("9f8e7d6c5b4a"),
+        );
+        tp(
+            "secret_key_assignment",
+            s("db:\n  password: \"c0rrect-h0rse\"\n"),
+            s("c0rrect-h0rse"),
+        );
+        tp(
+            "high_entropy_near_keyword",
+            s("the signing key is Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
+            s("Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
+        );
+        tp(
+            "email_address",
+            s("contact jane.doe+agent@example.co.uk today"),
+            s("jane.doe+agent@example.co.uk"),
+        );
+        tp(
+            "phone_number_international",
+            s("call +44 20 7946 0958 now"),
+            s("+44 20 7946 0958"),
+        );
+        tp(
+            "phone_number_international",
+            s("whatsapp +1 415 555 0132"),
+            s("+1 415 555 0132"),
+        );
+        tp(
+            "phone_number_north_american",
+            s("office (415) 555-0132 ext 4"),
+            s("(415) 555-0132"),
+        );
+        tp(
+            "phone_number_north_american",
+            s("cell 212.555.0147."),
+            s("212.555.0147"),
+        );
+        tp(
+            "payment_card_number",
+            s("card 4111 1111 1111 1111 exp 12/29"),
+            s("4111 1111 1111 1111"),
+        );
+        tp(
+            "payment_card_number",
+            s("{\"pan\":\"5500000000000004\"}"),
+            s("5500000000000004"),
+        );
+        tp(
+            "iban",
+            s("IBAN GB82 WEST 1234 5698 7654 32 please"),
+            s("GB82 WEST 1234 5698 7654 32"),
+        );
+        tp(
+            "iban",
+            s("to DE89370400440532013000."),
+            s("DE89370400440532013000"),
+        );
+        tp(
+            "us_social_security_number",
+            s("SSN 123-45-6789"),
+            s("123-45-6789"),
+        );
+        tp(
+            "ipv4_address",
+            s("client 203.0.113.42 connected"),
+            s("203.0.113.42"),
+        );
+        tp(
+            "ipv6_address",
+            s("from 2001:db8:85a3::8a2e:370:7334 via"),
+            s("2001:db8:85a3::8a2e:370:7334"),
+        );
+        v
+    }
+
+    /// A token with a valid GitHub-style CRC32 checksum.
+    fn valid_github(prefix: &str) -> String {
+        let random = cycle(B62, 30);
+        let mut n = crc32fast::hash(random.as_bytes());
+        let alphabet = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let mut check = [b'0'; 6];
+        for slot in check.iter_mut().rev() {
+            *slot = alphabet[(n % 62) as usize];
+            n /= 62;
+        }
+        format!(
+            "{prefix}{random}{}",
+            std::str::from_utf8(&check).expect("ascii")
+        )
+    }
+
+    /// (rule, text that rule must not fire on)
+    fn false_positives() -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                "aws_access_key_id",
+                "AKIAIOSFODNN7EXAMPL is one short; akiaiosfodnn7example is lowercase",
+            ),
+            ("aws_secret_access_key", "aws_region = us-east-1"),
+            ("aws_bedrock_api_key", "ABSK is a prefix but this is short"),
+            ("gcp_api_key", "AIzaSy too short"),
+            (
+                "gcp_service_account_private_key_id",
+                "\"private_key_id\": \"unknown\"",
+            ),
+            ("azure_storage_account_key", "AccountKey=short=="),
+            ("azure_ad_client_secret", "Q~ alone is nothing"),
+            ("digitalocean_token", "dop_v1_notahexstring"),
+            ("heroku_api_key", "HRKU-short"),
+            ("cloudflare_origin_ca_key", "v1.0-release notes"),
+            ("github_token", "ghp_ is a prefix"),
+            ("github_token_unverified", "ghp_tooShort123"),
+            ("github_fine_grained_pat", "github_pat_short"),
+            ("gitlab_token", "glpat-short"),
+            ("npm_token", "npm_install is a step"),
+            ("npm_token_unverified", "run npm_config_cache"),
+            ("pypi_token", "pypi-AgEI"),
+            ("atlassian_api_token", "ATATT short"),
+            ("hashicorp_token", "hvs.short"),
+            ("docker_pat", "dckr_pat_x"),
+            (
+                "openai_api_key",
+                "sk-learn is a library; task-1234 is a ticket",
+            ),
+            ("anthropic_api_key", "sk-ant-api03-short"),
+            ("huggingface_token", "hf_hub_download(repo)"),
+            ("groq_api_key", "gsk_short"),
+            ("perplexity_api_key", "pplx-short"),
+            ("replicate_api_token", "r8_short"),
+            ("stripe_key", "sk_live_ alone"),
+            ("stripe_webhook_secret", "whsec_short"),
+            ("square_token", "sq0atp-short"),
+            ("braintree_access_token", "access_token$production$"),
+            ("slack_token", "xoxb- is a prefix"),
+            ("slack_webhook_url", "https://hooks.slack.com/ docs"),
+            (
+                "discord_webhook_url",
+                "https://discord.com/api/webhooks/ docs",
+            ),
+            ("teams_webhook_url", "https://learn.microsoft.com/webhooks"),
+            ("telegram_bot_token", "12:30:AA meeting"),
+            ("sendgrid_api_key", "SG.short.value"),
+            ("twilio_api_key", "SKU-0123456789"),
+            ("mailchimp_api_key", "deadbeef-us1"),
+            ("shopify_token", "shpat_short"),
+            ("jwt", "eyJmb28iOiJiYXIifQ.eyJzdWIiOiIxIn0.sig"),
+            (
+                "private_key",
+                "-----BEGIN PUBLIC KEY-----\nMIIBIjANBg\n-----END PUBLIC KEY-----",
+            ),
+            ("putty_private_key", "PuTTY is a client"),
+            ("bearer_token", "bearer of bad news"),
+            (
+                "basic_auth_credentials",
+                "Basic aGVsbG8gd29ybGQ= is hello world",
+            ),
+            ("url_userinfo_password", "https://example.com/path:8080"),
+            (
+                "connection_string_password",
+                "the password policy requires 12 characters",
+            ),
+            ("curl_user_credentials", "curl -u is the flag"),
+            ("cli_secret_flag", "--password-file /run/secrets/db"),
+            ("env_secret_assignment", "TOKEN_COUNT is an integer"),
+            (
+                "url_secret_query_param",
+                "https://example.com/?page=2&sort=asc",
+            ),
+            ("secret_key_assignment", "max_tokens: 4096"),
+            (
+                "high_entropy_near_keyword",
+                "trace key 4bf92f3577b34da6a3ce929d0e0e4736",
+            ),
+            ("email_address", "user at example dot com; @mention; a@b"),
+            ("phone_number_international", "+1 more"),
+            ("phone_number_north_american", "ORD-415-555-0132"),
+            ("payment_card_number", "4111 1111 1111 1112"),
+            ("iban", "GB82 WEST 1234 5698 7654 33"),
+            ("us_social_security_number", "000-12-3456"),
+            ("ipv4_address", "version 1.2.3.4.5 of the tool"),
+            ("ipv6_address", "12:30:45"),
+        ]
+    }
+
+    /// Look-alikes no rule may fire on.
+    const LOOK_ALIKES: &[&str] = &[
+        "request 6f9619ff-8b86-d011-b42d-00cf4fc964ff",
+        "trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7",
+        "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        "commit da39a3ee5e6b4b0d3255bfef95601890afd80709",
+        "2026-11-30T05:17:14.133Z",
+        "at 1767225600000000000 ns",
+        "order ORD-00012345 shipped",
+        "version 2.3.0 (build 1.4.2)",
+        "aGVsbG8gd29ybGQsIHRoaXMgaXMgb3JkaW5hcnkgdGV4dA==",
+        "{\"order_id\":\"ORD-1\",\"amount_cents\":1250,\"status\":\"refunded\"}",
+        "gen_ai.usage.input_tokens 1200",
+    ];
+
+    #[test]
+    fn every_rule_has_a_description_and_examples_both_ways() {
+        let tps = true_positives();
+        let fps = false_positives();
+        for d in DETECTORS {
+            assert!(!d.description.is_empty(), "{}", d.id);
+            assert!(
+                tps.iter().any(|(r, _, _)| *r == d.id),
+                "{} has no true positive",
+                d.id
+            );
+            assert!(
+                fps.iter().any(|(r, _)| *r == d.id),
+                "{} has no false positive",
+                d.id
+            );
+        }
+        assert!(DETECTORS.len() >= 40, "{} detectors", DETECTORS.len());
+    }
+
+    #[test]
+    fn true_positives_are_found_under_their_rule() {
+        let r = redactor();
+        for (rule, text, secret) in true_positives() {
+            let findings = r.scan(&text);
+            let at = text.find(&secret).expect("secret in text");
+            let hit = findings
+                .iter()
+                .find(|f| f.start <= at && f.end >= at + secret.len());
+            assert!(
+                hit.is_some_and(|f| &*f.rule == rule),
+                "{rule}: expected {secret:?} in {text:?}, found {:?}",
+                findings
+                    .iter()
+                    .map(|f| (&*f.rule, &text[f.start..f.end]))
+                    .collect::<Vec<_>>()
+            );
+            let mut hits = Default::default();
+            let out = r.redact_text(&text, &mut hits).expect("changed");
+            assert!(!out.contains(&secret), "{rule}: {out}");
+        }
+    }
+
+    #[test]
+    fn false_positives_do_not_fire_their_rule() {
+        let r = redactor();
+        for (rule, text) in false_positives() {
+            let findings = r.scan(text);
+            assert!(
+                findings.iter().all(|f| &*f.rule != rule),
+                "{rule} fired on {text:?}: {:?}",
+                findings
+                    .iter()
+                    .map(|f| (&*f.rule, &text[f.start..f.end]))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn look_alikes_fire_no_rule() {
+        let r = redactor();
+        for text in LOOK_ALIKES {
+            let findings = r.scan(text);
+            assert!(
+                findings.is_empty(),
+                "{text:?}: {:?}",
+                findings
+                    .iter()
+                    .map(|f| (&*f.rule, &text[f.start..f.end]))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
 }

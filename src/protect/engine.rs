@@ -1,5 +1,7 @@
 //! The compiled rules: one Aho-Corasick pass picks the detectors worth running on a string,
-//! then only those regexes run. Findings never overlap; the earliest, then longest, wins.
+//! then only those regexes run. Overlapping findings are merged into one span, so the union of
+//! everything any rule matched is removed; the merged span is named after the rule that
+//! starts first (at one start, the rule listed first: specific rules precede generic ones).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -49,6 +51,7 @@ pub enum RuleError {
 }
 
 struct Detector {
+    rank: usize,
     id: Arc<str>,
     regex: Regex,
     group: usize,
@@ -74,6 +77,8 @@ pub struct Finding {
     pub start: usize,
     /// End of the byte range.
     pub end: usize,
+    /// Position of the rule in the rule list (lower names a merged span).
+    rank: usize,
 }
 
 /// The compiled redaction rules.
@@ -96,13 +101,16 @@ impl Redactor {
     /// Compiles the configured rules (plus the catalogue unless switched off).
     pub fn new(config: &RedactionConfig, hasher: KeyedHasher) -> Result<Redactor, RuleError> {
         let (mut detector_specs, mut key_specs) = if config.default_rules {
-            (catalogue::default_detectors(), catalogue::default_key_rules())
+            (
+                catalogue::default_detectors(),
+                catalogue::default_key_rules(),
+            )
         } else {
             (Vec::new(), Vec::new())
         };
         for id in &config.disabled_rules {
-            let known = detector_specs.iter().any(|d| &d.id == id)
-                || key_specs.iter().any(|k| &k.id == id);
+            let known =
+                detector_specs.iter().any(|d| &d.id == id) || key_specs.iter().any(|k| &k.id == id);
             if !known && config.default_rules {
                 return Err(RuleError::UnknownDisabled(id.clone()));
             }
@@ -128,7 +136,7 @@ impl Redactor {
         let mut keyword_owner = Vec::new();
         let mut unfiltered = Vec::new();
         for (i, spec) in detector_specs.iter().enumerate() {
-            detectors.push(compile_detector(spec)?);
+            detectors.push(compile_detector(spec, i)?);
             if spec.keywords.is_empty() {
                 unfiltered.push(i);
             }
@@ -205,15 +213,15 @@ impl Redactor {
             }
         }
         if found.len() > 1 {
-            // Earliest first; at one start the longest; at equal spans the earlier rule.
-            found.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
-            let mut kept: Vec<Finding> = Vec::with_capacity(found.len());
+            found.sort_by(|a, b| a.start.cmp(&b.start).then(a.rank.cmp(&b.rank)));
+            let mut merged: Vec<Finding> = Vec::with_capacity(found.len());
             for f in found {
-                if kept.last().is_none_or(|k| f.start >= k.end) {
-                    kept.push(f);
+                match merged.last_mut() {
+                    Some(last) if f.start < last.end => last.end = last.end.max(f.end),
+                    _ => merged.push(f),
                 }
             }
-            return kept;
+            return merged;
         }
         found
     }
@@ -263,6 +271,7 @@ impl Detector {
                     rule: Arc::clone(&self.id),
                     start,
                     end,
+                    rank: self.rank,
                 });
             }
         };
@@ -280,7 +289,7 @@ impl Detector {
     }
 }
 
-fn compile_detector(spec: &DetectorSpec) -> Result<Detector, RuleError> {
+fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleError> {
     if spec.action == Action::Drop {
         return Err(RuleError::DropOnDetector(spec.id.clone()));
     }
@@ -299,6 +308,7 @@ fn compile_detector(spec: &DetectorSpec) -> Result<Detector, RuleError> {
         });
     }
     Ok(Detector {
+        rank,
         id: Arc::from(spec.id.as_str()),
         regex,
         group: spec.group,

@@ -221,23 +221,53 @@ pub fn not_trivial(text: &str) -> bool {
 
 /// Words that sit under secret-looking keys without being secrets (schemas, placeholders).
 const NOT_SECRETS: &[&str] = &[
-    "true", "false", "null", "none", "nil", "undefined", "string", "integer", "number",
-    "boolean", "object", "array", "required", "optional", "redacted", "[redacted", "hidden",
-    "example", "placeholder", "changeit_not", "env", "input_tokens", "output_tokens",
+    "true",
+    "false",
+    "null",
+    "none",
+    "nil",
+    "undefined",
+    "string",
+    "integer",
+    "number",
+    "boolean",
+    "object",
+    "array",
+    "required",
+    "optional",
+    "redacted",
+    "[redacted",
+    "hidden",
+    "example",
+    "placeholder",
+    "changeit_not",
+    "env",
+    "input_tokens",
+    "output_tokens",
 ];
 
 /// A value under a secret-looking key that is worth removing.
 pub fn secret_like(text: &str) -> bool {
     let t = text.trim_matches(|c| c == '"' || c == '\'' || c == ',' || c == ';');
-    if t.len() < 6 || t.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'-') {
+    if t.len() < 6
+        || t.bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
+    {
         return false;
     }
     let lower = t.to_ascii_lowercase();
-    if NOT_SECRETS.iter().any(|w| lower == *w || lower.starts_with("[redacted")) {
+    if NOT_SECRETS
+        .iter()
+        .any(|w| lower == *w || lower.starts_with("[redacted"))
+    {
         return false;
     }
     // Placeholders and references rather than values.
-    if t.starts_with("${") || t.starts_with('<') || t.starts_with("{{") || lower.starts_with("hmac:") {
+    if t.starts_with("${")
+        || t.starts_with('<')
+        || t.starts_with("{{")
+        || lower.starts_with("hmac:")
+    {
         return false;
     }
     not_trivial(t)
@@ -270,7 +300,10 @@ mod tests {
         // A token built with the published scheme: 30 random characters + base62(CRC32).
         let random = "abcdefghijklmnopqrstuvwxyz0123";
         let check = base62_6(crc32fast::hash(random.as_bytes()));
-        let token = format!("ghp_{random}{}", std::str::from_utf8(&check).expect("ascii"));
+        let token = format!(
+            "ghp_{random}{}",
+            std::str::from_utf8(&check).expect("ascii")
+        );
         assert!(token_crc32(&token));
         let mut bad = token.clone();
         bad.replace_range(4..5, "b");
@@ -279,7 +312,9 @@ mod tests {
 
     #[test]
     fn jwt_and_basic() {
-        assert!(jwt_header("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIn0.sig"));
+        assert!(jwt_header(
+            "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIn0.sig"
+        ));
         assert!(!jwt_header("eyJmb28iOiJiYXIifQ.eyJzdWIiOiIxIn0.sig")); // {"foo":"bar"}
         assert!(basic_auth("Basic YWxhZGRpbjpvcGVuc2VzYW1l"));
         assert!(!basic_auth("Basic aGVsbG8gd29ybGQ=")); // "hello world"

@@ -139,7 +139,12 @@ pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: us
 }
 
 /// Redacts an attribute list in place (key rules, allowlist, values at any depth).
-pub fn redact_attributes(r: &Redactor, attrs: &mut Attributes, hits: &mut Redactions, depth: usize) {
+pub fn redact_attributes(
+    r: &Redactor,
+    attrs: &mut Attributes,
+    hits: &mut Redactions,
+    depth: usize,
+) {
     let mut dropped = Vec::new();
     for (i, (key, value)) in attrs.0.iter_mut().enumerate() {
         if r.is_allowed_key(key) {
