@@ -24,6 +24,21 @@ enum Command {
     CheckConfig(ConfigArg),
     /// Send realistic executor traffic to a running toolwatch.
     Loadgen(LoadgenArgs),
+    /// Apply the effective redaction rules to text or JSON and print the result.
+    Redact(RedactArgs),
+}
+
+#[derive(Args)]
+struct RedactArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// List each hit (rule id, JSON path, byte range) on stderr-free stdout instead of the
+    /// redacted text, to test a rule before deploying it.
+    #[arg(long)]
+    explain: bool,
+    /// Input file; `-` or nothing reads standard input.
+    #[arg(value_name = "FILE")]
+    input: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -90,7 +105,63 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::CheckConfig(args) => check_config(args),
         Command::Loadgen(args) => run_loadgen(args),
+        Command::Redact(args) => redact(args),
     }
+}
+
+fn redact(args: RedactArgs) -> ExitCode {
+    use std::io::Read;
+    use toolwatch::protect::engine::Redactor;
+    use toolwatch::protect::{walk, KeyedHasher};
+    let config = match load_config(&args.config).and_then(|c| c.validate().map(|()| c)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Hash actions use the daemon's key when its data directory has one, so the output
+    // matches what the archive holds; otherwise a throwaway key.
+    let key_path = config.storage.data_dir.join("state").join("hash.key");
+    let hasher = if key_path.exists() {
+        match KeyedHasher::load_or_create(&key_path) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("toolwatch: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        KeyedHasher::new(&rand::random::<[u8; 32]>())
+    };
+    let redactor = match Redactor::new(&config.redaction, hasher) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut input = String::new();
+    let read = match args.input.as_deref() {
+        None => std::io::stdin().read_to_string(&mut input).map(|_| ()),
+        Some(p) if p == std::path::Path::new("-") => {
+            std::io::stdin().read_to_string(&mut input).map(|_| ())
+        }
+        Some(p) => std::fs::read_to_string(p).map(|s| input = s),
+    };
+    if let Err(e) = read {
+        eprintln!("toolwatch: cannot read input: {e}");
+        return ExitCode::from(2);
+    }
+    if args.explain {
+        for e in walk::explain(&redactor, &input) {
+            println!("{}\t{}\t{}..{}", e.rule, e.path, e.start, e.end);
+        }
+    } else {
+        let mut hits = Default::default();
+        print!("{}", walk::redact_document(&redactor, &input, &mut hits));
+    }
+    ExitCode::SUCCESS
 }
 
 fn load_config(arg: &ConfigArg) -> Result<Config, toolwatch::config::ConfigError> {

@@ -182,9 +182,9 @@ const DETECTORS: &[D] = &[
     D { id: "url_secret_query_param", description: "Secret in a URL query parameter (token=, sig=, code=, key=, …)",
         keywords: &["token=", "sig=", "signature=", "code=", "key=", "secret=", "password=", "auth=", "credential="],
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
-    D { id: "secret_key_assignment", description: "Value under a secret-looking key in JSON, YAML, TOML or .env text",
-        keywords: &["secret", "token", "passw", "pwd", "api_key", "apikey", "api-key", "access_key", "private_key", "credential", "auth"],
-        regex: r#"(?i)["']?[a-z0-9_.\-]*(?:secret|token|passwd|password|pwd|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth[_\-]?key)[a-z0-9_.\-]*["']?\s*(?::|=|:=|=>)\s*["']?([A-Za-z0-9_\-+/=.~!@#$%^&*:]{6,})"#, group: 1, validator: Some(Validator::SecretLike) },
+    D { id: "secret_key_assignment", description: "Value under a secret-looking key in JSON, YAML, TOML, XML, code or .env text",
+        keywords: &["secret", "token", "passw", "pwd", "api_key", "apikey", "api-key", "access_key", "accesskey", "private_key", "credential", "auth"],
+        regex: r#"(?i)(?:["'`]?[a-z0-9_.\-$]*(?:secret|token|passwd|password|pwd|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth[_\-]?key)[a-z0-9_.\-]*["'`]?\s*(?:::=|:=|\?=|\.=|\+=|=>|=|:)\s*["'`]?|["'`][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["'`]\s*,\s*["'`]|<[a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*>\s*)([A-Za-z0-9_\-+/=.~!@#$%^&*:]{6,})"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "high_entropy_near_keyword", description: "High-entropy string (over 4.2 bits/char, so not hex) near key/secret/token",
         keywords: &["key", "secret", "token", "credential"],
         regex: r"(?i)(?:key|secret|token|credential)[^\n]{0,24}?(?:^|[^A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{24,}={0,2})", group: 1, validator: ENTROPY_4_2 },
@@ -215,6 +215,18 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^\w:])((?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|(?:[0-9a-fA-F]{1,4}:){2,6}:(?:[0-9a-fA-F]{1,4}:){0,5}[0-9a-fA-F]{1,4})(?:[^\w:]|$)", group: 1, validator: Some(Validator::Ipv6) },
 ];
 
+/// Rules for personal data: a repeated digit there is still a number, not a placeholder.
+const PERSONAL_DATA: &[&str] = &[
+    "email_address",
+    "phone_number_international",
+    "phone_number_north_american",
+    "payment_card_number",
+    "iban",
+    "us_social_security_number",
+    "ipv4_address",
+    "ipv6_address",
+];
+
 /// The default detectors as specs.
 pub fn default_detectors() -> Vec<DetectorSpec> {
     DETECTORS
@@ -227,6 +239,7 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             group: d.group,
             validator: d.validator,
             action: Action::Mask,
+            skip_placeholders: !PERSONAL_DATA.contains(&d.id),
         })
         .collect()
 }

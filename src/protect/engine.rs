@@ -57,6 +57,7 @@ struct Detector {
     group: usize,
     validator: Option<Validator>,
     action: Action,
+    skip_placeholders: bool,
 }
 
 /// A key rule, compiled.
@@ -266,7 +267,10 @@ impl Detector {
     fn find_all(&self, text: &str, allow: &HashSet<String>, out: &mut Vec<Finding>) {
         let mut accept = |start: usize, end: usize| {
             let m = &text[start..end];
-            if self.validator.is_none_or(|v| v.accepts(m)) && !allow.contains(m) {
+            if self.validator.is_none_or(|v| v.accepts(m))
+                && !allow.contains(m)
+                && !(self.skip_placeholders && super::validators::is_placeholder(m))
+            {
                 out.push(Finding {
                     rule: Arc::clone(&self.id),
                     start,
@@ -314,6 +318,7 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         group: spec.group,
         validator: spec.validator,
         action: spec.action,
+        skip_placeholders: spec.skip_placeholders,
     })
 }
 

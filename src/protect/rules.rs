@@ -41,6 +41,14 @@ pub struct DetectorSpec {
     /// What to do with a match.
     #[serde(default)]
     pub action: Action,
+    /// Skip matches that are placeholders (`xxxx…`, `${TOKEN}`, `<password>`); off for
+    /// personal data, where a repeated digit is still a number.
+    #[serde(default = "yes")]
+    pub skip_placeholders: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A key rule: attribute (or JSON object) keys whose whole value is removed.

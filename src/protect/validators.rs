@@ -208,6 +208,32 @@ pub fn us_ssn(text: &str) -> bool {
     area != "000" && area != "666" && !area.starts_with('9') && group != "00" && serial != "0000"
 }
 
+/// A placeholder rather than a value: mostly one repeated character (`xxxx…`, `****`,
+/// `AIzaaaaa…`), a template reference (`${X}`, `$1`, `{{x}}`), or an angle- or square-
+/// bracketed name (`<password>`, `[TOKEN]`).
+pub fn is_placeholder(text: &str) -> bool {
+    let t = text.trim_matches(|c| c == '"' || c == '\'' || c == '`');
+    if t.contains("${") || t.contains("{{") || t.starts_with('<') || t.starts_with('[') {
+        return true;
+    }
+    if t.starts_with('$')
+        && t[1..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return true;
+    }
+    if t.len() < 8 {
+        return false;
+    }
+    let mut counts = [0u32; 256];
+    for b in t.bytes() {
+        counts[b as usize] += 1;
+    }
+    let top = counts.iter().copied().max().unwrap_or(0) as usize;
+    top * 2 >= t.len()
+}
+
 /// Not one repeated character and not a plain ascending run.
 pub fn not_trivial(text: &str) -> bool {
     let b = text.as_bytes();
@@ -249,10 +275,11 @@ const NOT_SECRETS: &[&str] = &[
 /// A value under a secret-looking key that is worth removing.
 pub fn secret_like(text: &str) -> bool {
     let t = text.trim_matches(|c| c == '"' || c == '\'' || c == ',' || c == ';');
-    if t.len() < 6
-        || t.bytes()
-            .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
-    {
+    let numeric = t
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-');
+    // Short numbers under a "token" key are counts; long digit strings are ids or secrets.
+    if t.len() < 6 || (numeric && t.len() < 10) {
         return false;
     }
     let lower = t.to_ascii_lowercase();

@@ -34,6 +34,15 @@ pub fn redact_string(r: &Redactor, s: &mut String, hits: &mut Redactions, depth:
             return false;
         }
     }
+    // JSON escaped into plain text (a log line quoting tool arguments): match the unescaped
+    // text, where the detectors' quotes and line breaks are real, and keep it unescaped
+    // (redacted) when that finds something.
+    if let Some(unescaped) = json_unescape(s) {
+        if let Some(new) = r.redact_text(&unescaped, hits) {
+            *s = new;
+            return true;
+        }
+    }
     if let Some(new) = r.redact_text(s, hits) {
         *s = new;
         return true;
@@ -49,6 +58,67 @@ pub fn redact_string(r: &Redactor, s: &mut String, hits: &mut Redactions, depth:
         }
     }
     false
+}
+
+/// Undoes JSON string escapes (`\"`, `\\`, `\n`, `\t`, `\/`, `\uXXXX`, applied
+/// repeatedly for text escaped more than once); `None` if there are none.
+fn json_unescape(s: &str) -> Option<String> {
+    if !s.contains('\\') {
+        return None;
+    }
+    let mut current = s.to_string();
+    for _ in 0..3 {
+        let mut out = String::with_capacity(current.len());
+        let mut chars = current.chars().peekable();
+        let mut changed = false;
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            match chars.peek().copied() {
+                Some(n @ ('"' | '\\' | '/')) => {
+                    out.push(n);
+                    chars.next();
+                    changed = true;
+                }
+                Some('n') => {
+                    out.push('\n');
+                    chars.next();
+                    changed = true;
+                }
+                Some('t') => {
+                    out.push('\t');
+                    chars.next();
+                    changed = true;
+                }
+                Some('r') => {
+                    out.push('\r');
+                    chars.next();
+                    changed = true;
+                }
+                Some('u') => {
+                    let hex: String = chars.clone().skip(1).take(4).collect();
+                    match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                        Some(ch) if hex.len() == 4 => {
+                            out.push(ch);
+                            for _ in 0..5 {
+                                chars.next();
+                            }
+                            changed = true;
+                        }
+                        _ => out.push(c),
+                    }
+                }
+                _ => out.push(c),
+            }
+        }
+        if !changed {
+            break;
+        }
+        current = out;
+    }
+    (current != s).then_some(current)
 }
 
 /// Decodes `%XX` escapes; `None` if there are none or the result is not UTF-8.
@@ -216,5 +286,100 @@ pub fn redact_value(r: &Redactor, v: &mut AttrValue, hits: &mut Redactions, dept
 pub fn redact_field(r: &Redactor, field: &mut Option<String>, hits: &mut Redactions) {
     if let Some(s) = field {
         redact_string(r, s, hits, 0);
+    }
+}
+
+/// One hit, for `toolwatch redact --explain`: where, which rule, which bytes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Explanation {
+    /// JSON path of the string (`$` for plain text), e.g. `$.arguments.token`.
+    pub path: String,
+    /// The rule.
+    pub rule: String,
+    /// Byte range in that string (the whole value for key rules).
+    pub start: usize,
+    /// End of the byte range.
+    pub end: usize,
+}
+
+/// Lists what the rules would remove from `text` (parsed as JSON when it is JSON).
+pub fn explain(r: &Redactor, text: &str) -> Vec<Explanation> {
+    let mut out = Vec::new();
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) if v.is_object() || v.is_array() => explain_json(r, &v, "$".to_string(), 0, &mut out),
+        _ => explain_text(r, text, "$", &mut out),
+    }
+    out
+}
+
+fn explain_text(r: &Redactor, text: &str, path: &str, out: &mut Vec<Explanation>) {
+    for f in r.scan(text) {
+        out.push(Explanation {
+            path: path.to_string(),
+            rule: f.rule.to_string(),
+            start: f.start,
+            end: f.end,
+        });
+    }
+}
+
+fn explain_json(r: &Redactor, v: &Value, path: String, depth: usize, out: &mut Vec<Explanation>) {
+    if depth > r.max_depth {
+        out.push(Explanation {
+            path,
+            rule: MAX_DEPTH_RULE.into(),
+            start: 0,
+            end: 0,
+        });
+        return;
+    }
+    match v {
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(inner) if inner.is_object() || inner.is_array() => {
+                explain_json(r, &inner, format!("{path}<json>"), depth + 1, out)
+            }
+            _ => explain_text(r, s, &path, out),
+        },
+        Value::Number(n) => explain_text(r, &n.to_string(), &path, out),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                explain_json(r, item, format!("{path}[{i}]"), depth + 1, out);
+            }
+        }
+        Value::Object(map) => {
+            for (k, val) in map {
+                let p = format!("{path}.{k}");
+                if r.is_allowed_key(k) {
+                    continue;
+                }
+                if let Some(rule) = r.key_rule(k) {
+                    let len = val.as_str().map_or_else(|| val.to_string().len(), str::len);
+                    out.push(Explanation {
+                        path: p,
+                        rule: rule.id.to_string(),
+                        start: 0,
+                        end: len,
+                    });
+                    continue;
+                }
+                explain_json(r, val, p, depth + 1, out);
+            }
+        }
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// Applies the rules to text or JSON, as `toolwatch redact` does.
+pub fn redact_document(r: &Redactor, text: &str, hits: &mut Redactions) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(mut v) if v.is_object() || v.is_array() => {
+            redact_json(r, &mut v, hits, 0);
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        }
+        _ => {
+            let mut s = text.to_string();
+            redact_string(r, &mut s, hits, 0);
+            s
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod cli;
+mod corpora;
 mod harness;
 mod lifecycle;
 mod loadgen;

@@ -1,0 +1,293 @@
+//! Recall and false positives of the default catalogue on the labeled corpora in
+//! `../shared/corpora/` (read at test time, never copied in). Prints the tables that
+//! BENCHMARKS.md records:
+//!
+//!     cargo test --test it corpora -- --nocapture --test-threads 1
+//!
+//! Each sample is redacted three ways: as a plain string attribute; as a string value inside a
+//! JSON document (how tool arguments arrive); and JSON-escaped inside a plain log line (where
+//! no JSON parse can help). A secret counts as found when neither it nor its JSON-escaped form
+//! survives. The assertions are floors just under today's figures, so a regression fails.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::Value;
+use toolwatch::event::Redactions;
+use toolwatch::protect::engine::Redactor;
+use toolwatch::protect::rules::RedactionConfig;
+use toolwatch::protect::walk::redact_string;
+use toolwatch::protect::KeyedHasher;
+
+fn corpus(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpora")
+        .join(name);
+    assert!(
+        p.exists(),
+        "corpus {} not found beside the repository",
+        p.display()
+    );
+    p
+}
+
+fn redactor() -> Redactor {
+    Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"corpus")).expect("rules")
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    Plain,
+    InJson,
+    EscapedInLine,
+}
+
+const FORMS: [Form; 3] = [Form::Plain, Form::InJson, Form::EscapedInLine];
+
+/// The redacted text, in the form the secret would appear in it.
+fn redact(r: &Redactor, sample: &str, form: Form) -> String {
+    let mut hits = Redactions::new();
+    match form {
+        Form::Plain => {
+            let mut s = sample.to_string();
+            redact_string(r, &mut s, &mut hits, 0);
+            s
+        }
+        Form::InJson => {
+            let mut s =
+                serde_json::json!({"tool": "deploy", "arguments": {"input": sample}}).to_string();
+            redact_string(r, &mut s, &mut hits, 0);
+            let v: Value = serde_json::from_str(&s).expect("still JSON");
+            v["arguments"]["input"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+        Form::EscapedInLine => {
+            let escaped = serde_json::to_string(sample).expect("escape");
+            let mut s = format!("tool call failed: args={{\"input\":{escaped}}} (retrying)");
+            redact_string(r, &mut s, &mut hits, 0);
+            s
+        }
+    }
+}
+
+fn survives(out: &str, secret: &str) -> bool {
+    let escaped = serde_json::to_string(secret).expect("escape");
+    out.contains(secret) || out.contains(&escaped[1..escaped.len() - 1])
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    found: u64,
+    total: u64,
+}
+
+impl Tally {
+    fn pct(&self) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        100.0 * self.found as f64 / self.total as f64
+    }
+}
+
+#[test]
+fn gitleaks_corpus_recall_and_false_positives() {
+    let r = redactor();
+    let text = std::fs::read_to_string(corpus("gitleaks_labeled.jsonl")).expect("read");
+    let mut recall: [Tally; 3] = Default::default();
+    let mut fp: [Tally; 3] = Default::default();
+    let mut by_rule: BTreeMap<String, [Tally; 3]> = BTreeMap::new();
+    for line in text.lines() {
+        let d: Value = serde_json::from_str(line).expect("jsonl");
+        let sample = d["sample"].as_str().expect("sample");
+        let rule = d["rule_id"].as_str().unwrap_or("?").to_string();
+        let secrets: Vec<&str> = d["expected_secrets"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for (i, form) in FORMS.iter().enumerate() {
+            let out = redact(&r, sample, *form);
+            if d["label"] == "tp" {
+                for s in &secrets {
+                    let ok = !survives(&out, s);
+                    recall[i].total += 1;
+                    recall[i].found += u64::from(ok);
+                    let t = &mut by_rule.entry(rule.clone()).or_default()[i];
+                    t.total += 1;
+                    t.found += u64::from(ok);
+                }
+            } else {
+                let unchanged = match form {
+                    Form::Plain => out == sample,
+                    Form::InJson => out == sample,
+                    Form::EscapedInLine => {
+                        let escaped = serde_json::to_string(sample).expect("escape");
+                        out == format!("tool call failed: args={{\"input\":{escaped}}} (retrying)")
+                    }
+                };
+                fp[i].total += 1;
+                fp[i].found += u64::from(!unchanged);
+            }
+        }
+    }
+    println!(
+        "\ngitleaks corpus: {} secrets in tp samples, {} fp samples",
+        recall[0].total, fp[0].total
+    );
+    println!("| form | recall | fp samples touched |");
+    println!("| --- | --- | --- |");
+    for (i, form) in FORMS.iter().enumerate() {
+        println!(
+            "| {form:?} | {:.1}% ({}/{}) | {:.1}% ({}/{}) |",
+            recall[i].pct(),
+            recall[i].found,
+            recall[i].total,
+            fp[i].pct(),
+            fp[i].found,
+            fp[i].total
+        );
+    }
+    println!("\nper gitleaks rule below 100% (plain / in JSON / escaped in a line):");
+    for (rule, t) in &by_rule {
+        if t[0].found < t[0].total || t[2].found < t[2].total {
+            println!(
+                "  {rule}: {:.0}% / {:.0}% / {:.0}% of {}",
+                t[0].pct(),
+                t[1].pct(),
+                t[2].pct(),
+                t[0].total
+            );
+        }
+    }
+    assert!(
+        recall[0].pct() >= 90.0,
+        "plain recall {:.1}%",
+        recall[0].pct()
+    );
+    assert!(
+        recall[1].pct() >= 90.0,
+        "in-JSON recall {:.1}%",
+        recall[1].pct()
+    );
+    assert!(fp[0].pct() <= 60.0, "fp {:.1}%", fp[0].pct());
+}
+
+/// Presidio entities the catalogue claims to cover, and the rule family that covers each.
+const COVERED: &[&str] = &[
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "US_SSN",
+    "IP_ADDRESS",
+];
+
+fn char_span(text: &str, start: usize, end: usize) -> String {
+    text.chars()
+        .skip(start)
+        .take(end.saturating_sub(start))
+        .collect()
+}
+
+#[test]
+fn presidio_corpora_recall_and_false_positives() {
+    let r = redactor();
+    let mut per_entity: BTreeMap<String, (Tally, Tally)> = BTreeMap::new();
+    let text = std::fs::read_to_string(corpus("presidio_recognizer_cases.jsonl")).expect("read");
+    for line in text.lines() {
+        let d: Value = serde_json::from_str(line).expect("jsonl");
+        let entity = match &d["entity"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let sample = d["text"].as_str().unwrap_or_default();
+        let out = redact(&r, sample, Form::Plain);
+        let e = per_entity.entry(entity).or_default();
+        if d["label"] == "positive" {
+            for span in d["spans"].as_array().into_iter().flatten() {
+                let (Some(s), Some(t)) = (span[0].as_u64(), span[1].as_u64()) else {
+                    continue;
+                };
+                let value = char_span(sample, s as usize, t as usize);
+                e.0.total += 1;
+                e.0.found += u64::from(!out.contains(&value));
+            }
+        } else {
+            e.1.total += 1;
+            e.1.found += u64::from(out != sample);
+        }
+    }
+    let synth: Value = serde_json::from_str(
+        &std::fs::read_to_string(corpus("presidio_synth_dataset_v2.json")).expect("read"),
+    )
+    .expect("json");
+    let mut synth_entity: BTreeMap<String, Tally> = BTreeMap::new();
+    for d in synth.as_array().expect("list") {
+        let sample = d["full_text"].as_str().unwrap_or_default();
+        let spans: Value = match &d["spans"] {
+            Value::String(s) => serde_json::from_str(&s.replace('\'', "\"")).unwrap_or(Value::Null),
+            other => other.clone(),
+        };
+        let out = redact(&r, sample, Form::Plain);
+        for s in spans.as_array().into_iter().flatten() {
+            let ty = s["entity_type"].as_str().unwrap_or("?").to_string();
+            let value = s["entity_value"].as_str().unwrap_or_default();
+            let t = synth_entity.entry(ty).or_default();
+            t.total += 1;
+            t.found += u64::from(!out.contains(value));
+        }
+    }
+    println!("\npresidio recognizer cases, entities the catalogue covers:");
+    println!("| entity | recall | negatives touched |");
+    println!("| --- | --- | --- |");
+    let mut covered_recall = Tally::default();
+    let mut covered_fp = Tally::default();
+    for (entity, (rec, fp)) in &per_entity {
+        if COVERED.contains(&entity.as_str()) {
+            println!(
+                "| {entity} | {:.0}% ({}/{}) | {:.0}% ({}/{}) |",
+                rec.pct(),
+                rec.found,
+                rec.total,
+                fp.pct(),
+                fp.found,
+                fp.total
+            );
+            covered_recall.found += rec.found;
+            covered_recall.total += rec.total;
+            covered_fp.found += fp.found;
+            covered_fp.total += fp.total;
+        }
+    }
+    println!(
+        "| all covered | {:.1}% | {:.1}% |",
+        covered_recall.pct(),
+        covered_fp.pct()
+    );
+    let mut other_fp = Tally::default();
+    let mut other_recall = Tally::default();
+    for (entity, (rec, fp)) in &per_entity {
+        if !COVERED.contains(&entity.as_str()) {
+            other_fp.found += fp.found;
+            other_fp.total += fp.total;
+            other_recall.found += rec.found;
+            other_recall.total += rec.total;
+        }
+    }
+    println!(
+        "entities not covered (national ids, licences, dates...): {:.1}% incidental recall, {:.1}% of their negatives touched",
+        other_recall.pct(),
+        other_fp.pct()
+    );
+    println!("\npresidio synthetic sentences, recall per entity (names, places, organisations need NER):");
+    for (entity, t) in &synth_entity {
+        println!("  {entity}: {:.0}% ({}/{})", t.pct(), t.found, t.total);
+    }
+    assert!(
+        covered_recall.pct() >= 70.0,
+        "covered recall {:.1}%",
+        covered_recall.pct()
+    );
+}
