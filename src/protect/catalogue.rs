@@ -122,7 +122,7 @@ const DETECTORS: &[D] = &[
     // --- Chat, mail and webhook tokens -------------------------------------------------------
     D { id: "slack_token", description: "Slack bot, user, app, legacy or config token (xox…)",
         keywords: &["xox"],
-        regex: r"\b(xox[abeoprs]-(?:\d+-)?[0-9A-Za-z\-]{10,}|xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+|xoxe\.xox[bp]-\d-[A-Z0-9]{100,})", group: 1, validator: None },
+        regex: r"\b(xox[abeoprs]-(?:[0-9]{6,}-){1,3}[0-9A-Za-z\-]{8,}|xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+|xoxe\.xox[bp]-\d-[A-Za-z0-9]{100,}|xoxe-\d-[A-Za-z0-9]{100,})", group: 1, validator: None },
     D { id: "slack_webhook_url", description: "Slack incoming-webhook or workflow URL",
         keywords: &["hooks.slack.com"],
         regex: r"(?i)((?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_\-]{20,})", group: 1, validator: None },
@@ -153,7 +153,7 @@ const DETECTORS: &[D] = &[
         regex: r"\b(ey[A-Za-z0-9_\-]{10,}\.ey[A-Za-z0-9_\-]{2,}\.[A-Za-z0-9_\-]*)", group: 1, validator: Some(Validator::JwtHeader) },
     D { id: "private_key", description: "Private key in PEM, OpenSSH, PGP or encrypted armour (to END, or to the end of the text if cut)",
         keywords: &["private key"],
-        regex: r"(-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,.\\\-]*))", group: 1, validator: None },
+        regex: r"(-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,.\\\-]*))", group: 1, validator: Some(Validator::PemBody) },
     D { id: "putty_private_key", description: "PuTTY private key file (PuTTY-User-Key-File-N)",
         keywords: &["putty-user-key-file"],
         regex: r"(PuTTY-User-Key-File-\d+:[\s\S]*?(?:Private-MAC: [0-9a-fA-F]+|$))", group: 1, validator: None },
@@ -172,7 +172,7 @@ const DETECTORS: &[D] = &[
         regex: r#"(?i)(?:^|[;\s"'])(?:password|pwd)\s*=\s*([^;\s"']+)"#, group: 1, validator: None },
     D { id: "curl_user_credentials", description: "Credentials on a curl command line (-u user:pass, --user)",
         keywords: &["-u", "--user"],
-        regex: r#"(?:^|\s)(?:-u|--user)[\s=]+["']?[^\s:"']*:([^\s"']+)"#, group: 1, validator: None },
+        regex: r#"(?:^|\s)(?:-u|--user)[\s=]+["']?[^\s:"']*:([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "cli_secret_flag", description: "Secret passed as a command-line flag (--password=, --token …)",
         keywords: &["-pass", "-pwd", "-token", "-secret", "-api-key", "-apikey", "-access-key", "-auth"],
         regex: r#"(?i)(?:^|\s)--?(?:password|passwd|pass|pwd|token|secret|client-secret|api-key|apikey|access-key|auth-token)(?:=|\s+)["']?([^\s"']{3,})"#, group: 1, validator: None },
@@ -184,10 +184,10 @@ const DETECTORS: &[D] = &[
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
     D { id: "secret_key_assignment", description: "Value under a secret-looking key in JSON, YAML, TOML, XML, code or .env text",
         keywords: &["secret", "token", "passw", "pwd", "api_key", "apikey", "api-key", "access_key", "accesskey", "private_key", "credential", "auth"],
-        regex: r#"(?i)(?:["'`]?[a-z0-9_.\-$]*(?:secret|token|passwd|password|pwd|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth[_\-]?key)[a-z0-9_.\-]*["'`]?\s*(?:::=|:=|\?=|\.=|\+=|=>|=|:)\s*["'`]?|["'`][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["'`]\s*,\s*["'`]|<[a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*>\s*)([A-Za-z0-9_\-+/=.~!@#$%^&*:]{6,})"#, group: 1, validator: Some(Validator::SecretLike) },
-    D { id: "high_entropy_near_keyword", description: "High-entropy string (over 4.2 bits/char, so not hex) near key/secret/token",
-        keywords: &["key", "secret", "token", "credential"],
-        regex: r"(?i)(?:key|secret|token|credential)[^\n]{0,24}?(?:^|[^A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{24,}={0,2})", group: 1, validator: ENTROPY_4_2 },
+        regex: r#"(?i)(?:["'`]?[a-z0-9_.\-$]*(?:secret|token|passwd|password|pwd|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth[_\-]?key)[a-z0-9_.\-]*["'`]?[ \t]*(?:::=|:=|\?=|\.=|\+=|=>|=|:)[ \t]*["'`]?|["'`][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["'`]\s*,\s*["'`]|<[a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*>\s*)([A-Za-z0-9_\-+/=.~!@#$%^&*:]{6,})"#, group: 1, validator: Some(Validator::SecretLike) },
+    D { id: "high_entropy_near_keyword", description: "High-entropy string (over 4.2 bits/char, so not hex) near secret/token/credential/api key/private key",
+        keywords: &["secret", "token", "credential", "apikey", "api_key", "api-key", "privatekey", "private_key", "accesskey", "access_key"],
+        regex: r"(?i)(?:secret|token|credential|api[_\-]?key|private[_\-]?key|access[_\-]?key)[^\n]{0,24}?(?:^|[^A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{24,}={0,2})", group: 1, validator: ENTROPY_4_2 },
     // --- Personal data -----------------------------------------------------------------------
     D { id: "email_address", description: "E-mail address",
         keywords: &["@"],
@@ -200,7 +200,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^\w+\-.])((?:1[\s.\-])?(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.\-])[2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|\.(?:\s|$)|$)", group: 1, validator: None },
     D { id: "payment_card_number", description: "Payment card number (13-19 digits, Luhn-valid, issuer prefix)",
         keywords: &[],
-        regex: r"(?:^|[^0-9\-.])([2-6]\d{3}(?:[ \-]?\d{4}){2}[ \-]?\d{1,4}(?:[ \-]?\d{1,3})?)(?:[^0-9\-.]|$)", group: 1, validator: Some(Validator::Luhn) },
+        regex: r"(?:^|[^0-9A-Za-z\-.])([2-6]\d{3}(?:[ \-]?\d{4}){2}[ \-]?\d{1,4}(?:[ \-]?\d{1,3})?)(?:[^0-9A-Za-z\-.]|$)", group: 1, validator: Some(Validator::Luhn) },
     D { id: "iban", description: "International bank account number (mod-97-valid)",
         keywords: &[],
         regex: r"(?:^|[^A-Za-z0-9])([A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30})(?:[^A-Za-z0-9]|$)", group: 1, validator: Some(Validator::IbanMod97) },
@@ -339,7 +339,7 @@ mod tests {
             s("client secret: abc8Q~Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3kQ9m"),
             s("abc8Q~Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3kQ9m"),
         );
-        let dop = format!("dop_v1_{}", cycle("0123456789abcdef", 64));
+        let dop = format!("dop_v1_{}", cycle("3f9a1c7e5b2d8046", 64));
         tp("digitalocean_token", format!("DO_TOKEN {dop}"), dop);
         let hrku = format!("HRKU-AA{}", cycle(B62, 58));
         tp("heroku_api_key", format!("heroku: {hrku}"), hrku);
@@ -356,7 +356,7 @@ mod tests {
         );
         let gh = format!("ghp_{}", cycle(B62, 36));
         tp("github_token_unverified", format!("GITHUB_TOKEN: {gh}"), gh);
-        let ghf = format!("github_pat_{}", cycle("11ABCDEFG0_abcdefghijk", 82));
+        let ghf = format!("github_pat_{}", cycle("11AQZK3R0_m9XbT2wLp7", 82));
         tp("github_fine_grained_pat", format!("use {ghf} here"), ghf);
         let gl = format!("glpat-{}", cycle(B62, 20));
         tp("gitlab_token", format!("PRIVATE-TOKEN: {gl}"), gl);
@@ -400,7 +400,7 @@ mod tests {
         let bt = format!(
             "access_token$production${}${}",
             cycle("abc123", 16),
-            cycle("0123456789abcdef", 32)
+            cycle("3f9a1c7e5b2d8046", 32)
         );
         tp("braintree_access_token", format!("braintree {bt}"), bt);
         tp(
@@ -410,7 +410,7 @@ mod tests {
         );
         tp("slack_webhook_url", s("post to https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/AbCdEfGhIjKlMnOpQrStUvWx now"), s("https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/AbCdEfGhIjKlMnOpQrStUvWx"));
         let dw = format!(
-            "https://discord.com/api/webhooks/123456789012345678/{}",
+            "https://discord.com/api/webhooks/981726354091827364/{}",
             cycle(B62, 68)
         );
         tp("discord_webhook_url", format!("hook: {dw}"), dw);
@@ -421,18 +421,18 @@ mod tests {
         tp("sendgrid_api_key", format!("sendgrid {sg}"), sg);
         tp(
             "twilio_api_key",
-            s("twilio SK0123456789abcdef0123456789abcdef"),
-            s("SK0123456789abcdef0123456789abcdef"),
+            s("twilio SK3f9a1c7e5b2d80463f9a1c7e5b2d8046"),
+            s("SK3f9a1c7e5b2d80463f9a1c7e5b2d8046"),
         );
         tp(
             "mailchimp_api_key",
-            s("mc 0123456789abcdef0123456789abcdef-us21"),
-            s("0123456789abcdef0123456789abcdef-us21"),
+            s("mc 3f9a1c7e5b2d80463f9a1c7e5b2d8046-us21"),
+            s("3f9a1c7e5b2d80463f9a1c7e5b2d8046-us21"),
         );
         tp(
             "shopify_token",
-            s("shop shpat_0123456789abcdef0123456789abcdef"),
-            s("shpat_0123456789abcdef0123456789abcdef"),
+            s("shop 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"),
+            s("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"),
         );
         let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
         tp("jwt", format!("token={jwt}"), s(jwt));
@@ -440,7 +440,7 @@ mod tests {
         tp("private_key", format!("key:\n{pem}\n"), s(pem));
         let cut = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW";
         tp("private_key", s(cut), s(cut));
-        let pgp = "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0Z\n-----END PGP PRIVATE KEY BLOCK-----";
+        let pgp = "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0ZAQwAu1SU1LfVLPHCozMx\n-----END PGP PRIVATE KEY BLOCK-----";
         tp("private_key", s(pgp), s(pgp));
         let putty = "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPrivate-Lines: 1\nAAAAIBx\nPrivate-MAC: 6e4c1d2f";
         tp("putty_private_key", s(putty), s(putty));
@@ -491,7 +491,7 @@ mod tests {
         );
         tp(
             "high_entropy_near_keyword",
-            s("the signing key is Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
+            s("the signing secret is Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
             s("Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
         );
         tp(

@@ -38,6 +38,8 @@ pub enum Validator {
     PhoneDigits,
     /// Parses as an IPv6 address.
     Ipv6,
+    /// A PEM block with at least 16 characters of base64 key material.
+    PemBody,
 }
 
 impl Validator {
@@ -57,6 +59,7 @@ impl Validator {
                 (8..=15).contains(&text.bytes().filter(u8::is_ascii_digit).count())
             }
             Validator::Ipv6 => text.parse::<std::net::Ipv6Addr>().is_ok(),
+            Validator::PemBody => pem_body(text),
         }
     }
 }
@@ -208,12 +211,37 @@ pub fn us_ssn(text: &str) -> bool {
     area != "000" && area != "666" && !area.starts_with('9') && group != "00" && serial != "0000"
 }
 
+/// Key material between the armour lines: at least 16 base64 characters.
+pub fn pem_body(text: &str) -> bool {
+    let body = text
+        .lines()
+        .filter(|l| !l.starts_with("-----") && !l.contains(':'))
+        .flat_map(str::chars)
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '+' || *c == '/')
+        .count();
+    body >= 16
+}
+
+/// Runs that random key material essentially never contains but documentation does.
+const SEQUENCES: &[&str] = &["abcdefghij", "ABCDEFGHIJ", "0123456789", "1234567890"];
+
 /// A placeholder rather than a value: mostly one repeated character (`xxxx…`, `****`,
 /// `AIzaaaaa…`), a template reference (`${X}`, `$1`, `{{x}}`), or an angle- or square-
 /// bracketed name (`<password>`, `[TOKEN]`).
 pub fn is_placeholder(text: &str) -> bool {
     let t = text.trim_matches(|c| c == '"' || c == '\'' || c == '`');
-    if t.contains("${") || t.contains("{{") || t.starts_with('<') || t.starts_with('[') {
+    if t.contains("${")
+        || t.contains("{{")
+        || t.starts_with(['<', '[', '{', '`'])
+        || SEQUENCES.iter().any(|s| t.contains(s))
+    {
+        return true;
+    }
+    // A CONSTANT_NAME is a reference to a secret, not one.
+    if t.contains('_')
+        && t.bytes()
+            .all(|b| b.is_ascii_uppercase() || b == b'_' || b.is_ascii_digit())
+    {
         return true;
     }
     if t.starts_with('$')
@@ -266,8 +294,11 @@ const NOT_SECRETS: &[&str] = &[
     "hidden",
     "example",
     "placeholder",
-    "changeit_not",
-    "env",
+    "password",
+    "username",
+    "changeme",
+    "secret",
+    "token",
     "input_tokens",
     "output_tokens",
 ];
