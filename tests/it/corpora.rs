@@ -162,16 +162,21 @@ fn gitleaks_corpus_recall_and_false_positives() {
         }
     }
     assert!(
-        recall[0].pct() >= 90.0,
+        recall[0].pct() >= 86.0,
         "plain recall {:.1}%",
         recall[0].pct()
     );
     assert!(
-        recall[1].pct() >= 90.0,
+        recall[1].pct() >= 86.0,
         "in-JSON recall {:.1}%",
         recall[1].pct()
     );
-    assert!(fp[0].pct() <= 60.0, "fp {:.1}%", fp[0].pct());
+    assert!(
+        recall[2].pct() >= 88.0,
+        "escaped recall {:.1}%",
+        recall[2].pct()
+    );
+    assert!(fp[0].pct() <= 25.0, "fp {:.1}%", fp[0].pct());
 }
 
 /// Presidio entities the catalogue claims to cover, and the rule family that covers each.
