@@ -278,12 +278,12 @@ const TOOLS: &[Tool] = &[
 pub const PLANTED: &[&str] = &[
     "AKIAIOSFODNN7EXAMPLE",
     "sk-proj-T3stOnlyN0tAR3alK3yAbCdEfGhIjKlMnOpQrStUvWxYz012345",
-    "ghp_TestOnlyToken0123456789abcdefABCDEF01",
+    "ghp_T3stOnlyT0ken7f3a9c2e1d5b8a4c6e0f2d9",
     "jane.doe@example.com",
     "+1 415 555 0132",
     "4111 1111 1111 1111",
     "GB82 WEST 1234 5698 7654 32",
-    "xoxb-1234567890-0987654321-TestOnlyTokenValue",
+    "xoxb-2401734567-2409871543210-T3stOnlyT0kenValue",
 ];
 
 struct Generator {

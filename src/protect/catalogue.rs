@@ -25,7 +25,7 @@ const DETECTORS: &[D] = &[
     // --- Cloud providers -------------------------------------------------------------------
     D { id: "aws_access_key_id", description: "AWS access key id (AKIA/ASIA/ABIA/ACCA…)",
         keywords: &["akia", "asia", "abia", "acca", "a3t"],
-        regex: r"(?:^|[^A-Za-z0-9])((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})(?:[^A-Za-z0-9]|$)", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9])((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16})(?:[^A-Za-z0-9]|$)", group: 1, validator: None },
     D { id: "aws_secret_access_key", description: "AWS secret access key next to an aws/secret keyword",
         keywords: &["aws"],
         regex: r#"(?i)aws[a-z0-9_ .\-]{0,25}(?:secret|key)[a-z0-9_ .\-]{0,20}["']?\s*[:=]\s*["']?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+]|$)"#, group: 1, validator: None },

@@ -385,3 +385,166 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod canary_properties {
+    use super::*;
+    use crate::event::{LogRecord, SpanRecord};
+    use proptest::prelude::*;
+
+    const CANARIES: &[&str] = &[
+        "AKIAZ3KQ9MX2PL7VR4TY",
+        "sk-proj-Zk3q9XbT2mLw8RvNc1dF5gH0jKaQ7uYe4Wp6",
+        "ghp_aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jKaZ3k",
+        "jane.roe@example.org",
+        "4242 4242 4242 4242",
+        "xoxb-2401234567-2409876543210-AbCdEfGhIjKlMnOpQrStUvWx",
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----",
+    ];
+
+    /// A leaf: ordinary words, or a canary wrapped in one of the ways payloads carry text.
+    #[derive(Debug, Clone)]
+    enum Leaf {
+        Words(String),
+        Canary { which: usize, wrap: u8 },
+    }
+
+    fn leaf() -> impl Strategy<Value = Leaf> {
+        prop_oneof![
+            "[a-z]{1,8}( [a-z]{1,8}){0,4}".prop_map(Leaf::Words),
+            (0..CANARIES.len(), 0u8..5).prop_map(|(which, wrap)| Leaf::Canary { which, wrap }),
+        ]
+    }
+
+    fn render(leaf: &Leaf) -> AttrValue {
+        match leaf {
+            Leaf::Words(w) => AttrValue::Str(w.clone()),
+            Leaf::Canary { which, wrap } => {
+                let c = CANARIES[*which];
+                let one = serde_json::json!({ "note": format!("see {c} here") }).to_string();
+                AttrValue::Str(match wrap {
+                    0 => c.to_string(),
+                    1 => format!("before {c} after"),
+                    // JSON inside a string, as tool arguments arrive.
+                    2 => one,
+                    // JSON escaped twice: a JSON document holding JSON text.
+                    3 => serde_json::json!({ "arguments": one }).to_string(),
+                    // JSON-escaped text inside a plain log line.
+                    _ => format!(
+                        "retry failed: args={}",
+                        serde_json::to_string(&one).unwrap_or_default()
+                    ),
+                })
+            }
+        }
+    }
+
+    fn tree() -> impl Strategy<Value = AttrValue> {
+        leaf()
+            .prop_map(|l| render(&l))
+            .prop_recursive(4, 32, 5, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 1..5).prop_map(AttrValue::Array),
+                    prop::collection::vec(("[a-z]{1,8}", inner), 1..5)
+                        .prop_map(|kvs| AttrValue::Map(Attributes(kvs))),
+                ]
+            })
+    }
+
+    fn contains_canary(text: &str) -> Option<&'static str> {
+        CANARIES.iter().copied().find(|c| {
+            let once = serde_json::to_string(c).unwrap_or_default();
+            let once = &once[1..once.len() - 1];
+            let twice = serde_json::to_string(once).unwrap_or_default();
+            let twice = &twice[1..twice.len() - 1];
+            text.contains(c) || text.contains(once) || text.contains(twice)
+        })
+    }
+
+    fn protector() -> Protector {
+        let r = Redactor::new(&rules::RedactionConfig::default(), KeyedHasher::new(b"p"))
+            .expect("rules");
+        Protector::new(r)
+    }
+
+    fn span_with(value: AttrValue, planted: &str) -> SpanRecord {
+        SpanRecord {
+            tenant: "t".into(),
+            resource: Arc::new(Resource {
+                service_name: "svc".into(),
+                attributes: Attributes(vec![("deployment.note".into(), value.clone())]),
+            }),
+            scope: Arc::default(),
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            parent_span_id: None,
+            trace_state: String::new(),
+            name: format!("execute_tool {planted}"),
+            kind: crate::event::SpanKind::Internal,
+            class: crate::event::SpanClass::Tool,
+            start_ns: 0,
+            end_ns: 0,
+            status_code: crate::event::StatusCode::Error,
+            status_message: format!("failed for {planted}"),
+            gen_ai: GenAiFields {
+                tool_arguments: Some(serde_json::to_string(&value).unwrap_or_default()),
+                ..Default::default()
+            },
+            audit: AuditFields::default(),
+            attributes: Attributes(vec![("payload".into(), value.clone())]),
+            events: vec![crate::event::SpanEventRecord {
+                time_ns: 0,
+                name: "exception".into(),
+                attributes: Attributes(vec![("exception.message".into(), value)]),
+            }],
+            links: vec![],
+            dropped: Default::default(),
+            redactions: Default::default(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// A canary planted anywhere — any depth, any field, inside JSON in a string, escaped
+        /// once or twice — never survives protect, in spans or in log bodies.
+        #[test]
+        fn planted_canaries_never_survive(value in tree(), which in 0..CANARIES.len()) {
+            let planted = CANARIES[which].replace('\n', " ");
+            let span = span_with(value.clone(), &planted);
+            let log = LogRecord {
+                tenant: "t".into(),
+                resource: Arc::clone(&span.resource),
+                scope: Arc::default(),
+                time_ns: 0,
+                observed_time_ns: 0,
+                trace_id: None,
+                span_id: None,
+                severity_number: 0,
+                severity_text: String::new(),
+                event_name: String::new(),
+                body: value,
+                audit: AuditFields::default(),
+                attributes: Attributes::default(),
+                dropped_attributes: 0,
+                redactions: Default::default(),
+            };
+            let mut batch = EventBatch { spans: vec![span], logs: vec![log] };
+            protector().protect(&mut batch);
+            let s = &batch.spans[0];
+            let l = &batch.logs[0];
+            let texts = [
+                serde_json::to_string(&s.attributes).unwrap_or_default(),
+                serde_json::to_string(&s.resource.attributes).unwrap_or_default(),
+                serde_json::to_string(&s.events[0].attributes).unwrap_or_default(),
+                s.gen_ai.tool_arguments.clone().unwrap_or_default(),
+                s.name.clone(),
+                s.status_message.clone(),
+                serde_json::to_string(&l.body).unwrap_or_default(),
+            ];
+            for t in &texts {
+                prop_assert!(contains_canary(t).is_none(), "canary survived in {}", t);
+            }
+        }
+    }
+}

@@ -8,5 +8,6 @@ mod harness;
 mod lifecycle;
 mod loadgen;
 mod otlp_json;
+mod protect_e2e;
 mod python_sdk;
 mod rust_sdk;

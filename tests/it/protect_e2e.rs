@@ -1,0 +1,240 @@
+//! End to end: loadgen's planted secrets and a canary set of our own go in over gRPC and
+//! HTTP; afterwards nothing toolwatch produced — the archive decoded by DuckDB, the daemon's
+//! log, `/metrics` — holds any of them, and the fields around them are intact.
+
+use std::process::Output;
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use serde_json::{json, Value};
+
+use crate::harness::{read_table_python, toolwatch, Daemon};
+use crate::otlp_json::post;
+
+/// Our own canaries, one per family, none of them real.
+const CANARIES: &[&str] = &[
+    "AKIAQX7Z3K9M2P4V8R6T",
+    "sk-ant-api03-Qm9vYmFyQmF6UXV4Q29ycmVjdEhvcnNlQmF0dGVyeVN0YXBsZVhZWjEyMzQ1Njc4OTBhYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAx",
+    "glpat-Zk3q9XbT2mLw8RvNc1dF",
+    "whsec_Zk3q9XbT2mLw8RvNc1dF5gH0jKaQ7uYe",
+    "canary.person@example.net",
+    "5500 0000 0000 0004",
+    "DE89370400440532013000",
+    "078-05-1120",
+    "hunter2-C4n4ry!",
+];
+
+fn loadgen(args: &[&str]) -> Value {
+    let out: Output = toolwatch()
+        .arg("loadgen")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("loadgen");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report")
+}
+
+fn kv(key: &str, value: Value) -> Value {
+    json!({ "key": key, "value": value })
+}
+
+fn s(v: &str) -> Value {
+    json!({ "stringValue": v })
+}
+
+/// One span and one log record carrying every canary in a different place.
+fn canary_request(trace: &str, tenant: &str) -> (Value, Value) {
+    let c = CANARIES;
+    let tool_args =
+        json!({ "order_ref": "ORD-77", "card": c[5], "notes": { "iban": c[6] } }).to_string();
+    let double = json!({ "arguments": json!({ "ssn": c[7] }).to_string() }).to_string();
+    let resource = json!({ "attributes": [
+        kv("service.name", s("canary-executor")),
+        kv("executor.tenant_id", s(tenant)),
+        kv("deploy.env", s(&format!("AWS_SECRET_ACCESS_KEY=x AWS_KEY={}", c[0]))),
+    ]});
+    let spans = json!({ "resourceSpans": [{
+        "resource": resource,
+        "scopeSpans": [{ "spans": [{
+            "traceId": trace, "spanId": "1a2b3c4d5e6f7081", "name": format!("execute_tool refund for {}", c[4]),
+            "kind": 1, "startTimeUnixNano": "1767225600000000000", "endTimeUnixNano": "1767225600500000000",
+            "status": { "code": 2, "message": format!("upstream rejected key {}", c[1]) },
+            "attributes": [
+                kv("gen_ai.operation.name", s("execute_tool")),
+                kv("gen_ai.tool.name", s("refund_order")),
+                kv("gen_ai.tool.call.arguments", s(&tool_args)),
+                kv("gen_ai.tool.call.result", s(&double)),
+                kv("db.password", s(c[8])),
+                kv("nested", json!({ "kvlistValue": { "values": [
+                    kv("list", json!({ "arrayValue": { "values": [ s(&format!("token {}", c[2])) ] } })),
+                ]}})),
+                kv("bytes", json!({ "bytesValue": base64_of(&format!("Authorization: Bearer {}", c[3])) })),
+            ],
+            "events": [{ "timeUnixNano": "1767225600100000000", "name": "exception",
+                "attributes": [ kv("exception.message", s(&format!("stripe said {}", c[3]))) ] }],
+            "links": [{ "traceId": trace, "spanId": "0102030405060708",
+                "attributes": [ kv("reason", s(&format!("follow-up for {}", c[4]))) ] }],
+        }]}]
+    }]});
+    let logs = json!({ "resourceLogs": [{
+        "resource": resource,
+        "scopeLogs": [{ "logRecords": [{
+            "timeUnixNano": "1767225600200000000", "observedTimeUnixNano": "1767225600200000000",
+            "traceId": trace, "spanId": "1a2b3c4d5e6f7081", "severityNumber": 17,
+            "body": { "kvlistValue": { "values": [
+                kv("message", s(&format!("login failed for {} with password: {}", c[4], c[8]))),
+                kv("order_ref", s("ORD-77")),
+            ]}},
+            "attributes": [ kv("curl", s(&format!("curl -u admin:{} https://api", c[8]))) ],
+        }]}]
+    }]});
+    (spans, logs)
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn assert_clean(text: &str, what: &str) {
+    let planted = toolwatch::loadgen::PLANTED;
+    for secret in CANARIES.iter().chain(planted) {
+        let escaped = serde_json::to_string(secret).expect("json");
+        let escaped = &escaped[1..escaped.len() - 1];
+        assert!(
+            !text.contains(secret) && !text.contains(escaped),
+            "{secret:?} survived in {what}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_planted_secret_leaves_toolwatch() {
+    let mut d = Daemon::start();
+    let grpc = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "80",
+        "--seed",
+        "21",
+    ]);
+    let http = loadgen(&[
+        "--target",
+        &d.http_url(),
+        "--http",
+        "--requests",
+        "40",
+        "--seed",
+        "22",
+    ]);
+    assert!(
+        grpc["planted_secrets"].as_u64().unwrap_or(0)
+            + http["planted_secrets"].as_u64().unwrap_or(0)
+            > 20
+    );
+
+    // Our canaries over HTTP/JSON, and the same over gRPC/protobuf for another tenant.
+    let (spans, logs) = canary_request("0af7651916cd43dd8448eb211c80319c", "canary-http");
+    for (path, body) in [("/v1/traces", &spans), ("/v1/logs", &logs)] {
+        let (status, resp) = post(
+            &format!("{}{path}", d.http_url()),
+            "application/json",
+            None,
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+    }
+    let (spans, _) = canary_request("1bf7651916cd43dd8448eb211c80319d", "canary-grpc");
+    let req: opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest =
+        toolwatch::receive::decode::json(spans.to_string().as_bytes()).expect("decodes");
+    TraceServiceClient::connect(d.grpc_url())
+        .await
+        .expect("connect")
+        .export(req)
+        .await
+        .expect("gRPC export accepted");
+
+    let (_, metrics) = d.admin_get("/metrics");
+    d.stop();
+
+    let span_rows = read_table_python("duckdb", &d.data_dir, "spans");
+    let log_rows = read_table_python("duckdb", &d.data_dir, "logs");
+    let expected_spans =
+        grpc["spans"].as_u64().unwrap_or(0) + http["spans"].as_u64().unwrap_or(0) + 2;
+    assert_eq!(span_rows.len() as u64, expected_spans);
+    assert_clean(
+        &serde_json::to_string(&span_rows).expect("json"),
+        "the spans table",
+    );
+    assert_clean(
+        &serde_json::to_string(&log_rows).expect("json"),
+        "the logs table",
+    );
+    assert_clean(&d.log_text(), "the daemon's log");
+    assert_clean(&metrics, "/metrics");
+
+    // The fields around the secrets are intact, and provenance names the rules.
+    for tenant in ["canary-http", "canary-grpc"] {
+        let row = span_rows
+            .iter()
+            .find(|r| r["tenant"] == tenant)
+            .expect("canary span");
+        assert_eq!(row["tool_name"], "refund_order");
+        assert_eq!(
+            row["name"],
+            "execute_tool refund for [REDACTED:email_address]"
+        );
+        assert_eq!(
+            row["status_message"],
+            "upstream rejected key [REDACTED:anthropic_api_key]"
+        );
+        let args: Value =
+            serde_json::from_str(row["tool_arguments"].as_str().expect("args")).expect("JSON kept");
+        assert_eq!(args["order_ref"], "ORD-77");
+        assert_eq!(args["card"], "[REDACTED:payment_card_number]");
+        assert_eq!(args["notes"]["iban"], "[REDACTED:iban]");
+        let attrs: Value =
+            serde_json::from_str(row["attributes"].as_str().expect("attrs")).expect("JSON");
+        assert_eq!(attrs["db.password"], "[REDACTED:credential_key]");
+        let redactions = row["redactions"].as_object().expect("map");
+        for rule in [
+            "email_address",
+            "anthropic_api_key",
+            "payment_card_number",
+            "iban",
+            "us_social_security_number",
+            "credential_key",
+            "gitlab_token",
+            "stripe_webhook_secret",
+            "aws_access_key_id",
+        ] {
+            assert!(
+                redactions.get(rule).and_then(Value::as_u64).unwrap_or(0) >= 1,
+                "{tenant}: {rule} not recorded in {redactions:?}"
+            );
+        }
+    }
+    let log = log_rows
+        .iter()
+        .find(|r| r["tenant"] == "canary-http")
+        .expect("canary log");
+    let body: Value = serde_json::from_str(log["body"].as_str().expect("body")).expect("JSON body");
+    assert_eq!(body["order_ref"], "ORD-77");
+    for rule in [
+        "email_address",
+        "payment_card_number",
+        "aws_access_key_id",
+        "credential_key",
+    ] {
+        assert!(
+            metrics.contains(&format!("toolwatch_redactions_total{{rule=\"{rule}\"}}")),
+            "{rule} missing from /metrics"
+        );
+    }
+}
