@@ -146,5 +146,117 @@ fn batches_of(bodies: &[Vec<u8>]) -> usize {
     batches(bodies).len()
 }
 
-criterion_group!(benches, stages);
+/// A JSON tool payload of about `size` bytes, with planted secrets when `secrets` is set.
+fn payload(size: usize, secrets: bool, seed: usize) -> String {
+    let words = [
+        "order",
+        "shipment",
+        "refund",
+        "customer",
+        "priority",
+        "warehouse",
+        "status",
+    ];
+    let mut items = Vec::new();
+    let mut len = 0;
+    let mut i = seed;
+    while len < size {
+        let mut item = serde_json::json!({
+            "order_id": format!("ORD-{:08}", i * 7919 % 100_000_000),
+            "amount_cents": (i * 31) % 500_000,
+            "note": (0..8).map(|k| words[(i + k) % words.len()]).collect::<Vec<_>>().join(" "),
+            "updated": "2026-11-30T05:17:14.133Z",
+            "trace": format!("{:032x}", i as u128 * 0x9e37_79b9_7f4a_7c15),
+        });
+        if secrets && i.is_multiple_of(4) {
+            item["contact"] = serde_json::Value::String(match i % 3 {
+                0 => "reach jane.doe@example.com or +1 415 555 0132".into(),
+                1 => "key sk-proj-T3stOnlyN0tAR3alK3yAbCdEfGhIjKlMnOpQrStUvWxYz012345".into(),
+                _ => "card 4111 1111 1111 1111, token ghp_T3stOnlyT0ken7f3a9c2e1d5b8a4c6e0f2d9"
+                    .into(),
+            });
+        }
+        len += item.to_string().len() + 1;
+        items.push(item);
+        i += 1;
+    }
+    serde_json::json!({ "items": items }).to_string()
+}
+
+fn protect_payloads(c: &mut Criterion) {
+    use std::sync::Arc;
+    use toolwatch::event::{
+        AttrValue, Attributes, GenAiFields, SpanClass, SpanKind, SpanRecord, StatusCode,
+    };
+    let redactor = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"bench-key"))
+        .expect("default rules compile");
+    let protector = Protector::new(redactor);
+    let mut g = c.benchmark_group("protect");
+    for size in [1024, 4096, 8192] {
+        for secrets in [false, true] {
+            let spans: Vec<SpanRecord> = (0..64)
+                .map(|n| SpanRecord {
+                    tenant: "t".into(),
+                    resource: Arc::default(),
+                    scope: Arc::default(),
+                    trace_id: [1; 16],
+                    span_id: [2; 8],
+                    parent_span_id: None,
+                    trace_state: String::new(),
+                    name: "execute_tool search_orders".into(),
+                    kind: SpanKind::Internal,
+                    class: SpanClass::Tool,
+                    start_ns: 0,
+                    end_ns: 0,
+                    status_code: StatusCode::Unset,
+                    status_message: String::new(),
+                    gen_ai: GenAiFields {
+                        tool_arguments: Some(payload(size / 2, secrets, n)),
+                        tool_result: Some(payload(size / 2, secrets, n + 1000)),
+                        ..Default::default()
+                    },
+                    audit: Default::default(),
+                    attributes: Attributes(vec![(
+                        "http.url".into(),
+                        AttrValue::Str("https://orders.internal.example/v1/orders?page=2".into()),
+                    )]),
+                    events: vec![],
+                    links: vec![],
+                    dropped: Default::default(),
+                    redactions: Default::default(),
+                })
+                .collect();
+            let bytes: usize = spans
+                .iter()
+                .map(|s| {
+                    s.gen_ai.tool_arguments.as_ref().map_or(0, String::len)
+                        + s.gen_ai.tool_result.as_ref().map_or(0, String::len)
+                })
+                .sum();
+            let batch = EventBatch {
+                spans,
+                logs: vec![],
+            };
+            g.throughput(Throughput::Bytes(bytes as u64));
+            let name = format!(
+                "{}KiB_{}",
+                size / 1024,
+                if secrets { "with_secrets" } else { "clean" }
+            );
+            g.bench_function(name, |b| {
+                b.iter_batched(
+                    || batch.clone(),
+                    |mut batch| {
+                        protector.protect(&mut batch);
+                        batch
+                    },
+                    BatchSize::LargeInput,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, stages, protect_payloads);
 criterion_main!(benches);

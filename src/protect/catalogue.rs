@@ -240,6 +240,15 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             validator: d.validator,
             action: Action::Mask,
             skip_placeholders: !PERSONAL_DATA.contains(&d.id),
+            min_digits: match d.id {
+                "payment_card_number" => 12,
+                "phone_number_north_american" => 10,
+                "phone_number_international" => 8,
+                "us_social_security_number" => 9,
+                "iban" => 4,
+                "ipv4_address" => 4,
+                _ => 0,
+            },
         })
         .collect()
 }

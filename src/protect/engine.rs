@@ -51,6 +51,8 @@ pub enum RuleError {
 }
 
 struct Detector {
+    /// Digits the text must hold before this detector is worth running (cards, phones…).
+    min_digits: usize,
     rank: usize,
     id: Arc<str>,
     regex: Regex,
@@ -96,7 +98,20 @@ pub struct Redactor {
     hasher: KeyedHasher,
     /// Deepest nesting examined.
     pub max_depth: usize,
+    /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
+    key_cache: std::sync::RwLock<std::collections::HashMap<String, KeyVerdict>>,
 }
+
+/// What the key rules say about one key.
+#[derive(Clone, Copy)]
+enum KeyVerdict {
+    Allowed,
+    Rule(usize),
+    Free,
+}
+
+/// Most distinct keys cached; beyond this, keys are matched without caching.
+const KEY_CACHE_LIMIT: usize = 8192;
 
 impl Redactor {
     /// Compiles the configured rules (plus the catalogue unless switched off).
@@ -167,6 +182,7 @@ impl Redactor {
             allow_values: config.allow_values.iter().cloned().collect(),
             hasher,
             max_depth: config.max_depth,
+            key_cache: Default::default(),
         })
     }
 
@@ -184,32 +200,71 @@ impl Redactor {
             .collect()
     }
 
-    /// True when the key is on the allowlist and its value is never touched.
-    pub fn is_allowed_key(&self, key: &str) -> bool {
-        self.allow_keys.iter().any(|g| g.matches(key))
+    fn verdict(&self, key: &str) -> KeyVerdict {
+        if let Ok(cache) = self.key_cache.read() {
+            if let Some(v) = cache.get(key) {
+                return *v;
+            }
+        }
+        let lower = lowercase(key);
+        let verdict = if self.allow_keys.iter().any(|g| g.matches_lowercase(&lower)) {
+            KeyVerdict::Allowed
+        } else {
+            match self
+                .key_rules
+                .iter()
+                .position(|r| r.globs.iter().any(|g| g.matches_lowercase(&lower)))
+            {
+                Some(i) => KeyVerdict::Rule(i),
+                None => KeyVerdict::Free,
+            }
+        };
+        if let Ok(mut cache) = self.key_cache.write() {
+            if cache.len() < KEY_CACHE_LIMIT {
+                cache.insert(key.to_string(), verdict);
+            }
+        }
+        verdict
     }
 
-    /// The key rule that covers `key`, if any.
+    /// True when the key is on the allowlist and its value is never touched.
+    pub fn is_allowed_key(&self, key: &str) -> bool {
+        matches!(self.verdict(key), KeyVerdict::Allowed)
+    }
+
+    /// The key rule that covers `key`, if any (an allowed key has none).
     pub fn key_rule(&self, key: &str) -> Option<&KeyRule> {
-        self.key_rules
-            .iter()
-            .find(|r| r.globs.iter().any(|g| g.matches(key)))
+        match self.verdict(key) {
+            KeyVerdict::Rule(i) => self.key_rules.get(i),
+            KeyVerdict::Allowed | KeyVerdict::Free => None,
+        }
     }
 
     /// Every finding in `text`, non-overlapping, in order.
     pub fn scan(&self, text: &str) -> Vec<Finding> {
-        let mut run = vec![false; self.detectors.len()];
+        // A bitset of the detectors to run, on the stack for any realistic rule count.
+        let words = self.detectors.len().div_ceil(64);
+        let mut stack = [0u64; 4];
+        let mut heap = Vec::new();
+        let run: &mut [u64] = if words <= stack.len() {
+            &mut stack[..words]
+        } else {
+            heap.resize(words, 0);
+            &mut heap
+        };
         for &i in &self.unfiltered {
-            run[i] = true;
+            run[i / 64] |= 1 << (i % 64);
         }
         if let Some(ac) = &self.prefilter {
             for m in ac.find_overlapping_iter(text) {
-                run[self.keyword_owner[m.pattern().as_usize()]] = true;
+                let i = self.keyword_owner[m.pattern().as_usize()];
+                run[i / 64] |= 1 << (i % 64);
             }
         }
+        let digits = text.bytes().filter(u8::is_ascii_digit).count();
         let mut found = Vec::new();
         for (i, d) in self.detectors.iter().enumerate() {
-            if run[i] {
+            if run[i / 64] & (1 << (i % 64)) != 0 && digits >= d.min_digits {
                 d.find_all(text, &self.allow_values, &mut found);
             }
         }
@@ -293,6 +348,15 @@ impl Detector {
     }
 }
 
+/// ASCII-lowercases a key without allocating when it already is lowercase.
+fn lowercase(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(key.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(key)
+    }
+}
+
 fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleError> {
     if spec.action == Action::Drop {
         return Err(RuleError::DropOnDetector(spec.id.clone()));
@@ -312,6 +376,7 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         });
     }
     Ok(Detector {
+        min_digits: spec.min_digits,
         rank,
         id: Arc::from(spec.id.as_str()),
         regex,

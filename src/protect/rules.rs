@@ -45,6 +45,10 @@ pub struct DetectorSpec {
     /// personal data, where a repeated digit is still a number.
     #[serde(default = "yes")]
     pub skip_placeholders: bool,
+    /// Run only on text holding at least this many digits (a cheap gate for numeric rules
+    /// without keywords).
+    #[serde(default)]
+    pub min_digits: usize,
 }
 
 fn yes() -> bool {
@@ -149,8 +153,13 @@ impl KeyGlob {
 
     /// True when `key` matches.
     pub fn matches(&self, key: &str) -> bool {
-        let key = key.to_ascii_lowercase();
-        let mut rest = key.as_str();
+        self.matches_lowercase(&key.to_ascii_lowercase())
+    }
+
+    /// True when `key`, already ASCII-lowercased, matches (callers lowercase once for many
+    /// globs).
+    pub fn matches_lowercase(&self, key: &str) -> bool {
+        let mut rest = key;
         if self.parts.is_empty() {
             // "*" matches anything; "" matches only "".
             return !self.anchored_start || key.is_empty();
@@ -171,13 +180,23 @@ impl KeyGlob {
             if last && self.anchored_end {
                 return rest.ends_with(part.as_str());
             }
-            match rest.find(part.as_str()) {
+            match find_short(rest.as_bytes(), part.as_bytes()) {
                 Some(pos) => rest = &rest[pos + part.len()..],
                 None => return false,
             }
         }
         !self.anchored_end || rest.is_empty()
     }
+}
+
+/// Substring search for the short needles of key globs; `str::find` builds a two-way
+/// searcher per call, which costs more than the search itself on keys this short.
+fn find_short(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.len() > hay.len() {
+        return None;
+    }
+    let first = needle[0];
+    (0..=hay.len() - needle.len()).find(|&i| hay[i] == first && &hay[i..i + needle.len()] == needle)
 }
 
 #[cfg(test)]
