@@ -87,6 +87,8 @@ pub struct Finding {
 /// The compiled redaction rules.
 pub struct Redactor {
     detectors: Vec<Detector>,
+    /// All detector regexes in one automaton: one pass says which of them match at all.
+    set: regex::RegexSet,
     prefilter: Option<AhoCorasick>,
     /// Prefilter pattern index to detector index.
     keyword_owner: Vec<usize>,
@@ -98,6 +100,9 @@ pub struct Redactor {
     hasher: KeyedHasher,
     /// Deepest nesting examined.
     pub max_depth: usize,
+    /// The literal parts of every key-rule glob: a text without any of them holds no key a
+    /// key rule covers. `None` when some glob has no literal part (then every text may).
+    key_literals: Option<AhoCorasick>,
     /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
     key_cache: std::sync::RwLock<std::collections::HashMap<String, KeyVerdict>>,
 }
@@ -172,12 +177,21 @@ impl Redactor {
                     .map_err(|e| RuleError::Keywords(e.to_string()))?,
             )
         };
+        let set = regex::RegexSetBuilder::new(detector_specs.iter().map(|d| d.regex.as_str()))
+            .size_limit(1 << 26)
+            .dfa_size_limit(1 << 24)
+            .build()
+            .map_err(|e| RuleError::Keywords(format!("combined detector set: {e}")))?;
+        let key_rules: Vec<KeyRule> = key_specs.iter().map(compile_key_rule).collect();
+        let key_literals = key_literal_prefilter(&key_rules)?;
         Ok(Redactor {
+            key_literals,
+            set,
             detectors,
             prefilter,
             keyword_owner,
             unfiltered,
-            key_rules: key_specs.iter().map(compile_key_rule).collect(),
+            key_rules,
             allow_keys: config.allow_keys.iter().map(|k| KeyGlob::new(k)).collect(),
             allow_values: config.allow_values.iter().cloned().collect(),
             hasher,
@@ -227,6 +241,16 @@ impl Redactor {
         verdict
     }
 
+    /// False only when no key in `text` can be covered by a key rule (a cheap test that lets
+    /// clean JSON skip parsing).
+    pub fn may_hold_rule_key(&self, text: &str) -> bool {
+        self.key_rules.iter().any(|r| !r.globs.is_empty())
+            && self
+                .key_literals
+                .as_ref()
+                .is_none_or(|ac| ac.is_match(text))
+    }
+
     /// True when the key is on the allowlist and its value is never touched.
     pub fn is_allowed_key(&self, key: &str) -> bool {
         matches!(self.verdict(key), KeyVerdict::Allowed)
@@ -262,10 +286,21 @@ impl Redactor {
             }
         }
         let digits = text.bytes().filter(u8::is_ascii_digit).count();
+        let candidates: Vec<usize> = (0..self.detectors.len())
+            .filter(|&i| {
+                run[i / 64] & (1 << (i % 64)) != 0 && digits >= self.detectors[i].min_digits
+            })
+            .collect();
         let mut found = Vec::new();
-        for (i, d) in self.detectors.iter().enumerate() {
-            if run[i / 64] & (1 << (i % 64)) != 0 && digits >= d.min_digits {
-                d.find_all(text, &self.allow_values, &mut found);
+        if candidates.is_empty() {
+            return found;
+        }
+        // With several candidates, one pass of the combined set is cheaper than one pass per
+        // regex; it also rules out the candidates that do not match at all.
+        let matched = (candidates.len() > 2).then(|| self.set.matches(text));
+        for i in candidates {
+            if matched.as_ref().is_none_or(|m| m.matched(i)) {
+                self.detectors[i].find_all(text, &self.allow_values, &mut found);
             }
         }
         if found.len() > 1 {
@@ -346,6 +381,24 @@ impl Detector {
             }
         }
     }
+}
+
+fn key_literal_prefilter(rules: &[KeyRule]) -> Result<Option<AhoCorasick>, RuleError> {
+    let mut literals = Vec::new();
+    for g in rules.iter().flat_map(|r| &r.globs) {
+        match g.literals().iter().max_by_key(|l| l.len()) {
+            Some(l) => literals.push(l.clone()),
+            None => return Ok(None),
+        }
+    }
+    if literals.is_empty() {
+        return Ok(None);
+    }
+    AhoCorasickBuilder::new()
+        .ascii_case_insensitive(true)
+        .build(&literals)
+        .map(Some)
+        .map_err(|e| RuleError::Keywords(e.to_string()))
 }
 
 /// ASCII-lowercases a key without allocating when it already is lowercase.

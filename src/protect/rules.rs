@@ -151,6 +151,11 @@ impl KeyGlob {
         }
     }
 
+    /// The literal parts a matching key must contain; empty for `*`, which matches anything.
+    pub fn literals(&self) -> &[String] {
+        &self.parts
+    }
+
     /// True when `key` matches.
     pub fn matches(&self, key: &str) -> bool {
         self.matches_lowercase(&key.to_ascii_lowercase())

@@ -26,6 +26,15 @@ fn count(hits: &mut Redactions, rule: &str) {
 pub fn redact_string(r: &Redactor, s: &mut String, hits: &mut Redactions, depth: usize) -> bool {
     let trimmed = s.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        // Most payloads hold nothing to remove: when no key in the text can be a key-rule key
+        // and the detectors find nothing in the text (nor in its unescaped form, which also
+        // covers JSON nested in JSON), the parse and re-serialization are skipped.
+        if !r.may_hold_rule_key(s)
+            && r.scan(s).is_empty()
+            && json_unescape(s).is_none_or(|u| r.scan(&u).is_empty())
+        {
+            return false;
+        }
         if let Ok(mut v) = serde_json::from_str::<Value>(s) {
             if redact_json(r, &mut v, hits, depth + 1) {
                 *s = v.to_string();
