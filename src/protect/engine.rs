@@ -115,6 +115,9 @@ enum KeyVerdict {
     Free,
 }
 
+/// Shorter strings are not scanned: `a@b.io` and `1.1.1.1` are the shortest findings.
+const MIN_FINDING_BYTES: usize = 6;
+
 /// Most distinct keys cached; beyond this, keys are matched without caching.
 const KEY_CACHE_LIMIT: usize = 8192;
 
@@ -266,6 +269,10 @@ impl Redactor {
 
     /// Every finding in `text`, non-overlapping, in order.
     pub fn scan(&self, text: &str) -> Vec<Finding> {
+        // Nothing any rule looks for fits in fewer bytes (the shortest is an e-mail address).
+        if text.len() < MIN_FINDING_BYTES {
+            return Vec::new();
+        }
         // A bitset of the detectors to run, on the stack for any realistic rule count.
         let words = self.detectors.len().div_ceil(64);
         let mut stack = [0u64; 4];

@@ -264,11 +264,13 @@ pub fn redact_value(r: &Redactor, v: &mut AttrValue, hits: &mut Redactions, dept
         AttrValue::Str(s) => {
             redact_string(r, s, hits, depth);
         }
-        AttrValue::Int(i) => {
+        // Only numbers long enough to be a card or phone number are worth a scan.
+        AttrValue::Int(i) if i.unsigned_abs() >= 10_000_000 => {
             if let Some(new) = r.redact_text(&i.to_string(), hits) {
                 *v = AttrValue::Str(new);
             }
         }
+        AttrValue::Int(_) => {}
         AttrValue::Array(items) => {
             for item in items {
                 redact_value(r, item, hits, depth + 1);
