@@ -100,6 +100,8 @@ pub struct Redactor {
     hasher: KeyedHasher,
     /// Deepest nesting examined.
     pub max_depth: usize,
+    /// Longest string kept after redaction.
+    pub max_value_bytes: usize,
     /// The literal parts of every key-rule glob: a text without any of them holds no key a
     /// key rule covers. `None` when some glob has no literal part (then every text may).
     key_literals: Option<AhoCorasick>,
@@ -199,6 +201,7 @@ impl Redactor {
             allow_values: config.allow_values.iter().cloned().collect(),
             hasher,
             max_depth: config.max_depth,
+            max_value_bytes: config.max_value_bytes.max(64),
             key_cache: Default::default(),
         })
     }

@@ -163,8 +163,10 @@ impl Protector {
             self.protect_audit(&mut span.audit, &mut hits);
             self.protect_attributes(&mut span.attributes);
             walk::redact_attributes(r, &mut span.attributes, &mut hits, 0);
-            walk::redact_string(r, &mut span.name, &mut hits, 0);
-            walk::redact_string(r, &mut span.status_message, &mut hits, 0);
+            for text in [&mut span.name, &mut span.status_message] {
+                walk::redact_string(r, text, &mut hits, 0);
+                walk::limit(r, text, &mut hits);
+            }
             protect_gen_ai(r, &mut span.gen_ai, &mut hits);
             for e in &mut span.events {
                 self.protect_attributes(&mut e.attributes);

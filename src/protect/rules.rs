@@ -89,6 +89,9 @@ pub struct RedactionConfig {
     pub allow_values: Vec<String>,
     /// Deepest nesting examined (attribute lists, JSON); anything deeper is removed whole.
     pub max_depth: usize,
+    /// Longest string kept, in bytes, after redaction; longer values (tool arguments and
+    /// results above all) are cut there and end with their original size and SHA-256.
+    pub max_value_bytes: usize,
 }
 
 impl Default for RedactionConfig {
@@ -124,6 +127,7 @@ impl Default for RedactionConfig {
             .collect(),
             allow_values: Vec::new(),
             max_depth: 16,
+            max_value_bytes: 65536,
         }
     }
 }

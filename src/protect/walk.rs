@@ -17,6 +17,29 @@ use crate::event::{AttrValue, Attributes, Redactions};
 pub const MAX_DEPTH_RULE: &str = "max_depth_exceeded";
 /// Rule id recorded when a bytes value is not UTF-8 text and is removed.
 pub const BINARY_RULE: &str = "unexaminable_bytes";
+/// Rule id recorded when a value is cut at `redaction.max_value_bytes`.
+pub const TRUNCATED_RULE: &str = "truncated";
+
+/// Cuts a (redacted) string longer than the limit, recording its original size and SHA-256
+/// in the marker that ends it; true if it was cut.
+pub fn limit(r: &Redactor, s: &mut String, hits: &mut Redactions) -> bool {
+    if s.len() <= r.max_value_bytes {
+        return false;
+    }
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(s.as_bytes()));
+    let original = s.len();
+    let mut cut = r.max_value_bytes;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    s.push_str(&format!(
+        "…[TRUNCATED:original_bytes={original},sha256={digest}]"
+    ));
+    count(hits, TRUNCATED_RULE);
+    true
+}
 
 fn count(hits: &mut Redactions, rule: &str) {
     *hits.entry(rule.to_string()).or_insert(0) += 1;
@@ -263,6 +286,7 @@ pub fn redact_value(r: &Redactor, v: &mut AttrValue, hits: &mut Redactions, dept
     match v {
         AttrValue::Str(s) => {
             redact_string(r, s, hits, depth);
+            limit(r, s, hits);
         }
         // Only numbers long enough to be a card or phone number are worth a scan.
         AttrValue::Int(i) if i.unsigned_abs() >= 10_000_000 => {
@@ -297,6 +321,7 @@ pub fn redact_value(r: &Redactor, v: &mut AttrValue, hits: &mut Redactions, dept
 pub fn redact_field(r: &Redactor, field: &mut Option<String>, hits: &mut Redactions) {
     if let Some(s) = field {
         redact_string(r, s, hits, 0);
+        limit(r, s, hits);
     }
 }
 
@@ -392,5 +417,95 @@ pub fn redact_document(r: &Redactor, text: &str, hits: &mut Redactions) -> Strin
             redact_string(r, &mut s, hits, 0);
             s
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protect::rules::RedactionConfig;
+    use crate::protect::KeyedHasher;
+
+    fn redactor(max_value_bytes: usize) -> Redactor {
+        let cfg = RedactionConfig {
+            max_value_bytes,
+            ..Default::default()
+        };
+        Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules")
+    }
+
+    #[test]
+    fn long_values_are_cut_after_redaction_with_size_and_digest() {
+        let r = redactor(100);
+        let mut s = format!("{} jane@example.com {}", "a".repeat(80), "é".repeat(60));
+        let mut hits = Redactions::new();
+        redact_string(&r, &mut s, &mut hits, 0);
+        let redacted = s.clone();
+        assert!(limit(&r, &mut s, &mut hits));
+        use sha2::{Digest, Sha256};
+        let digest = hex::encode(Sha256::digest(redacted.as_bytes()));
+        assert!(s.ends_with(&format!(
+            "…[TRUNCATED:original_bytes={},sha256={digest}]",
+            redacted.len()
+        )));
+        assert!(!s.contains("jane@example.com"));
+        assert_eq!(hits.get(TRUNCATED_RULE), Some(&1));
+        assert_eq!(hits.get("email_address"), Some(&1));
+        let mut short = "short".to_string();
+        assert!(!limit(&r, &mut short, &mut hits));
+    }
+
+    #[test]
+    fn key_rules_apply_inside_json_strings_and_clean_json_keeps_its_bytes() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        let mut s = "{\"user\": \"a\", \"api_key\": \"abc\", \"n\": [1, 2]}".to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(
+            s,
+            "{\"api_key\":\"[REDACTED:credential_key]\",\"n\":[1,2],\"user\":\"a\"}"
+        );
+        let mut clean = "{\"user\": \"a\",  \"n\": [1, 2]}".to_string();
+        assert!(!redact_string(&r, &mut clean, &mut hits, 0));
+        assert_eq!(clean, "{\"user\": \"a\",  \"n\": [1, 2]}");
+    }
+
+    #[test]
+    fn escaped_and_percent_encoded_secrets_are_found() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        let mut s = "args={\\\"password\\\": \\\"c0rrect-h0rse\\\"}".to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert!(!s.contains("c0rrect-h0rse"), "{s}");
+        let mut url = "https://x.example/cb?next=%2Fhome%3Ftoken%3DZk3q9XbT2mLw8RvN".to_string();
+        assert!(redact_string(&r, &mut url, &mut hits, 0));
+        assert!(!url.contains("Zk3q9XbT2mLw8RvN"), "{url}");
+    }
+
+    #[test]
+    fn too_deep_and_binary_values_are_removed_whole() {
+        let cfg = RedactionConfig {
+            max_depth: 3,
+            ..Default::default()
+        };
+        let r = Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules");
+        let mut hits = Redactions::new();
+        let mut deep = AttrValue::Str("x".into());
+        for _ in 0..6 {
+            deep = AttrValue::Array(vec![deep]);
+        }
+        redact_value(&r, &mut deep, &mut hits, 0);
+        assert!(serde_json::to_string(&deep)
+            .unwrap_or_default()
+            .contains(MAX_DEPTH_RULE));
+        let mut bin = AttrValue::Bytes(vec![0xff, 0xfe, 0x00]);
+        redact_value(&r, &mut bin, &mut hits, 0);
+        assert_eq!(
+            bin,
+            AttrValue::Str(format!("[REDACTED:{BINARY_RULE}] 3 bytes"))
+        );
+        let mut text = AttrValue::Bytes(b"mail jane@example.com".to_vec());
+        redact_value(&r, &mut text, &mut hits, 0);
+        assert_eq!(text, AttrValue::Str("mail [REDACTED:email_address]".into()));
     }
 }
