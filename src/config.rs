@@ -30,6 +30,8 @@ pub struct Config {
     pub archive: ArchiveConfig,
     /// Redaction rules applied by `protect`.
     pub redaction: crate::protect::rules::RedactionConfig,
+    /// The key for idempotency-key and `hash`-action HMACs.
+    pub hashing: crate::protect::HashingConfig,
     /// The daemon's own logs.
     pub log: LogConfig,
 }

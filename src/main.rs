@@ -26,6 +26,22 @@ enum Command {
     Loadgen(LoadgenArgs),
     /// Apply the effective redaction rules to text or JSON and print the result.
     Redact(RedactArgs),
+    /// Print the hash toolwatch stores for a raw idempotency key (under the current key and
+    /// every previous key), to search the archive for it.
+    HashKey(HashKeyArgs),
+}
+
+#[derive(Args)]
+struct HashKeyArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Data directory whose state/hash.key is the key (when the config names no other)
+    /// [default: ./toolwatch-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// The raw value, e.g. an idempotency key.
+    #[arg(value_name = "RAW")]
+    raw: String,
 }
 
 #[derive(Args)]
@@ -106,7 +122,47 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => check_config(args),
         Command::Loadgen(args) => run_loadgen(args),
         Command::Redact(args) => redact(args),
+        Command::HashKey(args) => hash_key(args),
     }
+}
+
+fn hash_key(args: HashKeyArgs) -> ExitCode {
+    let mut config = match load_config(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(d) = args.data_dir {
+        config.storage.data_dir = d;
+    }
+    // Never create a key here: a new key would print hashes the archive cannot hold.
+    let default_key = config.storage.data_dir.join("state").join("hash.key");
+    let configured = !config.hashing.key_env.is_empty() || !config.hashing.key_file.is_empty();
+    if !configured && !default_key.exists() {
+        eprintln!(
+            "toolwatch: no key at {}: point --data-dir at the daemon's data directory",
+            default_key.display()
+        );
+        return ExitCode::from(2);
+    }
+    let keys = config
+        .hashing
+        .current(&config.storage.data_dir)
+        .and_then(|c| config.hashing.previous().map(|p| (c, p)));
+    let (current, previous) = match keys {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("{}\tcurrent", current.hash(&args.raw));
+    for (h, file) in previous.iter().zip(&config.hashing.previous_key_files) {
+        println!("{}\tprevious ({file})", h.hash(&args.raw));
+    }
+    ExitCode::SUCCESS
 }
 
 fn redact(args: RedactArgs) -> ExitCode {
@@ -123,8 +179,9 @@ fn redact(args: RedactArgs) -> ExitCode {
     // Hash actions use the daemon's key when its data directory has one, so the output
     // matches what the archive holds; otherwise a throwaway key.
     let key_path = config.storage.data_dir.join("state").join("hash.key");
-    let hasher = if key_path.exists() {
-        match KeyedHasher::load_or_create(&key_path) {
+    let configured = !config.hashing.key_env.is_empty() || !config.hashing.key_file.is_empty();
+    let hasher = if configured || key_path.exists() {
+        match config.hashing.current(&config.storage.data_dir) {
             Ok(h) => h,
             Err(e) => {
                 eprintln!("toolwatch: {e}");

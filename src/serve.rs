@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Intake;
 use crate::protect::engine::{Redactor, RuleError};
-use crate::protect::{KeyError, KeyedHasher, Protector};
+use crate::protect::{KeyError, Protector};
 use crate::receive::{grpc, http, ReceiverContext};
 
 /// How long shutdown waits for in-flight requests before closing connections.
@@ -93,7 +93,7 @@ pub async fn run(
         source,
     })?;
     let metrics = Arc::new(Metrics::new());
-    let hasher = KeyedHasher::load_or_create(&data_dir.join("state").join("hash.key"))?;
+    let hasher = config.hashing.current(&data_dir)?;
     let redactor = Redactor::new(&config.redaction, hasher)?;
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
     let archive = Archive::open(

@@ -42,12 +42,51 @@ pub enum KeyError {
         /// The error.
         source: std::io::Error,
     },
-    /// The key file does not hold 64 hex digits.
-    #[error("hash key file {path} must hold 64 hex digits (a 32-byte key)")]
+    /// The key does not hold 64 hex digits.
+    #[error("hash key {path} must hold 64 hex digits (a 32-byte key)")]
     Malformed {
         /// The file.
         path: PathBuf,
     },
+}
+
+/// Where the hashing key comes from: the `[hashing]` section of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HashingConfig {
+    /// Environment variable holding the key (64 hex digits); used when set and not empty.
+    pub key_env: String,
+    /// File holding the key (64 hex digits); must exist when named. Empty: the key is
+    /// `<data_dir>/state/hash.key`, created (mode 0600) on first start and reused.
+    pub key_file: String,
+    /// Files of keys used before a rotation, so `toolwatch hash-key` can still produce the
+    /// hashes they made.
+    pub previous_key_files: Vec<String>,
+}
+
+impl HashingConfig {
+    /// The current key.
+    pub fn current(&self, data_dir: &Path) -> Result<KeyedHasher, KeyError> {
+        if !self.key_env.is_empty() {
+            if let Ok(v) = std::env::var(&self.key_env) {
+                if !v.is_empty() {
+                    return KeyedHasher::from_hex(&v, &format!("${}", self.key_env));
+                }
+            }
+        }
+        if !self.key_file.is_empty() {
+            return KeyedHasher::load(Path::new(&self.key_file));
+        }
+        KeyedHasher::load_or_create(&data_dir.join("state").join("hash.key"))
+    }
+
+    /// The keys used before a rotation.
+    pub fn previous(&self) -> Result<Vec<KeyedHasher>, KeyError> {
+        self.previous_key_files
+            .iter()
+            .map(|f| KeyedHasher::load(Path::new(f)))
+            .collect()
+    }
 }
 
 /// HMAC-SHA256 under toolwatch's own key.
@@ -66,6 +105,31 @@ impl KeyedHasher {
             key: key.to_vec(),
             key_id: hex::encode(&digest[..4]),
         }
+    }
+
+    /// A key given as 64 hex digits; `origin` names where it came from in errors.
+    pub fn from_hex(text: &str, origin: &str) -> Result<KeyedHasher, KeyError> {
+        hex::decode(text.trim())
+            .ok()
+            .filter(|k| k.len() == 32)
+            .map(|k| KeyedHasher::new(&k))
+            .ok_or_else(|| KeyError::Malformed {
+                path: PathBuf::from(origin),
+            })
+    }
+
+    /// Loads the key from `path`, which must exist.
+    pub fn load(path: &Path) -> Result<KeyedHasher, KeyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        KeyedHasher::from_hex(&text, &path.display().to_string())
+    }
+
+    /// The key id that prefixes every hash.
+    pub fn key_id(&self) -> &str {
+        &self.key_id
     }
 
     /// Loads the key from `path`, creating a random one (mode 0600) if the file is absent.

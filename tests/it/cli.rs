@@ -22,7 +22,7 @@ fn help_explains_every_command_and_flag() {
     let out = run(&["--help"], &[]);
     assert!(out.status.success());
     let help = text(&out.stdout);
-    for cmd in ["serve", "check-config", "loadgen"] {
+    for cmd in ["serve", "check-config", "loadgen", "redact", "hash-key"] {
         assert!(help.contains(cmd), "{help}");
     }
     let serve = text(&run(&["serve", "--help"], &[]).stdout);
@@ -34,6 +34,10 @@ fn help_explains_every_command_and_flag() {
         "--admin",
     ] {
         assert!(serve.contains(flag), "{serve}");
+    }
+    let redact = text(&run(&["redact", "--help"], &[]).stdout);
+    for flag in ["--config", "--explain", "[FILE]"] {
+        assert!(redact.contains(flag), "{redact}");
     }
     let lg = text(&run(&["loadgen", "--help"], &[]).stdout);
     for flag in [
@@ -105,4 +109,51 @@ fn check_config_errors_name_key_and_line_and_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("/nonexistent/toolwatch.toml"));
+}
+
+#[test]
+fn redact_prints_redacted_text_and_explains_hits() {
+    use std::io::Write;
+    let mut child = toolwatch()
+        .args(["redact", "--explain"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redact");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"{\"db\": \"postgres://app:S3cretPw@db/x\", \"note\": \"ok\"}")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "url_userinfo_password\t$.db\t15..23\n");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("in.txt");
+    std::fs::write(&file, "mail jane@example.com now").expect("write");
+    let out = run(&["redact", file.to_str().expect("utf-8")], &[]);
+    assert_eq!(text(&out.stdout), "mail [REDACTED:email_address] now");
+    // A rule that does not compile is refused, naming it.
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[[redaction.detectors]]\nid = \"broken\"\nregex = \"(unclosed\"\n",
+    )
+    .expect("write");
+    let out = run(
+        &[
+            "redact",
+            "--config",
+            cfg.to_str().expect("utf-8"),
+            file.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("redaction rule broken: invalid regex"),
+        "{}",
+        text(&out.stderr)
+    );
 }

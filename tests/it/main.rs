@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod corpora;
 mod harness;
+mod hashing;
 mod lifecycle;
 mod loadgen;
 mod otlp_json;
