@@ -263,7 +263,7 @@ impl Config {
     /// Checks that span several keys: the three servers need distinct addresses, and the
     /// redaction rules must compile.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::protect::engine::Redactor::new(
+        crate::protect::Protector::from_config(
             &self.redaction,
             crate::protect::KeyedHasher::new(b"validation only"),
         )

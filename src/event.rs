@@ -469,3 +469,57 @@ impl EventBatch {
 pub fn hex_id(id: &[u8]) -> String {
     hex::encode(id)
 }
+
+/// Minimal records for unit tests of the stages.
+#[cfg(test)]
+pub mod fixtures {
+    use super::*;
+
+    /// A span with ids set and everything else empty.
+    pub fn span() -> SpanRecord {
+        SpanRecord {
+            tenant: DEFAULT_TENANT.into(),
+            resource: Arc::default(),
+            scope: Arc::default(),
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            parent_span_id: None,
+            trace_state: String::new(),
+            name: String::new(),
+            kind: SpanKind::Internal,
+            class: SpanClass::Other,
+            start_ns: 0,
+            end_ns: 0,
+            status_code: StatusCode::Unset,
+            status_message: String::new(),
+            gen_ai: GenAiFields::default(),
+            audit: AuditFields::default(),
+            attributes: Attributes::default(),
+            events: Vec::new(),
+            links: Vec::new(),
+            dropped: DroppedCounts::default(),
+            redactions: Redactions::new(),
+        }
+    }
+
+    /// A log record with everything empty.
+    pub fn log() -> LogRecord {
+        LogRecord {
+            tenant: DEFAULT_TENANT.into(),
+            resource: Arc::default(),
+            scope: Arc::default(),
+            time_ns: 0,
+            observed_time_ns: 0,
+            trace_id: None,
+            span_id: None,
+            severity_number: 0,
+            severity_text: String::new(),
+            event_name: String::new(),
+            body: AttrValue::Empty,
+            audit: AuditFields::default(),
+            attributes: Attributes::default(),
+            dropped_attributes: 0,
+            redactions: Redactions::new(),
+        }
+    }
+}

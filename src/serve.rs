@@ -19,7 +19,7 @@ use crate::archive::{self, Archive, ArchiveError, ArchiveTotals};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Intake;
-use crate::protect::engine::{Redactor, RuleError};
+use crate::protect::engine::RuleError;
 use crate::protect::{KeyError, Protector};
 use crate::receive::{grpc, http, ReceiverContext};
 
@@ -94,7 +94,7 @@ pub async fn run(
     })?;
     let metrics = Arc::new(Metrics::new());
     let hasher = config.hashing.current(&data_dir)?;
-    let redactor = Redactor::new(&config.redaction, hasher)?;
+    let protector = Protector::from_config(&config.redaction, hasher)?;
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
     let archive = Archive::open(
         &data_dir,
@@ -113,7 +113,7 @@ pub async fn run(
     .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
 
     let intake = Arc::new(Intake::new(
-        Protector::new(redactor),
+        protector,
         queue_tx,
         config.limits.enqueue_timeout.0,
         Arc::clone(&metrics),

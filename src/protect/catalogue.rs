@@ -239,6 +239,7 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             group: d.group,
             validator: d.validator,
             action: Action::Mask,
+            signals: Vec::new(),
             skip_placeholders: !PERSONAL_DATA.contains(&d.id),
             min_digits: match d.id {
                 "payment_card_number" => 12,

@@ -45,6 +45,14 @@ pub enum RuleError {
     /// The keyword prefilter could not be built.
     #[error("redaction keywords: {0}")]
     Keywords(String),
+    /// A tenant's override does not compile.
+    #[error("redaction.tenants.{tenant}: {source}")]
+    Tenant {
+        /// The tenant.
+        tenant: String,
+        /// What is wrong.
+        source: Box<RuleError>,
+    },
     /// A disabled rule id names no built-in rule.
     #[error("redaction.disabled_rules: {0} is not a built-in rule id")]
     UnknownDisabled(String),

@@ -185,17 +185,45 @@ impl KeyedHasher {
     }
 }
 
+/// The compiled rules for the two signals.
+#[derive(Clone)]
+struct RuleSet {
+    traces: Arc<Redactor>,
+    logs: Arc<Redactor>,
+}
+
+impl RuleSet {
+    fn compile(
+        config: &rules::RedactionConfig,
+        hasher: &KeyedHasher,
+    ) -> Result<RuleSet, engine::RuleError> {
+        use rules::SignalName;
+        Ok(RuleSet {
+            traces: Arc::new(Redactor::new(
+                &config.for_signal(SignalName::Traces),
+                hasher.clone(),
+            )?),
+            logs: Arc::new(Redactor::new(
+                &config.for_signal(SignalName::Logs),
+                hasher.clone(),
+            )?),
+        })
+    }
+}
+
 /// The protect stage.
 #[derive(Clone)]
 pub struct Protector {
-    redactor: Arc<Redactor>,
+    default: RuleSet,
+    tenants: Arc<HashMap<String, RuleSet>>,
 }
 
-/// Redacted copies of the resources and scopes of one batch, shared by its items.
+/// Redacted copies of the resources and scopes of one batch, shared by its items (per rule
+/// set: items of different tenants may share a resource).
 #[derive(Default)]
 struct SharedParts {
-    resources: HashMap<*const Resource, (Arc<Resource>, Redactions)>,
-    scopes: HashMap<*const Scope, (Arc<Scope>, Redactions)>,
+    resources: HashMap<(*const Resource, *const Redactor), (Arc<Resource>, Redactions)>,
+    scopes: HashMap<(*const Scope, *const Redactor), (Arc<Scope>, Redactions)>,
 }
 
 fn add_hits(into: &mut Redactions, from: &Redactions) {
@@ -205,27 +233,55 @@ fn add_hits(into: &mut Redactions, from: &Redactions) {
 }
 
 impl Protector {
-    /// A protector applying `redactor`'s rules and hashing with its key.
+    /// A protector applying `redactor`'s rules to every tenant and signal.
     pub fn new(redactor: Redactor) -> Protector {
+        let r = Arc::new(redactor);
         Protector {
-            redactor: Arc::new(redactor),
+            default: RuleSet {
+                traces: Arc::clone(&r),
+                logs: r,
+            },
+            tenants: Arc::default(),
         }
     }
 
-    /// The compiled rules.
-    pub fn redactor(&self) -> &Redactor {
-        &self.redactor
+    /// A protector with the configured rules: per signal, and per tenant where the config
+    /// overrides them. Refuses rules that do not compile, naming the rule (and tenant).
+    pub fn from_config(
+        config: &rules::RedactionConfig,
+        hasher: KeyedHasher,
+    ) -> Result<Protector, engine::RuleError> {
+        let default = RuleSet::compile(config, &hasher)?;
+        let mut tenants = HashMap::new();
+        for tenant in config.tenants.keys() {
+            let set = RuleSet::compile(&config.for_tenant(tenant), &hasher).map_err(|e| {
+                engine::RuleError::Tenant {
+                    tenant: tenant.clone(),
+                    source: Box::new(e),
+                }
+            })?;
+            tenants.insert(tenant.clone(), set);
+        }
+        Ok(Protector {
+            default,
+            tenants: Arc::new(tenants),
+        })
+    }
+
+    fn rules_for(&self, tenant: &str) -> &RuleSet {
+        self.tenants.get(tenant).unwrap_or(&self.default)
     }
 
     /// Protects a batch in place; returns how often each rule fired across the batch.
     pub fn protect(&self, batch: &mut EventBatch) -> Redactions {
-        let r = &*self.redactor;
         let mut shared = SharedParts::default();
         let mut total = Redactions::new();
         for span in &mut batch.spans {
+            let rules = self.rules_for(&span.tenant).traces.clone();
+            let r = &*rules;
             let mut hits = Redactions::new();
-            self.protect_audit(&mut span.audit, &mut hits);
-            self.protect_attributes(&mut span.attributes);
+            self.protect_audit(r, &mut span.audit, &mut hits);
+            self.protect_attributes(r, &mut span.attributes);
             walk::redact_attributes(r, &mut span.attributes, &mut hits, 0);
             for text in [&mut span.name, &mut span.status_message] {
                 walk::redact_string(r, text, &mut hits, 0);
@@ -233,37 +289,44 @@ impl Protector {
             }
             protect_gen_ai(r, &mut span.gen_ai, &mut hits);
             for e in &mut span.events {
-                self.protect_attributes(&mut e.attributes);
+                self.protect_attributes(r, &mut e.attributes);
                 walk::redact_string(r, &mut e.name, &mut hits, 0);
                 walk::redact_attributes(r, &mut e.attributes, &mut hits, 0);
             }
             for l in &mut span.links {
-                self.protect_attributes(&mut l.attributes);
+                self.protect_attributes(r, &mut l.attributes);
                 walk::redact_attributes(r, &mut l.attributes, &mut hits, 0);
             }
-            self.protect_shared(&mut span.resource, &mut span.scope, &mut shared, &mut hits);
+            self.protect_shared(
+                r,
+                &mut span.resource,
+                &mut span.scope,
+                &mut shared,
+                &mut hits,
+            );
             add_hits(&mut total, &hits);
             span.redactions = hits;
         }
         for log in &mut batch.logs {
+            let rules = self.rules_for(&log.tenant).logs.clone();
+            let r = &*rules;
             let mut hits = Redactions::new();
-            self.protect_audit(&mut log.audit, &mut hits);
-            self.protect_attributes(&mut log.attributes);
+            self.protect_audit(r, &mut log.audit, &mut hits);
+            self.protect_attributes(r, &mut log.attributes);
             walk::redact_attributes(r, &mut log.attributes, &mut hits, 0);
             walk::redact_value(r, &mut log.body, &mut hits, 0);
             walk::redact_string(r, &mut log.event_name, &mut hits, 0);
-            self.protect_shared(&mut log.resource, &mut log.scope, &mut shared, &mut hits);
+            self.protect_shared(r, &mut log.resource, &mut log.scope, &mut shared, &mut hits);
             add_hits(&mut total, &hits);
             log.redactions = hits;
         }
         total
     }
 
-    fn protect_audit(&self, audit: &mut AuditFields, hits: &mut Redactions) {
+    fn protect_audit(&self, r: &Redactor, audit: &mut AuditFields, hits: &mut Redactions) {
         if let Some(raw) = audit.idempotency_key.take() {
-            audit.idempotency_key_hash = Some(self.redactor.hasher().hash(&raw));
+            audit.idempotency_key_hash = Some(r.hasher().hash(&raw));
         }
-        let r = &*self.redactor;
         // Codes (effect class, decisions, result codes, stop reasons) are not free text.
         for field in [
             &mut audit.request_id,
@@ -282,14 +345,14 @@ impl Protector {
 
     /// An idempotency key that did not land in the typed field (repeated, not text, or on
     /// an event, link or resource) is hashed where it stands.
-    fn protect_attributes(&self, attrs: &mut Attributes) {
+    fn protect_attributes(&self, r: &Redactor, attrs: &mut Attributes) {
         for (key, value) in &mut attrs.0 {
             if key == IDEMPOTENCY_KEY {
                 let raw = match &*value {
                     AttrValue::Str(s) => s.clone(),
                     other => serde_json::to_string(other).unwrap_or_default(),
                 };
-                *value = AttrValue::Str(self.redactor.hasher().hash(&raw));
+                *value = AttrValue::Str(r.hasher().hash(&raw));
             }
         }
     }
@@ -298,24 +361,24 @@ impl Protector {
     /// its findings are counted on every item that carries it.
     fn protect_shared(
         &self,
+        r: &Redactor,
         resource: &mut Arc<Resource>,
         scope: &mut Arc<Scope>,
         shared: &mut SharedParts,
         hits: &mut Redactions,
     ) {
-        let r = &*self.redactor;
-        let key = Arc::as_ptr(resource);
+        let key = (Arc::as_ptr(resource), r as *const Redactor);
         let (protected, found) = shared.resources.entry(key).or_insert_with(|| {
             let mut res = (**resource).clone();
             let mut found = Redactions::new();
-            self.protect_attributes(&mut res.attributes);
+            self.protect_attributes(r, &mut res.attributes);
             walk::redact_attributes(r, &mut res.attributes, &mut found, 0);
             walk::redact_string(r, &mut res.service_name, &mut found, 0);
             (Arc::new(res), found)
         });
         *resource = Arc::clone(protected);
         add_hits(hits, found);
-        let key = Arc::as_ptr(scope);
+        let key = (Arc::as_ptr(scope), r as *const Redactor);
         let (protected, found) = shared.scopes.entry(key).or_insert_with(|| {
             let mut sc = (**scope).clone();
             let mut found = Redactions::new();
@@ -435,6 +498,74 @@ mod tests {
                 AttrValue::Str(hasher.hash("idem-res"))
             );
         }
+    }
+
+    #[test]
+    fn tenant_overrides_and_signal_scopes_pick_the_rules() {
+        use crate::event::{LogRecord, SpanRecord};
+        let toml_text = r#"
+            [[detectors]]
+            id = "order_ref"
+            regex = 'ORD-\d{8}'
+            keywords = ["ord-"]
+            signals = ["logs"]
+            [tenants.quiet]
+            disabled_rules = ["email_address", "order_ref"]
+            [tenants.strict]
+            key_rules = [{ id = "customer_field", keys = ["customer.*"], action = "hash" }]
+        "#;
+        let cfg: rules::RedactionConfig = toml::from_str(toml_text).expect("config");
+        let p = Protector::from_config(&cfg, KeyedHasher::new(b"k")).expect("compiles");
+        let text = "mail a.b@example.com about ORD-12345678";
+        let span = |tenant: &str| {
+            let mut s: SpanRecord = crate::event::fixtures::span();
+            s.tenant = tenant.into();
+            s.name = text.into();
+            s.attributes = Attributes(vec![("customer.id".into(), AttrValue::Str("c-991".into()))]);
+            s
+        };
+        let log = |tenant: &str| {
+            let mut l: LogRecord = crate::event::fixtures::log();
+            l.tenant = tenant.into();
+            l.body = AttrValue::Str(text.into());
+            l
+        };
+        let mut batch = EventBatch {
+            spans: vec![span("other"), span("quiet"), span("strict")],
+            logs: vec![log("other"), log("quiet")],
+        };
+        p.protect(&mut batch);
+        // The logs-only detector does not touch spans; e-mail is masked except for "quiet".
+        assert_eq!(
+            batch.spans[0].name,
+            "mail [REDACTED:email_address] about ORD-12345678"
+        );
+        assert_eq!(batch.spans[1].name, text);
+        assert_eq!(
+            batch.logs[0].body,
+            AttrValue::Str("mail [REDACTED:email_address] about [REDACTED:order_ref]".into())
+        );
+        assert_eq!(batch.logs[1].body, AttrValue::Str(text.into()));
+        // "strict" hashes customer fields; others keep them.
+        assert_eq!(
+            batch.spans[0].attributes.0[0].1,
+            AttrValue::Str("c-991".into())
+        );
+        assert_eq!(
+            batch.spans[2].attributes.0[0].1,
+            AttrValue::Str(KeyedHasher::new(b"k").hash("c-991"))
+        );
+        let bad: rules::RedactionConfig =
+            toml::from_str("[tenants.x]\ndetectors = [{ id = \"b\", regex = \"(\" }]")
+                .expect("config");
+        let err = Protector::from_config(&bad, KeyedHasher::new(b"k"))
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string()
+                .starts_with("redaction.tenants.x: redaction rule b: invalid regex"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -49,6 +49,35 @@ pub struct DetectorSpec {
     /// without keywords).
     #[serde(default)]
     pub min_digits: usize,
+    /// Signals the detector applies to (`traces`, `logs`); empty: both.
+    #[serde(default)]
+    pub signals: Vec<SignalName>,
+}
+
+/// A signal a rule can be scoped to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalName {
+    /// Spans, their events and links.
+    Traces,
+    /// Log records.
+    Logs,
+}
+
+/// Rules added to (or removed from) the defaults for one tenant.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantOverride {
+    /// Rule ids switched off for this tenant (built-in or configured).
+    pub disabled_rules: Vec<String>,
+    /// Extra detectors for this tenant.
+    pub detectors: Vec<DetectorSpec>,
+    /// Extra key rules for this tenant.
+    pub key_rules: Vec<KeyRuleSpec>,
+    /// Extra allowed keys for this tenant.
+    pub allow_keys: Vec<String>,
+    /// Extra allowed values for this tenant.
+    pub allow_values: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -92,6 +121,44 @@ pub struct RedactionConfig {
     /// Longest string kept, in bytes, after redaction; longer values (tool arguments and
     /// results above all) are cut there and end with their original size and SHA-256.
     pub max_value_bytes: usize,
+    /// Per-tenant changes to the rules, by tenant id.
+    pub tenants: std::collections::BTreeMap<String, TenantOverride>,
+}
+
+impl RedactionConfig {
+    /// The rules for one tenant: the defaults with the tenant's override applied.
+    pub fn for_tenant(&self, tenant: &str) -> RedactionConfig {
+        let mut c = self.clone();
+        c.tenants.clear();
+        if let Some(o) = self.tenants.get(tenant) {
+            c.detectors.extend(o.detectors.iter().cloned());
+            c.key_rules.extend(o.key_rules.iter().cloned());
+            c.allow_keys.extend(o.allow_keys.iter().cloned());
+            c.allow_values.extend(o.allow_values.iter().cloned());
+            // Switching off a configured (not built-in) rule removes it here.
+            c.detectors.retain(|d| !o.disabled_rules.contains(&d.id));
+            c.key_rules.retain(|k| !o.disabled_rules.contains(&k.id));
+            c.disabled_rules.extend(
+                o.disabled_rules
+                    .iter()
+                    .filter(|id| {
+                        !self.detectors.iter().any(|d| &d.id == *id)
+                            && !self.key_rules.iter().any(|k| &k.id == *id)
+                            && !o.detectors.iter().any(|d| &d.id == *id)
+                    })
+                    .cloned(),
+            );
+        }
+        c
+    }
+
+    /// The rules that apply to one signal.
+    pub fn for_signal(&self, signal: SignalName) -> RedactionConfig {
+        let mut c = self.clone();
+        c.detectors
+            .retain(|d| d.signals.is_empty() || d.signals.contains(&signal));
+        c
+    }
 }
 
 impl Default for RedactionConfig {
@@ -128,6 +195,7 @@ impl Default for RedactionConfig {
             allow_values: Vec::new(),
             max_depth: 16,
             max_value_bytes: 65536,
+            tenants: Default::default(),
         }
     }
 }
