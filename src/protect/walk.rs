@@ -45,8 +45,102 @@ fn count(hits: &mut Redactions, rule: &str) {
     *hits.entry(rule.to_string()).or_insert(0) += 1;
 }
 
+/// Rule id recorded when a base64 token decoded to text holding a finding.
+pub const BASE64_RULE: &str = "base64_encoded";
+
+/// How many base64 layers are decoded (base64 of base64 of a secret is still found).
+const BASE64_LAYERS: usize = 2;
+
+/// Long runs of the standard or URL-safe base64 alphabet; shorter ones decode to too little.
+fn base64_tokens() -> Option<&'static regex::Regex> {
+    static RE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    RE.get_or_init(|| regex::Regex::new(r"[A-Za-z0-9+/_\-]{24,}={0,2}").ok())
+        .as_ref()
+}
+
+/// Decodes a base64 token (standard or URL-safe, padded or not) that holds readable text.
+fn base64_text(token: &str) -> Option<String> {
+    use base64::Engine;
+    let t = token.trim_end_matches('=');
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(t)
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(t))
+        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let readable = text.chars().all(|c| !c.is_control() || c.is_whitespace());
+    readable.then_some(text)
+}
+
+/// Replaces base64 tokens whose decoded text holds a finding; true if any was replaced.
+fn redact_base64(
+    r: &Redactor,
+    s: &mut String,
+    hits: &mut Redactions,
+    depth: usize,
+    layers: usize,
+) -> bool {
+    let Some(tokens) = base64_tokens() else {
+        return false;
+    };
+    if layers == 0 || s.len() < 24 {
+        return false;
+    }
+    let mut out = String::new();
+    let mut last = 0;
+    for m in tokens.find_iter(s) {
+        let Some(mut text) = base64_text(m.as_str()) else {
+            continue;
+        };
+        let mut inner = Redactions::new();
+        if redact_layer(r, &mut text, &mut inner, depth + 1, layers - 1) {
+            out.push_str(&s[last..m.start()]);
+            out.push_str(&format!("[REDACTED:{BASE64_RULE}]"));
+            last = m.end();
+            for (rule, n) in inner {
+                *hits.entry(rule).or_insert(0) += n;
+            }
+            count(hits, BASE64_RULE);
+        }
+    }
+    if last == 0 {
+        return false;
+    }
+    out.push_str(&s[last..]);
+    *s = out;
+    true
+}
+
+/// True when some base64 token in `s` decodes to text holding a finding.
+fn base64_hides_finding(r: &Redactor, s: &str) -> bool {
+    let mut copy = s.to_string();
+    redact_base64(r, &mut copy, &mut Redactions::new(), 0, BASE64_LAYERS)
+}
+
 /// Redacts a string in place; true if it changed.
 pub fn redact_string(r: &Redactor, s: &mut String, hits: &mut Redactions, depth: usize) -> bool {
+    redact_layer(r, s, hits, depth, BASE64_LAYERS)
+}
+
+fn redact_layer(
+    r: &Redactor,
+    s: &mut String,
+    hits: &mut Redactions,
+    depth: usize,
+    base64_layers: usize,
+) -> bool {
+    if depth > r.max_depth {
+        return false;
+    }
+    let changed = redact_plain_and_structured(r, s, hits, depth);
+    redact_base64(r, s, hits, depth, base64_layers) || changed
+}
+
+fn redact_plain_and_structured(
+    r: &Redactor,
+    s: &mut String,
+    hits: &mut Redactions,
+    depth: usize,
+) -> bool {
     let trimmed = s.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         // Most payloads hold nothing to remove: when no key in the text can be a key-rule key
@@ -55,6 +149,7 @@ pub fn redact_string(r: &Redactor, s: &mut String, hits: &mut Redactions, depth:
         if !r.may_hold_rule_key(s)
             && r.scan(s).is_empty()
             && json_unescape(s).is_none_or(|u| r.scan(&u).is_empty())
+            && !base64_hides_finding(r, s)
         {
             return false;
         }
@@ -480,6 +575,27 @@ mod tests {
         let mut url = "https://x.example/cb?next=%2Fhome%3Ftoken%3DZk3q9XbT2mLw8RvN".to_string();
         assert!(redact_string(&r, &mut url, &mut hits, 0));
         assert!(!url.contains("Zk3q9XbT2mLw8RvN"), "{url}");
+    }
+
+    #[test]
+    fn base64_wrapped_secrets_are_found_and_plain_base64_is_kept() {
+        use base64::Engine;
+        let r = redactor(65536);
+        let enc = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        let mut hits = Redactions::new();
+        let mut s = format!("blob {} end", enc("db password: c0rrect-h0rse-battery"));
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(s, format!("blob [REDACTED:{BASE64_RULE}] end"));
+        assert_eq!(hits.get("secret_key_assignment"), Some(&1));
+        // Twice encoded, inside JSON.
+        let mut j =
+            serde_json::json!({ "payload": enc(&enc("mail jane@example.com please")) }).to_string();
+        assert!(redact_string(&r, &mut j, &mut hits, 0));
+        assert!(j.contains(BASE64_RULE), "{j}");
+        let mut ordinary = format!("data {}", enc("hello world, this is ordinary text"));
+        let before = ordinary.clone();
+        assert!(!redact_string(&r, &mut ordinary, &mut hits, 0));
+        assert_eq!(ordinary, before);
     }
 
     #[test]
