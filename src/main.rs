@@ -52,6 +52,9 @@ struct RedactArgs {
     /// redacted text, to test a rule before deploying it.
     #[arg(long)]
     explain: bool,
+    /// Apply this tenant's rules (its `[redaction.tenants.<id>]` override).
+    #[arg(long, value_name = "ID")]
+    tenant: Option<String>,
     /// Input file; `-` or nothing reads standard input.
     #[arg(value_name = "FILE")]
     input: Option<PathBuf>,
@@ -191,7 +194,11 @@ fn redact(args: RedactArgs) -> ExitCode {
     } else {
         KeyedHasher::new(&rand::random::<[u8; 32]>())
     };
-    let redactor = match Redactor::new(&config.redaction, hasher) {
+    let rules = match &args.tenant {
+        Some(t) => config.redaction.for_tenant(t),
+        None => config.redaction.clone(),
+    };
+    let redactor = match Redactor::new(&rules, hasher) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("toolwatch: {e}");

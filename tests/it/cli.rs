@@ -134,6 +134,19 @@ fn redact_prints_redacted_text_and_explains_hits() {
     std::fs::write(&file, "mail jane@example.com now").expect("write");
     let out = run(&["redact", file.to_str().expect("utf-8")], &[]);
     assert_eq!(text(&out.stdout), "mail [REDACTED:email_address] now");
+    // A tenant's override applies with --tenant.
+    let quiet = dir.path().join("quiet.toml");
+    std::fs::write(
+        &quiet,
+        "[redaction.tenants.quiet]\ndisabled_rules = [\"email_address\"]\n",
+    )
+    .expect("write");
+    let q = quiet.to_str().expect("utf-8");
+    let f = file.to_str().expect("utf-8");
+    let out = run(&["redact", "--config", q, "--tenant", "quiet", f], &[]);
+    assert_eq!(text(&out.stdout), "mail jane@example.com now");
+    let out = run(&["redact", "--config", q, f], &[]);
+    assert_eq!(text(&out.stdout), "mail [REDACTED:email_address] now");
     // A rule that does not compile is refused, naming it.
     let cfg = dir.path().join("bad.toml");
     std::fs::write(
