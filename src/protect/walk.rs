@@ -61,6 +61,14 @@ fn base64_tokens() -> Option<&'static regex::Regex> {
 /// Decodes a base64 token (standard or URL-safe, padded or not) that holds readable text.
 fn base64_text(token: &str) -> Option<String> {
     use base64::Engine;
+    // Hex (ids, digests) and plain words are valid base64 but never encode text: skip them
+    // without decoding. Base64 of text mixes cases and digits.
+    let hex = token.bytes().all(|b| b.is_ascii_hexdigit());
+    let mixed = token.bytes().any(|b| b.is_ascii_uppercase())
+        && token.bytes().any(|b| b.is_ascii_lowercase());
+    if hex || !mixed {
+        return None;
+    }
     let t = token.trim_end_matches('=');
     let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
         .decode(t)
@@ -82,7 +90,7 @@ fn redact_base64(
     let Some(tokens) = base64_tokens() else {
         return false;
     };
-    if layers == 0 || s.len() < 24 {
+    if layers == 0 || !has_base64_run(s) {
         return false;
     }
     let mut out = String::new();
@@ -110,10 +118,36 @@ fn redact_base64(
     true
 }
 
+/// True when `s` has a run of base64-alphabet bytes long enough to be a token: a byte loop,
+/// far cheaper than the token regex on the many strings that have none.
+fn has_base64_run(s: &str) -> bool {
+    let mut run = 0;
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-') {
+            run += 1;
+            if run >= 24 {
+                return true;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    false
+}
+
 /// True when some base64 token in `s` decodes to text holding a finding.
 fn base64_hides_finding(r: &Redactor, s: &str) -> bool {
-    let mut copy = s.to_string();
-    redact_base64(r, &mut copy, &mut Redactions::new(), 0, BASE64_LAYERS)
+    let Some(tokens) = base64_tokens() else {
+        return false;
+    };
+    if !has_base64_run(s) {
+        return false;
+    }
+    tokens.find_iter(s).any(|m| {
+        base64_text(m.as_str()).is_some_and(|mut text| {
+            redact_layer(r, &mut text, &mut Redactions::new(), 1, BASE64_LAYERS - 1)
+        })
+    })
 }
 
 /// Redacts a string in place; true if it changed.
