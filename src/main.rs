@@ -132,10 +132,7 @@ fn main() -> ExitCode {
 fn hash_key(args: HashKeyArgs) -> ExitCode {
     let mut config = match load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("toolwatch: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage_error(e),
     };
     if let Some(d) = args.data_dir {
         config.storage.data_dir = d;
@@ -156,10 +153,7 @@ fn hash_key(args: HashKeyArgs) -> ExitCode {
         .and_then(|c| config.hashing.previous().map(|p| (c, p)));
     let (current, previous) = match keys {
         Ok(k) => k,
-        Err(e) => {
-            eprintln!("toolwatch: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage_error(e),
     };
     println!("{}\tcurrent", current.hash(&args.raw));
     for (h, file) in previous.iter().zip(&config.hashing.previous_key_files) {
@@ -174,10 +168,7 @@ fn redact(args: RedactArgs) -> ExitCode {
     use toolwatch::protect::{walk, KeyedHasher};
     let config = match load_config(&args.config).and_then(|c| c.validate().map(|()| c)) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("toolwatch: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage_error(e),
     };
     // Hash actions use the daemon's key when its data directory has one, so the output
     // matches what the archive holds; otherwise a throwaway key.
@@ -186,10 +177,7 @@ fn redact(args: RedactArgs) -> ExitCode {
     let hasher = if configured || key_path.exists() {
         match config.hashing.current(&config.storage.data_dir) {
             Ok(h) => h,
-            Err(e) => {
-                eprintln!("toolwatch: {e}");
-                return ExitCode::from(2);
-            }
+            Err(e) => return usage_error(e),
         }
     } else {
         KeyedHasher::new(&rand::random::<[u8; 32]>())
@@ -200,10 +188,7 @@ fn redact(args: RedactArgs) -> ExitCode {
     };
     let redactor = match Redactor::new(&rules, hasher) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("toolwatch: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage_error(e),
     };
     let mut input = String::new();
     let read = match args.input.as_deref() {
@@ -228,6 +213,12 @@ fn redact(args: RedactArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Reports a configuration or input error and gives the exit code for it (2).
+fn usage_error(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("toolwatch: {e}");
+    ExitCode::from(2)
+}
+
 fn load_config(arg: &ConfigArg) -> Result<Config, toolwatch::config::ConfigError> {
     Config::load(arg.config.as_deref(), std::env::vars())
 }
@@ -248,10 +239,7 @@ fn init_logging(config: &Config) {
 fn serve(args: ServeArgs) -> ExitCode {
     let mut config = match load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("toolwatch: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage_error(e),
     };
     if let Some(d) = args.data_dir {
         config.storage.data_dir = d;

@@ -710,21 +710,9 @@ mod canary_properties {
             let planted = CANARIES[which].replace('\n', " ");
             let span = span_with(value.clone(), &planted);
             let log = LogRecord {
-                tenant: "t".into(),
                 resource: Arc::clone(&span.resource),
-                scope: Arc::default(),
-                time_ns: 0,
-                observed_time_ns: 0,
-                trace_id: None,
-                span_id: None,
-                severity_number: 0,
-                severity_text: String::new(),
-                event_name: String::new(),
                 body: value,
-                audit: AuditFields::default(),
-                attributes: Attributes::default(),
-                dropped_attributes: 0,
-                redactions: Default::default(),
+                ..crate::event::fixtures::log()
             };
             let mut batch = EventBatch { spans: vec![span], logs: vec![log] };
             protector().protect(&mut batch);
