@@ -186,6 +186,9 @@ impl Redactor {
                 AhoCorasickBuilder::new()
                     .ascii_case_insensitive(true)
                     .match_kind(MatchKind::Standard)
+                    // A full DFA: the keyword pass runs on every string, and the automaton
+                    // for a few hundred short keywords is small.
+                    .kind(Some(aho_corasick::AhoCorasickKind::DFA))
                     .build(&keywords)
                     .map_err(|e| RuleError::Keywords(e.to_string()))?,
             )
