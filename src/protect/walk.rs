@@ -163,7 +163,10 @@ fn redact_layer(
     base64_layers: usize,
 ) -> bool {
     if depth > r.max_depth {
-        return false;
+        // Fail closed: text too deep to examine (e.g. base64 inside JSON at the limit) goes.
+        *s = format!("[REDACTED:{MAX_DEPTH_RULE}]");
+        count(hits, MAX_DEPTH_RULE);
+        return true;
     }
     let changed = redact_plain_and_structured(r, s, hits, depth);
     redact_base64(r, s, hits, depth, base64_layers) || changed
