@@ -45,6 +45,23 @@ pub fn toolwatch() -> Command {
     c
 }
 
+/// Runs `toolwatch loadgen ARGS --json` and returns its report, panicking with its stderr
+/// if it fails.
+pub fn loadgen(args: &[&str]) -> Value {
+    let out = toolwatch()
+        .arg("loadgen")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run loadgen");
+    assert!(
+        out.status.success(),
+        "loadgen failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("loadgen JSON report")
+}
+
 /// A running daemon.
 pub struct Daemon {
     child: Option<Child>,

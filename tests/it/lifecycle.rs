@@ -6,25 +6,7 @@ use std::process::Stdio;
 use crate::harness::{parquet_files, read_table, toolwatch, wait_for, Daemon, DaemonOptions};
 
 fn loadgen(target: &str, requests: &str, seed: &str) -> serde_json::Value {
-    let out = toolwatch()
-        .args([
-            "loadgen",
-            "--target",
-            target,
-            "--requests",
-            requests,
-            "--seed",
-            seed,
-            "--json",
-        ])
-        .output()
-        .expect("loadgen");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("report")
+    crate::harness::loadgen(&["--target", target, "--requests", requests, "--seed", seed])
 }
 
 #[test]

@@ -5,22 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::harness::{read_table, toolwatch, Daemon};
-
-fn loadgen(args: &[&str]) -> Value {
-    let out = toolwatch()
-        .arg("loadgen")
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("run loadgen");
-    assert!(
-        out.status.success(),
-        "loadgen failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("loadgen JSON report")
-}
+use crate::harness::{loadgen, read_table, Daemon};
 
 fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} in report {v}"))

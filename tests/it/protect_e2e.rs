@@ -2,12 +2,10 @@
 //! HTTP; afterwards nothing toolwatch produced — the archive decoded by DuckDB, the daemon's
 //! log, `/metrics` — holds any of them, and the fields around them are intact.
 
-use std::process::Output;
-
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use serde_json::{json, Value};
 
-use crate::harness::{read_table_python, toolwatch, Daemon};
+use crate::harness::{loadgen, read_table_python, Daemon};
 use crate::otlp_json::post;
 
 /// Our own canaries, one per family, none of them real.
@@ -22,21 +20,6 @@ const CANARIES: &[&str] = &[
     "078-05-1120",
     "hunter2-C4n4ry!",
 ];
-
-fn loadgen(args: &[&str]) -> Value {
-    let out: Output = toolwatch()
-        .arg("loadgen")
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("loadgen");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("report")
-}
 
 fn kv(key: &str, value: Value) -> Value {
     json!({ "key": key, "value": value })
