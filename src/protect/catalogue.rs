@@ -291,6 +291,7 @@ pub fn default_key_rules() -> Vec<KeyRuleSpec> {
         .map(|s| s.to_string())
         .collect(),
         action: Action::Mask,
+        keep_bytes: 256,
     }]
 }
 

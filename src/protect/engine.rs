@@ -39,8 +39,8 @@ pub enum RuleError {
     /// Two rules share an id.
     #[error("redaction rule id {0} is used twice")]
     DuplicateId(String),
-    /// `drop` is for key rules.
-    #[error("redaction rule {0}: a detector can mask or hash its match; drop is for key rules")]
+    /// `drop` and `truncate` are for key rules.
+    #[error("redaction rule {0}: a detector can mask or hash its match; drop and truncate are for key rules")]
     DropOnDetector(String),
     /// The keyword prefilter could not be built.
     #[error("redaction keywords: {0}")]
@@ -77,6 +77,8 @@ pub struct KeyRule {
     globs: Vec<KeyGlob>,
     /// What to do with the value.
     pub action: Action,
+    /// Bytes kept by `truncate`.
+    pub keep_bytes: usize,
 }
 
 /// One thing a detector found in a string.
@@ -369,7 +371,7 @@ impl Redactor {
     pub fn replacement(&self, rule: &str, action: Action, original: &str) -> String {
         match action {
             Action::Hash => self.hasher.hash(original),
-            Action::Mask | Action::Drop => format!("[REDACTED:{rule}]"),
+            Action::Mask | Action::Drop | Action::Truncate => format!("[REDACTED:{rule}]"),
         }
     }
 }
@@ -432,7 +434,7 @@ fn lowercase(key: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleError> {
-    if spec.action == Action::Drop {
+    if matches!(spec.action, Action::Drop | Action::Truncate) {
         return Err(RuleError::DropOnDetector(spec.id.clone()));
     }
     let regex = regex::RegexBuilder::new(&spec.regex)
@@ -466,5 +468,6 @@ fn compile_key_rule(spec: &KeyRuleSpec) -> KeyRule {
         id: Arc::from(spec.id.as_str()),
         globs: spec.keys.iter().map(|k| KeyGlob::new(k)).collect(),
         action: spec.action,
+        keep_bytes: spec.keep_bytes,
     }
 }

@@ -13,8 +13,11 @@ pub enum Action {
     Mask,
     /// Replace with `hmac:<key-id>:<hex>` under toolwatch's key (joinable, not readable).
     Hash,
-    /// Remove the attribute (key rules only; a detector's match is masked instead).
+    /// Remove the attribute (key rules only).
     Drop,
+    /// Keep the first `keep_bytes` of the (redacted) value and record its original size and
+    /// SHA-256 (key rules only), for large values that are useful but need not be whole.
+    Truncate,
 }
 
 /// A value detector.
@@ -98,6 +101,13 @@ pub struct KeyRuleSpec {
     /// What to do with the value.
     #[serde(default)]
     pub action: Action,
+    /// Bytes kept by the `truncate` action.
+    #[serde(default = "default_keep_bytes")]
+    pub keep_bytes: usize,
+}
+
+fn default_keep_bytes() -> usize {
+    256
 }
 
 /// The `[redaction]` section.

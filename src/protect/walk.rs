@@ -23,17 +23,22 @@ pub const TRUNCATED_RULE: &str = "truncated";
 /// Cuts a (redacted) string longer than the limit, recording its original size and SHA-256
 /// in the marker that ends it; true if it was cut.
 pub fn limit(r: &Redactor, s: &mut String, hits: &mut Redactions) -> bool {
-    if s.len() <= r.max_value_bytes {
+    cut(s, r.max_value_bytes, hits)
+}
+
+/// Cuts `s` at `max` bytes (on a character boundary) with the size-and-digest marker.
+fn cut(s: &mut String, max: usize, hits: &mut Redactions) -> bool {
+    if s.len() <= max {
         return false;
     }
     use sha2::{Digest, Sha256};
     let digest = hex::encode(Sha256::digest(s.as_bytes()));
     let original = s.len();
-    let mut cut = r.max_value_bytes;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
+    let mut at = max;
+    while !s.is_char_boundary(at) {
+        at -= 1;
     }
-    s.truncate(cut);
+    s.truncate(at);
     s.push_str(&format!(
         "…[TRUNCATED:original_bytes={original},sha256={digest}]"
     ));
@@ -356,7 +361,9 @@ pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: us
                                 Value::String(s) => s.clone(),
                                 other => other.to_string(),
                             };
-                            *val = Value::String(r.replacement(&rule.id, action, &original));
+                            *val = Value::String(key_rule_value(
+                                r, rule, action, original, hits, depth,
+                            ));
                         }
                     }
                     continue;
@@ -369,6 +376,26 @@ pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: us
             changed
         }
         Value::Bool(_) | Value::Null => false,
+    }
+}
+
+/// The value a key rule leaves in place of `original`.
+fn key_rule_value(
+    r: &Redactor,
+    rule: &super::engine::KeyRule,
+    action: Action,
+    mut original: String,
+    hits: &mut Redactions,
+    depth: usize,
+) -> String {
+    match action {
+        Action::Truncate => {
+            // What is kept is redacted first: a prefix must not carry a secret either.
+            redact_string(r, &mut original, hits, depth + 1);
+            cut(&mut original, rule.keep_bytes, hits);
+            original
+        }
+        _ => r.replacement(&rule.id, action, &original),
     }
 }
 
@@ -396,7 +423,7 @@ pub fn redact_attributes(
                         AttrValue::Str(s) => s.clone(),
                         other => serde_json::to_string(other).unwrap_or_default(),
                     };
-                    *value = AttrValue::Str(r.replacement(&rule.id, action, &original));
+                    *value = AttrValue::Str(key_rule_value(r, rule, action, original, hits, depth));
                 }
             }
             continue;
@@ -633,6 +660,35 @@ mod tests {
         let before = ordinary.clone();
         assert!(!redact_string(&r, &mut ordinary, &mut hits, 0));
         assert_eq!(ordinary, before);
+    }
+
+    #[test]
+    fn truncate_key_rule_keeps_a_redacted_prefix() {
+        let cfg: RedactionConfig = toml::from_str(
+            "[[key_rules]]\nid = \"big_output\"\nkeys = [\"tool.output\"]\naction = \"truncate\"\nkeep_bytes = 40\n",
+        )
+        .expect("config");
+        let r = Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules");
+        let mut attrs = Attributes(vec![(
+            "tool.output".into(),
+            AttrValue::Str(format!("mail jane@example.com {}", "x ".repeat(100))),
+        )]);
+        let mut hits = Redactions::new();
+        redact_attributes(&r, &mut attrs, &mut hits, 0);
+        let AttrValue::Str(out) = &attrs.0[0].1 else {
+            panic!("string expected");
+        };
+        assert!(
+            out.starts_with("mail [REDACTED:email_address] x x"),
+            "{out}"
+        );
+        assert!(out.contains("…[TRUNCATED:original_bytes="), "{out}");
+        assert_eq!(hits.get("big_output"), Some(&1));
+        assert_eq!(hits.get(TRUNCATED_RULE), Some(&1));
+        let bad: RedactionConfig =
+            toml::from_str("[[detectors]]\nid = \"d\"\nregex = \"x\"\naction = \"truncate\"\n")
+                .expect("config");
+        assert!(Redactor::new(&bad, KeyedHasher::new(b"k")).is_err());
     }
 
     #[test]
