@@ -184,10 +184,7 @@ fn payload(size: usize, secrets: bool, seed: usize) -> String {
 }
 
 fn protect_payloads(c: &mut Criterion) {
-    use std::sync::Arc;
-    use toolwatch::event::{
-        AttrValue, Attributes, GenAiFields, SpanClass, SpanKind, SpanRecord, StatusCode,
-    };
+    use toolwatch::event::{fixtures, AttrValue, Attributes, GenAiFields, SpanClass, SpanRecord};
     let redactor = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"bench-key"))
         .expect("default rules compile");
     let protector = Protector::new(redactor);
@@ -196,34 +193,18 @@ fn protect_payloads(c: &mut Criterion) {
         for secrets in [false, true] {
             let spans: Vec<SpanRecord> = (0..64)
                 .map(|n| SpanRecord {
-                    tenant: "t".into(),
-                    resource: Arc::default(),
-                    scope: Arc::default(),
-                    trace_id: [1; 16],
-                    span_id: [2; 8],
-                    parent_span_id: None,
-                    trace_state: String::new(),
                     name: "execute_tool search_orders".into(),
-                    kind: SpanKind::Internal,
                     class: SpanClass::Tool,
-                    start_ns: 0,
-                    end_ns: 0,
-                    status_code: StatusCode::Unset,
-                    status_message: String::new(),
                     gen_ai: GenAiFields {
                         tool_arguments: Some(payload(size / 2, secrets, n)),
                         tool_result: Some(payload(size / 2, secrets, n + 1000)),
                         ..Default::default()
                     },
-                    audit: Default::default(),
                     attributes: Attributes(vec![(
                         "http.url".into(),
                         AttrValue::Str("https://orders.internal.example/v1/orders?page=2".into()),
                     )]),
-                    events: vec![],
-                    links: vec![],
-                    dropped: Default::default(),
-                    redactions: Default::default(),
+                    ..fixtures::span()
                 })
                 .collect();
             let bytes: usize = spans

@@ -470,8 +470,8 @@ pub fn hex_id(id: &[u8]) -> String {
     hex::encode(id)
 }
 
-/// Minimal records for unit tests of the stages.
-#[cfg(test)]
+/// Minimal records for tests and benchmarks of the stages: fill in what matters with struct
+/// update syntax (`SpanRecord { name: …, ..fixtures::span() }`).
 pub mod fixtures {
     use super::*;
 

@@ -351,20 +351,17 @@ impl Redactor {
         let mut pos = 0;
         for f in &findings {
             out.push_str(&text[pos..f.start]);
-            let action = self.action_of(&f.rule);
+            // A finding carries its detector's position, so its action needs no lookup.
+            let action = self
+                .detectors
+                .get(f.rank)
+                .map_or(Action::Mask, |d| d.action);
             out.push_str(&self.replacement(&f.rule, action, &text[f.start..f.end]));
             *hits.entry(f.rule.to_string()).or_insert(0) += 1;
             pos = f.end;
         }
         out.push_str(&text[pos..]);
         Some(out)
-    }
-
-    fn action_of(&self, rule: &str) -> Action {
-        self.detectors
-            .iter()
-            .find(|d| &*d.id == rule)
-            .map_or(Action::Mask, |d| d.action)
     }
 
     /// The text that replaces `original` under `action`.

@@ -277,8 +277,7 @@ impl Protector {
         let mut shared = SharedParts::default();
         let mut total = Redactions::new();
         for span in &mut batch.spans {
-            let rules = self.rules_for(&span.tenant).traces.clone();
-            let r = &*rules;
+            let r = &*self.rules_for(&span.tenant).traces;
             let mut hits = Redactions::new();
             self.protect_audit(r, &mut span.audit, &mut hits);
             self.protect_attributes(r, &mut span.attributes);
@@ -308,8 +307,7 @@ impl Protector {
             span.redactions = hits;
         }
         for log in &mut batch.logs {
-            let rules = self.rules_for(&log.tenant).logs.clone();
-            let r = &*rules;
+            let r = &*self.rules_for(&log.tenant).logs;
             let mut hits = Redactions::new();
             self.protect_audit(r, &mut log.audit, &mut hits);
             self.protect_attributes(r, &mut log.attributes);
@@ -438,21 +436,8 @@ mod tests {
             attributes: Attributes(vec![raw("idem-res")]),
         });
         let span = SpanRecord {
-            tenant: "t".into(),
             resource: Arc::clone(&resource),
-            scope: Arc::default(),
-            trace_id: [1; 16],
-            span_id: [1; 8],
-            parent_span_id: None,
-            trace_state: String::new(),
-            name: "n".into(),
-            kind: crate::event::SpanKind::Internal,
             class: crate::event::SpanClass::Tool,
-            start_ns: 0,
-            end_ns: 0,
-            status_code: crate::event::StatusCode::Unset,
-            status_message: String::new(),
-            gen_ai: Default::default(),
             audit: AuditFields {
                 idempotency_key: Some("idem-typed".into()),
                 ..Default::default()
@@ -466,9 +451,7 @@ mod tests {
                 name: "e".into(),
                 attributes: Attributes(vec![raw("idem-event")]),
             }],
-            links: vec![],
-            dropped: Default::default(),
-            redactions: Default::default(),
+            ..crate::event::fixtures::span()
         };
         let mut batch = EventBatch {
             spans: vec![span.clone(), span],
@@ -672,32 +655,21 @@ mod canary_properties {
                 service_name: "svc".into(),
                 attributes: Attributes(vec![("deployment.note".into(), value.clone())]),
             }),
-            scope: Arc::default(),
-            trace_id: [1; 16],
-            span_id: [2; 8],
-            parent_span_id: None,
-            trace_state: String::new(),
             name: format!("execute_tool {planted}"),
-            kind: crate::event::SpanKind::Internal,
             class: crate::event::SpanClass::Tool,
-            start_ns: 0,
-            end_ns: 0,
             status_code: crate::event::StatusCode::Error,
             status_message: format!("failed for {planted}"),
             gen_ai: GenAiFields {
                 tool_arguments: Some(serde_json::to_string(&value).unwrap_or_default()),
                 ..Default::default()
             },
-            audit: AuditFields::default(),
             attributes: Attributes(vec![("payload".into(), value.clone())]),
             events: vec![crate::event::SpanEventRecord {
                 time_ns: 0,
                 name: "exception".into(),
                 attributes: Attributes(vec![("exception.message".into(), value)]),
             }],
-            links: vec![],
-            dropped: Default::default(),
-            redactions: Default::default(),
+            ..crate::event::fixtures::span()
         }
     }
 

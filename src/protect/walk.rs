@@ -245,27 +245,20 @@ fn json_unescape(s: &str) -> Option<String> {
                 out.push(c);
                 continue;
             }
+            let simple = match chars.peek().copied() {
+                Some(n @ ('"' | '\\' | '/')) => Some(n),
+                Some('n') => Some('\n'),
+                Some('t') => Some('\t'),
+                Some('r') => Some('\r'),
+                _ => None,
+            };
+            if let Some(ch) = simple {
+                out.push(ch);
+                chars.next();
+                changed = true;
+                continue;
+            }
             match chars.peek().copied() {
-                Some(n @ ('"' | '\\' | '/')) => {
-                    out.push(n);
-                    chars.next();
-                    changed = true;
-                }
-                Some('n') => {
-                    out.push('\n');
-                    chars.next();
-                    changed = true;
-                }
-                Some('t') => {
-                    out.push('\t');
-                    chars.next();
-                    changed = true;
-                }
-                Some('r') => {
-                    out.push('\r');
-                    chars.next();
-                    changed = true;
-                }
                 Some('u') => {
                     let hex: String = chars.clone().skip(1).take(4).collect();
                     match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
