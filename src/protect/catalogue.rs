@@ -148,7 +148,7 @@ const DETECTORS: &[D] = &[
         keywords: &["shpat_", "shpca_", "shppa_", "shpss_"],
         regex: r"\b(shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})\b", group: 1, validator: None },
     // --- Tokens in standard formats ----------------------------------------------------------
-    D { id: "jwt", description: "JSON Web Token whose header decodes to JSON with alg",
+    D { id: "jwt", description: "JSON Web Token whose header decodes to a JOSE header (alg, typ, kid, …)",
         keywords: &["eyj"],
         regex: r"\b(ey[A-Za-z0-9_\-]{10,}\.ey[A-Za-z0-9_\-]{2,}\.[A-Za-z0-9_\-]*)", group: 1, validator: Some(Validator::JwtHeader) },
     D { id: "private_key", description: "Private key in PEM, OpenSSH, PGP or encrypted armour (to END, or to the end of the text if cut)",
@@ -157,6 +157,33 @@ const DETECTORS: &[D] = &[
     D { id: "putty_private_key", description: "PuTTY private key file (PuTTY-User-Key-File-N)",
         keywords: &["putty-user-key-file"],
         regex: r"(PuTTY-User-Key-File-\d+:[\s\S]*?(?:Private-MAC: [0-9a-fA-F]+|$))", group: 1, validator: None },
+    D { id: "onepassword_secret_key", description: "1Password account secret key (A3-…)",
+        keywords: &["a3-"],
+        regex: r"\b(A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5})\b", group: 1, validator: None },
+    D { id: "onepassword_service_account_token", description: "1Password service-account token (ops_eyJ…)",
+        keywords: &["ops_eyj"],
+        regex: r"\b(ops_eyJ[A-Za-z0-9+/_\-]{250,}={0,3})", group: 1, validator: None },
+    D { id: "age_secret_key", description: "age encryption secret key (AGE-SECRET-KEY-1…)",
+        keywords: &["age-secret-key-1"],
+        regex: r"\b(AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58})\b", group: 1, validator: None },
+    D { id: "notion_api_token", description: "Notion integration token (ntn_…)",
+        keywords: &["ntn_"],
+        regex: r"\b(ntn_[0-9]{11}[A-Za-z0-9]{35})\b", group: 1, validator: None },
+    D { id: "sourcegraph_access_token", description: "Sourcegraph access token (sgp_…)",
+        keywords: &["sgp_"],
+        regex: r"\b(sgp_(?:(?:[A-Fa-f0-9]{16}|local)_)?[A-Fa-f0-9]{40})\b", group: 1, validator: None },
+    D { id: "intra42_client_secret", description: "42 intranet OAuth client secret (s-s4t2ud-/s-s4t2af-)",
+        keywords: &["s-s4t2ud-", "s-s4t2af-"],
+        regex: r"\b(s-s4t2(?:ud|af)-[a-f0-9]{64})\b", group: 1, validator: None },
+    D { id: "facebook_access_token", description: "Facebook / Meta Graph API access token (EAA…)",
+        keywords: &["eaa"],
+        regex: r"\b(EAA[A-Za-z0-9]{100,})\b", group: 1, validator: None },
+    D { id: "alibaba_access_key_id", description: "Alibaba Cloud AccessKey id (LTAI…)",
+        keywords: &["ltai"],
+        regex: r"\b(LTAI[A-Za-z0-9]{20})\b", group: 1, validator: None },
+    D { id: "harness_api_key", description: "Harness personal or service-account token (pat./sat.)",
+        keywords: &["pat.", "sat."],
+        regex: r"\b((?:pat|sat)\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20})\b", group: 1, validator: None },
     // --- Credentials in headers, URLs and command lines --------------------------------------
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
@@ -184,7 +211,9 @@ const DETECTORS: &[D] = &[
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
     D { id: "secret_key_assignment", description: "Value under a secret-looking key in JSON, YAML, TOML, XML, code or .env text",
         keywords: &["secret", "token", "passw", "pwd", "api_key", "apikey", "api-key", "access_key", "accesskey", "private_key", "credential", "auth"],
-        regex: r#"(?i)(?:["'`]?[a-z0-9_.\-$]*(?:secret|token|passwd|password|pwd|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth[_\-]?key)[a-z0-9_.\-]*["'`]?[ \t]*(?:::=|:=|\?=|\.=|\+=|=>|=|:)[ \t]*["'`]?|["'`][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["'`]\s*,\s*["'`]|<[a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*>\s*)([A-Za-z0-9_\-+/=.~!@#$%^&*:]{6,})"#, group: 1, validator: Some(Validator::SecretLike) },
+        // Three shapes: `key [type] op value` (op: = := ::= :::= ?= .= += => :), a call
+        // `("key", "value")`, and XML `<key>value` or `key="name" value="…"`.
+        regex: r#"(?i)(?:["'`]?[a-z0-9_.\-$]*(?:secret|token|passwd|password|pwd|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth[_\-]?key)[a-z0-9_.\-]*["'`]?(?:[ \t]+[a-z_][a-z0-9_.]*[ \t]+(?::=|=)|[ \t]*(?::{1,3}=|\?=|\.=|\+=|=>|=|:))[ \t]*["'`]?|["'`][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["'`]\s*,\s*["'`]|<[a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*>\s*|key\s*=\s*["'][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["']\s+value\s*=\s*["'])([A-Za-z0-9_\-+/=.~!@#$%^&*:]{6,})"#, group: 1, validator: Some(Validator::SecretToken) },
     D { id: "high_entropy_near_keyword", description: "High-entropy string (over 4.2 bits/char, so not hex) near secret/token/credential/api key/private key",
         keywords: &["secret", "token", "credential", "apikey", "api_key", "api-key", "privatekey", "private_key", "accesskey", "access_key"],
         regex: r"(?i)(?:secret|token|credential|api[_\-]?key|private[_\-]?key|access[_\-]?key)[^\n]{0,24}?(?:^|[^A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{24,}={0,2})", group: 1, validator: ENTROPY_4_2 },
@@ -198,6 +227,9 @@ const DETECTORS: &[D] = &[
     D { id: "phone_number_north_american", description: "North American phone number ((415) 555-0132, 415-555-0132, 415.555.0132)",
         keywords: &[],
         regex: r"(?:^|[^\w+\-.])((?:1[\s.\-])?(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.\-])[2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|\.(?:\s|$)|$)", group: 1, validator: None },
+    D { id: "phone_number_in_context", description: "Phone number in national form after a phone word (tel, mobile, call me at, fax…)",
+        keywords: &["phone", "tel", "mobile", "cell", "fax", "call", "whatsapp", "sms", "dial"],
+        regex: r"(?i)\b(?:phone|tel|telephone|mobile|cell|fax|call(?:\s+me)?(?:\s+(?:at|on))?|whatsapp|sms|dial)\b[^\d\n+(]{0,20}((?:\+\d{1,3}[\s.\-]?)?(?:\(\d{1,4}\)[\s.\-]?)?\d{2,5}(?:[\s.\-]?\d{2,5}){1,4}(?:\s?x\d{1,5})?)(?:[^\w]|$)", group: 1, validator: Some(Validator::PhoneDigits7) },
     D { id: "payment_card_number", description: "Payment card number (13-19 digits, Luhn-valid, issuer prefix)",
         keywords: &[],
         regex: r"(?:^|[^0-9A-Za-z\-.])([2-6]\d{3}(?:[ \-]?\d{4}){2}[ \-]?\d{1,4}(?:[ \-]?\d{1,3})?)(?:[^0-9A-Za-z\-.]|$)", group: 1, validator: Some(Validator::Luhn) },
@@ -220,6 +252,7 @@ const PERSONAL_DATA: &[&str] = &[
     "email_address",
     "phone_number_international",
     "phone_number_north_american",
+    "phone_number_in_context",
     "payment_card_number",
     "iban",
     "us_social_security_number",
@@ -240,11 +273,20 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             validator: d.validator,
             action: Action::Mask,
             signals: Vec::new(),
-            skip_placeholders: !PERSONAL_DATA.contains(&d.id),
+            keys: Vec::new(),
+            except_keys: Vec::new(),
+            except_context: if d.id == "secret_key_assignment" {
+                strings(NOT_CREDENTIAL_KEYS)
+            } else {
+                Vec::new()
+            },
+            // Key-context values are checked by their own validator, which keeps `1234…` runs.
+            skip_placeholders: !PERSONAL_DATA.contains(&d.id) && d.id != "secret_key_assignment",
             min_digits: match d.id {
                 "payment_card_number" => 12,
                 "phone_number_north_american" => 10,
                 "phone_number_international" => 8,
+                "phone_number_in_context" => 7,
                 "us_social_security_number" => 9,
                 "iban" => 4,
                 "ipv4_address" => 4,
@@ -254,45 +296,106 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
         .collect()
 }
 
-/// Keys whose whole value is a credential, whatever it looks like.
+/// Keys whose whole value is a credential, whatever it looks like; then keys that hold a
+/// credential when the value looks like one (a single non-trivial token).
 pub fn default_key_rules() -> Vec<KeyRuleSpec> {
-    vec![KeyRuleSpec {
-        id: "credential_key".into(),
-        description: "Attribute or JSON key that names a credential".into(),
-        keys: [
-            "*password*",
-            "*passwd*",
-            "*secret*",
-            "*api_key*",
-            "*apikey*",
-            "*api-key*",
-            "*access_token*",
-            "*refresh_token*",
-            "*id_token*",
-            "*auth_token*",
-            "*session_token*",
-            "*private_key*",
-            "*client_secret*",
-            "*credential*",
-            "token",
-            "*.token",
-            "authorization",
-            "*.authorization",
-            "proxy-authorization",
-            "*.proxy-authorization",
-            "cookie",
-            "*.cookie",
-            "set-cookie",
-            "*.set-cookie",
-            "x-api-key",
-            "*.x-api-key",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        action: Action::Mask,
-        keep_bytes: 256,
-    }]
+    vec![
+        KeyRuleSpec {
+            id: "credential_key".into(),
+            description: "Attribute or JSON key that names a credential".into(),
+            keys: strings(&[
+                "*password*",
+                "*passwd*",
+                "*secret*",
+                "*api_key*",
+                "*apikey*",
+                "*api-key*",
+                "*access_token*",
+                "*refresh_token*",
+                "*id_token*",
+                "*auth_token*",
+                "*session_token*",
+                "*private_key*",
+                "*client_secret*",
+                "*credential*",
+                "token",
+                "*.token",
+                "authorization",
+                "*.authorization",
+                "proxy-authorization",
+                "*.proxy-authorization",
+                "cookie",
+                "*.cookie",
+                "set-cookie",
+                "*.set-cookie",
+                "x-api-key",
+                "*.x-api-key",
+            ]),
+            except_keys: Vec::new(),
+            action: Action::Mask,
+            keep_bytes: 256,
+            when: None,
+        },
+        KeyRuleSpec {
+            id: "secret_named_key".into(),
+            description: "Single-token value under a key that suggests a credential (…token, …pwd, …access_key)".into(),
+            keys: strings(&[
+                "*token*",
+                "*pwd*",
+                "*auth_key*",
+                "*authkey*",
+                "*access_key*",
+                "*accesskey*",
+                "*privatekey*",
+                "*signing_key*",
+                "*signingkey*",
+                "*encryption_key*",
+                "*encryptionkey*",
+                "*master_key*",
+                "*masterkey*",
+                "*license_key*",
+                "*licensekey*",
+            ]),
+            except_keys: strings(NOT_CREDENTIAL_KEYS),
+            action: Action::Mask,
+            keep_bytes: 256,
+            when: Some(Validator::SecretToken),
+        },
+    ]
+}
+
+/// Keys that say something about a credential (its URL, id, name, type, lifetime, token
+/// counts) or name a public one, rather than hold a secret.
+const NOT_CREDENTIAL_KEYS: &[&str] = &[
+    "*tokens",
+    "*tokenizer*",
+    "*token_count*",
+    "*token_type*",
+    "*tokentype*",
+    "*url",
+    "*uri",
+    "*endpoint*",
+    "*type",
+    "*name",
+    "*id",
+    "*ids",
+    "*file",
+    "*path",
+    "*length",
+    "*count",
+    "*limit",
+    "*expires*",
+    "*expiry*",
+    "*ttl",
+    "*_ttl_*",
+    "*_at",
+    "*usage*",
+    "*public*",
+    "*publishable*",
+];
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
 }
 
 #[cfg(test)]
@@ -565,6 +668,76 @@ mod tests {
             s("from 2001:db8:85a3::8a2e:370:7334 via"),
             s("2001:db8:85a3::8a2e:370:7334"),
         );
+        tp(
+            "phone_number_in_context",
+            s("please call me at 0490 75 40 81 after six"),
+            s("0490 75 40 81"),
+        );
+        tp(
+            "phone_number_in_context",
+            s("tel: (08) 8747 6301"),
+            s("(08) 8747 6301"),
+        );
+        tp(
+            "onepassword_secret_key",
+            s("secret key A3-Q7KX2M-9TR4WPZLB2C-H6N3D-8VQ2K-M4TZR for the vault"),
+            s("A3-Q7KX2M-9TR4WPZLB2C-H6N3D-8VQ2K-M4TZR"),
+        );
+        let ops = format!("ops_eyJ{}", cycle(B62, 260));
+        tp(
+            "onepassword_service_account_token",
+            format!("OP {ops}"),
+            ops,
+        );
+        let age = format!(
+            "AGE-SECRET-KEY-1{}",
+            cycle("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 58)
+        );
+        tp("age_secret_key", format!("# key\n{age}\n"), age);
+        let ntn = format!("ntn_{}{}", cycle("4561729038", 11), cycle(B62, 35));
+        tp("notion_api_token", format!("Authorization {ntn}"), ntn);
+        let sgp = format!(
+            "sgp_{}_{}",
+            cycle("a1B2c3D4e5F6", 16),
+            cycle("0f9e8d7c6b5a4", 40)
+        );
+        tp("sourcegraph_access_token", format!("SRC_ACCESS {sgp}"), sgp);
+        let s42 = format!("s-s4t2ud-{}", cycle("d91c558a2ba6b47f", 64));
+        tp("intra42_client_secret", format!("client {s42}"), s42);
+        let fb = format!("EAAM{}", cycle(B62, 150));
+        tp("facebook_access_token", format!("graph {fb}"), fb);
+        let harness = format!(
+            "sat.{}.{}.{}",
+            cycle(B62, 22),
+            cycle(B62, 24),
+            cycle(B62, 20)
+        );
+        tp("harness_api_key", format!("x-api-key {harness}"), harness);
+        tp(
+            "alibaba_access_key_id",
+            s("AccessKeyId: LTAI5tQ9mX2pL7vR4tY8wN6b"),
+            s("LTAI5tQ9mX2pL7vR4tY8wN6b"),
+        );
+        tp(
+            "secret_key_assignment",
+            s("var deployToken string = \"q8Zr2LmX4vT9wK1p\""),
+            s("q8Zr2LmX4vT9wK1p"),
+        );
+        tp(
+            "secret_key_assignment",
+            s("build_TOKEN :::= \"q8Zr2LmX4vT9wK1p\""),
+            s("q8Zr2LmX4vT9wK1p"),
+        );
+        tp(
+            "secret_key_assignment",
+            s("<add key=\"SmtpPassword\" value=\"Hunter2Winter!\" />"),
+            s("Hunter2Winter!"),
+        );
+        tp(
+            "jwt",
+            s("jwe eyJhcHUiOiJUeDlxIn0.eyJpc3MiOiJqb2UifQ.c2ln"),
+            s("eyJhcHUiOiJUeDlxIn0.eyJpc3MiOiJqb2UifQ.c2ln"),
+        );
         v
     }
 
@@ -638,7 +811,7 @@ mod tests {
             ("twilio_api_key", "SKU-0123456789"),
             ("mailchimp_api_key", "deadbeef-us1"),
             ("shopify_token", "shpat_short"),
-            ("jwt", "eyJmb28iOiJiYXIifQ.eyJzdWIiOiIxIn0.sig"),
+            ("jwt", "eyJmb28iOiJiYXIifQ.eyJub3QganNvbg.sig"),
             (
                 "private_key",
                 "-----BEGIN PUBLIC KEY-----\nMIIBIjANBg\n-----END PUBLIC KEY-----",
@@ -662,6 +835,45 @@ mod tests {
                 "https://example.com/?page=2&sort=asc",
             ),
             ("secret_key_assignment", "max_tokens: 4096"),
+            ("secret_key_assignment", "token = \"${DEPLOY_TOKEN}\""),
+            (
+                "secret_key_assignment",
+                "access_token_url='https://github.com/login/oauth/access_token'",
+            ),
+            (
+                "secret_key_assignment",
+                "credentialsId: 'ff083f76-7804-4ef1-80e4-fe975bb9141b'",
+            ),
+            (
+                "secret_key_assignment",
+                "LLM_SECRET_NAME = \"NEXUS-GPT4-API-KEY\"",
+            ),
+            (
+                "secret_key_assignment",
+                "secret_length = X25519.secret_length",
+            ),
+            (
+                "secret_key_assignment",
+                "# API Token https://huggingface.co/settings/tokens",
+            ),
+            (
+                "secret_key_assignment",
+                "publicToken = \"9Cnzj4p4WGeKLs1Pt8QuKUpRKfFLfRYC9AIKjbJTWit\"",
+            ),
+            ("secret_key_assignment", "secretKey: api-key"),
+            ("onepassword_secret_key", "A3-1234 is a sheet size"),
+            (
+                "onepassword_service_account_token",
+                "ops_eyJ is only a prefix",
+            ),
+            ("age_secret_key", "AGE-SECRET-KEY-1 followed by nothing"),
+            ("notion_api_token", "ntn_ too short ntn_123"),
+            ("sourcegraph_access_token", "sgp_local is a name"),
+            ("intra42_client_secret", "s-s4t2ud- cut short"),
+            ("facebook_access_token", "EAAC certification body"),
+            ("alibaba_access_key_id", "LTAI short"),
+            ("phone_number_in_context", "call 12 retried 3 times"),
+            ("harness_api_key", "compat.mode.enabled"),
             (
                 "high_entropy_near_keyword",
                 "trace key 4bf92f3577b34da6a3ce929d0e0e4736",

@@ -68,6 +68,12 @@ struct Detector {
     validator: Option<Validator>,
     action: Action,
     skip_placeholders: bool,
+    /// Keys whose values this detector scans (empty: all, and keyless text too).
+    keys: Vec<KeyGlob>,
+    /// Keys whose values it never scans.
+    except_keys: Vec<KeyGlob>,
+    /// Contexts (the text before the group) that cancel a match.
+    except_context: Vec<KeyGlob>,
 }
 
 /// A key rule, compiled.
@@ -75,10 +81,30 @@ pub struct KeyRule {
     /// Rule id.
     pub id: Arc<str>,
     globs: Vec<KeyGlob>,
+    except: Vec<KeyGlob>,
     /// What to do with the value.
     pub action: Action,
     /// Bytes kept by `truncate`.
     pub keep_bytes: usize,
+    /// The rule fires only on string values this accepts.
+    pub when: Option<Validator>,
+}
+
+impl KeyRule {
+    fn covers(&self, lower_key: &str) -> bool {
+        self.globs.iter().any(|g| g.matches_lowercase(lower_key))
+            && !self.except.iter().any(|g| g.matches_lowercase(lower_key))
+    }
+
+    /// True when the rule applies to this value under a key it covers: always for an
+    /// unconditional rule, else only for a string the `when` validator accepts.
+    pub fn fires_on(&self, value: Option<&str>) -> bool {
+        match (self.when, value) {
+            (None, _) => true,
+            (Some(v), Some(s)) => v.accepts(s),
+            (Some(_), None) => false,
+        }
+    }
 }
 
 /// One thing a detector found in a string.
@@ -243,11 +269,7 @@ impl Redactor {
         let verdict = if self.allow_keys.iter().any(|g| g.matches_lowercase(&lower)) {
             KeyVerdict::Allowed
         } else {
-            match self
-                .key_rules
-                .iter()
-                .position(|r| r.globs.iter().any(|g| g.matches_lowercase(&lower)))
-            {
+            match self.key_rules.iter().position(|r| r.covers(&lower)) {
                 Some(i) => KeyVerdict::Rule(i),
                 None => KeyVerdict::Free,
             }
@@ -270,6 +292,12 @@ impl Redactor {
                 .is_none_or(|ac| ac.is_match(text))
     }
 
+    /// True when some detector runs only under certain keys (then JSON text must be parsed
+    /// to know which values those are).
+    pub fn has_key_scoped_detectors(&self) -> bool {
+        self.detectors.iter().any(|d| !d.keys.is_empty())
+    }
+
     /// True when the key is on the allowlist and its value is never touched.
     pub fn is_allowed_key(&self, key: &str) -> bool {
         matches!(self.verdict(key), KeyVerdict::Allowed)
@@ -285,6 +313,12 @@ impl Redactor {
 
     /// Every finding in `text`, non-overlapping, in order.
     pub fn scan(&self, text: &str) -> Vec<Finding> {
+        self.scan_under(text, None)
+    }
+
+    /// Every finding in `text`, the value of attribute or JSON key `key` (`None` for free
+    /// text), non-overlapping, in order. Detectors scoped to other keys do not run.
+    pub fn scan_under(&self, text: &str, key: Option<&str>) -> Vec<Finding> {
         // Nothing any rule looks for fits in fewer bytes (the shortest is an e-mail address).
         if text.len() < MIN_FINDING_BYTES {
             return Vec::new();
@@ -309,9 +343,13 @@ impl Redactor {
             }
         }
         let digits = text.bytes().filter(u8::is_ascii_digit).count();
+        let lower_key = key.map(lowercase);
         let candidates: Vec<usize> = (0..self.detectors.len())
             .filter(|&i| {
-                run[i / 64] & (1 << (i % 64)) != 0 && digits >= self.detectors[i].min_digits
+                let d = &self.detectors[i];
+                run[i / 64] & (1 << (i % 64)) != 0
+                    && digits >= d.min_digits
+                    && d.applies_under(lower_key.as_deref())
             })
             .collect();
         let mut found = Vec::new();
@@ -343,7 +381,17 @@ impl Redactor {
     /// `text` with every finding replaced, or `None` when nothing was found. Counts each
     /// finding under its rule id in `hits`.
     pub fn redact_text(&self, text: &str, hits: &mut Redactions) -> Option<String> {
-        let findings = self.scan(text);
+        self.redact_text_under(text, None, hits)
+    }
+
+    /// As [`Redactor::redact_text`], for the value of key `key`.
+    pub fn redact_text_under(
+        &self,
+        text: &str,
+        key: Option<&str>,
+        hits: &mut Redactions,
+    ) -> Option<String> {
+        let findings = self.scan_under(text, key);
         if findings.is_empty() {
             return None;
         }
@@ -374,6 +422,18 @@ impl Redactor {
 }
 
 impl Detector {
+    /// False when the detector is scoped away from this key (lowercased; `None` for text
+    /// that is no key's value).
+    fn applies_under(&self, lower_key: Option<&str>) -> bool {
+        match lower_key {
+            None => self.keys.is_empty(),
+            Some(k) => {
+                (self.keys.is_empty() || self.keys.iter().any(|g| g.matches_lowercase(k)))
+                    && !self.except_keys.iter().any(|g| g.matches_lowercase(k))
+            }
+        }
+    }
+
     fn find_all(&self, text: &str, allow: &HashSet<String>, out: &mut Vec<Finding>) {
         let mut accept = |start: usize, end: usize| {
             let m = &text[start..end];
@@ -395,11 +455,33 @@ impl Detector {
             }
         } else {
             for caps in self.regex.captures_iter(text) {
-                if let Some(m) = caps.get(self.group) {
+                let (Some(all), Some(m)) = (caps.get(0), caps.get(self.group)) else {
+                    continue;
+                };
+                if !self.context_excepted(&text[all.start()..m.start()]) {
                     accept(m.start(), m.end());
                 }
             }
         }
+    }
+
+    /// True when the text before the group (trimmed of quotes, spaces and operators) matches
+    /// an `except_context` glob.
+    fn context_excepted(&self, before: &str) -> bool {
+        if self.except_context.is_empty() {
+            return false;
+        }
+        let trimmed = before.trim_end_matches(|c: char| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    '"' | '\'' | '`' | '=' | ':' | '?' | '.' | '+' | '>' | ',' | '<'
+                )
+        });
+        let key = lowercase(trimmed);
+        self.except_context
+            .iter()
+            .any(|g| g.matches_lowercase(&key))
     }
 }
 
@@ -457,14 +539,23 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         validator: spec.validator,
         action: spec.action,
         skip_placeholders: spec.skip_placeholders,
+        keys: globs(&spec.keys),
+        except_keys: globs(&spec.except_keys),
+        except_context: globs(&spec.except_context),
     })
 }
 
 fn compile_key_rule(spec: &KeyRuleSpec) -> KeyRule {
     KeyRule {
         id: Arc::from(spec.id.as_str()),
-        globs: spec.keys.iter().map(|k| KeyGlob::new(k)).collect(),
+        globs: globs(&spec.keys),
+        except: globs(&spec.except_keys),
         action: spec.action,
         keep_bytes: spec.keep_bytes,
+        when: spec.when,
     }
+}
+
+fn globs(patterns: &[String]) -> Vec<KeyGlob> {
+    patterns.iter().map(|k| KeyGlob::new(k)).collect()
 }

@@ -55,6 +55,19 @@ pub struct DetectorSpec {
     /// Signals the detector applies to (`traces`, `logs`); empty: both.
     #[serde(default)]
     pub signals: Vec<SignalName>,
+    /// Attribute or JSON keys (globs) whose values the detector scans; empty: every value.
+    /// Inside JSON the key is the innermost object key above the value. Free text with no
+    /// key (span names, log bodies) is scanned only when this is empty.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Keys (globs) whose values the detector never scans.
+    #[serde(default)]
+    pub except_keys: Vec<String>,
+    /// Globs over the matched text before the capture group (for `key = value` rules: the
+    /// key, with trailing quotes, spaces and operators trimmed) that cancel a match, so
+    /// `credentialsId = …` or `token_url = …` is not taken for a credential.
+    #[serde(default)]
+    pub except_context: Vec<String>,
 }
 
 /// A signal a rule can be scoped to.
@@ -104,6 +117,14 @@ pub struct KeyRuleSpec {
     /// Bytes kept by the `truncate` action.
     #[serde(default = "default_keep_bytes")]
     pub keep_bytes: usize,
+    /// Keys (globs) the rule does not cover although `keys` matches them
+    /// (`*token*` but not `*_url`).
+    #[serde(default)]
+    pub except_keys: Vec<String>,
+    /// Fire only when a string value passes this validator (`secret_like` for keys that
+    /// only sometimes hold credentials); other values are scanned by the detectors as usual.
+    #[serde(default)]
+    pub when: Option<Validator>,
 }
 
 fn default_keep_bytes() -> usize {

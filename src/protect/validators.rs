@@ -23,7 +23,8 @@ pub enum Validator {
     GithubCrc32,
     /// npm's token checksum (same scheme as GitHub's).
     NpmCrc32,
-    /// A JWT whose header segment decodes to a JSON object with `alg`.
+    /// A JWT: the header decodes to a JSON object of registered JOSE parameters, or both
+    /// header and claims decode to JSON objects.
     JwtHeader,
     /// HTTP Basic credentials that decode to `user:password`.
     BasicAuth,
@@ -34,8 +35,13 @@ pub enum Validator {
     /// A plausible secret value under a secret-looking key: not a number, a boolean, a type
     /// name or a placeholder.
     SecretLike,
+    /// One secret-like token: no whitespace, not a template reference or filler
+    /// (`${X}`, `<x>`, `xxxx`), which a long digit or letter run does not make.
+    SecretToken,
     /// 8 to 15 digits, as E.164 allows.
     PhoneDigits,
+    /// 7 to 15 digits: a national number, which may drop the area code.
+    PhoneDigits7,
     /// Parses as an IPv6 address.
     Ipv6,
     /// A PEM block with at least 16 characters of base64 key material.
@@ -55,8 +61,12 @@ impl Validator {
             Validator::UsSsn => us_ssn(text),
             Validator::NotTrivial => not_trivial(text),
             Validator::SecretLike => secret_like(text),
+            Validator::SecretToken => secret_token(text),
             Validator::PhoneDigits => {
                 (8..=15).contains(&text.bytes().filter(u8::is_ascii_digit).count())
+            }
+            Validator::PhoneDigits7 => {
+                (7..=15).contains(&text.bytes().filter(u8::is_ascii_digit).count())
             }
             Validator::Ipv6 => text.parse::<std::net::Ipv6Addr>().is_ok(),
             Validator::PemBody => pem_body(text),
@@ -175,13 +185,30 @@ fn b64url(segment: &str) -> Option<Vec<u8>> {
 
 /// A JWT: the header segment decodes to a JSON object naming `alg`.
 pub fn jwt_header(text: &str) -> bool {
-    let Some(header) = text.split('.').next() else {
+    let mut segments = text.split('.');
+    let json_object = |segment: Option<&str>| {
+        segment
+            .and_then(b64url)
+            .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+            .and_then(|v| v.as_object().cloned())
+    };
+    let Some(header) = json_object(segments.next()) else {
         return false;
     };
-    b64url(header)
-        .and_then(|h| serde_json::from_slice::<serde_json::Value>(&h).ok())
-        .is_some_and(|v| v.get("alg").is_some())
+    let jose = !header.is_empty()
+        && header
+            .keys()
+            .all(|k| JOSE_HEADER_PARAMS.contains(&k.as_str()));
+    // A header of other names is still a token when the claims decode as well.
+    jose || json_object(segments.next()).is_some()
 }
+
+/// Registered JOSE header parameters (RFC 7515, 7516, 7518, 7797, 8555): a JWT header uses
+/// only these, which `{"foo":"bar"}` does not.
+const JOSE_HEADER_PARAMS: &[&str] = &[
+    "alg", "enc", "zip", "jku", "jwk", "kid", "x5u", "x5c", "x5t", "x5t#S256", "typ", "cty",
+    "crit", "epk", "apu", "apv", "iv", "tag", "p2s", "p2c", "b64", "ppt", "url", "nonce",
+];
 
 /// `Basic <base64>` (or the bare base64) that decodes to printable `user:password`.
 pub fn basic_auth(text: &str) -> bool {
@@ -230,11 +257,12 @@ const SEQUENCES: &[&str] = &["abcdefghij", "ABCDEFGHIJ", "0123456789", "12345678
 /// bracketed name (`<password>`, `[TOKEN]`).
 pub fn is_placeholder(text: &str) -> bool {
     let t = text.trim_matches(|c| c == '"' || c == '\'' || c == '`');
-    if t.contains("${")
-        || t.contains("{{")
-        || t.starts_with(['<', '[', '{', '`'])
-        || SEQUENCES.iter().any(|s| t.contains(s))
-    {
+    SEQUENCES.iter().any(|s| t.contains(s)) || is_reference_or_filler(t)
+}
+
+/// A template reference, a bracketed or constant name, or mostly one repeated character.
+fn is_reference_or_filler(t: &str) -> bool {
+    if t.contains("${") || t.contains("{{") || t.starts_with(['<', '[', '{', '`']) {
         return true;
     }
     // A CONSTANT_NAME is a reference to a secret, not one.
@@ -260,6 +288,65 @@ pub fn is_placeholder(text: &str) -> bool {
     }
     let top = counts.iter().copied().max().unwrap_or(0) as usize;
     top * 2 >= t.len()
+}
+
+/// A single secret-like token (see [`Validator::SecretToken`]).
+pub fn secret_token(text: &str) -> bool {
+    let t = text.trim_matches(|c| c == '"' || c == '\'' || c == '`');
+    !t.contains(char::is_whitespace)
+        && secret_like(t)
+        && !is_reference_or_filler(t)
+        && !names_something(t)
+}
+
+/// A URL, a host name, a dotted member or file name (`var.db_password`, `cert.pem`), or a
+/// kebab/snake name that mentions a secret (`api-key`, `db_password_ref`): references to
+/// a credential, not one. URLs carry their own rules for embedded secrets.
+fn names_something(t: &str) -> bool {
+    let lower = t.to_ascii_lowercase();
+    if let Some((scheme, _)) = lower.split_once("://") {
+        if !scheme.is_empty()
+            && scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b))
+        {
+            return true;
+        }
+    }
+    let host = lower.split_once(':').map_or(lower.as_str(), |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            ""
+        }
+    });
+    let labels: Vec<&str> = host.split('.').collect();
+    if labels.len() >= 2
+        && labels
+            .iter()
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        && labels
+            .last()
+            .is_some_and(|tld| tld.len() >= 2 && tld.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        return true;
+    }
+    let dotted_identifier = t.contains('.')
+        && t.split('.').all(|part| {
+            part.len() <= 20
+                && part
+                    .bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+    let secret_word_name = t.contains(['-', '_'])
+        && t.bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'-' || b == b'_')
+        && ["key", "secret", "token", "passw", "credential"]
+            .iter()
+            .any(|w| t.contains(w));
+    dotted_identifier || secret_word_name
 }
 
 /// Not one repeated character and not a plain ascending run.
@@ -306,6 +393,12 @@ const NOT_SECRETS: &[&str] = &[
 /// A value under a secret-looking key that is worth removing.
 pub fn secret_like(text: &str) -> bool {
     let t = text.trim_matches(|c| c == '"' || c == '\'' || c == ',' || c == ';');
+    // `<user:password>` on a command line: a bracketed name, not a value.
+    if t.ends_with(['>', ']', '}'])
+        && NOT_SECRETS.contains(&t[..t.len() - 1].to_ascii_lowercase().as_str())
+    {
+        return false;
+    }
     let numeric = t
         .bytes()
         .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-');
@@ -373,7 +466,10 @@ mod tests {
         assert!(jwt_header(
             "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIn0.sig"
         ));
-        assert!(!jwt_header("eyJmb28iOiJiYXIifQ.eyJzdWIiOiIxIn0.sig")); // {"foo":"bar"}
+        // {"foo":"bar"} is no JOSE header, but with JSON claims the token is still a JWT.
+        assert!(jwt_header("eyJmb28iOiJiYXIifQ.eyJzdWIiOiIxIn0.sig"));
+        assert!(!jwt_header("eyJmb28iOiJiYXIifQ.eyJub3QganNvbg.sig")); // claims: {"not json
+        assert!(jwt_header("eyJhcHUiOiJUeDlxIn0.bm90IGpzb24.sig")); // {"apu":…}: JWE header
         assert!(basic_auth("Basic YWxhZGRpbjpvcGVuc2VzYW1l"));
         assert!(!basic_auth("Basic aGVsbG8gd29ybGQ=")); // "hello world"
     }

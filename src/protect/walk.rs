@@ -90,6 +90,7 @@ fn redact_base64(
     s: &mut String,
     hits: &mut Redactions,
     depth: usize,
+    key: Option<&str>,
     layers: usize,
 ) -> bool {
     let Some(tokens) = base64_tokens() else {
@@ -105,7 +106,7 @@ fn redact_base64(
             continue;
         };
         let mut inner = Redactions::new();
-        if redact_layer(r, &mut text, &mut inner, depth + 1, layers - 1) {
+        if redact_layer(r, &mut text, &mut inner, depth + 1, key, layers - 1) {
             out.push_str(&s[last..m.start()]);
             out.push_str(&format!("[REDACTED:{BASE64_RULE}]"));
             last = m.end();
@@ -141,7 +142,7 @@ fn has_base64_run(s: &str) -> bool {
 }
 
 /// True when some base64 token in `s` decodes to text holding a finding.
-fn base64_hides_finding(r: &Redactor, s: &str) -> bool {
+fn base64_hides_finding(r: &Redactor, s: &str, key: Option<&str>) -> bool {
     let Some(tokens) = base64_tokens() else {
         return false;
     };
@@ -150,14 +151,33 @@ fn base64_hides_finding(r: &Redactor, s: &str) -> bool {
     }
     tokens.find_iter(s).any(|m| {
         base64_text(m.as_str()).is_some_and(|mut text| {
-            redact_layer(r, &mut text, &mut Redactions::new(), 1, BASE64_LAYERS - 1)
+            redact_layer(
+                r,
+                &mut text,
+                &mut Redactions::new(),
+                1,
+                key,
+                BASE64_LAYERS - 1,
+            )
         })
     })
 }
 
 /// Redacts a string in place; true if it changed.
 pub fn redact_string(r: &Redactor, s: &mut String, hits: &mut Redactions, depth: usize) -> bool {
-    redact_layer(r, s, hits, depth, BASE64_LAYERS)
+    redact_layer(r, s, hits, depth, None, BASE64_LAYERS)
+}
+
+/// Redacts the string value of attribute or JSON key `key` in place; detectors scoped to
+/// other keys skip it.
+pub fn redact_string_under(
+    r: &Redactor,
+    s: &mut String,
+    hits: &mut Redactions,
+    depth: usize,
+    key: Option<&str>,
+) -> bool {
+    redact_layer(r, s, hits, depth, key, BASE64_LAYERS)
 }
 
 fn redact_layer(
@@ -165,6 +185,7 @@ fn redact_layer(
     s: &mut String,
     hits: &mut Redactions,
     depth: usize,
+    key: Option<&str>,
     base64_layers: usize,
 ) -> bool {
     if depth > r.max_depth {
@@ -173,8 +194,8 @@ fn redact_layer(
         count(hits, MAX_DEPTH_RULE);
         return true;
     }
-    let changed = redact_plain_and_structured(r, s, hits, depth);
-    redact_base64(r, s, hits, depth, base64_layers) || changed
+    let changed = redact_plain_and_structured(r, s, hits, depth, key);
+    redact_base64(r, s, hits, depth, key, base64_layers) || changed
 }
 
 fn redact_plain_and_structured(
@@ -182,6 +203,7 @@ fn redact_plain_and_structured(
     s: &mut String,
     hits: &mut Redactions,
     depth: usize,
+    key: Option<&str>,
 ) -> bool {
     let trimmed = s.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
@@ -189,9 +211,10 @@ fn redact_plain_and_structured(
         // and the detectors find nothing in the text (nor in its unescaped form, which also
         // covers JSON nested in JSON), the parse and re-serialization are skipped.
         if !r.may_hold_rule_key(s)
-            && r.scan(s).is_empty()
-            && json_unescape(s).is_none_or(|u| r.scan(&u).is_empty())
-            && !base64_hides_finding(r, s)
+            && !r.has_key_scoped_detectors()
+            && r.scan_under(s, key).is_empty()
+            && json_unescape(s).is_none_or(|u| r.scan_under(&u, key).is_empty())
+            && !base64_hides_finding(r, s, key)
         {
             return false;
         }
@@ -207,12 +230,12 @@ fn redact_plain_and_structured(
     // text, where the detectors' quotes and line breaks are real, and keep it unescaped
     // (redacted) when that finds something.
     if let Some(unescaped) = json_unescape(s) {
-        if let Some(new) = r.redact_text(&unescaped, hits) {
+        if let Some(new) = r.redact_text_under(&unescaped, key, hits) {
             *s = new;
             return true;
         }
     }
-    if let Some(new) = r.redact_text(s, hits) {
+    if let Some(new) = r.redact_text_under(s, key, hits) {
         *s = new;
         return true;
     }
@@ -220,7 +243,7 @@ fn redact_plain_and_structured(
     // (redacted) when that finds something the encoded form hid.
     if s.contains('%') {
         if let Some(decoded) = percent_decode(s) {
-            if let Some(new) = r.redact_text(&decoded, hits) {
+            if let Some(new) = r.redact_text_under(&decoded, key, hits) {
                 *s = new;
                 return true;
             }
@@ -310,16 +333,27 @@ fn percent_decode(s: &str) -> Option<String> {
 
 /// Redacts a JSON value in place; true if it changed.
 pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: usize) -> bool {
+    redact_json_under(r, v, hits, depth, None)
+}
+
+/// Redacts a JSON value found under `key` (the innermost object key above it).
+fn redact_json_under(
+    r: &Redactor,
+    v: &mut Value,
+    hits: &mut Redactions,
+    depth: usize,
+    key: Option<&str>,
+) -> bool {
     if depth > r.max_depth {
         *v = Value::String(format!("[REDACTED:{MAX_DEPTH_RULE}]"));
         count(hits, MAX_DEPTH_RULE);
         return true;
     }
     match v {
-        Value::String(s) => redact_string(r, s, hits, depth),
+        Value::String(s) => redact_string_under(r, s, hits, depth, key),
         Value::Number(n) => {
             let text = n.to_string();
-            match r.redact_text(&text, hits) {
+            match r.redact_text_under(&text, key, hits) {
                 Some(new) => {
                     *v = Value::String(new);
                     true
@@ -330,7 +364,7 @@ pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: us
         Value::Array(items) => {
             let mut changed = false;
             for item in items {
-                changed |= redact_json(r, item, hits, depth + 1);
+                changed |= redact_json_under(r, item, hits, depth + 1, key);
             }
             changed
         }
@@ -341,7 +375,7 @@ pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: us
                 if r.is_allowed_key(k) {
                     continue;
                 }
-                if let Some(rule) = r.key_rule(k) {
+                if let Some(rule) = r.key_rule(k).filter(|rule| rule.fires_on(val.as_str())) {
                     if val.is_null() || val.as_str().is_some_and(str::is_empty) {
                         continue;
                     }
@@ -361,7 +395,7 @@ pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: us
                     }
                     continue;
                 }
-                changed |= redact_json(r, val, hits, depth + 1);
+                changed |= redact_json_under(r, val, hits, depth + 1, Some(k));
             }
             for k in dropped {
                 map.remove(&k);
@@ -404,7 +438,7 @@ pub fn redact_attributes(
         if r.is_allowed_key(key) {
             continue;
         }
-        if let Some(rule) = r.key_rule(key) {
+        if let Some(rule) = r.key_rule(key).filter(|rule| rule.fires_on(value.as_str())) {
             if matches!(value, AttrValue::Empty) || value.as_str().is_some_and(str::is_empty) {
                 continue;
             }
@@ -421,7 +455,7 @@ pub fn redact_attributes(
             }
             continue;
         }
-        redact_value(r, value, hits, depth + 1);
+        redact_value_under(r, value, hits, depth + 1, Some(key));
     }
     for i in dropped.into_iter().rev() {
         attrs.0.remove(i);
@@ -430,6 +464,17 @@ pub fn redact_attributes(
 
 /// Redacts one attribute value in place.
 pub fn redact_value(r: &Redactor, v: &mut AttrValue, hits: &mut Redactions, depth: usize) {
+    redact_value_under(r, v, hits, depth, None)
+}
+
+/// Redacts the value of attribute `key` in place.
+fn redact_value_under(
+    r: &Redactor,
+    v: &mut AttrValue,
+    hits: &mut Redactions,
+    depth: usize,
+    key: Option<&str>,
+) {
     if depth > r.max_depth {
         *v = AttrValue::Str(format!("[REDACTED:{MAX_DEPTH_RULE}]"));
         count(hits, MAX_DEPTH_RULE);
@@ -437,26 +482,26 @@ pub fn redact_value(r: &Redactor, v: &mut AttrValue, hits: &mut Redactions, dept
     }
     match v {
         AttrValue::Str(s) => {
-            redact_string(r, s, hits, depth);
+            redact_string_under(r, s, hits, depth, key);
             limit(r, s, hits);
         }
         // Only numbers long enough to be a card or phone number are worth a scan.
         AttrValue::Int(i) if i.unsigned_abs() >= 10_000_000 => {
-            if let Some(new) = r.redact_text(&i.to_string(), hits) {
+            if let Some(new) = r.redact_text_under(&i.to_string(), key, hits) {
                 *v = AttrValue::Str(new);
             }
         }
         AttrValue::Int(_) => {}
         AttrValue::Array(items) => {
             for item in items {
-                redact_value(r, item, hits, depth + 1);
+                redact_value_under(r, item, hits, depth + 1, key);
             }
         }
         AttrValue::Map(attrs) => redact_attributes(r, attrs, hits, depth + 1),
         AttrValue::Bytes(b) => match std::str::from_utf8(b) {
             Ok(text) => {
                 let mut s = text.to_string();
-                if redact_string(r, &mut s, hits, depth) {
+                if redact_string_under(r, &mut s, hits, depth, key) {
                     *v = AttrValue::Str(s);
                 }
             }
@@ -494,14 +539,27 @@ pub struct Explanation {
 pub fn explain(r: &Redactor, text: &str) -> Vec<Explanation> {
     let mut out = Vec::new();
     match serde_json::from_str::<Value>(text) {
-        Ok(v) if v.is_object() || v.is_array() => explain_json(r, &v, "$".to_string(), 0, &mut out),
-        _ => explain_text(r, text, "$", &mut out),
+        Ok(v) if v.is_object() || v.is_array() => {
+            let at = Place {
+                path: "$".to_string(),
+                key: None,
+                depth: 0,
+            };
+            explain_json(r, &v, at, &mut out)
+        }
+        _ => explain_text(r, text, "$", None, &mut out),
     }
     out
 }
 
-fn explain_text(r: &Redactor, text: &str, path: &str, out: &mut Vec<Explanation>) {
-    for f in r.scan(text) {
+fn explain_text(
+    r: &Redactor,
+    text: &str,
+    path: &str,
+    key: Option<&str>,
+    out: &mut Vec<Explanation>,
+) {
+    for f in r.scan_under(text, key) {
         out.push(Explanation {
             path: path.to_string(),
             rule: f.rule.to_string(),
@@ -511,7 +569,15 @@ fn explain_text(r: &Redactor, text: &str, path: &str, out: &mut Vec<Explanation>
     }
 }
 
-fn explain_json(r: &Redactor, v: &Value, path: String, depth: usize, out: &mut Vec<Explanation>) {
+/// Where a JSON value sits: its path for the report and the key it is the value of.
+struct Place<'a> {
+    path: String,
+    key: Option<&'a str>,
+    depth: usize,
+}
+
+fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanation>) {
+    let Place { path, key, depth } = at;
     if depth > r.max_depth {
         out.push(Explanation {
             path,
@@ -524,14 +590,34 @@ fn explain_json(r: &Redactor, v: &Value, path: String, depth: usize, out: &mut V
     match v {
         Value::String(s) => match serde_json::from_str::<Value>(s) {
             Ok(inner) if inner.is_object() || inner.is_array() => {
-                explain_json(r, &inner, format!("{path}<json>"), depth + 1, out)
+                let path = format!("{path}<json>");
+                explain_json(
+                    r,
+                    &inner,
+                    Place {
+                        path,
+                        key,
+                        depth: depth + 1,
+                    },
+                    out,
+                )
             }
-            _ => explain_text(r, s, &path, out),
+            _ => explain_text(r, s, &path, key, out),
         },
-        Value::Number(n) => explain_text(r, &n.to_string(), &path, out),
+        Value::Number(n) => explain_text(r, &n.to_string(), &path, key, out),
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                explain_json(r, item, format!("{path}[{i}]"), depth + 1, out);
+                let path = format!("{path}[{i}]");
+                explain_json(
+                    r,
+                    item,
+                    Place {
+                        path,
+                        key,
+                        depth: depth + 1,
+                    },
+                    out,
+                );
             }
         }
         Value::Object(map) => {
@@ -540,7 +626,7 @@ fn explain_json(r: &Redactor, v: &Value, path: String, depth: usize, out: &mut V
                 if r.is_allowed_key(k) {
                     continue;
                 }
-                if let Some(rule) = r.key_rule(k) {
+                if let Some(rule) = r.key_rule(k).filter(|rule| rule.fires_on(val.as_str())) {
                     let len = val.as_str().map_or_else(|| val.to_string().len(), str::len);
                     out.push(Explanation {
                         path: p,
@@ -550,7 +636,12 @@ fn explain_json(r: &Redactor, v: &Value, path: String, depth: usize, out: &mut V
                     });
                     continue;
                 }
-                explain_json(r, val, p, depth + 1, out);
+                let at = Place {
+                    path: p,
+                    key: Some(k),
+                    depth: depth + 1,
+                };
+                explain_json(r, val, at, out);
             }
         }
         Value::Bool(_) | Value::Null => {}
@@ -620,6 +711,71 @@ mod tests {
         let mut clean = "{\"user\": \"a\",  \"n\": [1, 2]}".to_string();
         assert!(!redact_string(&r, &mut clean, &mut hits, 0));
         assert_eq!(clean, "{\"user\": \"a\",  \"n\": [1, 2]}");
+    }
+
+    #[test]
+    fn secret_named_keys_take_single_tokens_but_not_counts_names_or_prose() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        let mut s = concat!(
+            "{\"adafruit_token\": \"ebasw54jg6ue6lljjutg6sinj8cu9nlt\", ",
+            "\"token_url\": \"https://auth.example.com/oauth/token\", ",
+            "\"tokenizer\": \"cl100k_base\", \"db_pwd\": \"${DB_PWD}\", ",
+            "\"refreshTokenNote\": \"rotate it every week\", \"input_tokens\": 1200}"
+        )
+        .to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        let v: Value = serde_json::from_str(&s).expect("json");
+        assert_eq!(v["adafruit_token"], "[REDACTED:secret_named_key]");
+        assert_eq!(v["token_url"], "https://auth.example.com/oauth/token");
+        assert_eq!(v["tokenizer"], "cl100k_base");
+        assert_eq!(v["db_pwd"], "${DB_PWD}");
+        assert_eq!(v["refreshTokenNote"], "rotate it every week");
+        assert_eq!(v["input_tokens"], 1200);
+        assert_eq!(hits.get("secret_named_key"), Some(&1));
+    }
+
+    #[test]
+    fn detectors_scoped_to_keys_scan_only_those_values() {
+        let cfg = RedactionConfig {
+            detectors: vec![crate::protect::rules::DetectorSpec {
+                id: "order_ref".into(),
+                description: "order references in tool results only".into(),
+                regex: r"\bORD-\d{6}\b".into(),
+                keywords: vec!["ord-".into()],
+                group: 0,
+                validator: None,
+                action: Action::Mask,
+                skip_placeholders: false,
+                min_digits: 0,
+                signals: Vec::new(),
+                keys: vec!["*result".into()],
+                except_keys: vec!["tool.debug.result".into()],
+                except_context: Vec::new(),
+            }],
+            ..Default::default()
+        };
+        let r = Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules");
+        let mut hits = Redactions::new();
+        let mut s =
+            "{\"tool\": {\"result\": \"ORD-123456\", \"note\": \"ORD-123456\"}}".to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(
+            s,
+            "{\"tool\":{\"note\":\"ORD-123456\",\"result\":\"[REDACTED:order_ref]\"}}"
+        );
+        let mut attrs = Attributes(vec![
+            ("tool.result".into(), AttrValue::Str("ORD-123456".into())),
+            (
+                "tool.debug.result".into(),
+                AttrValue::Str("ORD-123456".into()),
+            ),
+        ]);
+        redact_attributes(&r, &mut attrs, &mut hits, 0);
+        assert_eq!(attrs.0[0].1, AttrValue::Str("[REDACTED:order_ref]".into()));
+        assert_eq!(attrs.0[1].1, AttrValue::Str("ORD-123456".into()));
+        let mut free = "see ORD-123456".to_string();
+        assert!(!redact_string(&r, &mut free, &mut hits, 0));
     }
 
     #[test]

@@ -92,15 +92,77 @@ impl Tally {
     }
 }
 
+/// Rules that fire on a value because of the name it is assigned to, not its shape.
+const KEY_CONTEXT_RULES: &[&str] = &[
+    "secret_key_assignment",
+    "env_secret_assignment",
+    "credential_key",
+    "secret_named_key",
+    "cli_secret_flag",
+    "connection_string_password",
+    "high_entropy_near_keyword",
+];
+
+/// Personal-data rules of the catalogue.
+const PERSONAL_DATA_RULES: &[&str] = &[
+    "email_address",
+    "phone_number_international",
+    "phone_number_north_american",
+    "phone_number_in_context",
+    "payment_card_number",
+    "iban",
+    "us_social_security_number",
+    "ipv4_address",
+    "ipv6_address",
+];
+
+/// Why an `fp` sample was touched. gitleaks labels a sample `fp` for one rule; for a
+/// redactor, which must also remove what other rules find and any value a config assigns
+/// to a credential name, most such touches are intended. The classes keep that visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum FpClass {
+    /// The sample holds a string the corpus labels as a secret in some `tp` sample.
+    LabelledSecretElsewhere,
+    /// Every rule that fired is a key-context rule (`password = …`, `"…Token": "…"`).
+    ValueUnderCredentialName,
+    /// Every rule that fired is a personal-data rule (e-mail, IP address…), which gitleaks
+    /// does not look for and toolwatch removes by default.
+    PersonalData,
+    /// Anything else: a shape rule fired on something that is not a labelled secret.
+    Other,
+}
+
+fn fired_rules(out: &str) -> Vec<&str> {
+    out.match_indices("[REDACTED:")
+        .filter_map(|(i, _)| {
+            let rest = &out[i + "[REDACTED:".len()..];
+            rest.find(']').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
 #[test]
 fn gitleaks_corpus_recall_and_false_positives() {
     let r = redactor();
     let text = std::fs::read_to_string(corpus("gitleaks_labeled.jsonl")).expect("read");
+    let samples: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("jsonl"))
+        .collect();
+    let labelled: std::collections::HashSet<&str> = samples
+        .iter()
+        .filter(|d| d["label"] == "tp")
+        .flat_map(|d| d["expected_secrets"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .filter(|s| s.len() >= 8)
+        .collect();
     let mut recall: [Tally; 3] = Default::default();
     let mut fp: [Tally; 3] = Default::default();
+    let mut fp_classes: BTreeMap<FpClass, u64> = BTreeMap::new();
     let mut by_rule: BTreeMap<String, [Tally; 3]> = BTreeMap::new();
-    for line in text.lines() {
-        let d: Value = serde_json::from_str(line).expect("jsonl");
+    // `CORPUS_MISSES=FILE` writes each missed secret and each touched fp sample, for tuning.
+    let mut misses = String::new();
+    for d in &samples {
         let sample = d["sample"].as_str().expect("sample");
         let rule = d["rule_id"].as_str().unwrap_or("?").to_string();
         let secrets: Vec<&str> = d["expected_secrets"]
@@ -112,6 +174,10 @@ fn gitleaks_corpus_recall_and_false_positives() {
             if d["label"] == "tp" {
                 for s in &secrets {
                     let ok = !survives(&out, s);
+                    if !ok && i == 0 {
+                        misses
+                            .push_str(&format!("MISS {rule} {s:?}\n  {sample:?}\n  -> {out:?}\n"));
+                    }
                     recall[i].total += 1;
                     recall[i].found += u64::from(ok);
                     let t = &mut by_rule.entry(rule.clone()).or_default()[i];
@@ -127,10 +193,32 @@ fn gitleaks_corpus_recall_and_false_positives() {
                         out == format!("tool call failed: args={{\"input\":{escaped}}} (retrying)")
                     }
                 };
+                if !unchanged && i == 0 {
+                    misses.push_str(&format!("FP {rule}\n  {sample:?}\n  -> {out:?}\n"));
+                    let class = if labelled.iter().any(|s| sample.contains(s)) {
+                        FpClass::LabelledSecretElsewhere
+                    } else if fired_rules(&out)
+                        .iter()
+                        .all(|r| KEY_CONTEXT_RULES.contains(r))
+                    {
+                        FpClass::ValueUnderCredentialName
+                    } else if fired_rules(&out)
+                        .iter()
+                        .all(|r| PERSONAL_DATA_RULES.contains(r))
+                    {
+                        FpClass::PersonalData
+                    } else {
+                        FpClass::Other
+                    };
+                    *fp_classes.entry(class).or_default() += 1;
+                }
                 fp[i].total += 1;
                 fp[i].found += u64::from(!unchanged);
             }
         }
+    }
+    if let Some(path) = std::env::var_os("CORPUS_MISSES") {
+        std::fs::write(path, misses).expect("write misses");
     }
     println!(
         "\ngitleaks corpus: {} secrets in tp samples, {} fp samples",
@@ -149,6 +237,13 @@ fn gitleaks_corpus_recall_and_false_positives() {
             fp[i].total
         );
     }
+    println!("\nwhy fp samples were touched (plain form):");
+    for (class, n) in &fp_classes {
+        println!(
+            "  {class:?}: {n} ({:.1}% of fp samples)",
+            100.0 * *n as f64 / fp[0].total as f64
+        );
+    }
     println!("\nper gitleaks rule below 100% (plain / in JSON / escaped in a line):");
     for (rule, t) in &by_rule {
         if t[0].found < t[0].total || t[2].found < t[2].total {
@@ -161,22 +256,19 @@ fn gitleaks_corpus_recall_and_false_positives() {
             );
         }
     }
+    for (i, form) in FORMS.iter().enumerate() {
+        assert!(
+            recall[i].pct() >= 97.5,
+            "{form:?} recall {:.1}%",
+            recall[i].pct()
+        );
+    }
+    assert!(fp[0].pct() <= 23.0, "fp {:.1}%", fp[0].pct());
+    let other = fp_classes.get(&FpClass::Other).copied().unwrap_or(0);
     assert!(
-        recall[0].pct() >= 86.0,
-        "plain recall {:.1}%",
-        recall[0].pct()
+        100.0 * other as f64 / fp[0].total as f64 <= 6.5,
+        "{other} fp samples touched by shape rules"
     );
-    assert!(
-        recall[1].pct() >= 86.0,
-        "in-JSON recall {:.1}%",
-        recall[1].pct()
-    );
-    assert!(
-        recall[2].pct() >= 88.0,
-        "escaped recall {:.1}%",
-        recall[2].pct()
-    );
-    assert!(fp[0].pct() <= 25.0, "fp {:.1}%", fp[0].pct());
 }
 
 /// Presidio entities the catalogue claims to cover, and the rule family that covers each.
