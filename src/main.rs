@@ -119,6 +119,7 @@ struct LoadgenArgs {
 }
 
 fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(report_panic_without_data));
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
@@ -211,6 +212,20 @@ fn redact(args: RedactArgs) -> ExitCode {
         print!("{}", walk::redact_document(&redactor, &input, &mut hits));
     }
     ExitCode::SUCCESS
+}
+
+/// Panic messages built at run time can quote the data being processed (a string slice
+/// error prints the string), so only fixed messages and the location are reported.
+fn report_panic_without_data(info: &std::panic::PanicHookInfo<'_>) {
+    let location = info
+        .location()
+        .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
+    let message = info
+        .payload()
+        .downcast_ref::<&'static str>()
+        .copied()
+        .unwrap_or("message withheld: it may quote processed data");
+    eprintln!("toolwatch: internal error{location}: {message}");
 }
 
 /// Reports a configuration or input error and gives the exit code for it (2).

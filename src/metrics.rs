@@ -105,6 +105,7 @@ pub struct Metrics {
     queue_depth: Gauge,
     open_files: Gauge,
     redactions: Family<[(&'static str, String); 1], Counter>,
+    quarantined: Family<Labels2, Counter>,
 }
 
 impl Default for Metrics {
@@ -132,7 +133,13 @@ impl Metrics {
             queue_depth: Gauge::default(),
             open_files: Gauge::default(),
             redactions: Family::default(),
+            quarantined: Family::default(),
         };
+        registry.register(
+            "quarantined_items",
+            "Items protect could not fully examine, by signal and reason: max_depth_exceeded and unexaminable_bytes (the value was replaced, the item kept), protect_failed (the item was dropped)",
+            m.quarantined.clone(),
+        );
         registry.register(
             "redactions",
             "Values removed by protect, by rule id (never what was removed)",
@@ -269,6 +276,18 @@ impl Metrics {
             self.redactions
                 .get_or_create(&[("rule", rule.clone())])
                 .inc_by(u64::from(*n));
+        }
+    }
+
+    /// Counts quarantined items by (signal, reason).
+    pub fn quarantined(
+        &self,
+        counts: &std::collections::BTreeMap<(&'static str, &'static str), u64>,
+    ) {
+        for ((signal, reason), n) in counts {
+            self.quarantined
+                .get_or_create(&[("signal", *signal), ("reason", *reason)])
+                .inc_by(*n);
         }
     }
 

@@ -54,8 +54,12 @@ impl Intake {
         if batch.is_empty() {
             return Ok(());
         }
-        let hits = self.protector.protect(&mut batch);
-        self.metrics.redactions(&hits);
+        let report = self.protector.protect(&mut batch);
+        self.metrics.redactions(&report.hits);
+        self.metrics.quarantined(&report.quarantined);
+        if batch.is_empty() {
+            return Ok(());
+        }
         match self.queue.send_timeout(batch, self.enqueue_timeout).await {
             Ok(()) => {
                 self.metrics

@@ -925,6 +925,30 @@ mod tests {
     }
 
     #[test]
+    fn every_rule_is_documented() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/redaction-rules.md"),
+        )
+        .expect("schemas/redaction-rules.md");
+        for d in DETECTORS {
+            assert!(
+                doc.contains(&format!("| `{}` | {} |", d.id, d.description)),
+                "{}",
+                d.id
+            );
+        }
+        for k in default_key_rules() {
+            assert!(doc.contains(&format!("| `{}` |", k.id)), "{}", k.id);
+        }
+        let count = format!(
+            "{} detectors and {} key rules",
+            DETECTORS.len(),
+            default_key_rules().len()
+        );
+        assert!(doc.contains(&count), "the count line should read {count:?}");
+    }
+
+    #[test]
     fn true_positives_are_found_under_their_rule() {
         let r = redactor();
         for (rule, text, secret) in true_positives() {

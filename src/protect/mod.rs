@@ -21,10 +21,12 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::event::{
-    AttrValue, Attributes, AuditFields, EventBatch, GenAiFields, Redactions, Resource, Scope,
+    AttrValue, Attributes, AuditFields, EventBatch, GenAiFields, LogRecord, Redactions, Resource,
+    Scope, SpanRecord,
 };
 use engine::Redactor;
 
@@ -226,6 +228,44 @@ struct SharedParts {
     scopes: HashMap<(*const Scope, *const Redactor), (Arc<Scope>, Redactions)>,
 }
 
+/// What protecting one batch did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ProtectReport {
+    /// How often each rule fired, across the batch.
+    pub hits: Redactions,
+    /// Items quarantined, by (signal, reason).
+    pub quarantined: std::collections::BTreeMap<(&'static str, &'static str), u64>,
+}
+
+impl ProtectReport {
+    /// Records one item's outcome (`None`: protection failed); true to keep the item.
+    fn settle(
+        &mut self,
+        signal: &'static str,
+        outcome: Option<Redactions>,
+        keep: impl FnOnce(Redactions),
+    ) -> bool {
+        let Some(hits) = outcome else {
+            *self
+                .quarantined
+                .entry((signal, QUARANTINE_FAILED))
+                .or_default() += 1;
+            return false;
+        };
+        for reason in [walk::MAX_DEPTH_RULE, walk::BINARY_RULE] {
+            if hits.contains_key(reason) {
+                *self.quarantined.entry((signal, reason)).or_default() += 1;
+            }
+        }
+        add_hits(&mut self.hits, &hits);
+        keep(hits);
+        true
+    }
+}
+
+/// Quarantine reason of an item whose protection failed; it is dropped, never stored raw.
+pub const QUARANTINE_FAILED: &str = "protect_failed";
+
 fn add_hits(into: &mut Redactions, from: &Redactions) {
     for (rule, n) in from {
         *into.entry(rule.clone()).or_insert(0) += n;
@@ -272,53 +312,72 @@ impl Protector {
         self.tenants.get(tenant).unwrap_or(&self.default)
     }
 
-    /// Protects a batch in place; returns how often each rule fired across the batch.
-    pub fn protect(&self, batch: &mut EventBatch) -> Redactions {
+    /// Protects a batch in place; returns how often each rule fired across the batch and
+    /// which items were quarantined.
+    ///
+    /// Fail closed: a value the stage cannot examine (nested past `max_depth`, bytes that are
+    /// not text) is replaced where it stands and its item counted as quarantined under that
+    /// reason; an item whose protection fails outright (a bug: a panic inside the rules) is
+    /// removed from the batch, counted under `protect_failed`, and never stored or forwarded.
+    pub fn protect(&self, batch: &mut EventBatch) -> ProtectReport {
         let mut shared = SharedParts::default();
-        let mut total = Redactions::new();
-        for span in &mut batch.spans {
+        let mut report = ProtectReport::default();
+        batch.spans.retain_mut(|span| {
             let r = &*self.rules_for(&span.tenant).traces;
-            let mut hits = Redactions::new();
-            self.protect_audit(r, &mut span.audit, &mut hits);
-            self.protect_attributes(r, &mut span.attributes);
-            walk::redact_attributes(r, &mut span.attributes, &mut hits, 0);
-            for text in [&mut span.name, &mut span.status_message] {
-                walk::redact_string(r, text, &mut hits, 0);
-                walk::limit(r, text, &mut hits);
-            }
-            protect_gen_ai(r, &mut span.gen_ai, &mut hits);
-            for e in &mut span.events {
-                self.protect_attributes(r, &mut e.attributes);
-                walk::redact_string(r, &mut e.name, &mut hits, 0);
-                walk::redact_attributes(r, &mut e.attributes, &mut hits, 0);
-            }
-            for l in &mut span.links {
-                self.protect_attributes(r, &mut l.attributes);
-                walk::redact_attributes(r, &mut l.attributes, &mut hits, 0);
-            }
-            self.protect_shared(
-                r,
-                &mut span.resource,
-                &mut span.scope,
-                &mut shared,
-                &mut hits,
-            );
-            add_hits(&mut total, &hits);
-            span.redactions = hits;
-        }
-        for log in &mut batch.logs {
+            let outcome =
+                catch_unwind(AssertUnwindSafe(|| self.protect_span(r, span, &mut shared)));
+            report.settle("traces", outcome.ok(), |hits| span.redactions = hits)
+        });
+        batch.logs.retain_mut(|log| {
             let r = &*self.rules_for(&log.tenant).logs;
-            let mut hits = Redactions::new();
-            self.protect_audit(r, &mut log.audit, &mut hits);
-            self.protect_attributes(r, &mut log.attributes);
-            walk::redact_attributes(r, &mut log.attributes, &mut hits, 0);
-            walk::redact_value(r, &mut log.body, &mut hits, 0);
-            walk::redact_string(r, &mut log.event_name, &mut hits, 0);
-            self.protect_shared(r, &mut log.resource, &mut log.scope, &mut shared, &mut hits);
-            add_hits(&mut total, &hits);
-            log.redactions = hits;
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.protect_log(r, log, &mut shared)));
+            report.settle("logs", outcome.ok(), |hits| log.redactions = hits)
+        });
+        report
+    }
+
+    fn protect_span(
+        &self,
+        r: &Redactor,
+        span: &mut SpanRecord,
+        shared: &mut SharedParts,
+    ) -> Redactions {
+        let mut hits = Redactions::new();
+        self.protect_audit(r, &mut span.audit, &mut hits);
+        self.protect_attributes(r, &mut span.attributes);
+        walk::redact_attributes(r, &mut span.attributes, &mut hits, 0);
+        for text in [&mut span.name, &mut span.status_message] {
+            walk::redact_string(r, text, &mut hits, 0);
+            walk::limit(r, text, &mut hits);
         }
-        total
+        protect_gen_ai(r, &mut span.gen_ai, &mut hits);
+        for e in &mut span.events {
+            self.protect_attributes(r, &mut e.attributes);
+            walk::redact_string(r, &mut e.name, &mut hits, 0);
+            walk::redact_attributes(r, &mut e.attributes, &mut hits, 0);
+        }
+        for l in &mut span.links {
+            self.protect_attributes(r, &mut l.attributes);
+            walk::redact_attributes(r, &mut l.attributes, &mut hits, 0);
+        }
+        self.protect_shared(r, &mut span.resource, &mut span.scope, shared, &mut hits);
+        hits
+    }
+
+    fn protect_log(
+        &self,
+        r: &Redactor,
+        log: &mut LogRecord,
+        shared: &mut SharedParts,
+    ) -> Redactions {
+        let mut hits = Redactions::new();
+        self.protect_audit(r, &mut log.audit, &mut hits);
+        self.protect_attributes(r, &mut log.attributes);
+        walk::redact_attributes(r, &mut log.attributes, &mut hits, 0);
+        walk::redact_value(r, &mut log.body, &mut hits, 0);
+        walk::redact_string(r, &mut log.event_name, &mut hits, 0);
+        self.protect_shared(r, &mut log.resource, &mut log.scope, shared, &mut hits);
+        hits
     }
 
     fn protect_audit(&self, r: &Redactor, audit: &mut AuditFields, hits: &mut Redactions) {
@@ -408,6 +467,25 @@ fn protect_gen_ai(r: &Redactor, g: &mut GenAiFields, hits: &mut Redactions) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_item_whose_protection_fails_is_dropped_and_counted() {
+        let mut report = ProtectReport::default();
+        assert!(!report.settle("logs", None, |_| panic!("a failed item is not kept")));
+        let mut kept = None;
+        let hits = Redactions::from([(walk::MAX_DEPTH_RULE.to_string(), 2)]);
+        assert!(report.settle("traces", Some(hits), |h| kept = Some(h)));
+        assert_eq!(
+            report.quarantined.get(&("logs", QUARANTINE_FAILED)),
+            Some(&1)
+        );
+        assert_eq!(
+            report.quarantined.get(&("traces", walk::MAX_DEPTH_RULE)),
+            Some(&1)
+        );
+        assert_eq!(report.hits.get(walk::MAX_DEPTH_RULE), Some(&2));
+        assert!(kept.is_some());
+    }
 
     #[test]
     fn hash_is_keyed_stable_and_hides_the_value() {

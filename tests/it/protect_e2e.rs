@@ -221,3 +221,64 @@ async fn no_planted_secret_leaves_toolwatch() {
         );
     }
 }
+
+/// A kvlist nested `levels` deep with `leaf` at the bottom.
+fn nested(levels: usize, leaf: Value) -> Value {
+    (0..levels).fold(
+        leaf,
+        |inner, i| json!({ "kvlistValue": { "values": [ kv(&format!("level{i}"), inner) ] } }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_protect_cannot_examine_are_replaced_and_counted() {
+    let mut d = Daemon::start();
+    let canary = "too-deep-C4n4ry-Zk3q9XbT2mLw8";
+    let spans = json!({ "resourceSpans": [{
+        "resource": { "attributes": [ kv("service.name", s("deep-executor")) ] },
+        "scopeSpans": [{ "spans": [{
+            "traceId": "2cf7651916cd43dd8448eb211c80319e", "spanId": "2a2b3c4d5e6f7081",
+            "name": "execute_tool deep", "kind": 1,
+            "startTimeUnixNano": "1767225600000000000", "endTimeUnixNano": "1767225600500000000",
+            "attributes": [
+                kv("deep", nested(20, s(canary))),
+                kv("shallow", s("kept as sent")),
+                kv("blob", json!({ "bytesValue": base64_of_bytes(&[0xff, 0xfe, 0x00, 0x41]) })),
+            ],
+        }]}]
+    }]});
+    let (status, resp) = post(
+        &format!("{}/v1/traces", d.http_url()),
+        "application/json",
+        None,
+        spans.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+    let (_, metrics) = d.admin_get("/metrics");
+    d.stop();
+
+    for reason in ["max_depth_exceeded", "unexaminable_bytes"] {
+        let sample =
+            format!("toolwatch_quarantined_items_total{{signal=\"traces\",reason=\"{reason}\"}} 1");
+        assert!(
+            metrics.contains(&sample),
+            "{sample} missing from:\n{metrics}"
+        );
+    }
+    let rows = read_table_python("duckdb", &d.data_dir, "spans");
+    assert_eq!(rows.len(), 1);
+    let text = serde_json::to_string(&rows).expect("json");
+    assert!(!text.contains(canary), "the too-deep value was stored");
+    let attrs: Value =
+        serde_json::from_str(rows[0]["attributes"].as_str().expect("attrs")).expect("JSON");
+    assert_eq!(attrs["shallow"], "kept as sent");
+    assert_eq!(attrs["blob"], "[REDACTED:unexaminable_bytes] 4 bytes");
+    assert!(text.contains("[REDACTED:max_depth_exceeded]"), "{text}");
+    assert!(!d.log_text().contains(canary));
+}
+
+fn base64_of_bytes(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
