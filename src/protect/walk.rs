@@ -128,18 +128,29 @@ fn redact_base64(
 /// far cheaper than the token regex on the many strings that have none.
 fn has_base64_run(s: &str) -> bool {
     let mut run = 0;
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-') {
-            run += 1;
-            if run >= 24 {
-                return true;
-            }
-        } else {
-            run = 0;
+    for &b in s.as_bytes() {
+        // Branch-free: this runs over every byte of every string.
+        run = (run + 1) * usize::from(BASE64_BYTES[usize::from(b)]);
+        if run >= 24 {
+            return true;
         }
     }
     false
 }
+
+/// 1 for the bytes of the standard and URL-safe base64 alphabets.
+const BASE64_BYTES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        if b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'_' || b == b'-' {
+            t[i] = 1;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// True when some base64 token in `s` decodes to text holding a finding.
 fn base64_hides_finding(r: &Redactor, s: &str, key: Option<&str>) -> bool {
