@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod archive;
+pub mod assemble;
 pub mod config;
 pub mod event;
 pub mod loadgen;

@@ -1,0 +1,468 @@
+//! One request's summary, computed from the facts assembly keeps of its spans and logs.
+//!
+//! `summarize` is a pure function of the sets of span and log facts: the order they arrived
+//! in, duplicates and the batches they came in cannot change it (a property test checks).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::prices::{disagrees, PriceTable, TokenCounts};
+use crate::event::{hex_id, LogRecord, SpanClass, SpanId, SpanRecord, StatusCode, TraceId};
+
+/// What assembly keeps of a span: the fields a summary needs, not its attributes or text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanFacts {
+    /// Trace id.
+    pub trace_id: TraceId,
+    /// Span id.
+    pub span_id: SpanId,
+    /// Parent span id.
+    pub parent: Option<SpanId>,
+    /// Audit class.
+    pub class: SpanClass,
+    /// Start, ns.
+    pub start_ns: i64,
+    /// End, ns.
+    pub end_ns: i64,
+    /// The span ended in error.
+    pub error: bool,
+    /// Principal, if the span names one.
+    pub principal: Option<String>,
+    /// Provider and model (response model, else request model) of a model call.
+    pub provider: Option<String>,
+    /// See `provider`.
+    pub model: Option<String>,
+    /// Token counts of a model call.
+    pub tokens: TokenCounts,
+    /// Cache-creation input tokens.
+    pub cache_creation: i64,
+    /// Tool name of a tool call.
+    pub tool: Option<String>,
+    /// `executor.*` facts.
+    pub decision: Decision,
+    /// Retry attempt (0 or absent: first attempt).
+    pub retry_attempt: i64,
+    /// Result code.
+    pub result_code: Option<String>,
+    /// Stop reason.
+    pub stop_reason: Option<String>,
+    /// Cost the executor claims.
+    pub claimed_cost_usd: Option<f64>,
+    /// The executor says the work was cancelled.
+    pub cancelled: bool,
+}
+
+/// Policy and confirmation facts, from a span, its events or a log record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// `executor.policy_decision`.
+    pub policy: Option<String>,
+    /// `executor.confirmation_status`.
+    pub confirmation: Option<String>,
+}
+
+impl Decision {
+    fn merge(&mut self, other: &Decision) {
+        if self.policy.is_none() {
+            self.policy.clone_from(&other.policy);
+        }
+        if self.confirmation.is_none() {
+            self.confirmation.clone_from(&other.confirmation);
+        }
+    }
+}
+
+/// What assembly keeps of a log record that carries trace context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogFacts {
+    /// Identity for de-duplication: time, span and a digest of the body and attributes.
+    pub key: (i64, Option<SpanId>, u64),
+    /// Trace id.
+    pub trace_id: TraceId,
+    /// Span the record belongs to, if any.
+    pub span_id: Option<SpanId>,
+    /// Time, ns.
+    pub time_ns: i64,
+    /// Policy and confirmation facts.
+    pub decision: Decision,
+    /// Severity is ERROR or worse.
+    pub error: bool,
+    /// Claimed cost, stop reason and cancellation carried by the record.
+    pub claimed_cost_usd: Option<f64>,
+    /// See `claimed_cost_usd`.
+    pub stop_reason: Option<String>,
+    /// See `claimed_cost_usd`.
+    pub cancelled: bool,
+}
+
+impl SpanFacts {
+    /// The facts of a (protected) span.
+    pub fn of(span: &SpanRecord) -> SpanFacts {
+        let g = &span.gen_ai;
+        let a = &span.audit;
+        let mut decision = Decision {
+            policy: a.policy_decision.clone(),
+            confirmation: a.confirmation_status.clone(),
+        };
+        for e in &span.events {
+            for (k, v) in &e.attributes.0 {
+                let slot = match k.as_str() {
+                    "executor.policy_decision" => &mut decision.policy,
+                    "executor.confirmation_status" => &mut decision.confirmation,
+                    _ => continue,
+                };
+                if slot.is_none() {
+                    *slot = v.as_str().map(str::to_string);
+                }
+            }
+        }
+        SpanFacts {
+            trace_id: span.trace_id,
+            span_id: span.span_id,
+            parent: span.parent_span_id,
+            class: span.class,
+            start_ns: span.start_ns,
+            end_ns: span.end_ns,
+            error: span.status_code == StatusCode::Error,
+            principal: a.principal_id.clone(),
+            provider: g.provider.clone(),
+            model: g.response_model.clone().or_else(|| g.request_model.clone()),
+            tokens: TokenCounts {
+                input: g.input_tokens.unwrap_or(0),
+                output: g.output_tokens.unwrap_or(0),
+                cache_read: g.cache_read_input_tokens.unwrap_or(0),
+            },
+            cache_creation: g.cache_creation_input_tokens.unwrap_or(0),
+            tool: g.tool_name.clone(),
+            decision,
+            retry_attempt: a.retry_attempt.unwrap_or(0),
+            result_code: a.result_code.clone(),
+            stop_reason: a.stop_reason.clone(),
+            claimed_cost_usd: a.claimed_cost_usd,
+            cancelled: a.cancelled.unwrap_or(false),
+        }
+    }
+}
+
+impl LogFacts {
+    /// The facts of a (protected) log record, if it carries a trace id.
+    pub fn of(log: &LogRecord) -> Option<LogFacts> {
+        use std::hash::{Hash, Hasher};
+        let trace_id = log.trace_id?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_string(&log.body)
+            .unwrap_or_default()
+            .hash(&mut h);
+        log.event_name.hash(&mut h);
+        serde_json::to_string(&log.attributes)
+            .unwrap_or_default()
+            .hash(&mut h);
+        let a = &log.audit;
+        Some(LogFacts {
+            key: (log.time_ns, log.span_id, h.finish()),
+            trace_id,
+            span_id: log.span_id,
+            time_ns: log.time_ns,
+            decision: Decision {
+                policy: a.policy_decision.clone(),
+                confirmation: a.confirmation_status.clone(),
+            },
+            error: log.severity_number >= 17,
+            claimed_cost_usd: a.claimed_cost_usd,
+            stop_reason: a.stop_reason.clone(),
+            cancelled: a.cancelled.unwrap_or(false),
+        })
+    }
+}
+
+/// How a request's summary came to be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Completeness {
+    /// The root span ended and nothing arrived for the quiet period.
+    Complete,
+    /// The maximum age passed first.
+    TimedOut,
+    /// Memory limits forced it out early.
+    Evicted,
+    /// A later version, after spans arrived for a request already summarized.
+    Amended,
+}
+
+impl Completeness {
+    /// The name stored in the `completeness` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Completeness::Complete => "complete",
+            Completeness::TimedOut => "timed_out",
+            Completeness::Evicted => "evicted",
+            Completeness::Amended => "amended",
+        }
+    }
+}
+
+/// One version of one request's summary: a row of the `requests` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestSummary {
+    /// `executor.request_id`, or the trace id when no span named a request.
+    pub request_id: String,
+    /// Traces of the request, sorted.
+    pub trace_ids: Vec<String>,
+    /// Tenant.
+    pub tenant: String,
+    /// Principal (the first one named, by span start).
+    pub principal_id: Option<String>,
+    /// Earliest start, ns.
+    pub start_ns: i64,
+    /// Latest end, ns.
+    pub end_ns: i64,
+    /// How this version came to be written.
+    pub completeness: Completeness,
+    /// 1 for the first summary of the request, then 2, 3… for amendments.
+    pub summary_version: u32,
+    /// Distinct spans.
+    pub span_count: u64,
+    /// Spans whose parent is not among the request's spans.
+    pub orphan_count: u64,
+    /// Model calls.
+    pub model_turns: u64,
+    /// Tool calls.
+    pub tool_calls: u64,
+    /// Tool calls per tool name.
+    pub tool_calls_by_tool: BTreeMap<String, u64>,
+    /// Downstream calls (HTTP, database, RPC, messaging).
+    pub downstream_calls: u64,
+    /// Input tokens.
+    pub input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Input tokens read from a cache.
+    pub cache_read_tokens: i64,
+    /// Input tokens written to a cache.
+    pub cache_creation_tokens: i64,
+    /// Cost computed by toolwatch from the price table (model calls without a price add 0).
+    pub cost_usd: f64,
+    /// Model calls with no price in the table.
+    pub unpriced_model_turns: u64,
+    /// Cost the executor claimed, summed over what it sent.
+    pub claimed_cost_usd: Option<f64>,
+    /// The claim disagrees with the computed cost.
+    pub cost_disagrees: bool,
+    /// Calls the policy denied.
+    pub denials: u64,
+    /// Confirmations requested.
+    pub confirmations_requested: u64,
+    /// Confirmations approved.
+    pub confirmations_approved: u64,
+    /// Retry attempts (spans with `executor.retry_attempt` > 0).
+    pub retries: u64,
+    /// Calls that timed out (`executor.result_code` = `timeout`).
+    pub timeouts: u64,
+    /// Spans in error and log records of severity ERROR or worse.
+    pub errors: u64,
+    /// The stop reason (of the root span, else the latest one sent).
+    pub stop_reason: Option<String>,
+    /// `ok`, `error`, `denied` or `cancelled`.
+    pub outcome: &'static str,
+}
+
+/// Everything known of one request, for [`summarize`].
+pub struct RequestFacts<'a> {
+    /// Request id.
+    pub request_id: &'a str,
+    /// Tenant.
+    pub tenant: &'a str,
+    /// Distinct spans.
+    pub spans: &'a BTreeMap<SpanId, SpanFacts>,
+    /// Distinct log records.
+    pub logs: &'a BTreeMap<(i64, Option<SpanId>, u64), LogFacts>,
+}
+
+/// The summary of a request.
+pub fn summarize(
+    facts: &RequestFacts<'_>,
+    prices: &PriceTable,
+    completeness: Completeness,
+    summary_version: u32,
+) -> RequestSummary {
+    let spans = facts.spans;
+    let mut s = RequestSummary {
+        request_id: facts.request_id.to_string(),
+        trace_ids: Vec::new(),
+        tenant: facts.tenant.to_string(),
+        principal_id: None,
+        start_ns: i64::MAX,
+        end_ns: i64::MIN,
+        completeness,
+        summary_version,
+        span_count: spans.len() as u64,
+        orphan_count: 0,
+        model_turns: 0,
+        tool_calls: 0,
+        tool_calls_by_tool: BTreeMap::new(),
+        downstream_calls: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+        cache_read_tokens: 0,
+        cache_creation_tokens: 0,
+        cost_usd: 0.0,
+        unpriced_model_turns: 0,
+        claimed_cost_usd: None,
+        cost_disagrees: false,
+        denials: 0,
+        confirmations_requested: 0,
+        confirmations_approved: 0,
+        retries: 0,
+        timeouts: 0,
+        errors: 0,
+        stop_reason: None,
+        outcome: "ok",
+    };
+    let mut traces = BTreeSet::new();
+    // Decisions per span (its own, its events', its logs'), and per span-less log record.
+    let mut decisions: BTreeMap<Option<SpanId>, Vec<Decision>> = BTreeMap::new();
+    let mut first_principal: Option<(i64, &str)> = None;
+    let mut root_stop: Option<&str> = None;
+    let mut latest_stop: Option<(i64, &str)> = None;
+    let mut claimed: Option<f64> = None;
+    let mut cancelled = false;
+    let mut root_error = false;
+    for f in spans.values() {
+        traces.insert(f.trace_id);
+        s.start_ns = s.start_ns.min(f.start_ns);
+        s.end_ns = s.end_ns.max(f.end_ns);
+        let is_root = f.parent.is_none();
+        if f.parent.is_some_and(|p| !spans.contains_key(&p)) {
+            s.orphan_count += 1;
+        }
+        match f.class {
+            SpanClass::Model => {
+                s.model_turns += 1;
+                s.input_tokens += f.tokens.input;
+                s.output_tokens += f.tokens.output;
+                s.cache_read_tokens += f.tokens.cache_read;
+                s.cache_creation_tokens += f.cache_creation;
+                let cost = f
+                    .provider
+                    .as_deref()
+                    .zip(f.model.as_deref())
+                    .and_then(|(provider, model)| prices.cost(provider, model, f.tokens));
+                match cost {
+                    Some(c) => s.cost_usd += c,
+                    None => s.unpriced_model_turns += 1,
+                }
+            }
+            SpanClass::Tool => {
+                s.tool_calls += 1;
+                let tool = f.tool.clone().unwrap_or_else(|| "unknown".to_string());
+                *s.tool_calls_by_tool.entry(tool).or_default() += 1;
+            }
+            SpanClass::Downstream => s.downstream_calls += 1,
+            SpanClass::Agent | SpanClass::Other => {}
+        }
+        if f.retry_attempt > 0 {
+            s.retries += 1;
+        }
+        if f.result_code.as_deref() == Some("timeout") {
+            s.timeouts += 1;
+        }
+        if f.error {
+            s.errors += 1;
+            root_error |= is_root;
+        }
+        if let Some(p) = &f.principal {
+            if first_principal.is_none_or(|(t, q)| (f.start_ns, p.as_str()) < (t, q)) {
+                first_principal = Some((f.start_ns, p));
+            }
+        }
+        if let Some(r) = &f.stop_reason {
+            if is_root {
+                root_stop = Some(r);
+            }
+            if latest_stop.is_none_or(|(t, q)| (f.end_ns, r.as_str()) > (t, q)) {
+                latest_stop = Some((f.end_ns, r));
+            }
+        }
+        if let Some(c) = f.claimed_cost_usd {
+            *claimed.get_or_insert(0.0) += c;
+        }
+        cancelled |= f.cancelled;
+        decisions
+            .entry(Some(f.span_id))
+            .or_default()
+            .push(f.decision.clone());
+    }
+    for l in facts.logs.values() {
+        traces.insert(l.trace_id);
+        if l.error {
+            s.errors += 1;
+        }
+        // A record about a span adds to that span's decision; others stand alone.
+        let slot = match l.span_id {
+            Some(id) if spans.contains_key(&id) => Some(id),
+            _ => None,
+        };
+        match slot {
+            Some(_) => decisions.entry(slot).or_default().push(l.decision.clone()),
+            None => decisions.entry(None).or_default().push(l.decision.clone()),
+        }
+        if let Some(r) = &l.stop_reason {
+            if latest_stop.is_none_or(|(t, q)| (l.time_ns, r.as_str()) > (t, q)) {
+                latest_stop = Some((l.time_ns, r));
+            }
+        }
+        if let Some(c) = l.claimed_cost_usd {
+            *claimed.get_or_insert(0.0) += c;
+        }
+        cancelled |= l.cancelled;
+    }
+    for (slot, list) in &decisions {
+        let merged: Vec<Decision> = match slot {
+            // One span is one decision however many places repeat it.
+            Some(_) => {
+                let mut d = Decision::default();
+                for x in list {
+                    d.merge(x);
+                }
+                vec![d]
+            }
+            None => list.clone(),
+        };
+        for d in merged {
+            match d.policy.as_deref() {
+                Some("deny") => s.denials += 1,
+                Some("require_confirmation") => s.confirmations_requested += 1,
+                _ => {}
+            }
+            if d.confirmation.as_deref() == Some("approved") {
+                s.confirmations_approved += 1;
+            }
+        }
+    }
+    if s.start_ns == i64::MAX {
+        s.start_ns = facts.logs.values().map(|l| l.time_ns).min().unwrap_or(0);
+        s.end_ns = facts.logs.values().map(|l| l.time_ns).max().unwrap_or(0);
+    }
+    s.trace_ids = traces.iter().map(|t| hex_id(t)).collect();
+    s.principal_id = first_principal.map(|(_, p)| p.to_string());
+    s.stop_reason = root_stop
+        .or(latest_stop.map(|(_, r)| r))
+        .map(str::to_string);
+    s.claimed_cost_usd = claimed;
+    s.cost_disagrees = claimed.is_some_and(|c| disagrees(s.cost_usd, c));
+    s.outcome = if cancelled {
+        "cancelled"
+    } else if root_error {
+        "error"
+    } else if s.denials > 0 && s.tool_calls == s.denials {
+        "denied"
+    } else {
+        "ok"
+    };
+    s
+}
+
+impl RequestSummary {
+    /// Wall time from the earliest start to the latest end, ns.
+    pub fn duration_ns(&self) -> i64 {
+        self.end_ns.saturating_sub(self.start_ns).max(0)
+    }
+}

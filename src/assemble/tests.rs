@@ -1,0 +1,310 @@
+use proptest::prelude::*;
+
+use super::prices::{ModelPrice, PriceTable};
+use super::summary::Completeness;
+use super::*;
+use crate::event::{fixtures, AttrValue, EventBatch, LogRecord, SpanClass, SpanRecord, StatusCode};
+
+const T1: TraceId = [0x11; 16];
+const T2: TraceId = [0x22; 16];
+
+fn prices() -> PriceTable {
+    PriceTable(vec![ModelPrice {
+        provider: "openai".into(),
+        model: "gpt-4o".into(),
+        input_per_million: 2.5,
+        output_per_million: 10.0,
+        cached_input_per_million: None,
+    }])
+}
+
+fn config() -> AssembleConfig {
+    AssembleConfig {
+        quiet_period: Duration::from_secs(5),
+        max_age: Duration::from_secs(60),
+        amend_window: Duration::from_secs(120),
+        max_requests: 1000,
+        max_spans: 100_000,
+    }
+}
+
+fn span(trace: TraceId, id: u8, parent: Option<u8>, class: SpanClass) -> SpanRecord {
+    let mut s = fixtures::span();
+    s.tenant = "acme".into();
+    s.trace_id = trace;
+    s.span_id = [id; 8];
+    s.parent_span_id = parent.map(|p| [p; 8]);
+    s.class = class;
+    s.start_ns = 1_000 + i64::from(id) * 10;
+    s.end_ns = 2_000 + i64::from(id) * 10;
+    s
+}
+
+/// One agent run: root agent span (named request), two model turns, a tool call denied by
+/// policy (on the span, a span event and a log record), an approved call with a retry and a
+/// timeout, and a downstream call from another service that does not know the request id.
+fn request() -> (Vec<SpanRecord>, Vec<LogRecord>) {
+    let mut root = span(T1, 1, None, SpanClass::Agent);
+    root.audit.request_id = Some("req-1".into());
+    root.audit.principal_id = Some("user-7".into());
+    root.audit.stop_reason = Some("completed".into());
+    root.audit.claimed_cost_usd = Some(0.0175);
+    let mut m1 = span(T1, 2, Some(1), SpanClass::Model);
+    m1.audit.request_id = Some("req-1".into());
+    m1.gen_ai.provider = Some("openai".into());
+    m1.gen_ai.request_model = Some("gpt-4o".into());
+    m1.gen_ai.input_tokens = Some(1_000);
+    m1.gen_ai.output_tokens = Some(500);
+    let mut m2 = m1.clone();
+    m2.span_id = [3; 8];
+    m2.gen_ai.input_tokens = Some(2_000);
+    m2.gen_ai.output_tokens = Some(750);
+    let mut denied = span(T1, 4, Some(1), SpanClass::Tool);
+    denied.audit.request_id = Some("req-1".into());
+    denied.gen_ai.tool_name = Some("delete_account".into());
+    denied.audit.policy_decision = Some("deny".into());
+    denied.events.push(crate::event::SpanEventRecord {
+        time_ns: 1_045,
+        name: "executor.policy_decision".into(),
+        attributes: crate::event::Attributes(vec![(
+            "executor.policy_decision".into(),
+            AttrValue::Str("deny".into()),
+        )]),
+    });
+    let mut write = span(T1, 5, Some(1), SpanClass::Tool);
+    write.audit.request_id = Some("req-1".into());
+    write.gen_ai.tool_name = Some("refund_order".into());
+    write.audit.policy_decision = Some("require_confirmation".into());
+    write.audit.confirmation_status = Some("approved".into());
+    let mut retry = write.clone();
+    retry.span_id = [6; 8];
+    retry.audit.retry_attempt = Some(1);
+    retry.audit.result_code = Some("timeout".into());
+    retry.status_code = StatusCode::Error;
+    // The downstream service's span: same trace, no request id, different clock.
+    let mut db = span(T1, 7, Some(6), SpanClass::Downstream);
+    db.start_ns -= 500;
+    let mut log = fixtures::log();
+    log.tenant = "acme".into();
+    log.trace_id = Some(T1);
+    log.span_id = Some([4; 8]);
+    log.time_ns = 1_046;
+    log.audit.policy_decision = Some("deny".into());
+    log.severity_number = 13;
+    (vec![root, m1, m2, denied, write, retry, db], vec![log])
+}
+
+fn run(batches: Vec<EventBatch>) -> Vec<RequestSummary> {
+    let mut a = Assembler::new(config(), prices());
+    let mut out = Vec::new();
+    for (i, b) in batches.iter().enumerate() {
+        out.extend(a.ingest(b, i as u64));
+    }
+    out.extend(a.due(1_000_000));
+    out
+}
+
+fn batch(spans: Vec<SpanRecord>, logs: Vec<LogRecord>) -> EventBatch {
+    EventBatch { spans, logs }
+}
+
+#[test]
+fn a_request_is_summarized_with_exact_counts() {
+    let (spans, logs) = request();
+    let out = run(vec![batch(spans, logs)]);
+    assert_eq!(out.len(), 1);
+    let s = &out[0];
+    assert_eq!(s.request_id, "req-1");
+    assert_eq!(s.trace_ids, vec![hex_id(&T1)]);
+    assert_eq!(s.tenant, "acme");
+    assert_eq!(s.principal_id.as_deref(), Some("user-7"));
+    assert_eq!(s.completeness, Completeness::Complete);
+    assert_eq!(s.summary_version, 1);
+    assert_eq!(s.span_count, 7);
+    assert_eq!(s.orphan_count, 0);
+    assert_eq!(s.model_turns, 2);
+    assert_eq!(s.tool_calls, 3);
+    assert_eq!(
+        s.tool_calls_by_tool,
+        BTreeMap::from([("delete_account".into(), 1), ("refund_order".into(), 2)])
+    );
+    assert_eq!(s.downstream_calls, 1);
+    assert_eq!((s.input_tokens, s.output_tokens), (3_000, 1_250));
+    // 3,000 in at 2.5/M + 1,250 out at 10/M.
+    assert!((s.cost_usd - 0.02).abs() < 1e-12, "{}", s.cost_usd);
+    assert_eq!(s.claimed_cost_usd, Some(0.0175));
+    assert!(!s.cost_disagrees, "0.25 cents apart is rounding");
+    // The denial is on the span, its event and a log record: one decision.
+    assert_eq!(s.denials, 1);
+    assert_eq!(s.confirmations_requested, 2);
+    assert_eq!(s.confirmations_approved, 2);
+    assert_eq!((s.retries, s.timeouts, s.errors), (1, 1, 1));
+    assert_eq!(s.stop_reason.as_deref(), Some("completed"));
+    assert_eq!(s.outcome, "ok");
+    assert_eq!((s.start_ns, s.end_ns), (570, 2_070));
+}
+
+#[test]
+fn a_claim_far_from_the_computed_cost_is_flagged() {
+    let (mut spans, logs) = request();
+    spans[0].audit.claimed_cost_usd = Some(0.5);
+    let s = &run(vec![batch(spans, logs)])[0];
+    assert_eq!(s.claimed_cost_usd, Some(0.5));
+    assert!(s.cost_disagrees);
+}
+
+#[test]
+fn a_late_span_amends_the_summary() {
+    let (spans, logs) = request();
+    let mut a = Assembler::new(config(), prices());
+    a.ingest(&batch(spans, logs), 0);
+    assert!(a.due(4_999).is_empty(), "still within the quiet period");
+    let first = a.due(5_000);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].completeness, Completeness::Complete);
+    let mut late = span(T1, 8, Some(1), SpanClass::Model);
+    late.gen_ai.input_tokens = Some(10);
+    a.ingest(&batch(vec![late], vec![]), 6_000);
+    assert!(a.due(6_001).is_empty());
+    let second = a.due(11_000);
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].completeness, Completeness::Amended);
+    assert_eq!(second[0].summary_version, 2);
+    assert_eq!(second[0].span_count, 8);
+    assert_eq!(second[0].model_turns, 3);
+    assert_eq!(second[0].unpriced_model_turns, 1);
+    // A duplicate of a span already counted changes nothing and amends nothing.
+    let (again, _) = request();
+    a.ingest(&batch(vec![again[2].clone()], vec![]), 12_000);
+    assert!(a.due(20_000).is_empty());
+    assert_eq!(a.stats().duplicate_spans, 1);
+    // After the amend window the request is forgotten.
+    a.due(200_000);
+    assert_eq!(a.requests_held(), 0);
+    assert_eq!(a.spans_held(), 0);
+}
+
+#[test]
+fn spans_whose_parent_never_arrives_are_orphans() {
+    let (spans, logs) = request();
+    // Without span 6, the downstream span 7 has no parent.
+    let spans: Vec<_> = spans.into_iter().filter(|s| s.span_id != [6; 8]).collect();
+    let s = &run(vec![batch(spans, logs)])[0];
+    assert_eq!(s.span_count, 6);
+    assert_eq!(s.orphan_count, 1);
+}
+
+#[test]
+fn traces_with_the_same_request_id_are_one_request() {
+    let (spans, logs) = request();
+    // A follow-up trace: its first span has no request id, a later one names it.
+    let mut follow = span(T2, 20, Some(1), SpanClass::Tool);
+    follow.gen_ai.tool_name = Some("notify".into());
+    let mut follow_child = span(T2, 21, Some(20), SpanClass::Downstream);
+    follow_child.audit.request_id = Some("req-1".into());
+    let out = run(vec![
+        batch(vec![follow], vec![]),
+        batch(spans, logs),
+        batch(vec![follow_child], vec![]),
+    ]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let s = &out[0];
+    assert_eq!(s.trace_ids, vec![hex_id(&T1), hex_id(&T2)]);
+    assert_eq!(s.span_count, 9);
+    assert_eq!(s.tool_calls, 4);
+    // Span 20's parent (span 1) is in the request, though in another trace.
+    assert_eq!(s.orphan_count, 0);
+}
+
+#[test]
+fn a_request_whose_root_never_arrives_times_out() {
+    let (spans, logs) = request();
+    let spans: Vec<_> = spans.into_iter().filter(|s| s.span_id != [1; 8]).collect();
+    let mut a = Assembler::new(config(), prices());
+    a.ingest(&batch(spans, logs), 0);
+    assert!(a.due(59_999).is_empty());
+    let out = a.due(60_000);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].completeness, Completeness::TimedOut);
+    assert_eq!(out[0].orphan_count, 5, "spans 2 to 6 name the missing root");
+}
+
+#[test]
+fn the_oldest_request_is_evicted_under_a_tiny_limit() {
+    let mut a = Assembler::new(
+        AssembleConfig {
+            max_requests: 2,
+            ..config()
+        },
+        prices(),
+    );
+    let mut out = Vec::new();
+    for (i, t) in [[1u8; 16], [2; 16], [3; 16]].iter().enumerate() {
+        let mut s = span(*t, 1, None, SpanClass::Agent);
+        s.audit.request_id = Some(format!("req-{i}"));
+        out.extend(a.ingest(&batch(vec![s], vec![]), i as u64));
+    }
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].request_id, "req-0");
+    assert_eq!(out[0].completeness, Completeness::Evicted);
+    assert_eq!(a.requests_held(), 2);
+    assert_eq!(a.stats().evicted_requests, 1);
+    let rest = a.due(1_000_000);
+    assert_eq!(
+        rest.iter()
+            .map(|s| s.request_id.as_str())
+            .collect::<Vec<_>>(),
+        ["req-1", "req-2"]
+    );
+    // Remembered (summarized) requests make room before open ones are evicted.
+    let mut s = span([4; 16], 1, None, SpanClass::Agent);
+    s.audit.request_id = Some("req-3".into());
+    assert!(a.ingest(&batch(vec![s], vec![]), 1_000_001).is_empty());
+    assert_eq!(a.stats().evicted_requests, 1);
+}
+
+#[test]
+fn span_limit_evicts_too() {
+    let mut a = Assembler::new(
+        AssembleConfig {
+            max_spans: 3,
+            ..config()
+        },
+        prices(),
+    );
+    let (spans, logs) = request();
+    let out = a.ingest(&batch(spans, logs), 0);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].completeness, Completeness::Evicted);
+    assert_eq!(out[0].span_count, 7);
+    assert_eq!(a.spans_held(), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn arrival_order_duplicates_and_batching_do_not_change_the_summary(
+        order in Just((0..8usize).collect::<Vec<_>>()).prop_shuffle(),
+        dups in proptest::collection::vec(0..8usize, 0..6),
+        cuts in proptest::collection::btree_set(1..10usize, 0..4),
+    ) {
+        let (spans, logs) = request();
+        let expected = run(vec![batch(spans.clone(), logs.clone())]);
+        // Items 0..7 are spans, 7 is the log record; duplicates are re-sent items.
+        let items: Vec<usize> = order.iter().copied().chain(dups).collect();
+        let mut batches = Vec::new();
+        let mut current = batch(vec![], vec![]);
+        for (n, i) in items.iter().enumerate() {
+            if cuts.contains(&n) {
+                batches.push(std::mem::replace(&mut current, batch(vec![], vec![])));
+            }
+            match spans.get(*i) {
+                Some(s) => current.spans.push(s.clone()),
+                None => current.logs.push(logs[0].clone()),
+            }
+        }
+        batches.push(current);
+        prop_assert_eq!(run(batches), expected);
+    }
+}
