@@ -28,6 +28,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
+    /// Request assembly: completion, memory limits, prices.
+    pub assemble: crate::assemble::AssembleConfig,
     /// Redaction rules applied by `protect`.
     pub redaction: crate::protect::rules::RedactionConfig,
     /// The key for idempotency-key and `hash`-action HMACs.
@@ -269,6 +271,10 @@ impl Config {
         )
         .map_err(|e| ConfigError::Invalid {
             origin: "configuration".into(),
+            message: e.to_string(),
+        })?;
+        self.assemble.prices().map_err(|e| ConfigError::Invalid {
+            origin: "assemble.prices_file".into(),
             message: e.to_string(),
         })?;
         let l = &self.listen;

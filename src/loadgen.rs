@@ -100,6 +100,9 @@ pub struct LoadgenReport {
     pub failed_batches: u64,
     /// Wall time in milliseconds.
     pub elapsed_ms: u64,
+    /// Start time of the first run, ns since the epoch: with the seed, tenants and request
+    /// count, [`generate`] rebuilds the exact runs that were sent.
+    pub base_time_ns: u64,
 }
 
 impl LoadgenReport {
@@ -119,6 +122,7 @@ impl LoadgenReport {
             "retries": self.retries,
             "failed_batches": self.failed_batches,
             "elapsed_ms": self.elapsed_ms,
+            "base_time_ns": self.base_time_ns,
         })
         .to_string()
     }
@@ -208,7 +212,125 @@ pub struct AgentRun {
     pub traces: ExportTraceServiceRequest,
     /// Policy-decision log records with trace context (may be empty).
     pub logs: ExportLogsServiceRequest,
+    /// What a summary of this run must say, read off the generated spans.
+    pub expected: ExpectedSummary,
     counts: RunCounts,
+}
+
+/// The facts of one generated run that toolwatch's `requests` row must reproduce.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ExpectedSummary {
+    /// `executor.request_id`.
+    pub request_id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Principal.
+    pub principal_id: String,
+    /// Hex trace id.
+    pub trace_id: String,
+    /// Spans of the executor and the downstream service.
+    pub spans: u64,
+    /// Model calls.
+    pub model_turns: u64,
+    /// Tool calls, in total and per tool.
+    pub tool_calls: u64,
+    /// See `tool_calls`.
+    pub tool_calls_by_tool: std::collections::BTreeMap<String, u64>,
+    /// Downstream calls.
+    pub downstream_calls: u64,
+    /// Token totals.
+    pub input_tokens: i64,
+    /// See `input_tokens`.
+    pub output_tokens: i64,
+    /// See `input_tokens`.
+    pub cache_read_tokens: i64,
+    /// Tool calls the policy denied.
+    pub denials: u64,
+    /// Tool calls that needed a confirmation.
+    pub confirmations_requested: u64,
+    /// Retry attempts.
+    pub retries: u64,
+    /// Spans in error.
+    pub errors: u64,
+    /// Start and end of the root span, ns.
+    pub start_ns: u64,
+    /// See `start_ns`.
+    pub end_ns: u64,
+}
+
+fn expected_summary(
+    request_id: &str,
+    tenant: &str,
+    principal: &str,
+    exec: &[Span],
+    down: &[Span],
+) -> ExpectedSummary {
+    let mut e = ExpectedSummary {
+        request_id: request_id.into(),
+        tenant: tenant.into(),
+        principal_id: principal.into(),
+        spans: (exec.len() + down.len()) as u64,
+        downstream_calls: down.len() as u64,
+        ..Default::default()
+    };
+    let text = |span: &Span, key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(
+                |kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                },
+            )
+    };
+    let int = |span: &Span, key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(
+                |kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(any_value::Value::IntValue(i)) => Some(*i),
+                    _ => None,
+                },
+            )
+    };
+    for span in exec {
+        if span.parent_span_id.is_empty() {
+            e.trace_id = hex::encode(&span.trace_id);
+            e.start_ns = span.start_time_unix_nano;
+            e.end_ns = span.end_time_unix_nano;
+        }
+        match text(span, "gen_ai.operation.name").as_deref() {
+            Some("chat") => {
+                e.model_turns += 1;
+                e.input_tokens += int(span, "gen_ai.usage.input_tokens").unwrap_or(0);
+                e.output_tokens += int(span, "gen_ai.usage.output_tokens").unwrap_or(0);
+                e.cache_read_tokens +=
+                    int(span, "gen_ai.usage.cache_read.input_tokens").unwrap_or(0);
+            }
+            Some("execute_tool") => {
+                e.tool_calls += 1;
+                let tool = text(span, "gen_ai.tool.name").unwrap_or_default();
+                *e.tool_calls_by_tool.entry(tool).or_default() += 1;
+            }
+            _ => {}
+        }
+        match text(span, "executor.policy_decision").as_deref() {
+            Some("deny") => e.denials += 1,
+            Some("require_confirmation") => e.confirmations_requested += 1,
+            _ => {}
+        }
+        if int(span, "executor.retry_attempt").unwrap_or(0) > 0 {
+            e.retries += 1;
+        }
+    }
+    for span in exec.iter().chain(down) {
+        if span.status.as_ref().is_some_and(|st| st.code == 2) {
+            e.errors += 1;
+        }
+    }
+    e
 }
 
 fn kv(key: &str, value: any_value::Value) -> KeyValue {
@@ -474,6 +596,7 @@ impl Generator {
         };
         exec_spans.insert(0, root);
         counts.agent += 1;
+        let expected = expected_summary(&request_id, &tenant, &principal, &exec_spans, &down_spans);
 
         let scope = |name: &str| InstrumentationScope {
             name: name.into(),
@@ -520,6 +643,7 @@ impl Generator {
         AgentRun {
             traces,
             logs,
+            expected,
             counts,
         }
     }
@@ -876,6 +1000,7 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
         }
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
+    report.base_time_ns = base_ns;
     Ok(report)
 }
 

@@ -103,7 +103,12 @@ pub struct Metrics {
     archive_failed_rows: Family<Labels1, Counter>,
     archive_abandoned: Family<Labels1, Counter>,
     queue_depth: Gauge,
-    open_files: Gauge,
+    open_files: Family<Labels1, Gauge>,
+    summaries: Family<Labels1, Counter>,
+    assemble_skipped: Counter,
+    assemble_duplicates: Counter,
+    assemble_requests: Gauge,
+    assemble_spans: Gauge,
     redactions: Family<[(&'static str, String); 1], Counter>,
     quarantined: Family<Labels2, Counter>,
 }
@@ -131,7 +136,12 @@ impl Metrics {
             archive_failed_rows: Family::default(),
             archive_abandoned: Family::default(),
             queue_depth: Gauge::default(),
-            open_files: Gauge::default(),
+            open_files: Family::default(),
+            summaries: Family::default(),
+            assemble_skipped: Counter::default(),
+            assemble_duplicates: Counter::default(),
+            assemble_requests: Gauge::default(),
+            assemble_spans: Gauge::default(),
             redactions: Family::default(),
             quarantined: Family::default(),
         };
@@ -197,8 +207,33 @@ impl Metrics {
         );
         registry.register(
             "archive_open_files",
-            "Archive files currently being written",
+            "Archive files currently being written, by table",
             m.open_files.clone(),
+        );
+        registry.register(
+            "request_summaries",
+            "Request summaries written to the requests table, by completeness",
+            m.summaries.clone(),
+        );
+        registry.register(
+            "assemble_skipped_batches",
+            "Batches assembly could not take because it was behind (their spans are archived, their requests summarized without them)",
+            m.assemble_skipped.clone(),
+        );
+        registry.register(
+            "assemble_duplicate_spans",
+            "Spans assembly had already seen (same request, same span id), kept once",
+            m.assemble_duplicates.clone(),
+        );
+        registry.register(
+            "assemble_open_requests",
+            "Requests held by assembly (open, or remembered for amendments)",
+            m.assemble_requests.clone(),
+        );
+        registry.register(
+            "assemble_held_spans",
+            "Span facts held by assembly",
+            m.assemble_spans.clone(),
         );
         let build = Family::<Labels1, Gauge>::default();
         build
@@ -297,7 +332,31 @@ impl Metrics {
     }
 
     /// Archive files open.
-    pub fn set_open_files(&self, n: usize) {
-        self.open_files.set(n as i64);
+    pub fn set_open_files(&self, table: Table, n: usize) {
+        self.open_files
+            .get_or_create(&[("table", table.as_str())])
+            .set(n as i64);
+    }
+
+    /// Summaries written, by completeness.
+    pub fn request_summary(&self, completeness: &'static str) {
+        self.summaries
+            .get_or_create(&[("completeness", completeness)])
+            .inc();
+    }
+
+    /// A batch assembly could not take.
+    pub fn assemble_skipped(&self) {
+        self.assemble_skipped.inc();
+    }
+
+    /// What assembly holds, and duplicates seen so far (a running total).
+    pub fn assemble_state(&self, requests: usize, spans: usize, duplicates_total: u64) {
+        self.assemble_requests.set(requests as i64);
+        self.assemble_spans.set(spans as i64);
+        let seen = self.assemble_duplicates.get();
+        if duplicates_total > seen {
+            self.assemble_duplicates.inc_by(duplicates_total - seen);
+        }
     }
 }

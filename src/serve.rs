@@ -2,7 +2,8 @@
 //!
 //! Start-up order: state and archive first, then the listeners, then ready. Shutdown order:
 //! not ready, stop accepting and finish in-flight requests, drain the queue into the
-//! archive and complete every file, then stop the admin server. Everything acknowledged
+//! archive and complete every file, then let assembly summarize what is open and complete the
+//! `requests` files, then stop the admin server. Everything acknowledged
 //! before the signal is in a completed Parquet file when `run` returns.
 
 use std::future::Future;
@@ -15,13 +16,18 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::archive::partition::Table;
 use crate::archive::{self, Archive, ArchiveError, ArchiveTotals};
+use crate::assemble::{self, Assembler, PricesError};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
 use crate::protect::{KeyError, Protector};
 use crate::receive::{grpc, http, ReceiverContext};
+
+/// Archived batches waiting for assembly; beyond this assembly skips batches (counted).
+const ASSEMBLE_QUEUE_BATCHES: usize = 1024;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -53,6 +59,9 @@ pub enum ServeError {
     /// A redaction rule does not compile.
     #[error(transparent)]
     Rules(#[from] RuleError),
+    /// The price table could not be loaded.
+    #[error(transparent)]
+    Prices(#[from] PricesError),
     /// The archive could not be opened.
     #[error("archive: {0}")]
     Archive(#[from] ArchiveError),
@@ -98,15 +107,33 @@ pub async fn run(
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
     let archive = Archive::open(
         &data_dir,
+        &[Table::Spans, Table::Logs],
         &config.archive,
         instance_id.clone(),
         Arc::clone(&metrics),
     )?;
+    let requests_archive = Archive::open(
+        &data_dir,
+        &[Table::Requests],
+        &config.archive,
+        instance_id.clone(),
+        Arc::clone(&metrics),
+    )?;
+    let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?);
+    let (assemble_tx, assemble_rx) = std::sync::mpsc::sync_channel(ASSEMBLE_QUEUE_BATCHES);
+    let assemble_thread = assemble::spawn(
+        assembler,
+        requests_archive,
+        assemble_rx,
+        Arc::clone(&metrics),
+    )
+    .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
 
     let (queue_tx, queue_rx) = mpsc::channel(config.limits.queue_batches.0);
     let archive_thread = archive::spawn(
         archive,
         queue_rx,
+        Some(assemble_tx),
         tokio::runtime::Handle::current(),
         Arc::clone(&metrics),
     )
@@ -179,11 +206,22 @@ pub async fn run(
         .await
         .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
         .map_err(|_| ServeError::ArchiveThread("the archive thread panicked".into()))?;
+    // The archive thread held the only sender to assembly: assembly now drains and stops.
+    let assembled = tokio::task::spawn_blocking(move || assemble_thread.join())
+        .await
+        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
+        .map_err(|_| ServeError::ArchiveThread("the assembly thread panicked".into()))?;
+    let totals = ArchiveTotals {
+        request_rows: assembled.request_rows,
+        ..totals
+    };
     stop_admin.cancel();
     let _ = admin_server.await;
     tracing::info!(
         span_rows = totals.span_rows,
         log_rows = totals.log_rows,
+        request_rows = totals.request_rows,
+        request_summaries = assembled.summaries,
         files = totals.files,
         failed_rows = totals.failed_rows,
         "toolwatch stopped"

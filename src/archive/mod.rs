@@ -1,6 +1,6 @@
 //! Archive: the Parquet audit archive.
 //!
-//! Owns everything under `spans/` and `logs/` in the data directory. Promises: rows are
+//! Owns everything under `spans/`, `logs/` and `requests/` in the data directory. Promises: rows are
 //! written to `table/tenant=T/date=YYYY-MM-DD/hour=HH/part-….parquet` (zstd, page statistics,
 //! bloom filters on `trace_id` and `request_id`); a file becomes visible only when complete;
 //! files roll by size and age; everything handed to the archive is in a completed file once
@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::assemble::summary::RequestSummary;
 use crate::config::ArchiveConfig;
 use crate::event::EventBatch;
 use crate::metrics::Metrics;
 use partition::{FileSettings, PartitionKey, PartitionWriter, Table, IN_PROGRESS_SUFFIX};
-use schema::{LogRows, SpanRows};
+use schema::{LogRows, RequestRows, SpanRows};
 
 /// What went wrong writing the archive.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +54,7 @@ impl ArchiveError {
 enum Rows {
     Spans(Box<SpanRows>),
     Logs(Box<LogRows>),
+    Requests(Box<RequestRows>),
 }
 
 impl Rows {
@@ -60,6 +62,7 @@ impl Rows {
         match t {
             Table::Spans => Rows::Spans(Box::default()),
             Table::Logs => Rows::Logs(Box::default()),
+            Table::Requests => Rows::Requests(Box::default()),
         }
     }
 
@@ -67,6 +70,7 @@ impl Rows {
         match self {
             Rows::Spans(r) => r.len(),
             Rows::Logs(r) => r.len(),
+            Rows::Requests(r) => r.len(),
         }
     }
 
@@ -74,6 +78,7 @@ impl Rows {
         Ok(match self {
             Rows::Spans(r) => r.finish()?,
             Rows::Logs(r) => r.finish()?,
+            Rows::Requests(r) => r.finish()?,
         })
     }
 }
@@ -100,6 +105,8 @@ pub struct ArchiveTotals {
     pub span_rows: u64,
     /// Log rows in completed files.
     pub log_rows: u64,
+    /// Request rows in completed files.
+    pub request_rows: u64,
     /// Completed files.
     pub files: u64,
     /// Rows lost to write errors (each also logged and counted in metrics).
@@ -120,15 +127,16 @@ pub struct Archive {
 }
 
 impl Archive {
-    /// Prepares the archive under `data_dir`. Files a previous process left half-written
-    /// are removed: without the journal their rows cannot be completed.
+    /// Prepares the archive's `tables` under `data_dir`. Files a previous process left
+    /// half-written are removed: without the journal their rows cannot be completed.
     pub fn open(
         data_dir: &Path,
+        tables: &[Table],
         config: &ArchiveConfig,
         instance_id: String,
         metrics: Arc<Metrics>,
     ) -> Result<Archive, ArchiveError> {
-        for table in [Table::Spans, Table::Logs] {
+        for &table in tables {
             let dir = data_dir.join(table.as_str());
             std::fs::create_dir_all(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
             let removed = remove_in_progress(&dir)?;
@@ -166,14 +174,25 @@ impl Archive {
             let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
             self.with_partition(key, |rows| match rows {
                 Rows::Spans(r) => r.append(span).map_err(ArchiveError::from),
-                Rows::Logs(_) => unreachable_table(),
+                _ => unreachable_table(),
             });
         }
         for log in &batch.logs {
             let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
             self.with_partition(key, |rows| match rows {
                 Rows::Logs(r) => r.append(log).map_err(ArchiveError::from),
-                Rows::Spans(_) => unreachable_table(),
+                _ => unreachable_table(),
+            });
+        }
+    }
+
+    /// Adds request summaries, partitioned by tenant and the request's start.
+    pub fn append_summaries(&mut self, summaries: &[RequestSummary]) {
+        for s in summaries {
+            let key = PartitionKey::new(Table::Requests, &s.tenant, s.start_ns);
+            self.with_partition(key, |rows| match rows {
+                Rows::Requests(r) => r.append(s).map_err(ArchiveError::from),
+                _ => unreachable_table(),
             });
         }
     }
@@ -232,6 +251,7 @@ impl Archive {
         let schema = match key.table {
             Table::Spans => schema::spans_schema(),
             Table::Logs => schema::logs_schema(),
+            Table::Requests => schema::requests_schema(),
         };
         let writer =
             PartitionWriter::open(&self.data_dir, key.clone(), schema, &self.settings, &stem)?;
@@ -242,8 +262,13 @@ impl Archive {
                 rows: Rows::for_table(key.table),
             },
         );
-        self.metrics.set_open_files(self.open.len());
+        self.report_open(key.table);
         Ok(())
+    }
+
+    fn report_open(&self, table: Table) {
+        let n = self.open.keys().filter(|k| k.table == table).count();
+        self.metrics.set_open_files(table, n);
     }
 
     /// Completes files that reached their size or age.
@@ -263,7 +288,7 @@ impl Archive {
         let Some(mut part) = self.open.remove(key) else {
             return;
         };
-        self.metrics.set_open_files(self.open.len());
+        self.report_open(key.table);
         // If the file cannot be completed, everything in it is lost, not just the last batch.
         let at_stake = part.writer.rows() + part.rows.len() as u64;
         if let Err(e) = part.flush_rows() {
@@ -275,6 +300,7 @@ impl Archive {
                 match key.table {
                     Table::Spans => self.totals.span_rows += done.rows,
                     Table::Logs => self.totals.log_rows += done.rows,
+                    Table::Requests => self.totals.request_rows += done.rows,
                 }
                 self.totals.files += 1;
                 self.metrics.archive_file(key.table, done.rows, done.bytes);
@@ -286,7 +312,7 @@ impl Archive {
 
     fn discard(&mut self, key: &PartitionKey) {
         self.open.remove(key);
-        self.metrics.set_open_files(self.open.len());
+        self.report_open(key.table);
     }
 
     fn fail(&mut self, table: Table, rows: u64, e: &ArchiveError) {
@@ -338,9 +364,13 @@ fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
 /// Runs the archive on its own thread: Parquet encoding is blocking work that must not
 /// stall the receivers' async workers. Returns when every sender is gone and the queue is
 /// drained, after completing all files.
+///
+/// Each archived batch is then handed to `forward` (assembly) without waiting: when assembly
+/// is behind, the batch is skipped for it and counted, and archiving goes on.
 pub fn spawn(
     mut archive: Archive,
     mut rx: mpsc::Receiver<EventBatch>,
+    forward: Option<std::sync::mpsc::SyncSender<EventBatch>>,
     runtime: tokio::runtime::Handle,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<std::thread::JoinHandle<ArchiveTotals>> {
@@ -355,6 +385,12 @@ pub fn spawn(
                     Ok(Some(batch)) => {
                         metrics.set_queue_depth(rx.len());
                         archive.append(&batch);
+                        if let Some(tx) = &forward {
+                            if let Err(std::sync::mpsc::TrySendError::Full(_)) = tx.try_send(batch)
+                            {
+                                metrics.assemble_skipped();
+                            }
+                        }
                     }
                     Ok(None) => break,
                     Err(_elapsed) => {}

@@ -30,6 +30,8 @@ pub enum Table {
     Spans,
     /// `logs/`
     Logs,
+    /// `requests/`
+    Requests,
 }
 
 impl Table {
@@ -38,6 +40,7 @@ impl Table {
         match self {
             Table::Spans => "spans",
             Table::Logs => "logs",
+            Table::Requests => "requests",
         }
     }
 }
@@ -152,6 +155,7 @@ pub fn writer_properties(
     let bloom_columns: &[&str] = match table {
         Table::Spans => &["trace_id", "request_id"],
         Table::Logs => &["trace_id", "request_id"],
+        Table::Requests => &["request_id"],
     };
     for col in bloom_columns {
         let path = ColumnPath::from(*col);

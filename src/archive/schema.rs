@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, MapBuilder,
+    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, MapBuilder,
     MapFieldNames, StringBuilder, TimestampNanosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -15,6 +15,7 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use serde::Serialize;
 
+use crate::assemble::summary::RequestSummary;
 use crate::event::{
     hex_id, AttrValue, Attributes, AuditFields, GenAiFields, LogRecord, Redactions, SpanRecord,
     SCHEMA_VERSION,
@@ -31,6 +32,11 @@ fn utf8(name: &str, nullable: bool) -> Field {
 }
 
 fn redactions_field() -> Field {
+    counts_map_field("redactions")
+}
+
+/// A `Map<Utf8, Int64>` column (rule or tool name to a count).
+fn counts_map_field(name: &str) -> Field {
     let entries = Field::new(
         "entries",
         DataType::Struct(
@@ -42,7 +48,7 @@ fn redactions_field() -> Field {
         ),
         false,
     );
-    Field::new("redactions", DataType::Map(Arc::new(entries), false), false)
+    Field::new(name, DataType::Map(Arc::new(entries), false), false)
 }
 
 fn map_field_names() -> MapFieldNames {
@@ -626,6 +632,212 @@ impl LogRows {
         );
         cols.push(Arc::new(self.dropped.finish()));
         cols.push(self.redactions.finish());
+        self.len = 0;
+        RecordBatch::try_new(Arc::clone(&self.schema), cols)
+    }
+}
+
+/// Schema of the `requests` table: one row per version of a request's summary.
+pub fn requests_schema() -> SchemaRef {
+    let int = |n: &str| Field::new(n, DataType::Int64, false);
+    Arc::new(Schema::new(vec![
+        Field::new("schema_version", DataType::Int32, false),
+        utf8("request_id", false),
+        Field::new(
+            "trace_ids",
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            false,
+        ),
+        utf8("principal_id", true),
+        Field::new("start_time", ts(), false),
+        Field::new("end_time", ts(), false),
+        int("duration_ns"),
+        utf8("completeness", false),
+        Field::new("summary_version", DataType::Int32, false),
+        int("span_count"),
+        int("orphan_count"),
+        int("model_turns"),
+        int("tool_calls"),
+        counts_map_field("tool_calls_by_tool"),
+        int("downstream_calls"),
+        int("input_tokens"),
+        int("output_tokens"),
+        int("cache_read_tokens"),
+        int("cache_creation_tokens"),
+        Field::new("cost_usd", DataType::Float64, false),
+        int("unpriced_model_turns"),
+        Field::new("claimed_cost_usd", DataType::Float64, true),
+        Field::new("cost_disagrees", DataType::Boolean, false),
+        int("denials"),
+        int("confirmations_requested"),
+        int("confirmations_approved"),
+        int("retries"),
+        int("timeouts"),
+        int("errors"),
+        utf8("stop_reason", true),
+        utf8("outcome", false),
+    ]))
+}
+
+/// Rows of the `requests` table being collected for one record batch.
+pub struct RequestRows {
+    schema: SchemaRef,
+    len: usize,
+    schema_version: Int32Builder,
+    request_id: StringBuilder,
+    trace_ids: ListBuilder<StringBuilder>,
+    principal_id: StringBuilder,
+    start_time: TimestampNanosecondBuilder,
+    end_time: TimestampNanosecondBuilder,
+    duration_ns: Int64Builder,
+    completeness: StringBuilder,
+    summary_version: Int32Builder,
+    /// span_count … tool_calls, in schema order.
+    counts_before_tools: [Int64Builder; 4],
+    tool_calls_by_tool: RedactionColumn,
+    /// downstream_calls … cache_creation_tokens.
+    counts_after_tools: [Int64Builder; 5],
+    cost_usd: Float64Builder,
+    unpriced_model_turns: Int64Builder,
+    claimed_cost_usd: Float64Builder,
+    cost_disagrees: BooleanBuilder,
+    /// denials … errors.
+    decisions: [Int64Builder; 6],
+    stop_reason: StringBuilder,
+    outcome: StringBuilder,
+}
+
+impl Default for RequestRows {
+    fn default() -> Self {
+        RequestRows {
+            schema: requests_schema(),
+            len: 0,
+            schema_version: Int32Builder::new(),
+            request_id: StringBuilder::new(),
+            trace_ids: ListBuilder::new(StringBuilder::new()),
+            principal_id: StringBuilder::new(),
+            start_time: TimestampNanosecondBuilder::new().with_timezone(UTC),
+            end_time: TimestampNanosecondBuilder::new().with_timezone(UTC),
+            duration_ns: Int64Builder::new(),
+            completeness: StringBuilder::new(),
+            summary_version: Int32Builder::new(),
+            counts_before_tools: Default::default(),
+            tool_calls_by_tool: RedactionColumn::default(),
+            counts_after_tools: Default::default(),
+            cost_usd: Float64Builder::new(),
+            unpriced_model_turns: Int64Builder::new(),
+            claimed_cost_usd: Float64Builder::new(),
+            cost_disagrees: BooleanBuilder::new(),
+            decisions: Default::default(),
+            stop_reason: StringBuilder::new(),
+            outcome: StringBuilder::new(),
+        }
+    }
+}
+
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl RequestRows {
+    /// Rows collected so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no rows are collected.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds one summary.
+    pub fn append(&mut self, r: &RequestSummary) -> Result<(), ArrowError> {
+        self.schema_version.append_value(SCHEMA_VERSION);
+        self.request_id.append_value(&r.request_id);
+        for t in &r.trace_ids {
+            self.trace_ids.values().append_value(t);
+        }
+        self.trace_ids.append(true);
+        self.principal_id.append_option(r.principal_id.as_deref());
+        self.start_time.append_value(r.start_ns);
+        self.end_time.append_value(r.end_ns);
+        self.duration_ns.append_value(r.duration_ns());
+        self.completeness.append_value(r.completeness.as_str());
+        self.summary_version
+            .append_value(i32::try_from(r.summary_version).unwrap_or(i32::MAX));
+        let [spans, orphans, turns, tools] = &mut self.counts_before_tools;
+        spans.append_value(count(r.span_count));
+        orphans.append_value(count(r.orphan_count));
+        turns.append_value(count(r.model_turns));
+        tools.append_value(count(r.tool_calls));
+        for (tool, n) in &r.tool_calls_by_tool {
+            self.tool_calls_by_tool.0.keys().append_value(tool);
+            self.tool_calls_by_tool.0.values().append_value(count(*n));
+        }
+        self.tool_calls_by_tool.0.append(true)?;
+        let [downstream, input, output, cache_read, cache_creation] = &mut self.counts_after_tools;
+        downstream.append_value(count(r.downstream_calls));
+        input.append_value(r.input_tokens);
+        output.append_value(r.output_tokens);
+        cache_read.append_value(r.cache_read_tokens);
+        cache_creation.append_value(r.cache_creation_tokens);
+        self.cost_usd.append_value(r.cost_usd);
+        self.unpriced_model_turns
+            .append_value(count(r.unpriced_model_turns));
+        self.claimed_cost_usd.append_option(r.claimed_cost_usd);
+        self.cost_disagrees.append_value(r.cost_disagrees);
+        let values = [
+            r.denials,
+            r.confirmations_requested,
+            r.confirmations_approved,
+            r.retries,
+            r.timeouts,
+            r.errors,
+        ];
+        for (b, v) in self.decisions.iter_mut().zip(values) {
+            b.append_value(count(v));
+        }
+        self.stop_reason.append_option(r.stop_reason.as_deref());
+        self.outcome.append_value(r.outcome);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The collected rows as a record batch; the builders start over empty.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(self.schema_version.finish()),
+            Arc::new(self.request_id.finish()),
+            Arc::new(self.trace_ids.finish()),
+            Arc::new(self.principal_id.finish()),
+            Arc::new(self.start_time.finish()),
+            Arc::new(self.end_time.finish()),
+            Arc::new(self.duration_ns.finish()),
+            Arc::new(self.completeness.finish()),
+            Arc::new(self.summary_version.finish()),
+        ];
+        cols.extend(
+            self.counts_before_tools
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(self.tool_calls_by_tool.finish());
+        cols.extend(
+            self.counts_after_tools
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.cost_usd.finish()));
+        cols.push(Arc::new(self.unpriced_model_turns.finish()));
+        cols.push(Arc::new(self.claimed_cost_usd.finish()));
+        cols.push(Arc::new(self.cost_disagrees.finish()));
+        cols.extend(
+            self.decisions
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.stop_reason.finish()));
+        cols.push(Arc::new(self.outcome.finish()));
         self.len = 0;
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{HumanDuration, PositiveUsize};
 use crate::event::{hex_id, EventBatch, SpanId, TraceId};
 use prices::PriceTable;
 use summary::{summarize, Completeness, LogFacts, RequestFacts, RequestSummary, SpanFacts};
@@ -26,44 +27,86 @@ use summary::{summarize, Completeness, LogFacts, RequestFacts, RequestSummary, S
 #[serde(deny_unknown_fields, default)]
 pub struct AssembleConfig {
     /// Quiet time after the root span ended before a request is summarized.
-    #[serde(with = "humantime_serde_compat")]
-    pub quiet_period: Duration,
-    /// Age (since the first span arrived) after which a request is summarized as `timed_out`.
-    #[serde(with = "humantime_serde_compat")]
-    pub max_age: Duration,
-    /// How long a summarized request is remembered so late spans amend it.
-    #[serde(with = "humantime_serde_compat")]
-    pub amend_window: Duration,
+    pub quiet_period: HumanDuration,
+    /// Age (since the first item arrived) after which a request is summarized as `timed_out`.
+    pub max_age: HumanDuration,
+    /// How long a summarized request is remembered so that late spans amend it.
+    pub amend_window: HumanDuration,
     /// Most requests held (open and remembered); beyond it the oldest goes.
-    pub max_requests: usize,
+    pub max_requests: PositiveUsize,
     /// Most span facts held; beyond it the oldest request goes.
-    pub max_spans: usize,
+    pub max_spans: PositiveUsize,
+    /// TOML file of model prices (see `config/prices.toml`); empty: the built-in sample.
+    pub prices_file: String,
 }
 
 impl Default for AssembleConfig {
     fn default() -> Self {
         AssembleConfig {
-            quiet_period: Duration::from_secs(5),
-            max_age: Duration::from_secs(15 * 60),
-            amend_window: Duration::from_secs(15 * 60),
-            max_requests: 100_000,
-            max_spans: 2_000_000,
+            quiet_period: HumanDuration(Duration::from_secs(5)),
+            max_age: HumanDuration(Duration::from_secs(15 * 60)),
+            amend_window: HumanDuration(Duration::from_secs(15 * 60)),
+            max_requests: PositiveUsize(100_000),
+            max_spans: PositiveUsize(2_000_000),
+            prices_file: String::new(),
         }
     }
 }
 
-/// Durations as humantime strings ("5s", "15m") in the config.
-mod humantime_serde_compat {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
+/// The sample price table built into the binary.
+pub const SAMPLE_PRICES: &str = include_str!("../../config/prices.toml");
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PricesFile {
+    #[serde(default)]
+    price: Vec<prices::ModelPrice>,
+}
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
+/// Why the price table could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PricesError {
+    /// The file could not be read.
+    #[error("prices file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid price table.
+    #[error("prices file {origin}: {message}")]
+    Invalid {
+        /// The file (or "built-in sample").
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl AssembleConfig {
+    /// The price table: `prices_file`, or the built-in sample.
+    pub fn prices(&self) -> Result<PriceTable, PricesError> {
+        let (text, origin) = if self.prices_file.is_empty() {
+            (SAMPLE_PRICES.to_string(), "built-in sample".to_string())
+        } else {
+            let text =
+                std::fs::read_to_string(&self.prices_file).map_err(|source| PricesError::Read {
+                    path: self.prices_file.clone(),
+                    source,
+                })?;
+            (text, self.prices_file.clone())
+        };
+        let file: PricesFile = toml::from_str(&text).map_err(|e| PricesError::Invalid {
+            origin: origin.clone(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let table = PriceTable(file.price);
+        table.validate().map_err(|e| PricesError::Invalid {
+            origin,
+            message: e.to_string(),
+        })?;
+        Ok(table)
     }
 }
 
@@ -215,9 +258,9 @@ impl Assembler {
     /// enough, those past the maximum age, and amendments. Forgets remembered requests whose
     /// amend window passed.
     pub fn due(&mut self, now_ms: u64) -> Vec<RequestSummary> {
-        let quiet = self.config.quiet_period.as_millis() as u64;
-        let max_age = self.config.max_age.as_millis() as u64;
-        let window = self.config.amend_window.as_millis() as u64;
+        let quiet = millis(self.config.quiet_period.0);
+        let max_age = millis(self.config.max_age.0);
+        let window = millis(self.config.amend_window.0);
         let mut out = Vec::new();
         let mut forget = Vec::new();
         for (key, p) in &mut self.requests {
@@ -250,12 +293,14 @@ impl Assembler {
         out
     }
 
-    /// Summaries of everything still open or changed (at shutdown: open requests are
-    /// written as `timed_out`, since their end was not seen).
+    /// Summaries of everything still open or changed, at shutdown: a request whose root
+    /// ended is `complete`, one whose root was not seen `timed_out`.
     pub fn drain(&mut self) -> Vec<RequestSummary> {
         let mut out = Vec::new();
         for (key, p) in &mut self.requests {
             let c = match (p.versions, p.dirty) {
+                // Shutdown comes before the quiet period could pass: an ended root is enough.
+                (0, _) if p.root_ended() => Completeness::Complete,
                 (0, _) => Completeness::TimedOut,
                 (_, true) => Completeness::Amended,
                 (_, false) => continue,
@@ -333,8 +378,8 @@ impl Assembler {
     /// the oldest open request, summarized as `evicted`.
     fn enforce_limits(&mut self) -> Vec<RequestSummary> {
         let mut out = Vec::new();
-        while self.requests.len() > self.config.max_requests
-            || self.spans_held > self.config.max_spans
+        while self.requests.len() > self.config.max_requests.0
+            || self.spans_held > self.config.max_spans.0
         {
             let victim = self
                 .order
@@ -367,6 +412,72 @@ impl Assembler {
         }
         out
     }
+}
+
+/// What the assembly thread wrote, reported when it stops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AssembleTotals {
+    /// Summaries handed to the `requests` table.
+    pub summaries: u64,
+    /// Request rows in completed files.
+    pub request_rows: u64,
+}
+
+/// Runs assembly on its own thread: takes archived batches from `rx`, writes summaries to the
+/// `requests` table through `archive`, and on disconnect summarizes what is still open and
+/// completes its files.
+pub fn spawn(
+    mut assembler: Assembler,
+    mut archive: crate::archive::Archive,
+    rx: std::sync::mpsc::Receiver<EventBatch>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+) -> std::io::Result<std::thread::JoinHandle<AssembleTotals>> {
+    const TICK: Duration = Duration::from_millis(250);
+    std::thread::Builder::new()
+        .name("toolwatch-assemble".into())
+        .spawn(move || {
+            let started = std::time::Instant::now();
+            let now_ms = || millis(started.elapsed());
+            let mut totals = AssembleTotals::default();
+            let mut write = |archive: &mut crate::archive::Archive, out: Vec<RequestSummary>| {
+                for s in &out {
+                    metrics.request_summary(s.completeness.as_str());
+                }
+                totals.summaries += out.len() as u64;
+                archive.append_summaries(&out);
+            };
+            let mut last_tick = std::time::Instant::now();
+            loop {
+                match rx.recv_timeout(TICK) {
+                    Ok(batch) => {
+                        let out = assembler.ingest(&batch, now_ms());
+                        write(&mut archive, out);
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                if last_tick.elapsed() >= TICK {
+                    last_tick = std::time::Instant::now();
+                    let out = assembler.due(now_ms());
+                    write(&mut archive, out);
+                    archive.complete_due(last_tick);
+                    metrics.assemble_state(
+                        assembler.requests_held(),
+                        assembler.spans_held(),
+                        assembler.stats().duplicate_spans,
+                    );
+                }
+            }
+            let out = assembler.drain();
+            write(&mut archive, out);
+            metrics.assemble_state(0, 0, assembler.stats().duplicate_spans);
+            totals.request_rows = archive.close().request_rows;
+            totals
+        })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn summary_of(

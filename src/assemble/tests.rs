@@ -20,11 +20,12 @@ fn prices() -> PriceTable {
 
 fn config() -> AssembleConfig {
     AssembleConfig {
-        quiet_period: Duration::from_secs(5),
-        max_age: Duration::from_secs(60),
-        amend_window: Duration::from_secs(120),
-        max_requests: 1000,
-        max_spans: 100_000,
+        quiet_period: HumanDuration(Duration::from_secs(5)),
+        max_age: HumanDuration(Duration::from_secs(60)),
+        amend_window: HumanDuration(Duration::from_secs(120)),
+        max_requests: PositiveUsize(1000),
+        max_spans: PositiveUsize(100_000),
+        prices_file: String::new(),
     }
 }
 
@@ -233,7 +234,7 @@ fn a_request_whose_root_never_arrives_times_out() {
 fn the_oldest_request_is_evicted_under_a_tiny_limit() {
     let mut a = Assembler::new(
         AssembleConfig {
-            max_requests: 2,
+            max_requests: PositiveUsize(2),
             ..config()
         },
         prices(),
@@ -267,7 +268,7 @@ fn the_oldest_request_is_evicted_under_a_tiny_limit() {
 fn span_limit_evicts_too() {
     let mut a = Assembler::new(
         AssembleConfig {
-            max_spans: 3,
+            max_spans: PositiveUsize(3),
             ..config()
         },
         prices(),
@@ -307,4 +308,28 @@ proptest! {
         batches.push(current);
         prop_assert_eq!(run(batches), expected);
     }
+}
+
+#[test]
+fn the_sample_price_table_loads_and_prices_loadgen_traffic() {
+    let table = AssembleConfig::default().prices().expect("sample prices");
+    let cost = table.cost(
+        "openai",
+        "gpt-4o-2024-08-06",
+        super::prices::TokenCounts {
+            input: 1_000_000,
+            output: 1_000_000,
+            cache_read: 0,
+        },
+    );
+    assert_eq!(cost, Some(12.5));
+    let bad = AssembleConfig {
+        prices_file: "/nonexistent/prices.toml".into(),
+        ..config()
+    };
+    assert!(bad
+        .prices()
+        .unwrap_err()
+        .to_string()
+        .contains("/nonexistent/prices.toml"));
 }

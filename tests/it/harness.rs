@@ -342,6 +342,15 @@ fn cell(col: &dyn Array, r: usize) -> Value {
             }
             Value::Object(out)
         }
+        DataType::List(_) => {
+            let items = col.as_list::<i32>().value(r);
+            let strings = items.as_string::<i32>();
+            Value::Array(
+                (0..strings.len())
+                    .map(|j| Value::from(strings.value(j)))
+                    .collect(),
+            )
+        }
         other => panic!("unexpected column type {other}"),
     }
 }

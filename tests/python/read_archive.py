@@ -1,6 +1,6 @@
 """Reads one archive table with pyarrow or DuckDB and prints its rows as JSON.
 
-Usage: read_archive.py --engine pyarrow|duckdb --data-dir DIR --table spans|logs
+Usage: read_archive.py --engine pyarrow|duckdb --data-dir DIR --table spans|logs|requests
 
 Rows are sorted by every column's text so that readers can be compared row for row.
 Timestamps are printed as integer nanoseconds, maps as objects; tenant, date and hour come
@@ -13,6 +13,7 @@ import os
 import sys
 
 TIMESTAMPS = {"start_time", "end_time", "time", "observed_time"}
+MAPS = {"redactions", "tool_calls_by_tool"}
 
 
 def rows_pyarrow(path):
@@ -36,7 +37,7 @@ def rows_pyarrow(path):
         row = {}
         for name, values in cols.items():
             v = values[i]
-            if name == "redactions":
+            if name in MAPS:
                 v = {k: c for k, c in (v or [])}
             row[name] = v
         rows.append(row)
@@ -61,8 +62,10 @@ def rows_duckdb(path):
     rows = []
     for values in rel.fetchall():
         row = dict(zip(names, values))
-        if isinstance(row.get("redactions"), dict) and set(row["redactions"]) == {"key", "value"}:
-            row["redactions"] = dict(zip(row["redactions"]["key"], row["redactions"]["value"]))
+        for name in MAPS:
+            v = row.get(name)
+            if isinstance(v, dict) and set(v) == {"key", "value"}:
+                row[name] = dict(zip(v["key"], v["value"]))
         rows.append(row)
     return rows
 
