@@ -15,5 +15,6 @@ pub mod loadgen;
 pub mod metrics;
 pub mod pipeline;
 pub mod protect;
+pub mod query;
 pub mod receive;
 pub mod serve;

@@ -248,6 +248,8 @@ pub struct ExpectedSummary {
     pub denials: u64,
     /// Tool calls that needed a confirmation.
     pub confirmations_requested: u64,
+    /// Confirmations approved.
+    pub confirmations_approved: u64,
     /// Retry attempts.
     pub retries: u64,
     /// Spans in error.
@@ -320,6 +322,9 @@ fn expected_summary(
             Some("deny") => e.denials += 1,
             Some("require_confirmation") => e.confirmations_requested += 1,
             _ => {}
+        }
+        if text(span, "executor.confirmation_status").as_deref() == Some("approved") {
+            e.confirmations_approved += 1;
         }
         if int(span, "executor.retry_attempt").unwrap_or(0) > 0 {
             e.retries += 1;
@@ -711,6 +716,11 @@ impl Generator {
                 format!("orders/{}", self.rng.random_range(0..10_000u32)),
             ),
         ];
+        if decision == "require_confirmation" {
+            // The executor waited for a person, who approved (no extra randomness, so a seed
+            // sends the same traffic as before).
+            attrs.push(s("executor.confirmation_status", "approved"));
+        }
         if tool.effect != "read" {
             attrs.push(s(
                 "executor.idempotency_key",

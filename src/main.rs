@@ -29,6 +29,44 @@ enum Command {
     /// Print the hash toolwatch stores for a raw idempotency key (under the current key and
     /// every previous key), to search the archive for it.
     HashKey(HashKeyArgs),
+    /// Run SQL over the archive (tables spans, logs, requests; partition columns tenant,
+    /// date, hour). Reads only completed files, so it is safe while the daemon writes.
+    Query(QueryArgs),
+    /// Show one request (by request id or trace id) as a tree of agent, model turns, tool
+    /// calls and downstream calls, with its summary.
+    Trace(TraceArgs),
+}
+
+#[derive(Args)]
+struct DataDirArg {
+    /// Data directory holding the archive [default: ./toolwatch-data, or
+    /// TOOLWATCH_STORAGE__DATA_DIR].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct QueryArgs {
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = toolwatch::query::output::Format::Table)]
+    format: toolwatch::query::output::Format,
+    /// The SQL, e.g. "SELECT tool_name, count(*) FROM spans WHERE date = '2026-11-30' GROUP BY 1".
+    #[arg(value_name = "SQL")]
+    sql: String,
+}
+
+#[derive(Args)]
+struct TraceArgs {
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    /// Print the request as one JSON document instead of a tree.
+    #[arg(long)]
+    json: bool,
+    /// A request id (executor.request_id) or a 32-hex-digit trace id.
+    #[arg(value_name = "ID")]
+    id: String,
 }
 
 #[derive(Args)]
@@ -127,6 +165,103 @@ fn main() -> ExitCode {
         Command::Loadgen(args) => run_loadgen(args),
         Command::Redact(args) => redact(args),
         Command::HashKey(args) => hash_key(args),
+        Command::Query(args) => query(args),
+        Command::Trace(args) => trace(args),
+    }
+}
+
+/// The data directory from the flag, else the configuration (env overrides included).
+fn data_dir(arg: &DataDirArg) -> Result<PathBuf, toolwatch::config::ConfigError> {
+    match &arg.data_dir {
+        Some(d) => Ok(d.clone()),
+        None => Config::load(None, std::env::vars()).map(|c| c.storage.data_dir),
+    }
+}
+
+fn query_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("toolwatch: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn query(args: QueryArgs) -> ExitCode {
+    use std::io::IsTerminal;
+    let dir = match data_dir(&args.data_dir) {
+        Ok(d) => d,
+        Err(e) => return usage_error(e),
+    };
+    let runtime = match query_runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    // A spinner with the rows scanned so far, on a terminal only: piped output stays clean.
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    let result = runtime.block_on(async {
+        let ctx = toolwatch::query::session(&dir).await?;
+        toolwatch::query::run(&ctx, &args.sql, |rows| {
+            if let Some(bar) = &progress {
+                bar.set_message(format!("{rows} rows"));
+            }
+        })
+        .await
+    });
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let (schema, batches) = match result {
+        Ok(r) => r,
+        Err(e) => return usage_error(e),
+    };
+    let mut out = std::io::stdout().lock();
+    match toolwatch::query::output::write(&mut out, args.format, &schema, &batches) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn trace(args: TraceArgs) -> ExitCode {
+    let dir = match data_dir(&args.data_dir) {
+        Ok(d) => d,
+        Err(e) => return usage_error(e),
+    };
+    let runtime = match query_runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let view = runtime.block_on(async {
+        let ctx = toolwatch::query::session(&dir).await?;
+        toolwatch::query::trace::find(&ctx, &args.id).await
+    });
+    match view {
+        Ok(v) if args.json => {
+            println!("{}", v.to_json());
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            let width = std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(160);
+            print!("{}", v.to_text(width));
+            ExitCode::SUCCESS
+        }
+        Err(toolwatch::query::QueryError::NotFound(id)) => {
+            eprintln!("toolwatch: no request or trace {id:?} in the archive");
+            ExitCode::from(1)
+        }
+        Err(e) => usage_error(e),
     }
 }
 

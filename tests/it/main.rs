@@ -12,4 +12,5 @@ mod loadgen;
 mod otlp_json;
 mod protect_e2e;
 mod python_sdk;
+mod query;
 mod rust_sdk;

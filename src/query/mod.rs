@@ -1,0 +1,141 @@
+//! Query: SQL over the archive, and the view of one request as a tree.
+//!
+//! The archive's tables (`spans`, `logs`, `requests`) are registered with DataFusion as
+//! listing tables over their folders, with the Hive partition columns `tenant`, `date` and
+//! `hour`, so a predicate on them skips whole folders; row-group statistics and the bloom
+//! filters on `trace_id` and `request_id` skip the rest. Only completed files are read (their
+//! names end in `.parquet`; files being written end in `.parquet.inprogress`), so reading
+//! while the daemon writes never sees a partial file. Everything here is read-only.
+
+pub mod output;
+pub mod trace;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::MemTable;
+use datafusion::execution::context::SessionContext;
+use datafusion::prelude::SessionConfig;
+use futures_util::StreamExt;
+
+use crate::archive::partition::Table;
+use crate::archive::schema;
+
+/// Why a query could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The data directory does not exist.
+    #[error("data directory {0} does not exist (set --data-dir)")]
+    NoDataDir(PathBuf),
+    /// The SQL is not valid, names something unknown, or failed while running.
+    #[error("{0}")]
+    Sql(String),
+    /// Writing the output failed.
+    #[error("cannot write the output: {0}")]
+    Output(String),
+    /// No request matches the id.
+    #[error("no request or trace {0:?} in the archive")]
+    NotFound(String),
+}
+
+impl From<datafusion::error::DataFusionError> for QueryError {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        // DataFusion wraps errors in context layers; the innermost message says what is wrong.
+        QueryError::Sql(e.find_root().to_string())
+    }
+}
+
+/// The tables `toolwatch query` registers, with their schemas.
+pub const TABLES: &[Table] = &[Table::Spans, Table::Logs, Table::Requests];
+
+fn table_schema(table: Table) -> SchemaRef {
+    match table {
+        Table::Spans => schema::spans_schema(),
+        Table::Logs => schema::logs_schema(),
+        Table::Requests => schema::requests_schema(),
+    }
+}
+
+/// A DataFusion session with the archive under `data_dir` registered.
+pub async fn session(data_dir: &Path) -> Result<SessionContext, QueryError> {
+    if !data_dir.is_dir() {
+        return Err(QueryError::NoDataDir(data_dir.to_path_buf()));
+    }
+    let mut config = SessionConfig::new().with_information_schema(true);
+    // Row filters use the page indexes and skip decoding rows that cannot match.
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    config.options_mut().execution.parquet.reorder_filters = true;
+    let ctx = SessionContext::new_with_config(config);
+    for &table in TABLES {
+        register(&ctx, data_dir, table)?;
+    }
+    Ok(ctx)
+}
+
+fn register(ctx: &SessionContext, data_dir: &Path, table: Table) -> Result<(), QueryError> {
+    let dir = data_dir.join(table.as_str());
+    let schema = table_schema(table);
+    if !dir.is_dir() {
+        // No rows yet: the table still exists, so queries name it without error.
+        let empty = MemTable::try_new(with_partition_columns(&schema), vec![vec![]])?;
+        ctx.register_table(table.as_str(), Arc::new(empty))?;
+        return Ok(());
+    }
+    let url = ListingTableUrl::parse(format!("{}/", dir.display()))?;
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(".parquet")
+        .with_table_partition_cols(partition_columns());
+    let config = ListingTableConfig::new(url)
+        .with_listing_options(options)
+        .with_schema(schema);
+    ctx.register_table(table.as_str(), Arc::new(ListingTable::try_new(config)?))?;
+    Ok(())
+}
+
+fn partition_columns() -> Vec<(String, DataType)> {
+    ["tenant", "date", "hour"]
+        .iter()
+        .map(|c| (c.to_string(), DataType::Utf8))
+        .collect()
+}
+
+fn with_partition_columns(schema: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+    for (name, ty) in partition_columns() {
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+            name, ty, false,
+        )));
+    }
+    Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
+}
+
+/// Runs `sql`, calling `progress` with the rows seen so far after each batch.
+pub async fn run(
+    ctx: &SessionContext,
+    sql: &str,
+    mut progress: impl FnMut(u64),
+) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
+    let df = ctx.sql(sql).await?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let mut stream = df.execute_stream().await?;
+    let mut batches = Vec::new();
+    let mut rows = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        rows += batch.num_rows() as u64;
+        progress(rows);
+        batches.push(batch);
+    }
+    Ok((schema, batches))
+}
+
+/// Escapes a value for a SQL string literal.
+pub fn sql_string(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
