@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
-bin=target/release/toolwatch
+bin=${CARGO_TARGET_DIR:-target}/release/toolwatch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -44,7 +44,7 @@ gen_cpu, _ = time_v(f"{work}/loadgen.time")
 spans = report["spans"]
 secs = report["elapsed_ms"] / 1000
 assert stopped["span_rows"] == spans, (stopped, spans)
-print(f"spans acknowledged {spans}, archived {stopped['span_rows']}, log records {stopped['log_rows']}")
+print(f"spans acknowledged {spans}, archived {stopped['span_rows']}, log records {stopped['log_rows']}, request summaries {stopped.get('request_rows', 0)} (of {report['requests']} requests)")
 print(f"protobuf bytes {report['bytes']} ({report['bytes'] / spans:.0f} bytes/span), exports {report['exports']}, retries {report['retries']}")
 print(f"wall {secs:.1f} s, {spans / secs:,.0f} spans/s sustained")
 print(f"daemon CPU {cpu:.1f} s = {cpu / spans * 1e6:.1f} CPU s per million spans; peak RSS {rss / 1024:.0f} MiB")

@@ -239,5 +239,74 @@ fn protect_payloads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, stages, protect_payloads);
+/// Counts live heap bytes, so the assembly bench can report memory held per open request.
+struct CountingAllocator;
+
+static LIVE_BYTES: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter is only
+// arithmetic on the sizes it was given.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same layout as given to us.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: ptr came from alloc with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+fn live_bytes() -> isize {
+    LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Assembly: facts extraction and grouping for loadgen batches, and the memory an open
+/// request holds (printed once: requests held open, heap bytes per request and per span).
+fn assemble(c: &mut Criterion) {
+    use toolwatch::assemble::{AssembleConfig, Assembler};
+    let batches = batches(&bodies());
+    let spans: usize = batches.iter().map(|b| b.spans.len()).sum();
+    let prices = AssembleConfig::default().prices().expect("sample prices");
+
+    let before = live_bytes();
+    let mut held = Assembler::new(AssembleConfig::default(), prices.clone());
+    for (i, b) in batches.iter().enumerate() {
+        held.ingest(b, i as u64);
+    }
+    let bytes = (live_bytes() - before).max(0) as usize;
+    eprintln!(
+        "assembly holds {} requests, {} spans in {} heap bytes: {} bytes per request, {} per span",
+        held.requests_held(),
+        held.spans_held(),
+        bytes,
+        bytes / held.requests_held().max(1),
+        bytes / held.spans_held().max(1)
+    );
+    drop(held);
+
+    let mut g = c.benchmark_group("assemble");
+    g.throughput(Throughput::Elements(spans as u64));
+    g.bench_function("ingest_and_summarize", |b| {
+        b.iter_batched(
+            || Assembler::new(AssembleConfig::default(), prices.clone()),
+            |mut a| {
+                for (i, batch) in batches.iter().enumerate() {
+                    a.ingest(batch, i as u64);
+                }
+                std::hint::black_box(a.due(u64::MAX / 2))
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, stages, protect_payloads, assemble);
 criterion_main!(benches);

@@ -202,6 +202,9 @@ fn query(args: QueryArgs) -> ExitCode {
     let progress = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        bar.set_message("scanning the archive");
+        // Drawn at once, so even a short query shows that it is working.
+        bar.tick();
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
@@ -209,7 +212,7 @@ fn query(args: QueryArgs) -> ExitCode {
         let ctx = toolwatch::query::session(&dir).await?;
         toolwatch::query::run(&ctx, &args.sql, |rows| {
             if let Some(bar) = &progress {
-                bar.set_message(format!("{rows} rows"));
+                bar.set_message(format!("scanning the archive: {rows} result rows"));
             }
         })
         .await

@@ -46,8 +46,8 @@ impl Default for AssembleConfig {
             quiet_period: HumanDuration(Duration::from_secs(5)),
             max_age: HumanDuration(Duration::from_secs(15 * 60)),
             amend_window: HumanDuration(Duration::from_secs(15 * 60)),
-            max_requests: PositiveUsize(100_000),
-            max_spans: PositiveUsize(2_000_000),
+            max_requests: PositiveUsize(50_000),
+            max_spans: PositiveUsize(500_000),
             prices_file: String::new(),
         }
     }
@@ -180,6 +180,7 @@ pub struct Assembler {
     order: VecDeque<(u64, RequestKey)>,
     spans_held: usize,
     stats: AssembleStats,
+    strings: summary::Interner,
 }
 
 impl Assembler {
@@ -193,6 +194,7 @@ impl Assembler {
             order: VecDeque::new(),
             spans_held: 0,
             stats: AssembleStats::default(),
+            strings: summary::Interner::default(),
         }
     }
 
@@ -221,7 +223,7 @@ impl Assembler {
                 span.audit.request_id.as_deref(),
                 now_ms,
             );
-            let facts = SpanFacts::of(span);
+            let facts = SpanFacts::of(span, &mut self.strings);
             let Some(p) = self.requests.get_mut(&key) else {
                 continue;
             };
@@ -234,7 +236,7 @@ impl Assembler {
             }
         }
         for log in &batch.logs {
-            let Some(facts) = LogFacts::of(log) else {
+            let Some(facts) = LogFacts::of(log, &mut self.strings) else {
                 continue;
             };
             let key = self.key_for(

@@ -3,10 +3,42 @@
 //! `summarize` is a pure function of the sets of span and log facts: the order they arrived
 //! in, duplicates and the batches they came in cannot change it (a property test checks).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use super::prices::{disagrees, PriceTable, TokenCounts};
 use crate::event::{hex_id, LogRecord, SpanClass, SpanId, SpanRecord, StatusCode, TraceId};
+
+/// A short repeated string (model, tool, principal, decision), shared between the span facts
+/// that hold it.
+pub type Text = Arc<str>;
+
+/// Shares equal short strings between span facts: a held span costs a pointer per field
+/// rather than an allocation. Bounded: past `LIMIT` distinct strings it starts over (strings
+/// already shared stay valid).
+#[derive(Debug, Default)]
+pub struct Interner(HashSet<Arc<str>>);
+
+impl Interner {
+    const LIMIT: usize = 65_536;
+
+    /// The shared copy of `s`.
+    pub fn text(&mut self, s: &str) -> Text {
+        if let Some(t) = self.0.get(s) {
+            return Arc::clone(t);
+        }
+        if self.0.len() >= Self::LIMIT {
+            self.0.clear();
+        }
+        let t: Arc<str> = Arc::from(s);
+        self.0.insert(Arc::clone(&t));
+        t
+    }
+
+    fn opt(&mut self, s: &Option<String>) -> Option<Text> {
+        s.as_deref().map(|s| self.text(s))
+    }
+}
 
 /// What assembly keeps of a span: the fields a summary needs, not its attributes or text.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,25 +58,25 @@ pub struct SpanFacts {
     /// The span ended in error.
     pub error: bool,
     /// Principal, if the span names one.
-    pub principal: Option<String>,
+    pub principal: Option<Text>,
     /// Provider and model (response model, else request model) of a model call.
-    pub provider: Option<String>,
+    pub provider: Option<Text>,
     /// See `provider`.
-    pub model: Option<String>,
+    pub model: Option<Text>,
     /// Token counts of a model call.
     pub tokens: TokenCounts,
     /// Cache-creation input tokens.
     pub cache_creation: i64,
     /// Tool name of a tool call.
-    pub tool: Option<String>,
+    pub tool: Option<Text>,
     /// `executor.*` facts.
     pub decision: Decision,
     /// Retry attempt (0 or absent: first attempt).
     pub retry_attempt: i64,
     /// Result code.
-    pub result_code: Option<String>,
+    pub result_code: Option<Text>,
     /// Stop reason.
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<Text>,
     /// Cost the executor claims.
     pub claimed_cost_usd: Option<f64>,
     /// The executor says the work was cancelled.
@@ -55,9 +87,9 @@ pub struct SpanFacts {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decision {
     /// `executor.policy_decision`.
-    pub policy: Option<String>,
+    pub policy: Option<Text>,
     /// `executor.confirmation_status`.
-    pub confirmation: Option<String>,
+    pub confirmation: Option<Text>,
 }
 
 impl Decision {
@@ -89,19 +121,19 @@ pub struct LogFacts {
     /// Claimed cost, stop reason and cancellation carried by the record.
     pub claimed_cost_usd: Option<f64>,
     /// See `claimed_cost_usd`.
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<Text>,
     /// See `claimed_cost_usd`.
     pub cancelled: bool,
 }
 
 impl SpanFacts {
     /// The facts of a (protected) span.
-    pub fn of(span: &SpanRecord) -> SpanFacts {
+    pub fn of(span: &SpanRecord, strings: &mut Interner) -> SpanFacts {
         let g = &span.gen_ai;
         let a = &span.audit;
         let mut decision = Decision {
-            policy: a.policy_decision.clone(),
-            confirmation: a.confirmation_status.clone(),
+            policy: strings.opt(&a.policy_decision),
+            confirmation: strings.opt(&a.confirmation_status),
         };
         for e in &span.events {
             for (k, v) in &e.attributes.0 {
@@ -111,7 +143,7 @@ impl SpanFacts {
                     _ => continue,
                 };
                 if slot.is_none() {
-                    *slot = v.as_str().map(str::to_string);
+                    *slot = v.as_str().map(|s| strings.text(s));
                 }
             }
         }
@@ -123,20 +155,24 @@ impl SpanFacts {
             start_ns: span.start_ns,
             end_ns: span.end_ns,
             error: span.status_code == StatusCode::Error,
-            principal: a.principal_id.clone(),
-            provider: g.provider.clone(),
-            model: g.response_model.clone().or_else(|| g.request_model.clone()),
+            principal: strings.opt(&a.principal_id),
+            provider: strings.opt(&g.provider),
+            model: g
+                .response_model
+                .as_deref()
+                .or(g.request_model.as_deref())
+                .map(|m| strings.text(m)),
             tokens: TokenCounts {
                 input: g.input_tokens.unwrap_or(0),
                 output: g.output_tokens.unwrap_or(0),
                 cache_read: g.cache_read_input_tokens.unwrap_or(0),
             },
             cache_creation: g.cache_creation_input_tokens.unwrap_or(0),
-            tool: g.tool_name.clone(),
+            tool: strings.opt(&g.tool_name),
             decision,
             retry_attempt: a.retry_attempt.unwrap_or(0),
-            result_code: a.result_code.clone(),
-            stop_reason: a.stop_reason.clone(),
+            result_code: strings.opt(&a.result_code),
+            stop_reason: strings.opt(&a.stop_reason),
             claimed_cost_usd: a.claimed_cost_usd,
             cancelled: a.cancelled.unwrap_or(false),
         }
@@ -145,7 +181,7 @@ impl SpanFacts {
 
 impl LogFacts {
     /// The facts of a (protected) log record, if it carries a trace id.
-    pub fn of(log: &LogRecord) -> Option<LogFacts> {
+    pub fn of(log: &LogRecord, strings: &mut Interner) -> Option<LogFacts> {
         use std::hash::{Hash, Hasher};
         let trace_id = log.trace_id?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -163,12 +199,12 @@ impl LogFacts {
             span_id: log.span_id,
             time_ns: log.time_ns,
             decision: Decision {
-                policy: a.policy_decision.clone(),
-                confirmation: a.confirmation_status.clone(),
+                policy: strings.opt(&a.policy_decision),
+                confirmation: strings.opt(&a.confirmation_status),
             },
             error: log.severity_number >= 17,
             claimed_cost_usd: a.claimed_cost_usd,
-            stop_reason: a.stop_reason.clone(),
+            stop_reason: strings.opt(&a.stop_reason),
             cancelled: a.cancelled.unwrap_or(false),
         })
     }
@@ -352,7 +388,7 @@ pub fn summarize(
             }
             SpanClass::Tool => {
                 s.tool_calls += 1;
-                let tool = f.tool.clone().unwrap_or_else(|| "unknown".to_string());
+                let tool = f.tool.as_deref().unwrap_or("unknown").to_string();
                 *s.tool_calls_by_tool.entry(tool).or_default() += 1;
             }
             SpanClass::Downstream => s.downstream_calls += 1,
@@ -369,7 +405,7 @@ pub fn summarize(
             root_error |= is_root;
         }
         if let Some(p) = &f.principal {
-            if first_principal.is_none_or(|(t, q)| (f.start_ns, p.as_str()) < (t, q)) {
+            if first_principal.is_none_or(|(t, q)| (f.start_ns, &**p) < (t, q)) {
                 first_principal = Some((f.start_ns, p));
             }
         }
@@ -377,7 +413,7 @@ pub fn summarize(
             if is_root {
                 root_stop = Some(r);
             }
-            if latest_stop.is_none_or(|(t, q)| (f.end_ns, r.as_str()) > (t, q)) {
+            if latest_stop.is_none_or(|(t, q)| (f.end_ns, &**r) > (t, q)) {
                 latest_stop = Some((f.end_ns, r));
             }
         }
@@ -405,7 +441,7 @@ pub fn summarize(
             None => decisions.entry(None).or_default().push(l.decision.clone()),
         }
         if let Some(r) = &l.stop_reason {
-            if latest_stop.is_none_or(|(t, q)| (l.time_ns, r.as_str()) > (t, q)) {
+            if latest_stop.is_none_or(|(t, q)| (l.time_ns, &**r) > (t, q)) {
                 latest_stop = Some((l.time_ns, r));
             }
         }

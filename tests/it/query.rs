@@ -216,7 +216,29 @@ fn query_and_trace_answer_incident_questions_exactly() {
     assert!(!want.is_empty(), "the traffic should include retries");
     assert_eq!(got, want);
 
-    // 4. CSV and table output, and a clear error for bad SQL.
+    // 4. Progress: a spinner on a terminal (a pty from `script`), nothing when piped.
+    let piped = run_query(&d.data_dir, &["SELECT count(*) FROM spans"]);
+    assert!(piped.status.success());
+    assert!(
+        piped.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    let command = format!(
+        "{} query --data-dir {} 'SELECT count(*) AS n FROM spans'",
+        crate::harness::binary(),
+        d.data_dir.display()
+    );
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("run script(1)");
+    assert!(tty.status.success());
+    let screen = String::from_utf8_lossy(&tty.stdout);
+    assert!(screen.contains("scanning the archive"), "{screen}");
+    assert!(screen.contains(&spans.to_string()), "{screen}");
+
+    // 5. CSV and table output, and a clear error for bad SQL.
     let csv = run_query(
         &d.data_dir,
         &[
@@ -242,7 +264,7 @@ fn query_and_trace_answer_incident_questions_exactly() {
     let unknown = run_query(&d.data_dir, &["SELECT * FROM alarms_that_do_not_exist"]);
     assert_eq!(unknown.status.code(), Some(2));
 
-    // 5. `trace` shows the tree of a request with a denied call, by request id and trace id.
+    // 6. `trace` shows the tree of a request with a denied call, by request id and trace id.
     let run = runs
         .iter()
         .find(|r| r.expected.denials > 0)
