@@ -1,6 +1,7 @@
 //! End to end: loadgen's planted secrets and a canary set of our own go in over gRPC and
-//! HTTP; afterwards nothing toolwatch produced — the archive decoded by DuckDB, the daemon's
-//! log, `/metrics` — holds any of them, and the fields around them are intact.
+//! HTTP; afterwards nothing toolwatch produced — the archive decoded by DuckDB (spans, logs and
+//! request summaries), the daemon's log, `/metrics`, and what `toolwatch trace` and
+//! `toolwatch query` print — holds any of them, and the fields around them are intact.
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use serde_json::{json, Value};
@@ -161,6 +162,58 @@ async fn no_planted_secret_leaves_toolwatch() {
     );
     assert_clean(&d.log_text(), "the daemon's log");
     assert_clean(&metrics, "/metrics");
+
+    // The request summaries, and what `trace` and `query` print from the archive.
+    let request_rows = read_table_python("duckdb", &d.data_dir, "requests");
+    assert!(
+        request_rows
+            .iter()
+            .any(|r| r["request_id"] == "0af7651916cd43dd8448eb211c80319c"),
+        "the canary request was summarized"
+    );
+    assert_clean(
+        &serde_json::to_string(&request_rows).expect("json"),
+        "the requests table",
+    );
+    for trace_id in [
+        "0af7651916cd43dd8448eb211c80319c",
+        "1bf7651916cd43dd8448eb211c80319d",
+    ] {
+        for json in [false, true] {
+            let mut cmd = crate::harness::toolwatch();
+            cmd.arg("trace").arg("--data-dir").arg(&d.data_dir);
+            if json {
+                cmd.arg("--json");
+            }
+            let out = cmd.arg(trace_id).output().expect("trace");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("refund_order"), "{text}");
+            assert_clean(&text, "toolwatch trace");
+        }
+    }
+    for (format, sql) in [
+        ("json", "SELECT * FROM spans"),
+        ("csv", "SELECT * FROM logs"),
+        ("table", "SELECT * FROM requests"),
+    ] {
+        let out = crate::harness::toolwatch()
+            .args(["query", "--format", format, "--data-dir"])
+            .arg(&d.data_dir)
+            .arg(sql)
+            .output()
+            .expect("query");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_clean(&String::from_utf8_lossy(&out.stdout), "toolwatch query");
+    }
 
     // The fields around the secrets are intact, and provenance names the rules.
     for tenant in ["canary-http", "canary-grpc"] {
