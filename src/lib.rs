@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod archive;
 pub mod assemble;
+pub mod budget;
 pub mod config;
 pub mod event;
 pub mod loadgen;
