@@ -842,3 +842,33 @@ impl RequestRows {
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    use super::*;
+
+    /// Every column of every table has its row in `schemas/archive.md`, in order.
+    #[test]
+    fn every_column_is_documented_in_order() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/archive.md"),
+        )
+        .expect("schemas/archive.md");
+        for (table, schema) in [
+            ("spans", spans_schema()),
+            ("logs", logs_schema()),
+            ("requests", requests_schema()),
+        ] {
+            let start = doc
+                .find(&format!("## `{table}`"))
+                .unwrap_or_else(|| panic!("no section for {table}"));
+            let section = &doc[start..];
+            let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
+            let section = &section[..end];
+            for (i, field) in schema.fields().iter().enumerate() {
+                let row = format!("| {} | `{}` |", i + 1, field.name());
+                assert!(section.contains(&row), "{table}: missing {row}");
+            }
+        }
+    }
+}
