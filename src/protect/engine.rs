@@ -138,9 +138,8 @@ pub struct Redactor {
     pub max_depth: usize,
     /// Longest string kept after redaction.
     pub max_value_bytes: usize,
-    /// The literal parts of every key-rule glob: a text without any of them holds no key a
-    /// key rule covers. `None` when some glob has no literal part (then every text may).
-    key_literals: Option<AhoCorasick>,
+    /// Some key-rule glob has no literal part, so any text may hold a key it covers.
+    every_text_may_hold_rule_key: bool,
     /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
     key_cache: std::sync::RwLock<std::collections::HashMap<String, KeyVerdict>>,
 }
@@ -207,6 +206,16 @@ impl Redactor {
                 keyword_owner.push(i);
             }
         }
+        let key_rules: Vec<KeyRule> = key_specs.iter().map(compile_key_rule).collect();
+        // Key-rule literals ride in the same automaton: the clean-JSON test then costs no pass
+        // of its own.
+        let key_literals = key_literals(&key_rules);
+        if let Some(literals) = &key_literals {
+            for l in literals {
+                keywords.push(l.to_ascii_lowercase());
+                keyword_owner.push(KEY_LITERAL);
+            }
+        }
         let prefilter = if keywords.is_empty() {
             None
         } else {
@@ -226,10 +235,10 @@ impl Redactor {
             .dfa_size_limit(1 << 24)
             .build()
             .map_err(|e| RuleError::Keywords(format!("combined detector set: {e}")))?;
-        let key_rules: Vec<KeyRule> = key_specs.iter().map(compile_key_rule).collect();
-        let key_literals = key_literal_prefilter(&key_rules)?;
         Ok(Redactor {
-            key_literals,
+            // No literal for some glob (`*`): any text may hold a key that rule covers.
+            every_text_may_hold_rule_key: key_literals.is_none()
+                && key_rules.iter().any(|r| !r.globs.is_empty()),
             set,
             detectors,
             prefilter,
@@ -285,11 +294,20 @@ impl Redactor {
     /// False only when no key in `text` can be covered by a key rule (a cheap test that lets
     /// clean JSON skip parsing).
     pub fn may_hold_rule_key(&self, text: &str) -> bool {
-        self.key_rules.iter().any(|r| !r.globs.is_empty())
-            && self
-                .key_literals
-                .as_ref()
-                .is_none_or(|ac| ac.is_match(text))
+        self.every_text_may_hold_rule_key
+            || self.prefilter.as_ref().is_some_and(|ac| {
+                ac.find_overlapping_iter(text)
+                    .any(|m| self.keyword_owner[m.pattern().as_usize()] == KEY_LITERAL)
+            })
+    }
+
+    /// For the clean-JSON test: `None` when `text` may hold a key a key rule covers (it must
+    /// be parsed), else every finding — one keyword pass answers both.
+    pub fn scan_unless_rule_key(&self, text: &str, key: Option<&str>) -> Option<Vec<Finding>> {
+        if self.every_text_may_hold_rule_key {
+            return None;
+        }
+        self.scan_impl(text, key, true)
     }
 
     /// True when some detector runs only under certain keys (then JSON text must be parsed
@@ -319,9 +337,19 @@ impl Redactor {
     /// Every finding in `text`, the value of attribute or JSON key `key` (`None` for free
     /// text), non-overlapping, in order. Detectors scoped to other keys do not run.
     pub fn scan_under(&self, text: &str, key: Option<&str>) -> Vec<Finding> {
+        self.scan_impl(text, key, false).unwrap_or_default()
+    }
+
+    /// The scan; with `stop_on_rule_key`, `None` as soon as a key-rule literal shows up.
+    fn scan_impl(
+        &self,
+        text: &str,
+        key: Option<&str>,
+        stop_on_rule_key: bool,
+    ) -> Option<Vec<Finding>> {
         // Nothing any rule looks for fits in fewer bytes (the shortest is an e-mail address).
         if text.len() < MIN_FINDING_BYTES {
-            return Vec::new();
+            return Some(Vec::new());
         }
         // A bitset of the detectors to run, on the stack for any realistic rule count.
         let words = self.detectors.len().div_ceil(64);
@@ -339,6 +367,12 @@ impl Redactor {
         if let Some(ac) = &self.prefilter {
             for m in ac.find_overlapping_iter(text) {
                 let i = self.keyword_owner[m.pattern().as_usize()];
+                if i == KEY_LITERAL {
+                    if stop_on_rule_key {
+                        return None;
+                    }
+                    continue;
+                }
                 run[i / 64] |= 1 << (i % 64);
             }
         }
@@ -354,7 +388,7 @@ impl Redactor {
             .collect();
         let mut found = Vec::new();
         if candidates.is_empty() {
-            return found;
+            return Some(found);
         }
         // With several candidates, one pass of the combined set is cheaper than one pass per
         // regex; it also rules out the candidates that do not match at all.
@@ -373,9 +407,9 @@ impl Redactor {
                     _ => merged.push(f),
                 }
             }
-            return merged;
+            return Some(merged);
         }
-        found
+        Some(found)
     }
 
     /// `text` with every finding replaced, or `None` when nothing was found. Counts each
@@ -485,23 +519,17 @@ impl Detector {
     }
 }
 
-fn key_literal_prefilter(rules: &[KeyRule]) -> Result<Option<AhoCorasick>, RuleError> {
+/// The longest literal part of every key-rule glob, or `None` when some glob has none.
+fn key_literals(rules: &[KeyRule]) -> Option<Vec<String>> {
     let mut literals = Vec::new();
     for g in rules.iter().flat_map(|r| &r.globs) {
-        match g.literals().iter().max_by_key(|l| l.len()) {
-            Some(l) => literals.push(l.clone()),
-            None => return Ok(None),
-        }
+        literals.push(g.literals().iter().max_by_key(|l| l.len())?.clone());
     }
-    if literals.is_empty() {
-        return Ok(None);
-    }
-    AhoCorasickBuilder::new()
-        .ascii_case_insensitive(true)
-        .build(&literals)
-        .map(Some)
-        .map_err(|e| RuleError::Keywords(e.to_string()))
+    Some(literals)
 }
+
+/// Owner of a keyword-automaton pattern that is a key-rule literal, not a detector keyword.
+const KEY_LITERAL: usize = usize::MAX;
 
 /// ASCII-lowercases a key without allocating when it already is lowercase.
 fn lowercase(key: &str) -> std::borrow::Cow<'_, str> {

@@ -53,6 +53,10 @@ fn count(hits: &mut Redactions, rule: &str) {
 /// Rule id recorded when a base64 token decoded to text holding a finding.
 pub const BASE64_RULE: &str = "base64_encoded";
 
+/// Recorded when a JSON document repeated a key and a finding sat in a value that parsing
+/// dropped; the document is stored as parsed (the repeated key's earlier values are gone).
+pub const DUPLICATE_KEY_RULE: &str = "json_duplicate_key_dropped";
+
 /// How many base64 layers are decoded (base64 of base64 of a secret is still found).
 const BASE64_LAYERS: usize = 2;
 
@@ -221,9 +225,8 @@ fn redact_plain_and_structured(
         // Most payloads hold nothing to remove: when no key in the text can be a key-rule key
         // and the detectors find nothing in the text (nor in its unescaped form, which also
         // covers JSON nested in JSON), the parse and re-serialization are skipped.
-        if !r.may_hold_rule_key(s)
-            && !r.has_key_scoped_detectors()
-            && r.scan_under(s, key).is_empty()
+        if !r.has_key_scoped_detectors()
+            && r.scan_unless_rule_key(s, key).is_some_and(|f| f.is_empty())
             && json_unescape(s).is_none_or(|u| r.scan_under(&u, key).is_empty())
             && !base64_hides_finding(r, s, key)
         {
@@ -233,6 +236,17 @@ fn redact_plain_and_structured(
             if redact_json(r, &mut v, hits, depth + 1) {
                 *s = v.to_string();
                 return true;
+            }
+            // Nothing in the parsed document; but parsing can lose text: of two equal keys
+            // only the last is kept. If the raw text holds a finding that the parsed form
+            // lost, store the parsed form (what any JSON reader would see), never the raw.
+            if !r.scan_under(s, key).is_empty() {
+                let compact = v.to_string();
+                if r.scan_under(&compact, key).is_empty() {
+                    *s = compact;
+                    count(hits, DUPLICATE_KEY_RULE);
+                    return true;
+                }
             }
             return false;
         }
@@ -722,6 +736,17 @@ mod tests {
         let mut clean = "{\"user\": \"a\",  \"n\": [1, 2]}".to_string();
         assert!(!redact_string(&r, &mut clean, &mut hits, 0));
         assert_eq!(clean, "{\"user\": \"a\",  \"n\": [1, 2]}");
+    }
+
+    #[test]
+    fn a_secret_in_a_repeated_key_is_not_kept_by_the_raw_text() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        // Parsing keeps the last "x"; the first held the secret.
+        let mut s = r#"{"x":"AKIAZ3KQ9MX2PL7VR4TY","x":"a","tokenizer":"cl100k"}"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(s, r#"{"tokenizer":"cl100k","x":"a"}"#);
+        assert_eq!(hits.get(DUPLICATE_KEY_RULE), Some(&1));
     }
 
     #[test]
