@@ -34,7 +34,7 @@ pub struct AssembleConfig {
     pub amend_window: HumanDuration,
     /// Most requests held (open and remembered); beyond it the oldest goes.
     pub max_requests: PositiveUsize,
-    /// Most span facts held; beyond it the oldest request goes.
+    /// Most span and log facts held; beyond it the oldest request goes.
     pub max_spans: PositiveUsize,
     /// TOML file of model prices (see `config/prices.toml`); empty: the built-in sample.
     pub prices_file: String,
@@ -115,8 +115,8 @@ impl AssembleConfig {
 enum RequestKey {
     /// Named by `executor.request_id` (per tenant).
     Named(String, String),
-    /// Not (yet) named: the trace alone.
-    Trace(TraceId),
+    /// Not (yet) named: the trace alone (per tenant: trace context crosses tenants).
+    Trace(String, TraceId),
 }
 
 /// One request being assembled, or remembered after its summary for amendments.
@@ -174,7 +174,7 @@ pub struct AssembleStats {
 pub struct Assembler {
     config: AssembleConfig,
     prices: PriceTable,
-    traces: HashMap<TraceId, RequestKey>,
+    traces: HashMap<(String, TraceId), RequestKey>,
     requests: HashMap<RequestKey, Pending>,
     /// Keys in order of first arrival (stale entries are skipped when popped).
     order: VecDeque<(u64, RequestKey)>,
@@ -250,6 +250,8 @@ impl Assembler {
             };
             p.last_arrival_ms = now_ms;
             if p.logs.insert(facts.key, facts).is_none() {
+                // Log facts count against the same bound as span facts.
+                self.spans_held += 1;
                 p.dirty = true;
             }
         }
@@ -291,6 +293,9 @@ impl Assembler {
         for key in forget {
             self.forget(&key);
         }
+        // Keys forgotten or folded into another request leave stale entries behind.
+        let requests = &self.requests;
+        self.order.retain(|(_, k)| requests.contains_key(k));
         out.sort_by(|a, b| (a.start_ns, &a.request_id).cmp(&(b.start_ns, &b.request_id)));
         out
     }
@@ -328,13 +333,14 @@ impl Assembler {
         let named = request_id
             .filter(|r| !r.is_empty())
             .map(|r| RequestKey::Named(tenant.to_string(), r.to_string()));
-        let current = self.traces.get(&trace).cloned();
+        let trace_key = (tenant.to_string(), trace);
+        let current = self.traces.get(&trace_key).cloned();
         let key = match (current, named) {
             (Some(k), None) => k,
             (Some(k), Some(n)) if k == n => k,
-            (Some(RequestKey::Trace(t)), Some(n)) => {
+            (Some(RequestKey::Trace(tn, t)), Some(n)) => {
                 // The trace learned its request: fold what it held into the request.
-                if let Some(p) = self.requests.remove(&RequestKey::Trace(t)) {
+                if let Some(p) = self.requests.remove(&RequestKey::Trace(tn, t)) {
                     self.entry(&n, tenant, now_ms).absorb(p);
                 }
                 n
@@ -342,9 +348,9 @@ impl Assembler {
             // A trace already named differently keeps its first request.
             (Some(k), Some(_)) => k,
             (None, Some(n)) => n,
-            (None, None) => RequestKey::Trace(trace),
+            (None, None) => RequestKey::Trace(tenant.to_string(), trace),
         };
-        self.traces.insert(trace, key.clone());
+        self.traces.insert(trace_key, key.clone());
         let p = self.entry(&key, tenant, now_ms);
         if let RequestKey::Named(_, r) = &key {
             p.request_id = Some(r.clone());
@@ -363,15 +369,21 @@ impl Assembler {
 
     fn forget(&mut self, key: &RequestKey) {
         if let Some(p) = self.requests.remove(key) {
-            self.spans_held = self.spans_held.saturating_sub(p.spans.len());
-            let traces: Vec<TraceId> = p.spans.values().map(|s| s.trace_id).collect();
-            for t in traces.iter().chain(p.logs.values().map(|l| &l.trace_id)) {
+            self.spans_held = self.spans_held.saturating_sub(p.spans.len() + p.logs.len());
+            let traces: Vec<(String, TraceId)> = p
+                .spans
+                .values()
+                .map(|s| s.trace_id)
+                .chain(p.logs.values().map(|l| l.trace_id))
+                .map(|t| (p.tenant.clone(), t))
+                .collect();
+            for t in &traces {
                 if self.traces.get(t) == Some(key) {
                     self.traces.remove(t);
                 }
             }
-            if let RequestKey::Trace(t) = key {
-                self.traces.remove(t);
+            if let RequestKey::Trace(tenant, t) = key {
+                self.traces.remove(&(tenant.clone(), *t));
             }
         }
     }
@@ -492,7 +504,7 @@ fn summary_of(
     p.dirty = false;
     let request_id = match key {
         RequestKey::Named(_, r) => r.clone(),
-        RequestKey::Trace(t) => hex_id(t),
+        RequestKey::Trace(_, t) => hex_id(t),
     };
     let facts = RequestFacts {
         request_id: &request_id,

@@ -372,10 +372,15 @@ pub fn summarize(
         match f.class {
             SpanClass::Model => {
                 s.model_turns += 1;
-                s.input_tokens += f.tokens.input;
-                s.output_tokens += f.tokens.output;
-                s.cache_read_tokens += f.tokens.cache_read;
-                s.cache_creation_tokens += f.cache_creation;
+                // Counts come from the wire: negative ones add nothing, huge ones saturate.
+                s.input_tokens = s.input_tokens.saturating_add(f.tokens.input.max(0));
+                s.output_tokens = s.output_tokens.saturating_add(f.tokens.output.max(0));
+                s.cache_read_tokens = s
+                    .cache_read_tokens
+                    .saturating_add(f.tokens.cache_read.max(0));
+                s.cache_creation_tokens = s
+                    .cache_creation_tokens
+                    .saturating_add(f.cache_creation.max(0));
                 let cost = f
                     .provider
                     .as_deref()

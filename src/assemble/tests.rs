@@ -333,3 +333,32 @@ fn the_sample_price_table_loads_and_prices_loadgen_traffic() {
         .to_string()
         .contains("/nonexistent/prices.toml"));
 }
+
+#[test]
+fn a_trace_id_shared_by_two_tenants_is_two_requests() {
+    let mut a = Assembler::new(config(), prices());
+    let mut one = span(T1, 1, None, SpanClass::Agent);
+    one.tenant = "acme".into();
+    let mut other = span(T1, 2, None, SpanClass::Agent);
+    other.tenant = "globex".into();
+    a.ingest(&batch(vec![one, other], vec![]), 0);
+    let out = a.due(1_000_000);
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        out.iter()
+            .map(|s| (s.tenant.as_str(), s.span_count))
+            .collect::<Vec<_>>(),
+        [("acme", 1), ("globex", 1)]
+    );
+}
+
+#[test]
+fn huge_or_negative_token_counts_saturate() {
+    let (mut spans, logs) = request();
+    spans[1].gen_ai.input_tokens = Some(i64::MAX);
+    spans[2].gen_ai.input_tokens = Some(i64::MAX);
+    spans[2].gen_ai.output_tokens = Some(-5);
+    let s = &run(vec![batch(spans, logs)])[0];
+    assert_eq!(s.input_tokens, i64::MAX);
+    assert_eq!(s.output_tokens, 500);
+}

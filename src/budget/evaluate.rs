@@ -316,9 +316,9 @@ impl BudgetEvaluator {
                 usage.model_turns += 1;
                 let input = g.input_tokens.unwrap_or(0).max(0) as u64;
                 let output = g.output_tokens.unwrap_or(0).max(0) as u64;
-                usage.input_tokens += input;
-                usage.output_tokens += output;
-                tokens = input + output;
+                usage.input_tokens = usage.input_tokens.saturating_add(input);
+                usage.output_tokens = usage.output_tokens.saturating_add(output);
+                tokens = input.saturating_add(output);
                 let model = g.response_model.as_deref().or(g.request_model.as_deref());
                 if let (Some(provider), Some(model)) = (g.provider.as_deref(), model) {
                     let counts = TokenCounts {
@@ -341,7 +341,7 @@ impl BudgetEvaluator {
             _ => {}
         }
         if let Some(b) = span.audit.result_bytes {
-            usage.result_bytes += b.max(0) as u64;
+            usage.result_bytes = usage.result_bytes.saturating_add(b.max(0) as u64);
         }
         let limits = self.config.request_for(&span.tenant).clone();
         check_request(usage, &limits, self.config.warning_ratio, now_ns, out);

@@ -53,8 +53,8 @@ fn count(hits: &mut Redactions, rule: &str) {
 /// Rule id recorded when a base64 token decoded to text holding a finding.
 pub const BASE64_RULE: &str = "base64_encoded";
 
-/// Recorded when a JSON document repeated a key and a finding sat in a value that parsing
-/// dropped; the document is stored as parsed (the repeated key's earlier values are gone).
+/// Recorded when a JSON document that repeats a key is stored as parsed (the repeated key's
+/// earlier values are gone, unexamined values with them).
 pub const DUPLICATE_KEY_RULE: &str = "json_duplicate_key_dropped";
 
 /// How many base64 layers are decoded (base64 of base64 of a secret is still found).
@@ -227,7 +227,10 @@ fn redact_plain_and_structured(
         // covers JSON nested in JSON), the parse and re-serialization are skipped.
         if !r.has_key_scoped_detectors()
             && r.scan_unless_rule_key(s, key).is_some_and(|f| f.is_empty())
-            && json_unescape(s).is_none_or(|u| r.scan_under(&u, key).is_empty())
+            // Keys can hide behind escapes too (`"p\u0061ssword"`): the unescaped text must
+            // hold no key-rule literal either.
+            && json_unescape(s)
+                .is_none_or(|u| r.scan_unless_rule_key(&u, key).is_some_and(|f| f.is_empty()))
             && !base64_hides_finding(r, s, key)
         {
             return false;
@@ -238,15 +241,12 @@ fn redact_plain_and_structured(
                 return true;
             }
             // Nothing in the parsed document; but parsing can lose text: of two equal keys
-            // only the last is kept. If the raw text holds a finding that the parsed form
-            // lost, store the parsed form (what any JSON reader would see), never the raw.
-            if !r.scan_under(s, key).is_empty() {
-                let compact = v.to_string();
-                if r.scan_under(&compact, key).is_empty() {
-                    *s = compact;
-                    count(hits, DUPLICATE_KEY_RULE);
-                    return true;
-                }
+            // only the last is kept, and the rules never saw the others. Such a document is
+            // stored as parsed (what any JSON reader would see), never raw.
+            if has_duplicate_keys(s) {
+                *s = v.to_string();
+                count(hits, DUPLICATE_KEY_RULE);
+                return true;
             }
             return false;
         }
@@ -275,6 +275,66 @@ fn redact_plain_and_structured(
         }
     }
     false
+}
+
+/// True when some object in the JSON text repeats a key (invalid JSON text parses anyway:
+/// false).
+fn has_duplicate_keys(s: &str) -> bool {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    /// Walks a JSON value; sets the flag on a repeated key.
+    struct Dup<'a>(&'a mut bool);
+
+    impl<'de> DeserializeSeed<'de> for Dup<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Dup<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut keys = std::collections::HashSet::new();
+            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if !keys.insert(k.into_owned()) {
+                    *self.0 = true;
+                }
+                map.next_value_seed(Dup(&mut *self.0))?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Dup(&mut *self.0))?.is_some() {}
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+
+    let mut found = false;
+    let mut de = serde_json::Deserializer::from_str(s);
+    let _ = Dup(&mut found).deserialize(&mut de);
+    found
 }
 
 /// Undoes JSON string escapes (`\"`, `\\`, `\n`, `\t`, `\/`, `\uXXXX`, applied
@@ -747,6 +807,22 @@ mod tests {
         assert!(redact_string(&r, &mut s, &mut hits, 0));
         assert_eq!(s, r#"{"tokenizer":"cl100k","x":"a"}"#);
         assert_eq!(hits.get(DUPLICATE_KEY_RULE), Some(&1));
+    }
+
+    #[test]
+    fn escaped_keys_and_repeated_keys_do_not_hide_credentials() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        let mut s = r#"{"p\u0061ssword":"correct horse battery staple"}"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(s, r#"{"password":"[REDACTED:credential_key]"}"#);
+        let mut s = r#"{"a":{"password":"correct horse"},"a":1}"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(s, r#"{"a":1}"#);
+        // A document without repeats is left as sent.
+        let mut s = r#"{"a":{"b":1},"c":[{"b":2},{"b":3}]}"#.to_string();
+        assert!(!redact_string(&r, &mut s, &mut hits, 0));
+        assert!(!has_duplicate_keys(&s));
     }
 
     #[test]

@@ -102,7 +102,8 @@ pub async fn find(ctx: &SessionContext, id: &str) -> Result<RequestView, QueryEr
         let hit = rows(
             ctx,
             &format!(
-                "SELECT request_id FROM spans WHERE trace_id = {} AND request_id IS NOT NULL LIMIT 1",
+                "SELECT request_id FROM spans WHERE trace_id = {} AND request_id IS NOT NULL \
+                 AND request_id <> '' LIMIT 1",
                 sql_string(&id.to_ascii_lowercase())
             ),
         )
@@ -177,7 +178,7 @@ pub async fn find(ctx: &SessionContext, id: &str) -> Result<RequestView, QueryEr
     let spans = rows(
         ctx,
         &format!(
-            "SELECT trace_id, span_id, parent_span_id, service_name, span_class, name, \
+            "SELECT trace_id, span_id, parent_span_id, request_id, service_name, span_class, name, \
              CAST(start_time AS BIGINT) AS start_ns, duration_ns, status_code, status_message, \
              provider, COALESCE(response_model, request_model) AS model, input_tokens, \
              output_tokens, cache_read_input_tokens, tool_name, tool_call_id, tool_arguments, \
