@@ -64,6 +64,10 @@ struct TraceArgs {
     /// Print the request as one JSON document instead of a tree.
     #[arg(long)]
     json: bool,
+    /// The tenant whose request this is (request ids are per tenant; a trace id names its
+    /// own tenant).
+    #[arg(long, value_name = "ID")]
+    tenant: Option<String>,
     /// A request id (executor.request_id) or a 32-hex-digit trace id.
     #[arg(value_name = "ID")]
     id: String,
@@ -245,7 +249,7 @@ fn trace(args: TraceArgs) -> ExitCode {
     };
     let view = runtime.block_on(async {
         let ctx = toolwatch::query::session(&dir).await?;
-        toolwatch::query::trace::find(&ctx, &args.id).await
+        toolwatch::query::trace::find(&ctx, &args.id, args.tenant.as_deref()).await
     });
     match view {
         Ok(v) if args.json => {

@@ -96,28 +96,46 @@ fn days_around(start_ns: i64, end_ns: i64) -> Vec<String> {
 }
 
 /// Finds a request by request id or trace id and assembles its view.
-pub async fn find(ctx: &SessionContext, id: &str) -> Result<RequestView, QueryError> {
+/// Request ids are per tenant: with `tenant`, only that tenant's request is looked at;
+/// without it, a trace id names its tenant, and a request id takes the newest summary found.
+pub async fn find(
+    ctx: &SessionContext,
+    id: &str,
+    tenant: Option<&str>,
+) -> Result<RequestView, QueryError> {
     let mut request_id = id.to_string();
+    let mut tenant = tenant.map(str::to_string);
+    let only = |tenant: &Option<String>| {
+        tenant
+            .as_deref()
+            .map_or_else(String::new, |t| format!(" AND tenant = {}", sql_string(t)))
+    };
     if is_trace_id(id) {
         let hit = rows(
             ctx,
             &format!(
-                "SELECT request_id FROM spans WHERE trace_id = {} AND request_id IS NOT NULL \
-                 AND request_id <> '' LIMIT 1",
-                sql_string(&id.to_ascii_lowercase())
+                "SELECT request_id, tenant FROM spans WHERE trace_id = {}{} \
+                 ORDER BY (request_id IS NULL OR request_id = ''), request_id LIMIT 1",
+                sql_string(&id.to_ascii_lowercase()),
+                only(&tenant)
             ),
         )
         .await?;
-        if let Some(r) = hit.first().and_then(|r| text(r, "request_id")) {
-            request_id = r;
+        if let Some(row) = hit.first() {
+            tenant = text(row, "tenant");
+            if let Some(r) = text(row, "request_id").filter(|r| !r.is_empty()) {
+                request_id = r;
+            }
         }
     }
     let summary = rows(
         ctx,
         &format!(
             "SELECT *, CAST(start_time AS BIGINT) AS start_ns, CAST(end_time AS BIGINT) AS end_ns \
-             FROM requests WHERE request_id = {} ORDER BY summary_version DESC LIMIT 1",
-            sql_string(&request_id)
+             FROM requests WHERE request_id = {}{} ORDER BY summary_version DESC, start_time DESC \
+             LIMIT 1",
+            sql_string(&request_id),
+            only(&tenant)
         ),
     )
     .await?
@@ -156,8 +174,9 @@ pub async fn find(ctx: &SessionContext, id: &str) -> Result<RequestView, QueryEr
             let mut traces: BTreeSet<String> = rows(
                 ctx,
                 &format!(
-                    "SELECT DISTINCT trace_id FROM spans WHERE request_id = {}",
-                    sql_string(&request_id)
+                    "SELECT DISTINCT trace_id FROM spans WHERE request_id = {}{}",
+                    sql_string(&request_id),
+                    only(&tenant)
                 ),
             )
             .await?
@@ -167,7 +186,7 @@ pub async fn find(ctx: &SessionContext, id: &str) -> Result<RequestView, QueryEr
             if traces.is_empty() && is_trace_id(id) {
                 traces.insert(id.to_ascii_lowercase());
             }
-            (traces.into_iter().collect(), String::new())
+            (traces.into_iter().collect(), only(&tenant))
         }
     };
     if trace_ids.is_empty() {

@@ -340,6 +340,26 @@ fn query_and_trace_answer_incident_questions_exactly() {
     );
     assert!(text.contains("[tool] execute_tool"), "{text}");
     assert!(text.contains("· deny"), "{text}");
+    let with_tenant = toolwatch()
+        .args(["trace", "--json", "--tenant", &e.tenant, "--data-dir"])
+        .arg(&d.data_dir)
+        .arg(&e.request_id)
+        .output()
+        .expect("run");
+    assert!(with_tenant.status.success());
+    let with_tenant: Value = serde_json::from_slice(&with_tenant.stdout).expect("JSON");
+    assert_eq!(with_tenant, doc);
+    let other_tenant = toolwatch()
+        .args(["trace", "--tenant", "tenant-nobody", "--data-dir"])
+        .arg(&d.data_dir)
+        .arg(&e.request_id)
+        .output()
+        .expect("run");
+    assert_eq!(
+        other_tenant.status.code(),
+        Some(1),
+        "another tenant's request is not shown"
+    );
     let missing = toolwatch()
         .args(["trace", "--data-dir"])
         .arg(&d.data_dir)
