@@ -4,10 +4,12 @@
 
 use serde_json::Value;
 
-use crate::harness::{assert_readers_agree, loadgen, wait_for, Daemon, DaemonOptions};
+use crate::harness::{
+    assert_readers_agree, loadgen, loadgen_cost, loadgen_runs, Daemon, DaemonOptions,
+};
 
-const SEED: &str = "41";
-const TENANTS: &str = "2";
+const SEED: u64 = 41;
+const TENANTS: u32 = 2;
 const REQUESTS: u64 = 30;
 
 #[test]
@@ -22,32 +24,20 @@ fn every_loadgen_request_is_summarized_once_with_its_counts() {
         "--requests",
         &REQUESTS.to_string(),
         "--tenants",
-        TENANTS,
+        &TENANTS.to_string(),
         "--seed",
-        SEED,
+        &SEED.to_string(),
         "--batch",
         "3",
     ]);
     assert_eq!(report["requests"], REQUESTS);
     // Summaries are written while serving, once each request has been quiet.
-    wait_for("30 complete summaries in /metrics", || {
-        let n = d.metric("toolwatch_request_summaries_total{completeness=\"complete\"}")?;
-        (n as u64 == REQUESTS).then_some(())
-    });
+    d.wait_for_complete_summaries(REQUESTS);
     d.stop();
 
     let rows = assert_readers_agree(&d.data_dir, "requests");
     assert_eq!(rows.len() as u64, REQUESTS, "one row per request");
-    let base = report["base_time_ns"].as_u64().expect("base_time_ns");
-    let runs = toolwatch::loadgen::generate(
-        SEED.parse().expect("seed"),
-        TENANTS.parse().expect("tenants"),
-        base,
-        REQUESTS,
-    );
-    let prices = toolwatch::assemble::AssembleConfig::default()
-        .prices()
-        .expect("sample prices");
+    let runs = loadgen_runs(&report, SEED, TENANTS, REQUESTS);
     for run in &runs {
         let e = &run.expected;
         let row = rows
@@ -85,12 +75,7 @@ fn every_loadgen_request_is_summarized_once_with_its_counts() {
         assert_eq!(int("duration_ns") as u64, e.end_ns - e.start_ns);
         assert_eq!(row["stop_reason"], "completed");
         assert_eq!(int("unpriced_model_turns"), 0);
-        // gpt-4o at 2.50 in, 1.25 cached in, 10.00 out per million tokens.
-        let p = prices.lookup("openai", "gpt-4o-2024-08-06").expect("price");
-        let cost = ((e.input_tokens - e.cache_read_tokens) as f64 * p.input_per_million
-            + e.cache_read_tokens as f64 * p.cached_input_per_million.unwrap_or(0.0)
-            + e.output_tokens as f64 * p.output_per_million)
-            / 1e6;
+        let cost = loadgen_cost(e);
         let got = row["cost_usd"].as_f64().expect("cost");
         assert!(
             (got - cost).abs() < 1e-9,

@@ -103,19 +103,6 @@ const KEY_CONTEXT_RULES: &[&str] = &[
     "high_entropy_near_keyword",
 ];
 
-/// Personal-data rules of the catalogue.
-const PERSONAL_DATA_RULES: &[&str] = &[
-    "email_address",
-    "phone_number_international",
-    "phone_number_north_american",
-    "phone_number_in_context",
-    "payment_card_number",
-    "iban",
-    "us_social_security_number",
-    "ipv4_address",
-    "ipv6_address",
-];
-
 /// Why an `fp` sample was touched. gitleaks labels a sample `fp` for one rule; for a
 /// redactor, which must also remove what other rules find and any value a config assigns
 /// to a credential name, most such touches are intended. The classes keep that visible.
@@ -204,7 +191,7 @@ fn gitleaks_corpus_recall_and_false_positives() {
                         FpClass::ValueUnderCredentialName
                     } else if fired_rules(&out)
                         .iter()
-                        .all(|r| PERSONAL_DATA_RULES.contains(r))
+                        .all(|r| toolwatch::protect::catalogue::PERSONAL_DATA.contains(r))
                     {
                         FpClass::PersonalData
                     } else {

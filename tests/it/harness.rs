@@ -435,3 +435,43 @@ pub fn assert_readers_agree(data_dir: &Path, table: &str) -> Vec<Map<String, Val
     }
     rust
 }
+
+impl Daemon {
+    /// Waits until `/metrics` counts `n` requests summarized as `complete`.
+    pub fn wait_for_complete_summaries(&self, n: u64) {
+        wait_for(&format!("{n} complete summaries in /metrics"), || {
+            let got =
+                self.metric("toolwatch_request_summaries_total{completeness=\"complete\"}")?;
+            (got as u64 == n).then_some(())
+        });
+    }
+}
+
+/// The runs a loadgen invocation sent, rebuilt from its JSON report (its start time) and the
+/// seed, tenants and request count it was given.
+pub fn loadgen_runs(
+    report: &Value,
+    seed: u64,
+    tenants: u32,
+    requests: u64,
+) -> Vec<toolwatch::loadgen::AgentRun> {
+    let base = report["base_time_ns"]
+        .as_u64()
+        .expect("base_time_ns in the report");
+    toolwatch::loadgen::generate(seed, tenants, base, requests)
+}
+
+/// What a loadgen run costs at the sample price of gpt-4o (the model loadgen sends),
+/// computed here from the run's own token counts rather than by toolwatch.
+pub fn loadgen_cost(e: &toolwatch::loadgen::ExpectedSummary) -> f64 {
+    let prices = toolwatch::assemble::AssembleConfig::default()
+        .prices()
+        .expect("sample prices");
+    let p = prices
+        .lookup("openai", "gpt-4o-2024-08-06")
+        .expect("gpt-4o price");
+    ((e.input_tokens - e.cache_read_tokens) as f64 * p.input_per_million
+        + e.cache_read_tokens as f64 * p.cached_input_per_million.unwrap_or(0.0)
+        + e.output_tokens as f64 * p.output_per_million)
+        / 1e6
+}

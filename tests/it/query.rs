@@ -10,7 +10,9 @@ use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::Value;
 
-use crate::harness::{loadgen, toolwatch, wait_for, Daemon, DaemonOptions};
+use crate::harness::{
+    loadgen, loadgen_cost, loadgen_runs, toolwatch, wait_for, Daemon, DaemonOptions,
+};
 
 const SEED: u64 = 43;
 const TENANTS: u32 = 2;
@@ -112,18 +114,10 @@ fn query_and_trace_answer_incident_questions_exactly() {
     });
     let live = query_json(&d.data_dir, "SELECT count(*) AS n FROM spans");
     assert_eq!(live[0]["n"], spans, "query while serving");
-    wait_for("every request summarized", || {
-        let n = d.metric("toolwatch_request_summaries_total{completeness=\"complete\"}")?;
-        (n as u64 == REQUESTS).then_some(())
-    });
+    d.wait_for_complete_summaries(REQUESTS);
     d.stop();
 
-    let runs = toolwatch::loadgen::generate(
-        SEED,
-        TENANTS,
-        report["base_time_ns"].as_u64().expect("base"),
-        REQUESTS,
-    );
+    let runs = loadgen_runs(&report, SEED, TENANTS, REQUESTS);
 
     // 1. Denied tool calls for a tenant in one hour.
     let mut denied: BTreeMap<(String, String, String), u64> = BTreeMap::new();
@@ -154,23 +148,9 @@ fn query_and_trace_answer_incident_questions_exactly() {
     assert_eq!(got[0]["n"], expected);
 
     // 2. The most expensive requests.
-    let price = toolwatch::assemble::AssembleConfig::default()
-        .prices()
-        .expect("prices");
-    let p = price
-        .lookup("openai", "gpt-4o-2024-08-06")
-        .expect("gpt-4o price")
-        .clone();
     let mut costs: Vec<(f64, String)> = runs
         .iter()
-        .map(|r| {
-            let e = &r.expected;
-            let cost = ((e.input_tokens - e.cache_read_tokens) as f64 * p.input_per_million
-                + e.cache_read_tokens as f64 * p.cached_input_per_million.unwrap_or(0.0)
-                + e.output_tokens as f64 * p.output_per_million)
-                / 1e6;
-            (cost, e.request_id.clone())
-        })
+        .map(|r| (loadgen_cost(&r.expected), r.expected.request_id.clone()))
         .collect();
     costs.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let top = query_json(
