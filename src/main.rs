@@ -182,7 +182,8 @@ fn data_dir(arg: &DataDirArg) -> Result<PathBuf, toolwatch::config::ConfigError>
     }
 }
 
-fn query_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+/// The async runtime every command that needs one runs on.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -198,7 +199,7 @@ fn query(args: QueryArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return usage_error(e),
     };
-    let runtime = match query_runtime() {
+    let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -243,7 +244,7 @@ fn trace(args: TraceArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return usage_error(e),
     };
-    let runtime = match query_runtime() {
+    let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -415,15 +416,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     init_logging(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("toolwatch: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
     };
     match runtime.block_on(toolwatch::serve::run(
         config,
@@ -471,15 +466,9 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
         concurrency: args.concurrency.max(1),
         batch: args.batch.max(1),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("toolwatch loadgen: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
     };
     match runtime.block_on(loadgen::run(options)) {
         Ok(report) => {

@@ -343,11 +343,12 @@ impl AuditColumns {
     }
 }
 
-struct RedactionColumn(MapBuilder<StringBuilder, Int64Builder>);
+/// A `Map<Utf8, Int64>` column: rule id or tool name to a count.
+struct CountsColumn(MapBuilder<StringBuilder, Int64Builder>);
 
-impl Default for RedactionColumn {
+impl Default for CountsColumn {
     fn default() -> Self {
-        RedactionColumn(MapBuilder::new(
+        CountsColumn(MapBuilder::new(
             Some(map_field_names()),
             StringBuilder::new(),
             Int64Builder::new(),
@@ -355,13 +356,21 @@ impl Default for RedactionColumn {
     }
 }
 
-impl RedactionColumn {
-    fn append(&mut self, r: &Redactions) -> Result<(), ArrowError> {
-        for (rule, count) in r {
-            self.0.keys().append_value(rule);
-            self.0.values().append_value(i64::from(*count));
+impl CountsColumn {
+    fn append<'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = (&'a str, i64)>,
+    ) -> Result<(), ArrowError> {
+        for (name, count) in entries {
+            self.0.keys().append_value(name);
+            self.0.values().append_value(count);
         }
         self.0.append(true)
+    }
+
+    /// Appends a row's redaction counts.
+    fn append_redactions(&mut self, r: &Redactions) -> Result<(), ArrowError> {
+        self.append(r.iter().map(|(rule, n)| (rule.as_str(), i64::from(*n))))
     }
 
     fn finish(&mut self) -> ArrayRef {
@@ -400,7 +409,7 @@ pub struct SpanRows {
     audit: AuditColumns,
     json: [StringBuilder; 4],
     dropped: [Int64Builder; 3],
-    redactions: RedactionColumn,
+    redactions: CountsColumn,
     scratch: Vec<u8>,
 }
 
@@ -420,7 +429,7 @@ impl Default for SpanRows {
             audit: AuditColumns::default(),
             json: Default::default(),
             dropped: Default::default(),
-            redactions: RedactionColumn::default(),
+            redactions: CountsColumn::default(),
             scratch: Vec::new(),
         }
     }
@@ -491,7 +500,7 @@ impl SpanRows {
         da.append_value(i64::from(s.dropped.attributes));
         de.append_value(i64::from(s.dropped.events));
         dl.append_value(i64::from(s.dropped.links));
-        self.redactions.append(&s.redactions)?;
+        self.redactions.append_redactions(&s.redactions)?;
         self.len += 1;
         Ok(())
     }
@@ -541,7 +550,7 @@ pub struct LogRows {
     audit: AuditColumns,
     json: [StringBuilder; 2],
     dropped: Int64Builder,
-    redactions: RedactionColumn,
+    redactions: CountsColumn,
     scratch: Vec<u8>,
 }
 
@@ -559,7 +568,7 @@ impl Default for LogRows {
             audit: AuditColumns::default(),
             json: Default::default(),
             dropped: Int64Builder::new(),
-            redactions: RedactionColumn::default(),
+            redactions: CountsColumn::default(),
             scratch: Vec::new(),
         }
     }
@@ -602,7 +611,7 @@ impl LogRows {
         res_json.append_value(json_text(&r.resource.attributes, &mut self.scratch));
         attr_json.append_value(json_text(&r.attributes, &mut self.scratch));
         self.dropped.append_value(i64::from(r.dropped_attributes));
-        self.redactions.append(&r.redactions)?;
+        self.redactions.append_redactions(&r.redactions)?;
         self.len += 1;
         Ok(())
     }
@@ -694,7 +703,7 @@ pub struct RequestRows {
     summary_version: Int32Builder,
     /// span_count … tool_calls, in schema order.
     counts_before_tools: [Int64Builder; 4],
-    tool_calls_by_tool: RedactionColumn,
+    tool_calls_by_tool: CountsColumn,
     /// downstream_calls … cache_creation_tokens.
     counts_after_tools: [Int64Builder; 5],
     cost_usd: Float64Builder,
@@ -722,7 +731,7 @@ impl Default for RequestRows {
             completeness: StringBuilder::new(),
             summary_version: Int32Builder::new(),
             counts_before_tools: Default::default(),
-            tool_calls_by_tool: RedactionColumn::default(),
+            tool_calls_by_tool: CountsColumn::default(),
             counts_after_tools: Default::default(),
             cost_usd: Float64Builder::new(),
             unpriced_model_turns: Int64Builder::new(),
@@ -770,11 +779,11 @@ impl RequestRows {
         orphans.append_value(count(r.orphan_count));
         turns.append_value(count(r.model_turns));
         tools.append_value(count(r.tool_calls));
-        for (tool, n) in &r.tool_calls_by_tool {
-            self.tool_calls_by_tool.0.keys().append_value(tool);
-            self.tool_calls_by_tool.0.values().append_value(count(*n));
-        }
-        self.tool_calls_by_tool.0.append(true)?;
+        self.tool_calls_by_tool.append(
+            r.tool_calls_by_tool
+                .iter()
+                .map(|(tool, n)| (tool.as_str(), count(*n))),
+        )?;
         let [downstream, input, output, cache_read, cache_creation] = &mut self.counts_after_tools;
         downstream.append_value(count(r.downstream_calls));
         input.append_value(r.input_tokens);

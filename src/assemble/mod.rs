@@ -131,6 +131,9 @@ struct Pending {
     versions: u32,
     /// Something arrived since the last summary.
     dirty: bool,
+    /// A span without a parent (the root) has arrived; kept here so the per-tick check does
+    /// not walk every span.
+    root_ended: bool,
 }
 
 impl Pending {
@@ -144,11 +147,8 @@ impl Pending {
             last_arrival_ms: now_ms,
             versions: 0,
             dirty: false,
+            root_ended: false,
         }
-    }
-
-    fn root_ended(&self) -> bool {
-        self.spans.values().any(|s| s.parent.is_none())
     }
 
     fn absorb(&mut self, other: Pending) {
@@ -158,6 +158,7 @@ impl Pending {
         self.last_arrival_ms = self.last_arrival_ms.max(other.last_arrival_ms);
         self.versions = self.versions.max(other.versions);
         self.dirty |= other.dirty;
+        self.root_ended |= other.root_ended;
     }
 }
 
@@ -228,6 +229,7 @@ impl Assembler {
                 continue;
             };
             p.last_arrival_ms = now_ms;
+            p.root_ended |= facts.parent.is_none();
             if p.spans.insert(facts.span_id, facts).is_some() {
                 self.stats.duplicate_spans += 1;
             } else {
@@ -279,7 +281,7 @@ impl Assembler {
                     }
                     None
                 }
-            } else if p.root_ended() && idle >= quiet {
+            } else if p.root_ended && idle >= quiet {
                 Some(Completeness::Complete)
             } else if age >= max_age {
                 Some(Completeness::TimedOut)
@@ -293,10 +295,13 @@ impl Assembler {
         for key in forget {
             self.forget(&key);
         }
-        // Keys forgotten or folded into another request leave stale entries behind.
-        let requests = &self.requests;
-        self.order.retain(|(_, k)| requests.contains_key(k));
-        out.sort_by(|a, b| (a.start_ns, &a.request_id).cmp(&(b.start_ns, &b.request_id)));
+        // Keys forgotten or folded into another request leave stale entries behind; sweep
+        // them once they are as many as the live ones, not on every tick.
+        if self.order.len() > 2 * self.requests.len() {
+            let requests = &self.requests;
+            self.order.retain(|(_, k)| requests.contains_key(k));
+        }
+        sort_summaries(&mut out);
         out
     }
 
@@ -307,7 +312,7 @@ impl Assembler {
         for (key, p) in &mut self.requests {
             let c = match (p.versions, p.dirty) {
                 // Shutdown comes before the quiet period could pass: an ended root is enough.
-                (0, _) if p.root_ended() => Completeness::Complete,
+                (0, _) if p.root_ended => Completeness::Complete,
                 (0, _) => Completeness::TimedOut,
                 (_, true) => Completeness::Amended,
                 (_, false) => continue,
@@ -318,7 +323,7 @@ impl Assembler {
         self.traces.clear();
         self.order.clear();
         self.spans_held = 0;
-        out.sort_by(|a, b| (a.start_ns, &a.request_id).cmp(&(b.start_ns, &b.request_id)));
+        sort_summaries(&mut out);
         out
     }
 
@@ -488,6 +493,11 @@ pub fn spawn(
             totals.request_rows = archive.close().request_rows;
             totals
         })
+}
+
+/// Summaries in the order they are written: by start, then request id.
+fn sort_summaries(out: &mut [RequestSummary]) {
+    out.sort_by(|a, b| (a.start_ns, &a.request_id).cmp(&(b.start_ns, &b.request_id)));
 }
 
 fn millis(d: Duration) -> u64 {

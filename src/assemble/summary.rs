@@ -354,7 +354,10 @@ pub fn summarize(
     };
     let mut traces = BTreeSet::new();
     // Decisions per span (its own, its events', its logs'), and per span-less log record.
-    let mut decisions: BTreeMap<Option<SpanId>, Vec<Decision>> = BTreeMap::new();
+    // One span is one decision however many places repeat it (the span, its events, log
+    // records about it); a log record about no span of the request stands alone.
+    let mut span_decisions: BTreeMap<SpanId, Decision> = BTreeMap::new();
+    let mut loose_decisions: Vec<&Decision> = Vec::new();
     let mut first_principal: Option<(i64, &str)> = None;
     let mut root_stop: Option<&str> = None;
     let mut latest_stop: Option<(i64, &str)> = None;
@@ -426,24 +429,19 @@ pub fn summarize(
             *claimed.get_or_insert(0.0) += c;
         }
         cancelled |= f.cancelled;
-        decisions
-            .entry(Some(f.span_id))
+        span_decisions
+            .entry(f.span_id)
             .or_default()
-            .push(f.decision.clone());
+            .merge(&f.decision);
     }
     for l in facts.logs.values() {
         traces.insert(l.trace_id);
         if l.error {
             s.errors += 1;
         }
-        // A record about a span adds to that span's decision; others stand alone.
-        let slot = match l.span_id {
-            Some(id) if spans.contains_key(&id) => Some(id),
-            _ => None,
-        };
-        match slot {
-            Some(_) => decisions.entry(slot).or_default().push(l.decision.clone()),
-            None => decisions.entry(None).or_default().push(l.decision.clone()),
+        match l.span_id.filter(|id| spans.contains_key(id)) {
+            Some(id) => span_decisions.entry(id).or_default().merge(&l.decision),
+            None => loose_decisions.push(&l.decision),
         }
         if let Some(r) = &l.stop_reason {
             if latest_stop.is_none_or(|(t, q)| (l.time_ns, &**r) > (t, q)) {
@@ -455,27 +453,14 @@ pub fn summarize(
         }
         cancelled |= l.cancelled;
     }
-    for (slot, list) in &decisions {
-        let merged: Vec<Decision> = match slot {
-            // One span is one decision however many places repeat it.
-            Some(_) => {
-                let mut d = Decision::default();
-                for x in list {
-                    d.merge(x);
-                }
-                vec![d]
-            }
-            None => list.clone(),
-        };
-        for d in merged {
-            match d.policy.as_deref() {
-                Some("deny") => s.denials += 1,
-                Some("require_confirmation") => s.confirmations_requested += 1,
-                _ => {}
-            }
-            if d.confirmation.as_deref() == Some("approved") {
-                s.confirmations_approved += 1;
-            }
+    for d in span_decisions.values().chain(loose_decisions) {
+        match d.policy.as_deref() {
+            Some("deny") => s.denials += 1,
+            Some("require_confirmation") => s.confirmations_requested += 1,
+            _ => {}
+        }
+        if d.confirmation.as_deref() == Some("approved") {
+            s.confirmations_approved += 1;
         }
     }
     if s.start_ns == i64::MAX {

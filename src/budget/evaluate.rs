@@ -6,6 +6,7 @@
 //! request budget when the request has been idle for `request_idle` (its counters only grow).
 //! The resolution carries the episode's `alarm_id`, so receivers can pair them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use sha2::{Digest, Sha256};
@@ -132,6 +133,26 @@ struct Context<'a> {
     now_ns: i64,
 }
 
+impl Context<'_> {
+    /// The alarm of `level` for this scope.
+    fn alarm(&self, id: &str, budget: &str, level: Level, observed: f64, limit: f64) -> Alarm {
+        Alarm {
+            time_ns: self.now_ns,
+            alarm_id: id.to_string(),
+            scope: self.scope,
+            scope_id: self.scope_id.to_string(),
+            tenant: self.tenant.to_string(),
+            budget: budget.to_string(),
+            level,
+            reason: reason(budget, level),
+            observed,
+            limit,
+            request_id: self.request_id.map(str::to_string),
+            trace_id: self.trace_id.map(str::to_string),
+        }
+    }
+}
+
 impl Track {
     /// Moves to the level `observed` reaches; the alarms that fire on the way.
     fn update(
@@ -145,20 +166,7 @@ impl Track {
     ) {
         let new = level_of(observed, limit, ratio);
         let fire = |level: Level, id: &str, out: &mut Vec<Alarm>| {
-            out.push(Alarm {
-                time_ns: ctx.now_ns,
-                alarm_id: id.to_string(),
-                scope: ctx.scope,
-                scope_id: ctx.scope_id.to_string(),
-                tenant: ctx.tenant.to_string(),
-                budget: budget.to_string(),
-                level,
-                reason: reason(budget, level),
-                observed,
-                limit,
-                request_id: ctx.request_id.map(str::to_string),
-                trace_id: ctx.trace_id.map(str::to_string),
-            })
+            out.push(ctx.alarm(id, budget, level, observed, limit))
         };
         match (self.level, new) {
             (Some(_), None) => {
@@ -184,20 +192,13 @@ impl Track {
     /// Resolves an active episode (the request is over).
     fn resolve(&mut self, budget: &str, observed: f64, ctx: &Context<'_>, out: &mut Vec<Alarm>) {
         if self.level.take().is_some() {
-            out.push(Alarm {
-                time_ns: ctx.now_ns,
-                alarm_id: self.alarm_id.clone(),
-                scope: ctx.scope,
-                scope_id: ctx.scope_id.to_string(),
-                tenant: ctx.tenant.to_string(),
-                budget: budget.to_string(),
-                level: Level::Resolved,
-                reason: reason(budget, Level::Resolved),
+            out.push(ctx.alarm(
+                &self.alarm_id,
+                budget,
+                Level::Resolved,
                 observed,
-                limit: self.limit,
-                request_id: ctx.request_id.map(str::to_string),
-                trace_id: ctx.trace_id.map(str::to_string),
-            });
+                self.limit,
+            ));
         }
     }
 }
@@ -343,8 +344,8 @@ impl BudgetEvaluator {
         if let Some(b) = span.audit.result_bytes {
             usage.result_bytes = usage.result_bytes.saturating_add(b.max(0) as u64);
         }
-        let limits = self.config.request_for(&span.tenant).clone();
-        check_request(usage, &limits, self.config.warning_ratio, now_ns, out);
+        let limits = self.config.request_for(&span.tenant);
+        check_request(usage, limits, self.config.warning_ratio, now_ns, out);
 
         // Windows of the tenant and the principal, at the span's end time.
         let principal = span.audit.principal_id.clone();
@@ -427,18 +428,10 @@ impl BudgetEvaluator {
             .collect();
         for key in done {
             if let Some(mut u) = self.requests.remove(&key) {
-                let ctx = Context {
-                    scope: Scope::Request,
-                    scope_id: &u.request_id,
-                    tenant: &u.tenant,
-                    request_id: Some(&u.request_id),
-                    trace_id: Some(&u.trace_id),
-                    now_ns,
-                };
-                let observed = request_observed(&u);
-                for (budget, track) in &mut u.tracks {
-                    let value = observed.get(budget.as_str()).copied().unwrap_or(0.0);
-                    track.resolve(budget, value, &ctx, &mut out);
+                let mut tracks = std::mem::take(&mut u.tracks);
+                let ctx = u.context(now_ns);
+                for (budget, track) in &mut tracks {
+                    track.resolve(budget, u.observed(budget), &ctx, &mut out);
                 }
             }
         }
@@ -469,27 +462,64 @@ impl BudgetEvaluator {
     }
 }
 
-/// A request's usage per budget name (for the checks and for resolutions).
-fn request_observed(u: &RequestUsage) -> HashMap<String, f64> {
-    let mut m = HashMap::new();
-    m.insert("model_turns".to_string(), u.model_turns as f64);
-    m.insert("tool_calls".to_string(), u.tool_calls as f64);
-    m.insert("input_tokens".to_string(), u.input_tokens as f64);
-    m.insert("output_tokens".to_string(), u.output_tokens as f64);
-    m.insert("cost_usd".to_string(), u.cost_usd);
-    m.insert("result_bytes".to_string(), u.result_bytes as f64);
-    m.insert(
-        "repeated_calls".to_string(),
-        u.repeats.values().copied().max().unwrap_or(0) as f64,
-    );
-    m.insert(
-        "wall_time".to_string(),
-        u.end_ns.saturating_sub(u.start_ns).max(0) as f64 / 1e9,
-    );
-    for (tool, n) in &u.by_tool {
-        m.insert(format!("tool_calls:{tool}"), *n as f64);
+impl RequestUsage {
+    /// Usage of one request budget, by name (`tool_calls:<tool>` for one tool).
+    fn observed(&self, budget: &str) -> f64 {
+        match budget {
+            "model_turns" => self.model_turns as f64,
+            "tool_calls" => self.tool_calls as f64,
+            "input_tokens" => self.input_tokens as f64,
+            "output_tokens" => self.output_tokens as f64,
+            "cost_usd" => self.cost_usd,
+            "result_bytes" => self.result_bytes as f64,
+            "repeated_calls" => self.repeats.values().copied().max().unwrap_or(0) as f64,
+            "wall_time" => self.end_ns.saturating_sub(self.start_ns).max(0) as f64 / 1e9,
+            other => other
+                .strip_prefix("tool_calls:")
+                .and_then(|tool| self.by_tool.get(tool))
+                .map_or(0.0, |n| *n as f64),
+        }
     }
-    m
+
+    /// Who an alarm about this request names.
+    fn context(&self, now_ns: i64) -> Context<'_> {
+        Context {
+            scope: Scope::Request,
+            scope_id: &self.request_id,
+            tenant: &self.tenant,
+            request_id: Some(&self.request_id),
+            trace_id: Some(&self.trace_id),
+            now_ns,
+        }
+    }
+}
+
+/// The request budgets that are on, by name, with their limits.
+fn request_limits(limits: &RequestBudgets) -> Vec<(Cow<'static, str>, f64)> {
+    let fixed = [
+        ("model_turns", limits.model_turns as f64),
+        ("tool_calls", limits.tool_calls as f64),
+        ("repeated_calls", limits.repeated_calls as f64),
+        ("input_tokens", limits.input_tokens as f64),
+        ("output_tokens", limits.output_tokens as f64),
+        ("cost_usd", limits.cost_usd),
+        ("result_bytes", limits.result_bytes as f64),
+        (
+            "wall_time",
+            limits.wall_time.map_or(0.0, |w| w.0.as_secs_f64()),
+        ),
+    ];
+    fixed
+        .into_iter()
+        .map(|(name, limit)| (Cow::Borrowed(name), limit))
+        .chain(
+            limits
+                .tool_calls_by_tool
+                .iter()
+                .map(|(tool, limit)| (Cow::Owned(format!("tool_calls:{tool}")), *limit as f64)),
+        )
+        .filter(|(_, limit)| *limit > 0.0)
+        .collect()
 }
 
 fn check_request(
@@ -499,41 +529,18 @@ fn check_request(
     now_ns: i64,
     out: &mut Vec<Alarm>,
 ) {
-    let observed = request_observed(u);
-    let mut budgets: Vec<(String, f64)> = vec![
-        ("model_turns".into(), limits.model_turns as f64),
-        ("tool_calls".into(), limits.tool_calls as f64),
-        ("repeated_calls".into(), limits.repeated_calls as f64),
-        ("input_tokens".into(), limits.input_tokens as f64),
-        ("output_tokens".into(), limits.output_tokens as f64),
-        ("cost_usd".into(), limits.cost_usd),
-        ("result_bytes".into(), limits.result_bytes as f64),
-        (
-            "wall_time".into(),
-            limits.wall_time.map_or(0.0, |w| w.0.as_secs_f64()),
-        ),
-    ];
-    for (tool, limit) in &limits.tool_calls_by_tool {
-        budgets.push((format!("tool_calls:{tool}"), *limit as f64));
-    }
-    let ctx = Context {
-        scope: Scope::Request,
-        scope_id: &u.request_id,
-        tenant: &u.tenant,
-        request_id: Some(&u.request_id),
-        trace_id: Some(&u.trace_id),
-        now_ns,
-    };
-    for (budget, limit) in budgets {
-        if limit <= 0.0 {
-            continue;
+    let mut tracks = std::mem::take(&mut u.tracks);
+    let ctx = u.context(now_ns);
+    for (budget, limit) in request_limits(limits) {
+        let value = u.observed(&budget);
+        if !tracks.contains_key(&*budget) {
+            tracks.insert(budget.to_string(), Track::default());
         }
-        let value = observed.get(&budget).copied().unwrap_or(0.0);
-        u.tracks
-            .entry(budget.clone())
-            .or_default()
-            .update(&budget, value, limit, ratio, &ctx, out);
+        if let Some(track) = tracks.get_mut(&*budget) {
+            track.update(&budget, value, limit, ratio, &ctx, out);
+        }
     }
+    u.tracks = tracks;
 }
 
 #[cfg(test)]

@@ -248,7 +248,7 @@ const DETECTORS: &[D] = &[
 ];
 
 /// Rules for personal data: a repeated digit there is still a number, not a placeholder.
-const PERSONAL_DATA: &[&str] = &[
+pub const PERSONAL_DATA: &[&str] = &[
     "email_address",
     "phone_number_international",
     "phone_number_north_american",

@@ -140,6 +140,8 @@ pub struct Redactor {
     pub max_value_bytes: usize,
     /// Some key-rule glob has no literal part, so any text may hold a key it covers.
     every_text_may_hold_rule_key: bool,
+    /// Some detector runs only under certain keys.
+    key_scoped_detectors: bool,
     /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
     key_cache: std::sync::RwLock<std::collections::HashMap<String, KeyVerdict>>,
 }
@@ -239,6 +241,7 @@ impl Redactor {
             // No literal for some glob (`*`): any text may hold a key that rule covers.
             every_text_may_hold_rule_key: key_literals.is_none()
                 && key_rules.iter().any(|r| !r.globs.is_empty()),
+            key_scoped_detectors: detectors.iter().any(|d| !d.keys.is_empty()),
             set,
             detectors,
             prefilter,
@@ -291,16 +294,6 @@ impl Redactor {
         verdict
     }
 
-    /// False only when no key in `text` can be covered by a key rule (a cheap test that lets
-    /// clean JSON skip parsing).
-    pub fn may_hold_rule_key(&self, text: &str) -> bool {
-        self.every_text_may_hold_rule_key
-            || self.prefilter.as_ref().is_some_and(|ac| {
-                ac.find_overlapping_iter(text)
-                    .any(|m| self.keyword_owner[m.pattern().as_usize()] == KEY_LITERAL)
-            })
-    }
-
     /// For the clean-JSON test: `None` when `text` may hold a key a key rule covers (it must
     /// be parsed), else every finding — one keyword pass answers both.
     pub fn scan_unless_rule_key(&self, text: &str, key: Option<&str>) -> Option<Vec<Finding>> {
@@ -313,7 +306,7 @@ impl Redactor {
     /// True when some detector runs only under certain keys (then JSON text must be parsed
     /// to know which values those are).
     pub fn has_key_scoped_detectors(&self) -> bool {
-        self.detectors.iter().any(|d| !d.keys.is_empty())
+        self.key_scoped_detectors
     }
 
     /// True when the key is on the allowlist and its value is never touched.

@@ -266,7 +266,8 @@ impl ProtectReport {
 /// Quarantine reason of an item whose protection failed; it is dropped, never stored raw.
 pub const QUARANTINE_FAILED: &str = "protect_failed";
 
-fn add_hits(into: &mut Redactions, from: &Redactions) {
+/// Adds one item's rule counts to a running total.
+pub(crate) fn add_hits(into: &mut Redactions, from: &Redactions) {
     for (rule, n) in from {
         *into.entry(rule.clone()).or_insert(0) += n;
     }

@@ -114,9 +114,7 @@ fn redact_base64(
             out.push_str(&s[last..m.start()]);
             out.push_str(&format!("[REDACTED:{BASE64_RULE}]"));
             last = m.end();
-            for (rule, n) in inner {
-                *hits.entry(rule).or_insert(0) += n;
-            }
+            super::add_hits(hits, &inner);
             count(hits, BASE64_RULE);
         }
     }
@@ -457,30 +455,25 @@ fn redact_json_under(
             let mut changed = false;
             let mut dropped = Vec::new();
             for (k, val) in map.iter_mut() {
-                if r.is_allowed_key(k) {
-                    continue;
-                }
-                if let Some(rule) = r.key_rule(k).filter(|rule| rule.fires_on(val.as_str())) {
-                    if val.is_null() || val.as_str().is_some_and(str::is_empty) {
-                        continue;
+                let empty = val.is_null() || val.as_str().is_some_and(str::is_empty);
+                let original = || match &*val {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                match key_rule_outcome(r, k, val.as_str(), empty, original, hits, depth) {
+                    KeyRuleOutcome::Scan => {
+                        changed |= redact_json_under(r, val, hits, depth + 1, Some(k));
                     }
-                    count(hits, &rule.id);
-                    changed = true;
-                    match rule.action {
-                        Action::Drop => dropped.push(k.clone()),
-                        action => {
-                            let original = match &*val {
-                                Value::String(s) => s.clone(),
-                                other => other.to_string(),
-                            };
-                            *val = Value::String(key_rule_value(
-                                r, rule, action, original, hits, depth,
-                            ));
-                        }
+                    KeyRuleOutcome::Keep => {}
+                    KeyRuleOutcome::Drop => {
+                        dropped.push(k.clone());
+                        changed = true;
                     }
-                    continue;
+                    KeyRuleOutcome::Replace(text) => {
+                        *val = Value::String(text);
+                        changed = true;
+                    }
                 }
-                changed |= redact_json_under(r, val, hits, depth + 1, Some(k));
             }
             for k in dropped {
                 map.remove(&k);
@@ -488,6 +481,46 @@ fn redact_json_under(
             changed
         }
         Value::Bool(_) | Value::Null => false,
+    }
+}
+
+/// What the key rules do with the value of one attribute or JSON key.
+enum KeyRuleOutcome {
+    /// No rule fires: scan the value as usual.
+    Scan,
+    /// Leave the value as it is: the key is allowed, or a rule fires on an empty value.
+    Keep,
+    /// Remove the key.
+    Drop,
+    /// Put this in the value's place.
+    Replace(String),
+}
+
+/// Applies the key rule that covers `key`, if one fires on `value` (its text, when it is a
+/// string); `original` renders the whole value for rules that replace it.
+fn key_rule_outcome(
+    r: &Redactor,
+    key: &str,
+    value: Option<&str>,
+    empty: bool,
+    original: impl FnOnce() -> String,
+    hits: &mut Redactions,
+    depth: usize,
+) -> KeyRuleOutcome {
+    // An allowed key's value is never touched.
+    if r.is_allowed_key(key) {
+        return KeyRuleOutcome::Keep;
+    }
+    let Some(rule) = r.key_rule(key).filter(|rule| rule.fires_on(value)) else {
+        return KeyRuleOutcome::Scan;
+    };
+    if empty {
+        return KeyRuleOutcome::Keep;
+    }
+    count(hits, &rule.id);
+    match rule.action {
+        Action::Drop => KeyRuleOutcome::Drop,
+        action => KeyRuleOutcome::Replace(key_rule_value(r, rule, action, original(), hits, depth)),
     }
 }
 
@@ -520,27 +553,17 @@ pub fn redact_attributes(
 ) {
     let mut dropped = Vec::new();
     for (i, (key, value)) in attrs.0.iter_mut().enumerate() {
-        if r.is_allowed_key(key) {
-            continue;
+        let empty = matches!(value, AttrValue::Empty) || value.as_str().is_some_and(str::is_empty);
+        let original = || match &*value {
+            AttrValue::Str(s) => s.clone(),
+            other => serde_json::to_string(other).unwrap_or_default(),
+        };
+        match key_rule_outcome(r, key, value.as_str(), empty, original, hits, depth) {
+            KeyRuleOutcome::Scan => redact_value_under(r, value, hits, depth + 1, Some(key)),
+            KeyRuleOutcome::Keep => {}
+            KeyRuleOutcome::Drop => dropped.push(i),
+            KeyRuleOutcome::Replace(text) => *value = AttrValue::Str(text),
         }
-        if let Some(rule) = r.key_rule(key).filter(|rule| rule.fires_on(value.as_str())) {
-            if matches!(value, AttrValue::Empty) || value.as_str().is_some_and(str::is_empty) {
-                continue;
-            }
-            count(hits, &rule.id);
-            match rule.action {
-                Action::Drop => dropped.push(i),
-                action => {
-                    let original = match &*value {
-                        AttrValue::Str(s) => s.clone(),
-                        other => serde_json::to_string(other).unwrap_or_default(),
-                    };
-                    *value = AttrValue::Str(key_rule_value(r, rule, action, original, hits, depth));
-                }
-            }
-            continue;
-        }
-        redact_value_under(r, value, hits, depth + 1, Some(key));
     }
     for i in dropped.into_iter().rev() {
         attrs.0.remove(i);

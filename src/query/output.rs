@@ -25,6 +25,22 @@ fn output_error(e: impl std::fmt::Display) -> QueryError {
     QueryError::Output(e.to_string())
 }
 
+/// The rows as one JSON array of objects (`[]` when there are none; Arrow's writer would
+/// write nothing).
+pub fn json_array(batches: &[RecordBatch]) -> Result<Vec<u8>, QueryError> {
+    let mut writer = datafusion::arrow::json::ArrayWriter::new(Vec::new());
+    for b in batches {
+        writer.write(b).map_err(output_error)?;
+    }
+    writer.finish().map_err(output_error)?;
+    let bytes = writer.into_inner();
+    Ok(if bytes.is_empty() {
+        b"[]".to_vec()
+    } else {
+        bytes
+    })
+}
+
 /// Writes the batches in `format`.
 pub fn write(
     out: &mut impl Write,
@@ -44,19 +60,8 @@ pub fn write(
             }
         }
         Format::Json => {
-            let mut writer = datafusion::arrow::json::ArrayWriter::new(Vec::new());
-            for b in batches {
-                writer.write(b).map_err(output_error)?;
-            }
-            writer.finish().map_err(output_error)?;
-            let bytes = writer.into_inner();
-            // An empty result is written as `[]`, not as nothing.
-            if bytes.is_empty() {
-                writeln!(out, "[]").map_err(output_error)?;
-            } else {
-                out.write_all(&bytes).map_err(output_error)?;
-                writeln!(out).map_err(output_error)?;
-            }
+            out.write_all(&json_array(batches)?).map_err(output_error)?;
+            writeln!(out).map_err(output_error)?;
         }
         Format::Csv => {
             let mut writer = datafusion::arrow::csv::WriterBuilder::new()

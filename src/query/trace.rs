@@ -43,21 +43,8 @@ pub struct Node {
 
 async fn rows(ctx: &SessionContext, sql: &str) -> Result<Vec<Map<String, Value>>, QueryError> {
     let (_, batches) = run(ctx, sql, |_| {}).await?;
-    let mut writer = datafusion::arrow::json::ArrayWriter::new(Vec::new());
-    for b in &batches {
-        writer
-            .write(b)
-            .map_err(|e| QueryError::Output(e.to_string()))?;
-    }
-    writer
-        .finish()
+    let values: Vec<Value> = serde_json::from_slice(&super::output::json_array(&batches)?)
         .map_err(|e| QueryError::Output(e.to_string()))?;
-    let bytes = writer.into_inner();
-    if bytes.is_empty() {
-        return Ok(Vec::new());
-    }
-    let values: Vec<Value> =
-        serde_json::from_slice(&bytes).map_err(|e| QueryError::Output(e.to_string()))?;
     Ok(values
         .into_iter()
         .filter_map(|v| match v {
@@ -121,11 +108,13 @@ pub async fn find(
             ),
         )
         .await?;
+        // The id is a trace: its request, or the trace itself (a request named by its
+        // lowercase hex id) when no span of it names one.
         if let Some(row) = hit.first() {
             tenant = text(row, "tenant");
-            if let Some(r) = text(row, "request_id").filter(|r| !r.is_empty()) {
-                request_id = r;
-            }
+            request_id = text(row, "request_id")
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| id.to_ascii_lowercase());
         }
     }
     let summary = rows(
@@ -197,7 +186,7 @@ pub async fn find(
     let spans = rows(
         ctx,
         &format!(
-            "SELECT trace_id, span_id, parent_span_id, request_id, service_name, span_class, name, \
+            "SELECT trace_id, span_id, parent_span_id, service_name, span_class, name, \
              CAST(start_time AS BIGINT) AS start_ns, duration_ns, status_code, status_message, \
              provider, COALESCE(response_model, request_model) AS model, input_tokens, \
              output_tokens, cache_read_input_tokens, tool_name, tool_call_id, tool_arguments, \
@@ -226,21 +215,11 @@ pub async fn find(
         .unwrap_or(0);
     Ok(RequestView {
         summary,
-        request_id: if request_id == id && !is_request(&spans, id) && is_trace_id(id) {
-            id.to_ascii_lowercase()
-        } else {
-            request_id
-        },
+        request_id,
         trace_ids,
         roots: tree(spans, logs),
         start_ns,
     })
-}
-
-fn is_request(spans: &[Map<String, Value>], id: &str) -> bool {
-    spans
-        .iter()
-        .any(|s| text(s, "request_id").as_deref() == Some(id))
 }
 
 /// Builds the tree: children under parents, a span whose parent is absent is a root.
