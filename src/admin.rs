@@ -1,38 +1,121 @@
-//! Admin HTTP: `/healthz`, `/readyz` and `/metrics` (Prometheus text format).
+//! Admin HTTP: `/healthz`, `/readyz`, `/metrics` (Prometheus text format) and
+//! `GET /v1/budgets[?tenant=T]` (current usage and limits as JSON).
 //!
 //! `/healthz` answers 200 while the process serves at all; `/readyz` answers 200 only while
 //! the daemon accepts data (not during start-up or shutdown), so a load balancer can drain it.
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use std::collections::BTreeMap;
+use std::sync::PoisonError;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::budget::evaluate::{BudgetEvaluator, BudgetUsage};
+use crate::budget::SharedEvaluator;
 use crate::metrics::Metrics;
 
 /// Content type of the exposition `prometheus-client` writes.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// What the admin handlers read.
+#[derive(Clone)]
+pub struct AdminState {
+    /// Metrics and readiness.
+    pub metrics: Arc<Metrics>,
+    /// The budget evaluator.
+    pub budgets: SharedEvaluator,
+}
+
 /// The admin routes.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(metrics)
+        .route("/v1/budgets", get(budgets))
+        .with_state(state)
 }
 
-async fn readyz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-    if m.is_ready() {
+async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+    if s.metrics.is_ready() {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
     }
 }
 
-async fn metrics_text(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, OPENMETRICS)], m.render())
+async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, OPENMETRICS)], s.metrics.render())
+}
+
+/// `?tenant=T`.
+#[derive(Debug, Deserialize)]
+struct BudgetQuery {
+    tenant: Option<String>,
+}
+
+async fn budgets(
+    State(s): State<AdminState>,
+    Query(q): Query<BudgetQuery>,
+) -> axum::response::Response {
+    let evaluator = Arc::clone(&s.budgets);
+    let tenant = q.tenant;
+    // The evaluator's lock is shared with the budget thread: take it off the async workers.
+    let body = tokio::task::spawn_blocking(move || {
+        let mut e = evaluator.lock().unwrap_or_else(PoisonError::into_inner);
+        budget_report(&mut e, tenant.as_deref(), crate::budget::now_ns())
+    })
+    .await;
+    match body {
+        Ok(v) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            format!("{v}\n"),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "budget state unavailable\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Usage and limits, by tenant: every tenant with usage, or the one asked for (with its
+/// limits even when it has used nothing yet).
+pub fn budget_report(e: &mut BudgetEvaluator, tenant: Option<&str>, now_ns: i64) -> Value {
+    let mut by_tenant: BTreeMap<String, Vec<BudgetUsage>> = BTreeMap::new();
+    if let Some(t) = tenant {
+        by_tenant.insert(t.to_string(), Vec::new());
+    }
+    for (t, u) in e.usage(tenant, now_ns) {
+        by_tenant.entry(t).or_default().push(u);
+    }
+    let config = e.config();
+    let tenants: Vec<Value> = by_tenant
+        .into_iter()
+        .map(|(t, usage)| {
+            json!({
+                "tenant": t,
+                "limits": {
+                    "request": config.request_for(&t),
+                    "tenant": config.tenant_for(&t),
+                    "principal": config.principal_for(&t),
+                },
+                "usage": usage,
+            })
+        })
+        .collect();
+    json!({
+        "time_unix_nano": now_ns,
+        "warning_ratio": config.warning_ratio,
+        "tenants": tenants,
+    })
 }

@@ -34,6 +34,8 @@ pub struct Config {
     pub redaction: crate::protect::rules::RedactionConfig,
     /// The key for idempotency-key and `hash`-action HMACs.
     pub hashing: crate::protect::HashingConfig,
+    /// Budgets, alarms and their delivery.
+    pub budget: crate::budget::config::BudgetConfig,
     /// The daemon's own logs.
     pub log: LogConfig,
 }
@@ -277,6 +279,10 @@ impl Config {
             origin: "assemble.prices_file".into(),
             message: e.to_string(),
         })?;
+        self.budget.validate().map_err(|e| ConfigError::Invalid {
+            origin: "configuration".into(),
+            message: e.to_string(),
+        })?;
         let l = &self.listen;
         let named = [
             ("listen.otlp_grpc", l.otlp_grpc),
@@ -301,6 +307,23 @@ impl Config {
     /// The configuration as TOML, every key present.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+
+    /// The configuration as TOML for people to read: webhook header values and URL passwords
+    /// (usually credentials) are masked.
+    pub fn to_display_toml(&self) -> String {
+        let mut shown = self.clone();
+        for w in &mut shown.budget.webhooks {
+            for v in w.headers.values_mut() {
+                *v = "<masked>".into();
+            }
+            if let Ok(mut url) = reqwest::Url::parse(&w.url) {
+                if url.password().is_some() && url.set_password(Some("masked")).is_ok() {
+                    w.url = url.to_string();
+                }
+            }
+        }
+        shown.to_toml()
     }
 }
 

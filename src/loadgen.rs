@@ -53,6 +53,23 @@ pub struct LoadgenOptions {
     pub concurrency: usize,
     /// Agent runs per export call (an SDK batch processor sends up to 512 spans at once).
     pub batch: u64,
+    /// What the agent runs look like.
+    pub profile: Profile,
+}
+
+/// The shape of the generated agent runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Profile {
+    /// Well-behaved runs: 2–4 model turns, 1–2 tool calls between turns, realistic payloads.
+    #[default]
+    Normal,
+    /// Runs that break the per-request budgets, cycling through four kinds by run number n:
+    /// n % 4 = 0 a model-turn loop (30 turns of 1,000 input and 100 output tokens); 1 a tool
+    /// loop (one turn, then 60 identical `search_orders` calls, 1,000 result bytes each); 2 a
+    /// slow run (11 minutes from first to last span, ending now); 3 a token burn (3 turns of
+    /// 40,000 input and 4,000 output tokens of gpt-4o, and one `export_report` call declaring
+    /// 5,000,000 result bytes).
+    Runaway,
 }
 
 /// Why loadgen could not run.
@@ -417,6 +434,7 @@ struct Generator {
     rng: StdRng,
     seed: u64,
     base_ns: u64,
+    profile: Profile,
 }
 
 impl Generator {
@@ -504,6 +522,179 @@ impl Generator {
     }
 
     fn run(&mut self, n: u64, tenants: u32) -> AgentRun {
+        match self.profile {
+            Profile::Normal => self.normal_run(n, tenants),
+            Profile::Runaway => self.runaway_run(n, tenants),
+        }
+    }
+
+    /// One model turn of the runaway profile.
+    fn runaway_turn(&mut self, t: &RunawayRun, start: u64, input: i64, output: i64) -> Span {
+        self.span(
+            &t.trace_id,
+            &t.root_id,
+            "chat gpt-4o".into(),
+            SpanKind::Client,
+            start,
+            500_000_000,
+            vec![
+                s("gen_ai.operation.name", "chat"),
+                s("gen_ai.provider.name", "openai"),
+                s("gen_ai.request.model", "gpt-4o"),
+                i("gen_ai.usage.input_tokens", input),
+                i("gen_ai.usage.output_tokens", output),
+                s("executor.request_id", t.request_id.clone()),
+            ],
+            false,
+        )
+    }
+
+    /// One tool call of the runaway profile.
+    fn runaway_tool(
+        &mut self,
+        t: &RunawayRun,
+        start: u64,
+        tool: &str,
+        args: &str,
+        result_bytes: i64,
+    ) -> Span {
+        self.span(
+            &t.trace_id,
+            &t.root_id,
+            format!("execute_tool {tool}"),
+            SpanKind::Internal,
+            start,
+            50_000_000,
+            vec![
+                s("gen_ai.operation.name", "execute_tool"),
+                s("gen_ai.tool.name", tool),
+                s("gen_ai.tool.call.arguments", args),
+                s("executor.request_id", t.request_id.clone()),
+                s("executor.principal_id", t.principal.clone()),
+                s("executor.policy_decision", "allow"),
+                s("executor.result_code", "ok"),
+                i("executor.result_bytes", result_bytes),
+            ],
+            false,
+        )
+    }
+
+    fn runaway_run(&mut self, n: u64, tenants: u32) -> AgentRun {
+        const SEC: u64 = 1_000_000_000;
+        let t = RunawayRun {
+            tenant: format!("tenant-{}", n % u64::from(tenants)),
+            principal: format!("user-{}", n % 7),
+            request_id: format!("req-{}-{n:08}", self.seed),
+            trace_id: self.id::<16>(),
+            root_id: self.id::<8>(),
+        };
+        // Every run ends by base time, so no span lies in the future.
+        let (start, kind) = match n % 4 {
+            2 => (self.base_ns - 660 * SEC, "slow"),
+            0 => (self.base_ns - 40 * SEC, "turn_loop"),
+            1 => (self.base_ns - 40 * SEC, "tool_loop"),
+            _ => (self.base_ns - 40 * SEC, "token_burn"),
+        };
+        let mut spans = Vec::new();
+        let mut at = start + SEC / 100;
+        match kind {
+            "turn_loop" => {
+                for _ in 0..30 {
+                    spans.push(self.runaway_turn(&t, at, 1_000, 100));
+                    at += SEC;
+                }
+            }
+            "tool_loop" => {
+                spans.push(self.runaway_turn(&t, at, 1_000, 100));
+                for k in 0..60 {
+                    at += SEC / 2;
+                    // The same call, spelled differently every other time.
+                    let args = if k % 2 == 0 {
+                        r#"{"query":"where is order 1234","page":1}"#
+                    } else {
+                        r#"{ "page": 1.0, "query": "where is order 1234" }"#
+                    };
+                    spans.push(self.runaway_tool(&t, at, "search_orders", args, 1_000));
+                }
+            }
+            "slow" => {
+                spans.push(self.runaway_turn(&t, at, 1_000, 100));
+                spans.push(self.runaway_tool(&t, at + SEC, "get_customer", r#"{"id":7}"#, 300));
+                spans.push(self.runaway_turn(&t, start + 659 * SEC, 1_000, 100));
+            }
+            _ => {
+                for _ in 0..3 {
+                    spans.push(self.runaway_turn(&t, at, 40_000, 4_000));
+                    at += SEC;
+                }
+                spans.push(self.runaway_tool(
+                    &t,
+                    at,
+                    "export_report",
+                    r#"{"format":"csv"}"#,
+                    5_000_000,
+                ));
+            }
+        }
+        let end = spans
+            .iter()
+            .map(|s| s.end_time_unix_nano)
+            .max()
+            .unwrap_or(start)
+            + SEC / 100;
+        let root = Span {
+            trace_id: t.trace_id.clone(),
+            span_id: t.root_id.clone(),
+            name: "invoke_agent support-agent".into(),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            attributes: vec![
+                s("gen_ai.operation.name", "invoke_agent"),
+                s("gen_ai.agent.name", "support-agent"),
+                s("executor.request_id", t.request_id.clone()),
+                s("executor.principal_id", t.principal.clone()),
+                s("executor.stop_reason", kind),
+            ],
+            ..Default::default()
+        };
+        // The root ends last: it goes last, as an SDK would send it.
+        spans.push(root);
+        let counts = RunCounts {
+            runs: 1,
+            agent: 1,
+            model: spans.iter().filter(|s| s.name.starts_with("chat")).count() as u64,
+            tool: spans
+                .iter()
+                .filter(|s| s.name.starts_with("execute_tool"))
+                .count() as u64,
+            ..Default::default()
+        };
+        let expected = expected_summary(&t.request_id, &t.tenant, &t.principal, &spans, &[]);
+        let traces = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(resource("agent-executor", &t.tenant)),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "executor".into(),
+                        version: "0.9.0".into(),
+                        ..Default::default()
+                    }),
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        AgentRun {
+            traces,
+            logs: ExportLogsServiceRequest::default(),
+            expected,
+            counts,
+        }
+    }
+
+    fn normal_run(&mut self, n: u64, tenants: u32) -> AgentRun {
         let tenant = format!("tenant-{}", n % u64::from(tenants));
         let principal = format!("user-{}", self.rng.random_range(0..50u32));
         let request_id = format!("req-{}-{n:08}", self.seed);
@@ -807,12 +998,22 @@ impl Generator {
     }
 }
 
+/// Ids of one runaway run.
+struct RunawayRun {
+    tenant: String,
+    principal: String,
+    request_id: String,
+    trace_id: Vec<u8>,
+    root_id: Vec<u8>,
+}
+
 /// Generates the `n`th..`n+count` agent runs for a seed (for tests and benchmarks).
 pub fn generate(seed: u64, tenants: u32, base_ns: u64, count: u64) -> Vec<AgentRun> {
     let mut g = Generator {
         rng: StdRng::seed_from_u64(seed),
         seed,
         base_ns,
+        profile: Profile::Normal,
     };
     (0..count).map(|n| g.run(n, tenants.max(1))).collect()
 }
@@ -952,6 +1153,7 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
         rng: StdRng::seed_from_u64(opts.seed),
         seed: opts.seed,
         base_ns,
+        profile: opts.profile,
     };
     let started = Instant::now();
     let permits = Arc::new(Semaphore::new(opts.concurrency));

@@ -158,6 +158,10 @@ struct LoadgenArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// What the runs look like: `normal`, or `runaway` (runs that break the default
+    /// per-request budgets: turn loops, tool loops, slow runs, token burns).
+    #[arg(long, value_enum, default_value_t = toolwatch::loadgen::Profile::Normal)]
+    profile: toolwatch::loadgen::Profile,
 }
 
 fn main() -> ExitCode {
@@ -436,7 +440,7 @@ fn serve(args: ServeArgs) -> ExitCode {
 fn check_config(args: ConfigArg) -> ExitCode {
     match load_config(&args).and_then(|c| c.validate().map(|()| c)) {
         Ok(c) => {
-            print!("{}", c.to_toml());
+            print!("{}", c.to_display_toml());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -465,6 +469,7 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
         seed: args.seed,
         concurrency: args.concurrency.max(1),
         batch: args.batch.max(1),
+        profile: args.profile,
     };
     let runtime = match runtime() {
         Ok(r) => r,

@@ -3,7 +3,9 @@
 //! Every label value here is one of a fixed set spelled in this file (transport, signal,
 //! table, reason); none comes from a payload, so no payload value can reach `/metrics`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -111,6 +113,193 @@ pub struct Metrics {
     assemble_spans: Gauge,
     redactions: Family<[(&'static str, String); 1], Counter>,
     quarantined: Family<Labels2, Counter>,
+    /// Budget usage, alarms and spend.
+    pub budget: BudgetMetrics,
+}
+
+type Owned1 = [(&'static str, String); 1];
+type Owned2 = [(&'static str, String); 2];
+type Owned3 = [(&'static str, String); 3];
+type Owned4 = [(&'static str, String); 4];
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Distinct (tenant, tool) label pairs before further tools are counted as `_other`: a tool
+/// name comes from the payload, and a label set per name must not grow without bound.
+const MAX_TOOL_SERIES: usize = 10_000;
+
+/// The budget stage's metrics. Labels carry only tenant, tool and budget names (and the
+/// configured names of delivery targets), never other payload values.
+#[derive(Default)]
+pub struct BudgetMetrics {
+    usage: Family<Owned3, FloatGauge>,
+    limit: Family<Owned3, FloatGauge>,
+    /// Usage series set by the last refresh, so series that went quiet drop to 0.
+    usage_series: Mutex<HashSet<Owned3>>,
+    alarms: Family<Owned4, Counter>,
+    tracked: Gauge,
+    tokens: Family<Owned2, Counter>,
+    cost: Family<Owned1, Counter<f64, AtomicU64>>,
+    turns: Family<Owned1, Counter>,
+    tool_calls: Family<Owned2, Counter>,
+    tool_series: Mutex<HashSet<(String, String)>>,
+    deliveries: Family<Owned2, Counter>,
+    delivery_queue: Family<Owned1, Gauge>,
+    skipped: Counter,
+}
+
+impl BudgetMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "budget_usage",
+            "Usage of a budget by tenant, scope and budget: a tenant's window; for scope request (principal), the highest among the tenant's active requests (principals)",
+            self.usage.clone(),
+        );
+        registry.register(
+            "budget_limit",
+            "Limit of a budget by tenant, scope and budget",
+            self.limit.clone(),
+        );
+        registry.register(
+            "budget_alarms",
+            "Budget alarms raised, by tenant, scope, budget and level (warning, limit, resolved)",
+            self.alarms.clone(),
+        );
+        registry.register(
+            "budget_skipped_batches",
+            "Batches the budget stage could not take because it was behind (their spans are archived but not counted against budgets)",
+            self.skipped.clone(),
+        );
+        registry.register(
+            "budget_tracked_requests",
+            "Requests whose budgets are being evaluated",
+            self.tracked.clone(),
+        );
+        registry.register(
+            "tenant_tokens",
+            "Model tokens by tenant and kind (input, output)",
+            self.tokens.clone(),
+        );
+        registry.register(
+            "tenant_cost_usd",
+            "Cost in US dollars computed from the price table, by tenant",
+            self.cost.clone(),
+        );
+        registry.register(
+            "tenant_model_turns",
+            "Model calls, by tenant",
+            self.turns.clone(),
+        );
+        registry.register(
+            "tool_calls",
+            "Tool calls by tenant and tool (tools past the series limit count as _other)",
+            self.tool_calls.clone(),
+        );
+        registry.register(
+            "alarm_deliveries",
+            "Alarm batches sent to a delivery target, by target and outcome (delivered, retried, failed, dropped)",
+            self.deliveries.clone(),
+        );
+        registry.register(
+            "alarm_delivery_queue",
+            "Alarms waiting for a delivery target",
+            self.delivery_queue.clone(),
+        );
+    }
+
+    /// A batch the budget stage could not take.
+    pub fn skipped(m: &Metrics) {
+        m.budget.skipped.inc();
+    }
+
+    /// An alarm was raised.
+    pub fn alarm(&self, tenant: &str, scope: &str, budget: &str, level: &str) {
+        self.alarms
+            .get_or_create(&[
+                ("tenant", tenant.to_string()),
+                ("scope", scope.to_string()),
+                ("budget", budget.to_string()),
+                ("level", level.to_string()),
+            ])
+            .inc();
+    }
+
+    /// Replaces the usage and limit gauges: `rows` are (tenant, scope, budget, usage, limit).
+    /// A series missing from `rows` that was set before drops to 0.
+    pub fn set_usage(&self, rows: &[(String, &'static str, String, f64, f64)], tracked: usize) {
+        let mut fresh = HashSet::with_capacity(rows.len());
+        for (tenant, scope, budget, usage, limit) in rows {
+            let labels = [
+                ("tenant", tenant.clone()),
+                ("scope", (*scope).to_string()),
+                ("budget", budget.clone()),
+            ];
+            self.usage.get_or_create(&labels).set(*usage);
+            self.limit.get_or_create(&labels).set(*limit);
+            fresh.insert(labels);
+        }
+        let mut last = self
+            .usage_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for gone in last.difference(&fresh) {
+            self.usage.get_or_create(gone).set(0.0);
+        }
+        *last = fresh;
+        self.tracked.set(tracked as i64);
+    }
+
+    /// What a tenant spent since the last call.
+    pub fn spend(&self, tenant: &str, t: &crate::budget::evaluate::TenantTotals) {
+        let tenant_label = || [("tenant", tenant.to_string())];
+        for (kind, n) in [("input", t.input_tokens), ("output", t.output_tokens)] {
+            if n > 0 {
+                self.tokens
+                    .get_or_create(&[("tenant", tenant.to_string()), ("kind", kind.to_string())])
+                    .inc_by(n);
+            }
+        }
+        if t.cost_usd > 0.0 {
+            self.cost.get_or_create(&tenant_label()).inc_by(t.cost_usd);
+        }
+        if t.model_turns > 0 {
+            self.turns
+                .get_or_create(&tenant_label())
+                .inc_by(t.model_turns);
+        }
+        let mut series = self
+            .tool_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (tool, n) in &t.tool_calls {
+            let key = (tenant.to_string(), tool.clone());
+            let label = if series.contains(&key) || series.len() < MAX_TOOL_SERIES {
+                series.insert(key);
+                tool.clone()
+            } else {
+                "_other".to_string()
+            };
+            self.tool_calls
+                .get_or_create(&[("tenant", tenant.to_string()), ("tool", label)])
+                .inc_by(*n);
+        }
+    }
+
+    /// A delivery outcome for a target (by its configured name).
+    pub fn delivery(&self, target: &str, outcome: &'static str, n: u64) {
+        self.deliveries
+            .get_or_create(&[
+                ("target", target.to_string()),
+                ("outcome", outcome.to_string()),
+            ])
+            .inc_by(n);
+    }
+
+    /// Alarms waiting for a target.
+    pub fn set_delivery_queue(&self, target: &str, n: usize) {
+        self.delivery_queue
+            .get_or_create(&[("target", target.to_string())])
+            .set(n as i64);
+    }
 }
 
 impl Default for Metrics {
@@ -144,7 +333,9 @@ impl Metrics {
             assemble_spans: Gauge::default(),
             redactions: Family::default(),
             quarantined: Family::default(),
+            budget: BudgetMetrics::default(),
         };
+        m.budget.register(&mut registry);
         registry.register(
             "quarantined_items",
             "Items protect could not fully examine, by signal and reason: max_depth_exceeded and unexaminable_bytes (the value was replaced, the item kept), protect_failed (the item was dropped)",

@@ -3,7 +3,8 @@
 //! Start-up order: state and archive first, then the listeners, then ready. Shutdown order:
 //! not ready, stop accepting and finish in-flight requests, drain the queue into the
 //! archive and complete every file, then let assembly summarize what is open and complete the
-//! `requests` files, then stop the admin server. Everything acknowledged
+//! `requests` files, let the budget stage save its windows and complete the `alarms` files,
+//! give alarm deliveries a few seconds to finish, then stop the admin server. Everything acknowledged
 //! before the signal is in a completed Parquet file when `run` returns.
 
 use std::future::Future;
@@ -16,11 +17,15 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::AdminState;
 use crate::archive::partition::Table;
-use crate::archive::{self, Archive, ArchiveError, ArchiveTotals};
+use crate::archive::{self, Archive, ArchiveError, ArchiveTotals, Forward};
 use crate::assemble::{self, Assembler, PricesError};
+use crate::budget::deliver::Delivery;
+use crate::budget::evaluate::BudgetEvaluator;
+use crate::budget::{state, BudgetStage};
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{BudgetMetrics, Metrics};
 use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
 use crate::protect::{KeyError, Protector};
@@ -28,6 +33,12 @@ use crate::receive::{grpc, http, ReceiverContext};
 
 /// Archived batches waiting for assembly; beyond this assembly skips batches (counted).
 const ASSEMBLE_QUEUE_BATCHES: usize = 1024;
+
+/// Archived batches waiting for the budget stage; beyond this it skips batches (counted).
+const BUDGET_QUEUE_BATCHES: usize = 4096;
+
+/// How long shutdown waits for alarm deliveries still being retried.
+const DELIVERY_DEADLINE: Duration = Duration::from_secs(5);
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -68,6 +79,9 @@ pub enum ServeError {
     /// The archive thread could not start or died.
     #[error("archive thread: {0}")]
     ArchiveThread(String),
+    /// The budget configuration cannot work.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::config::BudgetError),
 }
 
 /// Addresses actually bound (useful when a configured port is 0).
@@ -129,11 +143,33 @@ pub async fn run(
     )
     .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
 
+    let stop_delivery = CancellationToken::new();
+    let (budget_stage, delivery_tasks) = budget_stage(
+        &config,
+        &data_dir,
+        instance_id.clone(),
+        Arc::clone(&metrics),
+        stop_delivery.clone(),
+    )?;
+    let evaluator = Arc::clone(&budget_stage.evaluator);
+    let (budget_tx, budget_rx) = std::sync::mpsc::sync_channel(BUDGET_QUEUE_BATCHES);
+    let budget_thread = crate::budget::spawn(budget_stage, budget_rx)
+        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
+
     let (queue_tx, queue_rx) = mpsc::channel(config.limits.queue_batches.0);
     let archive_thread = archive::spawn(
         archive,
         queue_rx,
-        Some(assemble_tx),
+        vec![
+            Forward {
+                tx: assemble_tx,
+                on_full: Metrics::assemble_skipped,
+            },
+            Forward {
+                tx: budget_tx,
+                on_full: BudgetMetrics::skipped,
+            },
+        ],
         tokio::runtime::Handle::current(),
         Arc::clone(&metrics),
     )
@@ -175,7 +211,10 @@ pub async fn run(
     ));
     let admin_server = tokio::spawn(serve_until(
         admin_listener,
-        crate::admin::router(Arc::clone(&metrics)),
+        crate::admin::router(AdminState {
+            metrics: Arc::clone(&metrics),
+            budgets: evaluator,
+        }),
         stop_admin.clone(),
     ));
     // The receivers own the only queue sender from here on.
@@ -211,8 +250,26 @@ pub async fn run(
         .await
         .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
         .map_err(|_| ServeError::ArchiveThread("the assembly thread panicked".into()))?;
+    // The archive thread held the only sender to the budget stage too.
+    let budgeted = tokio::task::spawn_blocking(move || budget_thread.join())
+        .await
+        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
+        .map_err(|_| ServeError::ArchiveThread("the budget thread panicked".into()))?;
+    // The budget thread dropped the delivery queues: each target sends what is queued.
+    let deadline = tokio::time::Instant::now() + DELIVERY_DEADLINE;
+    for task in delivery_tasks {
+        let abort = task.abort_handle();
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            stop_delivery.cancel();
+            tracing::warn!(
+                "alarm delivery did not finish in time; undelivered alarms are in the archive"
+            );
+            abort.abort();
+        }
+    }
     let totals = ArchiveTotals {
         request_rows: assembled.request_rows,
+        alarm_rows: budgeted.alarm_rows,
         ..totals
     };
     stop_admin.cancel();
@@ -222,11 +279,64 @@ pub async fn run(
         log_rows = totals.log_rows,
         request_rows = totals.request_rows,
         request_summaries = assembled.summaries,
+        alarm_rows = totals.alarm_rows,
+        alarms = budgeted.alarms,
         files = totals.files,
         failed_rows = totals.failed_rows,
         "toolwatch stopped"
     );
     Ok(totals)
+}
+
+/// The budget stage: its evaluator restored from saved window state, its archive, its
+/// delivery tasks.
+fn budget_stage(
+    config: &Config,
+    data_dir: &std::path::Path,
+    instance_id: String,
+    metrics: Arc<Metrics>,
+    stop_delivery: CancellationToken,
+) -> Result<(BudgetStage, Vec<tokio::task::JoinHandle<()>>), ServeError> {
+    config.budget.validate()?;
+    let mut evaluator = BudgetEvaluator::new(config.budget.clone(), config.assemble.prices()?);
+    let state_file = state::state_file(data_dir);
+    match state::load(&state_file) {
+        Ok(saved) => {
+            let n = evaluator.restore_windows(saved);
+            if n > 0 {
+                tracing::info!(windows = n, "budget windows restored");
+            }
+        }
+        Err(e) => {
+            // Refusing to start would stop ingestion; start with empty windows and keep the
+            // unreadable file for inspection.
+            let aside =
+                state_file.with_extension(format!("unreadable-{}", crate::budget::now_ns()));
+            let _ = std::fs::rename(&state_file, &aside);
+            tracing::error!(error = %e, kept_as = %aside.display(), "budget window state unreadable; windows start empty");
+        }
+    }
+    let archive = Archive::open(
+        data_dir,
+        &[Table::Alarms],
+        &config.archive,
+        instance_id,
+        Arc::clone(&metrics),
+    )?;
+    let (delivery, tasks) = Delivery::start(
+        &config.budget.webhooks,
+        &tokio::runtime::Handle::current(),
+        Arc::clone(&metrics),
+        stop_delivery,
+    );
+    let stage = BudgetStage {
+        evaluator: Arc::new(std::sync::Mutex::new(evaluator)),
+        archive,
+        delivery,
+        state_file,
+        metrics,
+    };
+    Ok((stage, tasks))
 }
 
 async fn serve_until(listener: TcpListener, router: axum::Router, stop: CancellationToken) {

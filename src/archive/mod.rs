@@ -1,6 +1,6 @@
 //! Archive: the Parquet audit archive.
 //!
-//! Owns everything under `spans/`, `logs/` and `requests/` in the data directory. Promises: rows are
+//! Owns everything under `spans/`, `logs/`, `requests/` and `alarms/` in the data directory. Promises: rows are
 //! written to `table/tenant=T/date=YYYY-MM-DD/hour=HH/part-….parquet` (zstd, page statistics,
 //! bloom filters on `trace_id` and `request_id`); a file becomes visible only when complete;
 //! files roll by size and age; everything handed to the archive is in a completed file once
@@ -21,7 +21,7 @@ use crate::config::ArchiveConfig;
 use crate::event::EventBatch;
 use crate::metrics::Metrics;
 use partition::{FileSettings, PartitionKey, PartitionWriter, Table, IN_PROGRESS_SUFFIX};
-use schema::{LogRows, RequestRows, SpanRows};
+use schema::{AlarmRows, LogRows, RequestRows, SpanRows};
 
 /// What went wrong writing the archive.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +55,7 @@ enum Rows {
     Spans(Box<SpanRows>),
     Logs(Box<LogRows>),
     Requests(Box<RequestRows>),
+    Alarms(Box<AlarmRows>),
 }
 
 impl Rows {
@@ -63,6 +64,7 @@ impl Rows {
             Table::Spans => Rows::Spans(Box::default()),
             Table::Logs => Rows::Logs(Box::default()),
             Table::Requests => Rows::Requests(Box::default()),
+            Table::Alarms => Rows::Alarms(Box::default()),
         }
     }
 
@@ -71,6 +73,7 @@ impl Rows {
             Rows::Spans(r) => r.len(),
             Rows::Logs(r) => r.len(),
             Rows::Requests(r) => r.len(),
+            Rows::Alarms(r) => r.len(),
         }
     }
 
@@ -79,6 +82,7 @@ impl Rows {
             Rows::Spans(r) => r.finish()?,
             Rows::Logs(r) => r.finish()?,
             Rows::Requests(r) => r.finish()?,
+            Rows::Alarms(r) => r.finish()?,
         })
     }
 }
@@ -107,6 +111,8 @@ pub struct ArchiveTotals {
     pub log_rows: u64,
     /// Request rows in completed files.
     pub request_rows: u64,
+    /// Alarm rows in completed files.
+    pub alarm_rows: u64,
     /// Completed files.
     pub files: u64,
     /// Rows lost to write errors (each also logged and counted in metrics).
@@ -197,6 +203,20 @@ impl Archive {
         }
     }
 
+    /// Adds alarms, partitioned by tenant and the time they fired.
+    pub fn append_alarms(&mut self, alarms: &[crate::budget::evaluate::Alarm]) {
+        for a in alarms {
+            let key = PartitionKey::new(Table::Alarms, &a.tenant, a.time_ns);
+            self.with_partition(key, |rows| match rows {
+                Rows::Alarms(r) => {
+                    r.append(a);
+                    Ok(())
+                }
+                _ => unreachable_table(),
+            });
+        }
+    }
+
     fn with_partition(
         &mut self,
         key: PartitionKey,
@@ -252,6 +272,7 @@ impl Archive {
             Table::Spans => schema::spans_schema(),
             Table::Logs => schema::logs_schema(),
             Table::Requests => schema::requests_schema(),
+            Table::Alarms => schema::alarms_schema(),
         };
         let writer =
             PartitionWriter::open(&self.data_dir, key.clone(), schema, &self.settings, &stem)?;
@@ -301,6 +322,7 @@ impl Archive {
                     Table::Spans => self.totals.span_rows += done.rows,
                     Table::Logs => self.totals.log_rows += done.rows,
                     Table::Requests => self.totals.request_rows += done.rows,
+                    Table::Alarms => self.totals.alarm_rows += done.rows,
                 }
                 self.totals.files += 1;
                 self.metrics.archive_file(key.table, done.rows, done.bytes);
@@ -361,16 +383,25 @@ fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
     Ok(removed)
 }
 
+/// A stage fed by the archive thread, and what to count when it cannot keep up.
+pub struct Forward {
+    /// The stage's queue.
+    pub tx: std::sync::mpsc::SyncSender<Arc<EventBatch>>,
+    /// Called for a batch the stage's full queue could not take.
+    pub on_full: fn(&Metrics),
+}
+
 /// Runs the archive on its own thread: Parquet encoding is blocking work that must not
 /// stall the receivers' async workers. Returns when every sender is gone and the queue is
 /// drained, after completing all files.
 ///
-/// Each archived batch is then handed to `forward` (assembly) without waiting: when assembly
-/// is behind, the batch is skipped for it and counted, and archiving goes on.
+/// Each archived batch is then handed to every `forward` stage (assembly, budgets) without
+/// waiting: when a stage is behind, the batch is skipped for it and counted, and archiving goes
+/// on.
 pub fn spawn(
     mut archive: Archive,
     mut rx: mpsc::Receiver<EventBatch>,
-    forward: Option<std::sync::mpsc::SyncSender<EventBatch>>,
+    forward: Vec<Forward>,
     runtime: tokio::runtime::Handle,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<std::thread::JoinHandle<ArchiveTotals>> {
@@ -385,10 +416,12 @@ pub fn spawn(
                     Ok(Some(batch)) => {
                         metrics.set_queue_depth(rx.len());
                         archive.append(&batch);
-                        if let Some(tx) = &forward {
-                            if let Err(std::sync::mpsc::TrySendError::Full(_)) = tx.try_send(batch)
+                        let batch = Arc::new(batch);
+                        for f in &forward {
+                            if let Err(std::sync::mpsc::TrySendError::Full(_)) =
+                                f.tx.try_send(Arc::clone(&batch))
                             {
-                                metrics.assemble_skipped();
+                                (f.on_full)(&metrics);
                             }
                         }
                     }

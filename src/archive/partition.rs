@@ -32,6 +32,8 @@ pub enum Table {
     Logs,
     /// `requests/`
     Requests,
+    /// `alarms/`
+    Alarms,
 }
 
 impl Table {
@@ -41,6 +43,7 @@ impl Table {
             Table::Spans => "spans",
             Table::Logs => "logs",
             Table::Requests => "requests",
+            Table::Alarms => "alarms",
         }
     }
 }
@@ -156,6 +159,7 @@ pub fn writer_properties(
         Table::Spans => &["trace_id", "request_id"],
         Table::Logs => &["trace_id", "request_id"],
         Table::Requests => &["request_id"],
+        Table::Alarms => &["request_id", "alarm_id"],
     };
     for col in bloom_columns {
         let path = ColumnPath::from(*col);

@@ -16,6 +16,7 @@ use arrow::record_batch::RecordBatch;
 use serde::Serialize;
 
 use crate::assemble::summary::RequestSummary;
+use crate::budget::evaluate::Alarm;
 use crate::event::{
     hex_id, AttrValue, Attributes, AuditFields, GenAiFields, LogRecord, Redactions, SpanRecord,
     SCHEMA_VERSION,
@@ -688,6 +689,105 @@ pub fn requests_schema() -> SchemaRef {
     ]))
 }
 
+/// The `alarms` table: one row per alarm and resolution.
+pub fn alarms_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("schema_version", DataType::Int32, false),
+        Field::new("time", ts(), false),
+        utf8("alarm_id", false),
+        utf8("scope", false),
+        utf8("scope_id", false),
+        utf8("budget", false),
+        utf8("level", false),
+        utf8("reason", false),
+        Field::new("observed", DataType::Float64, false),
+        Field::new("limit_value", DataType::Float64, false),
+        utf8("request_id", true),
+        utf8("trace_id", true),
+    ]))
+}
+
+/// Rows of the `alarms` table being collected for one record batch.
+pub struct AlarmRows {
+    schema: SchemaRef,
+    len: usize,
+    schema_version: Int32Builder,
+    time: TimestampNanosecondBuilder,
+    /// alarm_id, scope, scope_id, budget, level, reason.
+    text: [StringBuilder; 6],
+    observed: Float64Builder,
+    limit_value: Float64Builder,
+    request_id: StringBuilder,
+    trace_id: StringBuilder,
+}
+
+impl Default for AlarmRows {
+    fn default() -> Self {
+        AlarmRows {
+            schema: alarms_schema(),
+            len: 0,
+            schema_version: Int32Builder::new(),
+            time: TimestampNanosecondBuilder::new().with_timezone(UTC),
+            text: Default::default(),
+            observed: Float64Builder::new(),
+            limit_value: Float64Builder::new(),
+            request_id: StringBuilder::new(),
+            trace_id: StringBuilder::new(),
+        }
+    }
+}
+
+impl AlarmRows {
+    /// Rows collected so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no rows are collected.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds one alarm.
+    pub fn append(&mut self, a: &Alarm) {
+        self.schema_version.append_value(SCHEMA_VERSION);
+        self.time.append_value(a.time_ns);
+        let values = [
+            a.alarm_id.as_str(),
+            a.scope.as_str(),
+            a.scope_id.as_str(),
+            a.budget.as_str(),
+            a.level.as_str(),
+            a.reason.as_str(),
+        ];
+        for (b, v) in self.text.iter_mut().zip(values) {
+            b.append_value(v);
+        }
+        self.observed.append_value(a.observed);
+        self.limit_value.append_value(a.limit);
+        self.request_id.append_option(a.request_id.as_deref());
+        self.trace_id.append_option(a.trace_id.as_deref());
+        self.len += 1;
+    }
+
+    /// Builds the record batch and resets the builders.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(self.schema_version.finish()),
+            Arc::new(self.time.finish()),
+        ];
+        for b in &mut self.text {
+            columns.push(Arc::new(b.finish()));
+        }
+        columns.push(Arc::new(self.observed.finish()));
+        columns.push(Arc::new(self.limit_value.finish()));
+        columns.push(Arc::new(self.request_id.finish()));
+        columns.push(Arc::new(self.trace_id.finish()));
+        self.len = 0;
+        RecordBatch::try_new(Arc::clone(&self.schema), columns)
+    }
+}
+
 /// Rows of the `requests` table being collected for one record batch.
 pub struct RequestRows {
     schema: SchemaRef,
@@ -867,6 +967,7 @@ mod doc_tests {
             ("spans", spans_schema()),
             ("logs", logs_schema()),
             ("requests", requests_schema()),
+            ("alarms", alarms_schema()),
         ] {
             let start = doc
                 .find(&format!("## `{table}`"))

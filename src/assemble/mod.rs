@@ -448,7 +448,7 @@ pub struct AssembleTotals {
 pub fn spawn(
     mut assembler: Assembler,
     mut archive: crate::archive::Archive,
-    rx: std::sync::mpsc::Receiver<EventBatch>,
+    rx: std::sync::mpsc::Receiver<std::sync::Arc<EventBatch>>,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
 ) -> std::io::Result<std::thread::JoinHandle<AssembleTotals>> {
     const TICK: Duration = Duration::from_millis(250);

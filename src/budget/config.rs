@@ -100,8 +100,82 @@ pub struct BudgetConfig {
     pub principal: WindowBudgets,
     /// A request with no new span for this long is over: its alarms resolve.
     pub request_idle: HumanDuration,
+    /// How often window state is saved under `<data_dir>/state/` (also saved at shutdown).
+    pub save_interval: HumanDuration,
     /// Per-tenant replacements, by tenant id.
     pub tenants: BTreeMap<String, TenantBudgets>,
+    /// Where alarms are delivered besides the archive and `/metrics`.
+    pub webhooks: Vec<WebhookTarget>,
+}
+
+/// The body a webhook target receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookFormat {
+    /// toolwatch's own JSON: `{"source":"toolwatch","alarms":[…]}`.
+    Json,
+    /// Prometheus Alertmanager's `POST /api/v2/alerts` (the URL is the Alertmanager's base,
+    /// e.g. `http://alertmanager:9093`).
+    Alertmanager,
+}
+
+/// One place alarms are sent to, with its retry policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookTarget {
+    /// Names the target in metrics and logs (the URL may hold credentials, so it never does).
+    pub name: String,
+    /// `http://host:port/path`.
+    pub url: String,
+    /// Body format.
+    #[serde(default = "default_format")]
+    pub format: WebhookFormat,
+    /// Extra request headers (e.g. `Authorization`); never logged or printed.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Time allowed for one attempt.
+    #[serde(default = "default_timeout")]
+    pub timeout: HumanDuration,
+    /// Attempts per batch before it is given up (counted as failed).
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    /// First retry delay; doubles per attempt up to `max_backoff` (a `Retry-After` answer
+    /// is honoured up to `max_backoff`).
+    #[serde(default = "default_initial_backoff")]
+    pub initial_backoff: HumanDuration,
+    /// Longest delay between attempts.
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff: HumanDuration,
+    /// Alarms waiting for this target; beyond this new alarms are dropped (counted), so a dead
+    /// target never holds up evaluation or ingestion.
+    #[serde(default = "default_queue")]
+    pub queue_alarms: usize,
+    /// Alertmanager only: firing alerts are re-sent this often (Alertmanager resolves alerts it
+    /// has not heard of for a while).
+    #[serde(default = "default_resend")]
+    pub resend_interval: HumanDuration,
+}
+
+fn default_format() -> WebhookFormat {
+    WebhookFormat::Json
+}
+fn default_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn default_attempts() -> u32 {
+    8
+}
+fn default_initial_backoff() -> HumanDuration {
+    HumanDuration(Duration::from_millis(500))
+}
+fn default_max_backoff() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_queue() -> usize {
+    10_000
+}
+fn default_resend() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
 }
 
 impl Default for BudgetConfig {
@@ -112,7 +186,9 @@ impl Default for BudgetConfig {
             tenant: WindowBudgets::default(),
             principal: WindowBudgets::default(),
             request_idle: HumanDuration(Duration::from_secs(300)),
+            save_interval: HumanDuration(Duration::from_secs(5)),
             tenants: BTreeMap::new(),
+            webhooks: Vec::new(),
         }
     }
 }
@@ -126,6 +202,16 @@ pub enum BudgetError {
     /// A cost limit is negative or not a number.
     #[error("{0} must be a non-negative number")]
     Cost(String),
+    /// A webhook target cannot work.
+    #[error("budget.webhooks[{index}] ({name}): {message}")]
+    Webhook {
+        /// Position in the list.
+        index: usize,
+        /// The target's name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl BudgetConfig {
@@ -157,6 +243,42 @@ impl BudgetConfig {
                 return Err(BudgetError::Cost(name));
             }
         }
+        let mut names = std::collections::HashSet::new();
+        for (index, w) in self.webhooks.iter().enumerate() {
+            let fail = |message: String| BudgetError::Webhook {
+                index,
+                name: w.name.clone(),
+                message,
+            };
+            if w.name.is_empty()
+                || !w
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(fail(
+                    "name must be non-empty letters, digits, '-', '_' or '.'".into(),
+                ));
+            }
+            if !names.insert(w.name.as_str()) {
+                return Err(fail("another target has the same name".into()));
+            }
+            w.endpoint().map_err(fail)?;
+            if w.max_attempts == 0 {
+                return Err(fail("max_attempts must be at least 1".into()));
+            }
+            if w.queue_alarms == 0 {
+                return Err(fail("queue_alarms must be at least 1".into()));
+            }
+            for (k, v) in &w.headers {
+                let valid = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
+                    && reqwest::header::HeaderValue::from_str(v).is_ok();
+                if !valid {
+                    // The value is not quoted: it is usually a credential.
+                    return Err(fail(format!("header `{k}` is not a valid HTTP header")));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -182,6 +304,32 @@ impl BudgetConfig {
             .get(tenant)
             .and_then(|t| t.principal.as_ref())
             .unwrap_or(&self.principal)
+    }
+}
+
+impl WebhookTarget {
+    /// The URL alarms are posted to: for Alertmanager, its `/api/v2/alerts` below the base.
+    /// Only `http://` is supported (TLS comes with the OTLP export's client).
+    pub fn endpoint(&self) -> Result<reqwest::Url, String> {
+        let url = reqwest::Url::parse(&self.url).map_err(|e| format!("url does not parse: {e}"))?;
+        if url.scheme() != "http" {
+            return Err(format!(
+                "url scheme `{}` is not supported; use http:// (https is not built in yet)",
+                url.scheme()
+            ));
+        }
+        match self.format {
+            WebhookFormat::Json => Ok(url),
+            WebhookFormat::Alertmanager => {
+                let base = url.as_str().trim_end_matches('/');
+                let full = if base.ends_with("/api/v2/alerts") {
+                    base.to_string()
+                } else {
+                    format!("{base}/api/v2/alerts")
+                };
+                reqwest::Url::parse(&full).map_err(|e| format!("url does not parse: {e}"))
+            }
+        }
     }
 }
 

@@ -243,12 +243,66 @@ struct WindowUsage {
     tenant: String,
 }
 
+/// What one tenant spent since the last [`BudgetEvaluator::take_totals`], for counters.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct TenantTotals {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cost in US dollars from the price table.
+    pub cost_usd: f64,
+    /// Model calls.
+    pub model_turns: u64,
+    /// Tool calls by tool name.
+    pub tool_calls: HashMap<String, u64>,
+}
+
+/// One budget's usage and limit, as `/metrics` and `/v1/budgets` show it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BudgetUsage {
+    /// `request`, `tenant` or `principal`.
+    pub scope: &'static str,
+    /// The request, tenant or principal id.
+    pub id: String,
+    /// Budget name.
+    pub budget: String,
+    /// Usage now.
+    pub usage: f64,
+    /// The limit.
+    pub limit: f64,
+    /// The warning threshold.
+    pub warning_at: f64,
+    /// `warning` or `limit` while an episode is active.
+    pub level: Option<&'static str>,
+}
+
+/// A window's state, saved so a restart does not reset a tenant's spend.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedWindow {
+    /// `tenant` or `principal`.
+    pub scope: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The tenant or principal id.
+    pub id: String,
+    /// Budget name (`tokens_per_day`, …).
+    pub budget: String,
+    /// (bucket start ns, amount).
+    pub buckets: Vec<(i64, f64)>,
+    /// The active level, if an episode is active.
+    pub level: Option<String>,
+    /// The active episode's id.
+    pub alarm_id: String,
+}
+
 /// Usage against budgets, for every request, tenant and principal seen.
 pub struct BudgetEvaluator {
     config: BudgetConfig,
     prices: PriceTable,
     requests: HashMap<(String, String), RequestUsage>,
     windows: BTreeMap<(Scope, String, String, String), WindowUsage>,
+    totals: HashMap<String, TenantTotals>,
 }
 
 /// Buckets per window: minute windows move in seconds, hour windows in minutes, day windows in
@@ -269,7 +323,18 @@ impl BudgetEvaluator {
             prices,
             requests: HashMap::new(),
             windows: BTreeMap::new(),
+            totals: HashMap::new(),
         }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &BudgetConfig {
+        &self.config
+    }
+
+    /// What each tenant spent since the last call.
+    pub fn take_totals(&mut self) -> HashMap<String, TenantTotals> {
+        std::mem::take(&mut self.totals)
     }
 
     /// Requests being tracked.
@@ -330,12 +395,19 @@ impl BudgetEvaluator {
                     cost = self.prices.cost(provider, model, counts).unwrap_or(0.0);
                     usage.cost_usd += cost;
                 }
+                let t = self.totals.entry(span.tenant.clone()).or_default();
+                t.model_turns += 1;
+                t.input_tokens = t.input_tokens.saturating_add(input);
+                t.output_tokens = t.output_tokens.saturating_add(output);
+                t.cost_usd += cost;
             }
             SpanClass::Tool => {
                 tool_call = true;
                 usage.tool_calls += 1;
                 let tool = g.tool_name.clone().unwrap_or_else(|| "unknown".into());
                 let digest = call_digest(&tool, g.tool_arguments.as_deref().unwrap_or(""));
+                let t = self.totals.entry(span.tenant.clone()).or_default();
+                *t.tool_calls.entry(tool.clone()).or_default() += 1;
                 *usage.by_tool.entry(tool).or_default() += 1;
                 *usage.repeats.entry(digest).or_default() += 1;
             }
@@ -438,27 +510,116 @@ impl BudgetEvaluator {
         out
     }
 
-    /// Current usage and limits of the windowed budgets, optionally of one tenant:
-    /// (scope, tenant, id, budget, usage, limit).
-    pub fn usage(
-        &mut self,
-        tenant: Option<&str>,
-        now_ns: i64,
-    ) -> Vec<(Scope, String, String, String, f64, f64)> {
-        self.windows
-            .iter_mut()
-            .filter(|((_, t, _, _), _)| tenant.is_none_or(|want| want == t))
-            .map(|((scope, t, id, name), w)| {
-                (
-                    *scope,
+    /// Current usage and limits of one tenant's windows, principals and active requests, or of
+    /// every tenant's; sorted by tenant, then scope, id and budget.
+    pub fn usage(&mut self, tenant: Option<&str>, now_ns: i64) -> Vec<(String, BudgetUsage)> {
+        let ratio = self.config.warning_ratio;
+        let mut out = Vec::new();
+        for ((scope, t, id, name), w) in &mut self.windows {
+            if tenant.is_some_and(|want| want != t) {
+                continue;
+            }
+            out.push((
+                t.clone(),
+                BudgetUsage {
+                    scope: scope.as_str(),
+                    id: id.clone(),
+                    budget: name.clone(),
+                    usage: w.window.total(now_ns),
+                    limit: w.limit,
+                    warning_at: w.limit * ratio,
+                    level: w.track.level.map(Level::as_str),
+                },
+            ));
+        }
+        for ((t, _), u) in &self.requests {
+            if tenant.is_some_and(|want| want != t) {
+                continue;
+            }
+            for (budget, limit) in request_limits(self.config.request_for(t)) {
+                out.push((
                     t.clone(),
-                    id.clone(),
-                    name.clone(),
-                    w.window.total(now_ns),
-                    w.limit,
-                )
+                    BudgetUsage {
+                        scope: Scope::Request.as_str(),
+                        id: u.request_id.clone(),
+                        budget: budget.to_string(),
+                        usage: u.observed(&budget),
+                        limit,
+                        warning_at: limit * ratio,
+                        level: u
+                            .tracks
+                            .get(&*budget)
+                            .and_then(|t| t.level)
+                            .map(Level::as_str),
+                    },
+                ));
+            }
+        }
+        out.sort_by(|(ta, a), (tb, b)| {
+            (ta, a.scope, &a.id, &a.budget).cmp(&(tb, b.scope, &b.id, &b.budget))
+        });
+        out
+    }
+
+    /// Window state worth saving (windows that hold spend or an active episode).
+    pub fn saved_windows(&self) -> Vec<SavedWindow> {
+        self.windows
+            .iter()
+            .map(|((scope, tenant, id, budget), w)| SavedWindow {
+                scope: scope.as_str().to_string(),
+                tenant: tenant.clone(),
+                id: id.clone(),
+                budget: budget.clone(),
+                buckets: w.window.buckets().collect(),
+                level: w.track.level.map(|l| l.as_str().to_string()),
+                alarm_id: w.track.alarm_id.clone(),
             })
             .collect()
+    }
+
+    /// Restores saved windows whose budget is still configured, with their active episodes
+    /// (so an alarm that fired before a restart does not fire again). Returns how many were
+    /// restored.
+    pub fn restore_windows(&mut self, saved: Vec<SavedWindow>) -> usize {
+        let mut restored = 0;
+        for w in saved {
+            let scope = match w.scope.as_str() {
+                "tenant" => Scope::Tenant,
+                "principal" => Scope::Principal,
+                _ => continue,
+            };
+            let budgets = match scope {
+                Scope::Tenant => self.config.tenant_for(&w.tenant).active(),
+                _ => self.config.principal_for(&w.tenant).active(),
+            };
+            let Some((_, _, span_len, limit)) = budgets.into_iter().find(|b| b.0 == w.budget)
+            else {
+                continue; // that budget is no longer configured
+            };
+            let mut window = RollingWindow::new(span_len, buckets_for(span_len.as_secs()));
+            window.restore(w.buckets);
+            let level = match w.level.as_deref() {
+                Some("warning") => Some(Level::Warning),
+                Some("limit") => Some(Level::Limit),
+                _ => None,
+            };
+            let track = Track {
+                level,
+                alarm_id: w.alarm_id,
+                limit,
+            };
+            self.windows.insert(
+                (scope, w.tenant.clone(), w.id, w.budget),
+                WindowUsage {
+                    window,
+                    limit,
+                    track,
+                    tenant: w.tenant,
+                },
+            );
+            restored += 1;
+        }
+        restored
     }
 }
 
@@ -728,7 +889,28 @@ mod tests {
                 "budget_exhausted:tokens_per_minute".into()
             )]
         );
-        assert_eq!(e.usage(Some("acme"), now + 3 * SEC)[0].4, 1_000.0);
+        let usage = e.usage(Some("acme"), now + 3 * SEC);
+        let window = usage
+            .iter()
+            .find(|(_, u)| u.scope == "tenant")
+            .map(|(_, u)| u.clone())
+            .expect("the tenant window");
+        assert_eq!(
+            (window.usage, window.limit, window.level),
+            (1_000.0, 1_000.0, Some("limit"))
+        );
+        // A restart in the middle: the saved window carries its spend and its episode.
+        let mut restarted = BudgetEvaluator::new(e.config().clone(), PriceTable::default());
+        assert_eq!(restarted.restore_windows(e.saved_windows()), 1);
+        assert!(restarted
+            .observe(&batch(vec![model(5, 10, now + 4 * SEC)]), now + 4 * SEC)
+            .is_empty());
+        let r = restarted.usage(Some("acme"), now + 4 * SEC);
+        let window = r
+            .iter()
+            .find(|(_, u)| u.scope == "tenant")
+            .map(|(_, u)| u.usage);
+        assert_eq!(window, Some(1_010.0));
         // Still over after 30 s; once the first two spans' buckets leave, back under: resolved.
         assert!(e.tick(now + 30 * SEC).is_empty());
         let out = e.tick(now + 62 * SEC);

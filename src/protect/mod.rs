@@ -344,6 +344,8 @@ impl Protector {
         shared: &mut SharedParts,
     ) -> Redactions {
         let mut hits = Redactions::new();
+        // The tenant names folders, metric labels and alarms: it is scanned like any field.
+        walk::redact_string(r, &mut span.tenant, &mut hits, 0);
         self.protect_audit(r, &mut span.audit, &mut hits);
         self.protect_attributes(r, &mut span.attributes);
         walk::redact_attributes(r, &mut span.attributes, &mut hits, 0);
@@ -372,6 +374,7 @@ impl Protector {
         shared: &mut SharedParts,
     ) -> Redactions {
         let mut hits = Redactions::new();
+        walk::redact_string(r, &mut log.tenant, &mut hits, 0);
         self.protect_audit(r, &mut log.audit, &mut hits);
         self.protect_attributes(r, &mut log.attributes);
         walk::redact_attributes(r, &mut log.attributes, &mut hits, 0);
@@ -448,10 +451,19 @@ impl Protector {
     }
 }
 
-/// The GenAI fields that carry free text or payloads (models, providers, operation names and
-/// tool names are identifiers and stay as sent).
+/// The GenAI fields as sent. Identifiers (models, provider, tool name) are scanned too: they
+/// become metric labels and alarm budget names, and an executor can put anything in them; a
+/// real model or tool name matches no rule.
 fn protect_gen_ai(r: &Redactor, g: &mut GenAiFields, hits: &mut Redactions) {
     for field in [
+        &mut g.operation,
+        &mut g.provider,
+        &mut g.request_model,
+        &mut g.response_model,
+        &mut g.tool_name,
+        &mut g.tool_type,
+        &mut g.finish_reasons,
+        &mut g.mcp_method,
         &mut g.response_id,
         &mut g.conversation_id,
         &mut g.agent_id,

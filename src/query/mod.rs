@@ -1,6 +1,6 @@
 //! Query: SQL over the archive, and the view of one request as a tree.
 //!
-//! The archive's tables (`spans`, `logs`, `requests`) are registered with DataFusion as
+//! The archive's tables (`spans`, `logs`, `requests`, `alarms`) are registered with DataFusion as
 //! listing tables over their folders, with the Hive partition columns `tenant`, `date` and
 //! `hour`, so a predicate on them skips whole folders; row-group statistics and the bloom
 //! filters on `trace_id` and `request_id` skip the rest. Only completed files are read (their
@@ -52,13 +52,14 @@ impl From<datafusion::error::DataFusionError> for QueryError {
 }
 
 /// The tables `toolwatch query` registers, with their schemas.
-pub const TABLES: &[Table] = &[Table::Spans, Table::Logs, Table::Requests];
+pub const TABLES: &[Table] = &[Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
 
 fn table_schema(table: Table) -> SchemaRef {
     match table {
         Table::Spans => schema::spans_schema(),
         Table::Logs => schema::logs_schema(),
         Table::Requests => schema::requests_schema(),
+        Table::Alarms => schema::alarms_schema(),
     }
 }
 

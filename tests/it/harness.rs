@@ -85,6 +85,8 @@ pub struct DaemonOptions {
     pub env: Vec<(String, String)>,
     /// Use this data directory instead of a fresh one.
     pub data_dir: Option<PathBuf>,
+    /// A configuration file (`--config`).
+    pub config: Option<PathBuf>,
 }
 
 impl Daemon {
@@ -122,6 +124,9 @@ impl Daemon {
             .stderr(Stdio::piped());
         for (k, v) in &opts.env {
             cmd.env(k, v);
+        }
+        if let Some(c) = &opts.config {
+            cmd.arg("--config").arg(c);
         }
         let mut child = cmd.spawn().expect("start toolwatch");
         let stderr = child.stderr.take().expect("stderr");

@@ -3,12 +3,15 @@
 
 mod assemble;
 mod bad_input;
+mod budget;
 mod cli;
 mod corpora;
+mod dashboards;
 mod harness;
 mod hashing;
 mod lifecycle;
 mod loadgen;
+mod monitoring;
 mod otlp_json;
 mod protect_e2e;
 mod python_sdk;

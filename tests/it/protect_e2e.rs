@@ -10,7 +10,7 @@ use crate::harness::{loadgen, read_table_python, Daemon};
 use crate::otlp_json::post;
 
 /// Our own canaries, one per family, none of them real.
-const CANARIES: &[&str] = &[
+pub const CANARIES: &[&str] = &[
     "AKIAQX7Z3K9M2P4V8R6T",
     "sk-ant-api03-Qm9vYmFyQmF6UXV4Q29ycmVjdEhvcnNlQmF0dGVyeVN0YXBsZVhZWjEyMzQ1Njc4OTBhYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAx",
     "glpat-Zk3q9XbT2mLw8RvNc1dF",
@@ -22,11 +22,11 @@ const CANARIES: &[&str] = &[
     "hunter2-C4n4ry!",
 ];
 
-fn kv(key: &str, value: Value) -> Value {
+pub fn kv(key: &str, value: Value) -> Value {
     json!({ "key": key, "value": value })
 }
 
-fn s(v: &str) -> Value {
+pub fn s(v: &str) -> Value {
     json!({ "stringValue": v })
 }
 
@@ -84,7 +84,7 @@ fn base64_of(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
-fn assert_clean(text: &str, what: &str) {
+pub fn assert_clean(text: &str, what: &str) {
     let planted = toolwatch::loadgen::PLANTED;
     for secret in CANARIES.iter().chain(planted) {
         let escaped = serde_json::to_string(secret).expect("json");

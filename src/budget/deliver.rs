@@ -1,0 +1,365 @@
+//! Alarm delivery to webhook targets: toolwatch's JSON, or Prometheus Alertmanager's
+//! `POST /api/v2/alerts`.
+//!
+//! Each target has its own task and bounded queue. The budget stage hands alarms over with
+//! `try_send`: a slow or dead target fills its own queue, and alarms past it are dropped and
+//! counted, so delivery never holds up evaluation, the archive or ingestion. A batch is retried
+//! with exponential backoff (honouring `Retry-After`) up to `max_attempts`; an answer that
+//! says the request itself is wrong (4xx other than 408 and 429) is not retried.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{WebhookFormat, WebhookTarget};
+use super::evaluate::{Alarm, Level};
+use crate::metrics::Metrics;
+
+/// Alarms in one request to a target.
+const MAX_BATCH: usize = 500;
+
+/// The senders of every configured target.
+pub struct Delivery {
+    targets: Vec<(String, mpsc::Sender<Arc<Alarm>>)>,
+    metrics: Arc<Metrics>,
+}
+
+impl Delivery {
+    /// Starts one task per target on `runtime`; they stop when `stop` is cancelled and their
+    /// queue is drained (or at once, once cancelled, if the target is unreachable).
+    pub fn start(
+        targets: &[WebhookTarget],
+        runtime: &tokio::runtime::Handle,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> (Delivery, Vec<tokio::task::JoinHandle<()>>) {
+        let mut senders = Vec::new();
+        let mut tasks = Vec::new();
+        for target in targets {
+            let (tx, rx) = mpsc::channel(target.queue_alarms.max(1));
+            let Ok(url) = target.endpoint() else {
+                // validate() refused this configuration already; nothing to send to.
+                continue;
+            };
+            let sender = TargetSender {
+                target: target.clone(),
+                url,
+                client: reqwest::Client::new(),
+                metrics: Arc::clone(&metrics),
+                firing: BTreeMap::new(),
+            };
+            metrics.budget.set_delivery_queue(&target.name, 0);
+            tasks.push(runtime.spawn(sender.run(rx, stop.clone())));
+            senders.push((target.name.clone(), tx));
+        }
+        (
+            Delivery {
+                targets: senders,
+                metrics,
+            },
+            tasks,
+        )
+    }
+
+    /// Queues alarms for every target without waiting.
+    pub fn offer(&self, alarms: &[Alarm]) {
+        if alarms.is_empty() {
+            return;
+        }
+        let shared: Vec<Arc<Alarm>> = alarms.iter().cloned().map(Arc::new).collect();
+        for (name, tx) in &self.targets {
+            let mut dropped = 0;
+            for a in &shared {
+                if tx.try_send(Arc::clone(a)).is_err() {
+                    dropped += 1;
+                }
+            }
+            if dropped > 0 {
+                self.metrics.budget.delivery(name, "dropped", dropped);
+                tracing::warn!(
+                    target_name = %name,
+                    alarms = dropped,
+                    "alarm delivery queue full; alarms dropped for this target"
+                );
+            }
+            self.metrics
+                .budget
+                .set_delivery_queue(name, tx.max_capacity() - tx.capacity());
+        }
+    }
+}
+
+/// What one attempt came to.
+enum Attempt {
+    Delivered,
+    /// Worth trying again, after at least this long if the server said so.
+    Retry(Option<Duration>, String),
+    Rejected(String),
+}
+
+struct TargetSender {
+    target: WebhookTarget,
+    url: reqwest::Url,
+    client: reqwest::Client,
+    metrics: Arc<Metrics>,
+    /// Alertmanager: firing alerts by (alarm id, level), re-sent until resolved.
+    firing: BTreeMap<(String, Level), Arc<Alarm>>,
+}
+
+impl TargetSender {
+    async fn run(mut self, mut rx: mpsc::Receiver<Arc<Alarm>>, stop: CancellationToken) {
+        let resend = self.target.resend_interval.0.max(Duration::from_secs(1));
+        let mut resend_tick = tokio::time::interval(resend);
+        resend_tick.tick().await;
+        loop {
+            let first = tokio::select! {
+                a = rx.recv() => a,
+                _ = resend_tick.tick(), if self.target.format == WebhookFormat::Alertmanager => {
+                    if let Some(body) = self.refresh_body() {
+                        self.send(&body, &stop).await;
+                    }
+                    continue;
+                }
+                _ = stop.cancelled(), if rx.is_empty() => None,
+            };
+            let Some(first) = first else { break };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(a) => batch.push(a),
+                    Err(_) => break,
+                }
+            }
+            self.metrics
+                .budget
+                .set_delivery_queue(&self.target.name, rx.len());
+            if let Some(body) = self.body(&batch) {
+                self.send(&body, &stop).await;
+            }
+        }
+    }
+
+    /// The body for a batch. For Alertmanager, also keeps the firing set up to date: a
+    /// resolution ends every level of its episode that fired.
+    fn body(&mut self, batch: &[Arc<Alarm>]) -> Option<Value> {
+        if self.target.format == WebhookFormat::Json {
+            return Some(json_body(batch));
+        }
+        let mut alerts = Vec::with_capacity(batch.len());
+        for a in batch {
+            if a.level == Level::Resolved {
+                let id = a.alarm_id.clone();
+                for level in [Level::Warning, Level::Limit] {
+                    if let Some(fired) = self.firing.remove(&(id.clone(), level)) {
+                        alerts.push(AlertmanagerAlert {
+                            fired,
+                            resolution: Some(Arc::clone(a)),
+                        });
+                    }
+                }
+            } else {
+                self.firing
+                    .insert((a.alarm_id.clone(), a.level), Arc::clone(a));
+                alerts.push(AlertmanagerAlert {
+                    fired: Arc::clone(a),
+                    resolution: None,
+                });
+            }
+        }
+        (!alerts.is_empty())
+            .then(|| alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0))
+    }
+
+    /// Alertmanager: everything still firing, with a fresh expiry.
+    fn refresh_body(&self) -> Option<Value> {
+        let alerts: Vec<AlertmanagerAlert> = self
+            .firing
+            .values()
+            .map(|fired| AlertmanagerAlert {
+                fired: Arc::clone(fired),
+                resolution: None,
+            })
+            .collect();
+        (!alerts.is_empty())
+            .then(|| alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0))
+    }
+
+    async fn send(&self, body: &Value, stop: &CancellationToken) {
+        let alarms = body
+            .as_array()
+            .or_else(|| body.get("alarms").and_then(Value::as_array))
+            .map_or(0, Vec::len);
+        let name = &self.target.name;
+        let mut delay = self.target.initial_backoff.0;
+        let max = self.target.max_backoff.0;
+        for attempt in 1..=self.target.max_attempts {
+            match self.attempt(body).await {
+                Attempt::Delivered => {
+                    self.metrics.budget.delivery(name, "delivered", 1);
+                    return;
+                }
+                Attempt::Rejected(why) => {
+                    self.metrics.budget.delivery(name, "failed", 1);
+                    tracing::error!(target_name = %name, error = %why, alarms, "alarm target refused the alarms; not retried");
+                    return;
+                }
+                Attempt::Retry(hint, why) => {
+                    if attempt == self.target.max_attempts {
+                        self.metrics.budget.delivery(name, "failed", 1);
+                        tracing::error!(target_name = %name, error = %why, attempts = attempt, alarms, "alarm delivery gave up");
+                        return;
+                    }
+                    self.metrics.budget.delivery(name, "retried", 1);
+                    tracing::warn!(target_name = %name, error = %why, attempt, "alarm delivery failed; retrying");
+                    let wait = hint.unwrap_or(delay).min(max);
+                    tokio::select! {
+                        _ = tokio::time::sleep(jitter(wait)) => {}
+                        // At shutdown, one last attempt rather than a long wait.
+                        _ = stop.cancelled() => {}
+                    }
+                    delay = (delay * 2).min(max);
+                }
+            }
+        }
+    }
+
+    async fn attempt(&self, body: &Value) -> Attempt {
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .timeout(self.target.timeout.0)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        for (k, v) in &self.target.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        match req.send().await {
+            Ok(r) if r.status().is_success() => Attempt::Delivered,
+            Ok(r) => {
+                let status = r.status();
+                let hint = r
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs);
+                let why = format!("HTTP {}", status.as_u16());
+                if status.is_server_error() || matches!(status.as_u16(), 408 | 429) {
+                    Attempt::Retry(hint, why)
+                } else {
+                    Attempt::Rejected(why)
+                }
+            }
+            // The error's text names the URL, which may hold credentials: keep only its kind.
+            Err(e) if e.is_timeout() => Attempt::Retry(None, "timed out".into()),
+            Err(e) if e.is_connect() => Attempt::Retry(None, "cannot connect".into()),
+            Err(_) => Attempt::Retry(None, "request failed".into()),
+        }
+    }
+}
+
+/// Up to a quarter more, so many daemons do not retry in step.
+fn jitter(d: Duration) -> Duration {
+    let extra = rand::random::<f64>() * 0.25;
+    d + d.mul_f64(extra)
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn rfc3339(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// One alarm as toolwatch's JSON webhook carries it (also the `/v1/budgets` alarm shape).
+pub fn alarm_json(a: &Alarm) -> Value {
+    json!({
+        "time": rfc3339(a.time_ns),
+        "time_unix_nano": a.time_ns,
+        "alarm_id": a.alarm_id,
+        "tenant": a.tenant,
+        "scope": a.scope.as_str(),
+        "scope_id": a.scope_id,
+        "budget": a.budget,
+        "level": a.level.as_str(),
+        "reason": a.reason,
+        "observed": a.observed,
+        "limit": a.limit,
+        "request_id": a.request_id,
+        "trace_id": a.trace_id,
+    })
+}
+
+/// The generic webhook body.
+pub fn json_body(alarms: &[Arc<Alarm>]) -> Value {
+    json!({
+        "source": "toolwatch",
+        "version": 1,
+        "alarms": alarms.iter().map(|a| alarm_json(a)).collect::<Vec<_>>(),
+    })
+}
+
+/// An alert as Alertmanager knows it: the alarm that fired, and its resolution once there is
+/// one.
+pub struct AlertmanagerAlert {
+    /// The warning or limit alarm; its labels identify the alert.
+    pub fired: Arc<Alarm>,
+    /// The episode's resolution.
+    pub resolution: Option<Arc<Alarm>>,
+}
+
+/// Alertmanager's alert list. Labels identify an alert: one per (episode, fired level), so a
+/// warning and the limit that follows are two alerts, and the resolution ends both. A firing
+/// alert's `endsAt` lies three resend intervals ahead: if toolwatch stops re-sending, the alert
+/// expires instead of firing forever.
+pub fn alertmanager_body(alerts: &[AlertmanagerAlert], now_ns: i64, resend: Duration) -> Value {
+    let expiry = i64::try_from(resend.as_nanos().saturating_mul(3)).unwrap_or(i64::MAX);
+    let alerts: Vec<Value> = alerts
+        .iter()
+        .map(|alert| {
+            let a = &alert.fired;
+            let severity = if a.level == Level::Limit {
+                "critical"
+            } else {
+                "warning"
+            };
+            let latest = alert.resolution.as_ref().unwrap_or(a);
+            let ends = alert
+                .resolution
+                .as_ref()
+                .map_or(now_ns.saturating_add(expiry), |r| r.time_ns);
+            json!({
+                "labels": {
+                    "alertname": "ToolwatchBudget",
+                    "tenant": a.tenant,
+                    "scope": a.scope.as_str(),
+                    "scope_id": a.scope_id,
+                    "budget": a.budget,
+                    "severity": severity,
+                    "alarm_id": a.alarm_id,
+                },
+                "annotations": {
+                    "summary": format!(
+                        "{} at {} of {} ({} {})",
+                        a.budget, a.observed, a.limit, a.scope.as_str(), a.scope_id
+                    ),
+                    "reason": latest.reason,
+                    "observed": latest.observed.to_string(),
+                    "limit": a.limit.to_string(),
+                    "request_id": a.request_id.clone().unwrap_or_default(),
+                    "trace_id": a.trace_id.clone().unwrap_or_default(),
+                },
+                "startsAt": rfc3339(a.time_ns),
+                "endsAt": rfc3339(ends),
+            })
+        })
+        .collect();
+    Value::Array(alerts)
+}

@@ -1,0 +1,126 @@
+//! Window state on disk, so a restart does not reset a tenant's daily spend.
+//!
+//! `<data_dir>/state/budget-windows.json` holds every tenant and principal window's buckets
+//! and active episode. It is written whole to a temporary file, fsynced and renamed over the
+//! old one, so a crash leaves the previous state or the new one, never half of either. What
+//! arrived after the last save (at most `budget.save_interval` ago) is lost by a crash; the
+//! journal will replay it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::evaluate::SavedWindow;
+
+/// Layout version of the state file.
+const VERSION: u32 = 1;
+
+/// The state file below a data directory.
+pub fn state_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("state").join("budget-windows.json")
+}
+
+#[derive(Serialize, Deserialize)]
+struct StateFile {
+    version: u32,
+    windows: Vec<SavedWindow>,
+}
+
+/// Why the state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is not a state file of this version.
+    #[error("{path}: not a budget state file: {message}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn io(path: &Path, source: std::io::Error) -> StateError {
+    StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes the windows atomically.
+pub fn save(path: &Path, windows: &[SavedWindow]) -> Result<(), StateError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let body = serde_json::to_vec(&StateFile {
+        version: VERSION,
+        windows: windows.to_vec(),
+    })
+    .map_err(|e| StateError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+    f.write_all(&body).map_err(|e| io(&tmp, e))?;
+    f.sync_all().map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io(path, e))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        // Makes the rename durable; some filesystems refuse fsync on a folder.
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Reads saved windows; no file means no state (a first start).
+pub fn load(path: &Path) -> Result<Vec<SavedWindow>, StateError> {
+    let body = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(path, e)),
+    };
+    let file: StateFile = serde_json::from_slice(&body).map_err(|e| StateError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if file.version != VERSION {
+        return Err(StateError::Format {
+            path: path.to_path_buf(),
+            message: format!("version {} (this build reads {VERSION})", file.version),
+        });
+    }
+    Ok(file.windows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_state_reads_back_and_a_missing_file_is_empty() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = state_file(dir.path());
+        assert!(load(&path).expect("no file").is_empty());
+        let w = SavedWindow {
+            scope: "tenant".into(),
+            tenant: "acme".into(),
+            id: "acme".into(),
+            budget: "cost_usd_per_day".into(),
+            buckets: vec![(900_000_000_000, 1.25), (1_800_000_000_000, 0.5)],
+            level: Some("warning".into()),
+            alarm_id: "0011223344556677".into(),
+        };
+        save(&path, std::slice::from_ref(&w)).expect("save");
+        assert_eq!(load(&path).expect("load"), vec![w]);
+        std::fs::write(&path, b"{\"version\":1,\"windows\":[{]}").expect("write");
+        let err = load(&path).expect_err("garbage");
+        assert!(err.to_string().contains("not a budget state file"), "{err}");
+    }
+}

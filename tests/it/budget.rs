@@ -1,0 +1,446 @@
+//! Budgets end to end: loadgen's runaway profile breaks every per-request budget and a tenant
+//! window; each alarm must appear exactly once in the archive, in `/metrics`, at a real
+//! Alertmanager and at a webhook receiver, and a restart must not reset the daily window.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::harness::{loadgen, read_table, wait_for, Daemon, DaemonOptions};
+use crate::monitoring::{write_file, Alertmanager, WebhookReceiver};
+
+/// Budgets that the runaway profile breaks, and the two delivery targets.
+fn budget_config(alertmanager: &str, hook: &str) -> String {
+    format!(
+        r#"
+[budget]
+request_idle = "1h"
+save_interval = "1s"
+
+[[budget.webhooks]]
+name = "am"
+url = "{alertmanager}"
+format = "alertmanager"
+resend_interval = "10m"
+
+[[budget.webhooks]]
+name = "hook"
+url = "{hook}"
+format = "json"
+initial_backoff = "50ms"
+
+[budget.request]
+input_tokens = 100000
+cost_usd = 0.3
+result_bytes = 1000000
+
+[budget.request.tool_calls_by_tool]
+search_orders = 20
+
+[budget.tenant]
+tokens_per_day = 300000
+"#
+    )
+}
+
+/// (scope_id, budget, level): what identifies an alarm across destinations.
+type AlarmKey = (String, String, String);
+
+/// (scope_id, budget, level) → (observed, limit) expected for one runaway loadgen run of four
+/// requests (one of each kind) with `budget_config`.
+fn expected_request_alarms(seed: u64) -> BTreeMap<AlarmKey, (f64, f64)> {
+    let req = |n: u64| format!("req-{seed}-{n:08}");
+    let rows: &[(u64, &str, &str, f64, f64)] = &[
+        // The turn loop: 30 model turns.
+        (0, "model_turns", "warning", 20.0, 25.0),
+        (0, "model_turns", "limit", 25.0, 25.0),
+        // The tool loop: 60 identical calls (spelled two ways).
+        (1, "repeated_calls", "warning", 4.0, 5.0),
+        (1, "repeated_calls", "limit", 5.0, 5.0),
+        (1, "tool_calls:search_orders", "warning", 16.0, 20.0),
+        (1, "tool_calls:search_orders", "limit", 20.0, 20.0),
+        (1, "tool_calls", "warning", 40.0, 50.0),
+        (1, "tool_calls", "limit", 50.0, 50.0),
+        // The slow run: 659.49 s from first to last span; warning and limit at once.
+        (2, "wall_time", "warning", 659.49, 600.0),
+        (2, "wall_time", "limit", 659.49, 600.0),
+        // The token burn: 3 turns of 40,000 in / 4,000 out ($0.14 each), 5 MB of results.
+        (3, "input_tokens", "warning", 80_000.0, 100_000.0),
+        (3, "input_tokens", "limit", 120_000.0, 100_000.0),
+        (3, "cost_usd", "warning", 0.28, 0.3),
+        (3, "cost_usd", "limit", 0.42, 0.3),
+        (3, "result_bytes", "warning", 5_000_000.0, 1_000_000.0),
+        (3, "result_bytes", "limit", 5_000_000.0, 1_000_000.0),
+    ];
+    rows.iter()
+        .map(|(n, b, l, o, lim)| ((req(*n), b.to_string(), l.to_string()), (*o, *lim)))
+        .collect()
+}
+
+/// Tokens one runaway run of four requests spends: 30×1,100 + 1,100 + 2×1,100 + 3×44,000.
+const RUN_TOKENS: f64 = 168_300.0;
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+/// (scope_id, budget, level) → (observed, limit) of alarms given as JSON objects.
+fn keyed(alarms: &[Value], limit_key: &str) -> BTreeMap<AlarmKey, Vec<(f64, f64)>> {
+    let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for a in alarms {
+        let key = (
+            a["scope_id"].as_str().unwrap_or_default().to_string(),
+            a["budget"].as_str().unwrap_or_default().to_string(),
+            a["level"].as_str().unwrap_or_default().to_string(),
+        );
+        out.entry(key)
+            .or_default()
+            .push((f(&a["observed"]), f(&a[limit_key])));
+    }
+    out
+}
+
+fn assert_alarms_once(
+    what: &str,
+    got: &BTreeMap<AlarmKey, Vec<(f64, f64)>>,
+    want: &BTreeMap<AlarmKey, (f64, f64)>,
+) {
+    let got_keys: Vec<_> = got.keys().collect();
+    let want_keys: Vec<_> = want.keys().collect();
+    assert_eq!(got_keys, want_keys, "{what}: which alarms");
+    for (k, values) in got {
+        assert_eq!(
+            values.len(),
+            1,
+            "{what}: {k:?} arrived {} times",
+            values.len()
+        );
+        let (o, l) = values[0];
+        let (wo, wl) = want[k];
+        assert!(
+            close(o, wo) && close(l, wl),
+            "{what}: {k:?} observed {o} limit {l}, expected {wo} and {wl}"
+        );
+    }
+}
+
+fn window_usage(d: &Daemon, tenant: &str) -> Option<f64> {
+    let (code, body) = d.admin_get(&format!("/v1/budgets?tenant={tenant}"));
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("budgets JSON");
+    v["tenants"][0]["usage"]
+        .as_array()?
+        .iter()
+        .find(|u| u["scope"] == "tenant" && u["budget"] == "tokens_per_day")
+        .map(|u| f(&u["usage"]))
+}
+
+#[test]
+fn runaway_alarms_reach_every_destination_once_and_a_restart_keeps_the_daily_window() {
+    let alertmanager = Alertmanager::start();
+    // The first post is refused: the webhook target must retry it.
+    let hook = WebhookReceiver::start(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_file(
+        dir.path(),
+        "toolwatch.toml",
+        &budget_config(&alertmanager.url(), &hook.url()),
+    );
+    let data_dir = dir.path().join("data");
+    let start = || {
+        Daemon::start_with(DaemonOptions {
+            data_dir: Some(data_dir.clone()),
+            config: Some(config.clone()),
+            ..Default::default()
+        })
+    };
+
+    // Run 1: every per-request budget breaks once; the tenant spends 168,300 of 300,000 tokens.
+    let mut d = start();
+    let run = |d: &Daemon, seed: &str| {
+        loadgen(&[
+            "--target",
+            &d.grpc_url(),
+            "--profile",
+            "runaway",
+            "--requests",
+            "4",
+            "--concurrency",
+            "1",
+            "--seed",
+            seed,
+        ])
+    };
+    let report = run(&d, "1");
+    assert_eq!(report["requests"], 4);
+    let first = expected_request_alarms(1);
+    wait_for("run 1's alarms at the webhook", || {
+        (hook.alarms().len() >= first.len()).then_some(())
+    });
+    wait_for("run 1's tokens in the tenant window", || {
+        (window_usage(&d, "tenant-0") == Some(RUN_TOKENS)).then_some(())
+    });
+    // Metrics: alarms by budget and level, the usage gauge, the retried delivery.
+    let alarms_metric = |d: &Daemon, budget: &str, level: &str| {
+        d.metric(&format!(
+            "toolwatch_budget_alarms_total{{tenant=\"tenant-0\",scope=\"request\",budget=\"{budget}\",level=\"{level}\"}}"
+        ))
+    };
+    for (_, budget, level) in first.keys() {
+        assert_eq!(
+            alarms_metric(&d, budget, level),
+            Some(1.0),
+            "{budget} {level}"
+        );
+    }
+    wait_for("the usage gauge", || {
+        let usage = d.metric(
+            "toolwatch_budget_usage{tenant=\"tenant-0\",scope=\"tenant\",budget=\"tokens_per_day\"}",
+        );
+        (usage == Some(RUN_TOKENS)).then_some(())
+    });
+    assert_eq!(
+        d.metric("toolwatch_budget_limit{tenant=\"tenant-0\",scope=\"tenant\",budget=\"tokens_per_day\"}"),
+        Some(300_000.0)
+    );
+    assert_eq!(
+        d.metric("toolwatch_alarm_deliveries_total{target=\"hook\",outcome=\"retried\"}"),
+        Some(1.0)
+    );
+    assert_eq!(hook.refused.load(std::sync::atomic::Ordering::SeqCst), 1);
+    d.stop();
+
+    // Restart: the daily window comes back with its spend.
+    let mut d = start();
+    assert_eq!(window_usage(&d, "tenant-0"), Some(RUN_TOKENS));
+    // Run 2 brings the tenant to 336,600 tokens: the window warns at 248,600 and fires at
+    // 336,600, which only happens if run 1's spend survived the restart.
+    run(&d, "2");
+    let mut want = first.clone();
+    want.extend(expected_request_alarms(2));
+    want.insert(
+        ("tenant-0".into(), "tokens_per_day".into(), "warning".into()),
+        (248_600.0, 300_000.0),
+    );
+    want.insert(
+        ("tenant-0".into(), "tokens_per_day".into(), "limit".into()),
+        (336_600.0, 300_000.0),
+    );
+    wait_for("run 2's alarms at the webhook", || {
+        (hook.alarms().len() >= want.len()).then_some(())
+    });
+    for level in ["warning", "limit"] {
+        assert_eq!(
+            d.metric(&format!(
+                "toolwatch_budget_alarms_total{{tenant=\"tenant-0\",scope=\"tenant\",budget=\"tokens_per_day\",level=\"{level}\"}}"
+            )),
+            Some(1.0)
+        );
+    }
+    // Alertmanager: one active alert per (episode, level), with the ids that lead back.
+    let alerts = wait_for("every alarm at alertmanager", || {
+        let a = alertmanager.alerts();
+        (a.len() >= want.len()).then_some(a)
+    });
+    d.stop();
+
+    let webhook = hook.alarms();
+    assert_alarms_once("webhook", &keyed(&webhook, "limit"), &want);
+
+    let rows: Vec<Value> = read_table(&data_dir, "alarms")
+        .into_iter()
+        .map(Value::Object)
+        .collect();
+    assert_alarms_once("alarms table", &keyed(&rows, "limit_value"), &want);
+    for r in &rows {
+        assert_eq!(r["tenant"], "tenant-0");
+        let request = r["request_id"].as_str().expect("request id");
+        if r["scope"] == "request" {
+            assert_eq!(r["scope_id"].as_str(), Some(request));
+        }
+        assert_eq!(r["trace_id"].as_str().map(str::len), Some(32));
+        let reason = r["reason"].as_str().unwrap_or_default();
+        let budget = r["budget"].as_str().unwrap_or_default();
+        let expected_reason = match (r["level"].as_str(), budget) {
+            (Some("warning"), b) => format!("warning:{b}"),
+            (_, "repeated_calls") => "repeated_call".into(),
+            (_, "wall_time") => "wall_time_exceeded".into(),
+            (_, b) => format!("budget_exhausted:{b}"),
+        };
+        assert_eq!(reason, expected_reason);
+    }
+    // The same alarm ids everywhere.
+    let ids = |alarms: &[Value]| {
+        let mut v: Vec<(String, String)> = alarms
+            .iter()
+            .map(|a| {
+                (
+                    a["alarm_id"].as_str().unwrap_or_default().to_string(),
+                    a["level"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&webhook), ids(&rows));
+
+    let am: Vec<Value> = alerts
+        .iter()
+        .map(|a| {
+            let l = &a["labels"];
+            assert_eq!(l["alertname"], "ToolwatchBudget");
+            assert_eq!(a["status"]["state"], "active");
+            let level = if l["severity"] == "critical" {
+                "limit"
+            } else {
+                "warning"
+            };
+            serde_json::json!({
+                "scope_id": l["scope_id"],
+                "budget": l["budget"],
+                "level": level,
+                "alarm_id": l["alarm_id"],
+                "observed": a["annotations"]["observed"].as_str().and_then(|s| s.parse::<f64>().ok()),
+                "limit": a["annotations"]["limit"].as_str().and_then(|s| s.parse::<f64>().ok()),
+            })
+        })
+        .collect();
+    assert_alarms_once("alertmanager", &keyed(&am, "limit"), &want);
+    assert_eq!(ids(&am), ids(&rows));
+}
+
+/// Three identical tool calls whose request id, principal, tool name and arguments carry
+/// canaries, for a tenant whose budgets all fire on them.
+fn canary_spans(trace: &str) -> Value {
+    use crate::protect_e2e::{kv, s, CANARIES};
+    let c = CANARIES;
+    let args = serde_json::json!({ "card": c[5], "email": c[4], "page": 1 }).to_string();
+    // Now: the per-day windows only count spans of the last day.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let spans: Vec<Value> = (1..=3u128)
+        .map(|i| {
+            serde_json::json!({
+                "traceId": trace, "spanId": format!("00000000000000a{i}"),
+                "name": "execute_tool lookup",
+                "startTimeUnixNano": (now - 10_000_000_000 + i * 1_000_000).to_string(),
+                "endTimeUnixNano": (now - 9_000_000_000 + i * 1_000_000).to_string(),
+                "attributes": [
+                    kv("gen_ai.operation.name", s("execute_tool")),
+                    kv("gen_ai.tool.name", s(&format!("lookup {}", c[0]))),
+                    kv("gen_ai.tool.call.arguments", s(&args)),
+                    kv("executor.request_id", s(&format!("req {}", c[1]))),
+                    kv("executor.principal_id", s(c[4])),
+                ],
+            })
+        })
+        .collect();
+    serde_json::json!({ "resourceSpans": [{
+        "resource": { "attributes": [
+            kv("executor.tenant_id", s(&format!("canary-budget {}", c[2]))),
+        ] },
+        "scopeSpans": [{ "spans": spans }],
+    }]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_planted_secret_reaches_an_alarm() {
+    use crate::protect_e2e::assert_clean;
+    let alertmanager = Alertmanager::start();
+    let hook = WebhookReceiver::start(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_file(
+        dir.path(),
+        "toolwatch.toml",
+        &format!(
+            r#"
+[budget]
+[[budget.webhooks]]
+name = "am"
+url = "{}"
+format = "alertmanager"
+[[budget.webhooks]]
+name = "hook"
+url = "{}"
+[budget.request]
+tool_calls = 2
+repeated_calls = 2
+[budget.tenant]
+tool_calls_per_day = 2
+[budget.principal]
+tool_calls_per_day = 2
+"#,
+            alertmanager.url(),
+            hook.url()
+        ),
+    );
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    let (status, body) = crate::otlp_json::post(
+        &format!("{}/v1/traces", d.http_url()),
+        "application/json",
+        None,
+        canary_spans("5af7651916cd43dd8448eb211c80319c")
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    // Request (tool_calls, repeated_calls), tenant and principal windows: warning + limit each.
+    let webhook = wait_for("the canary request's alarms", || {
+        let a = hook.alarms();
+        (a.len() >= 8).then_some(a)
+    });
+    let scopes: std::collections::BTreeSet<String> = webhook
+        .iter()
+        .map(|a| a["scope"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(scopes.len(), 3, "{webhook:?}");
+    let alerts = wait_for("the alerts at alertmanager", || {
+        let a = alertmanager.alerts();
+        (a.len() >= 8).then_some(a)
+    });
+    let budgets = d.admin_get("/v1/budgets").1;
+    assert!(budgets.contains("canary-budget"), "{budgets}");
+    // Spend counters are refreshed every second.
+    let metrics = wait_for("the tool-call counter", || {
+        let m = d.admin_get("/metrics").1;
+        m.contains("toolwatch_tool_calls_total{tenant=\"canary-budget ")
+            .then_some(m)
+    });
+    d.stop();
+    let rows = crate::harness::read_table_python("duckdb", &d.data_dir, "alarms");
+    assert_eq!(rows.len(), 8);
+    let state =
+        std::fs::read_to_string(d.data_dir.join("state/budget-windows.json")).expect("state file");
+    assert!(state.contains("canary-budget"), "{state}");
+    for (text, what) in [
+        (
+            serde_json::to_string(&webhook).expect("json"),
+            "the webhook",
+        ),
+        (
+            serde_json::to_string(&alerts).expect("json"),
+            "alertmanager",
+        ),
+        (budgets, "/v1/budgets"),
+        (metrics, "/metrics"),
+        (
+            serde_json::to_string(&rows).expect("json"),
+            "the alarms table",
+        ),
+        (state, "the budget state file"),
+        (d.log_text(), "the daemon's log"),
+    ] {
+        assert_clean(&text, what);
+    }
+}
