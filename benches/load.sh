@@ -2,6 +2,7 @@
 # Load benchmark: `toolwatch loadgen` at full speed into `toolwatch serve` (release build),
 # reporting what the receiver alone spent. Usage:
 #   benches/load.sh [loadgen flags...]      e.g. benches/load.sh --requests 40000 --batch 50
+#   LOAD_CONFIG=benches/budgets.toml benches/load.sh ...   with a configuration file
 # Prints: spans archived, wall time, sustained spans/s, the daemon's CPU seconds (user+sys)
 # per million acknowledged spans, and the daemon's peak RSS. The load generator runs as a
 # separate process; its CPU is reported separately and not counted for the daemon.
@@ -13,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 TOOLWATCH_LOG__FORMAT=json /usr/bin/time -v -o "$work/serve.time" \
-  "$bin" serve --data-dir "$work/data" --otlp-grpc 127.0.0.1:0 --otlp-http 127.0.0.1:0 \
+  "$bin" serve ${LOAD_CONFIG:+--config "$LOAD_CONFIG"} --data-dir "$work/data" --otlp-grpc 127.0.0.1:0 --otlp-http 127.0.0.1:0 \
   --admin 127.0.0.1:0 2> "$work/serve.log" &
 serve_pid=$!
 for _ in $(seq 1 200); do
@@ -25,7 +26,10 @@ http=$(grep '"toolwatch ready"' "$work/serve.log" | sed -E 's/.*"otlp_http":"([^
 target="http://$grpc"
 for a in "$@"; do [ "$a" = "--http" ] && target="http://$http"; done
 
+admin=$(grep '"toolwatch ready"' "$work/serve.log" | sed -E 's/.*"admin":"([^"]+)".*/\1/')
 /usr/bin/time -v -o "$work/loadgen.time" "$bin" loadgen --target "$target" --json "$@" > "$work/report.json"
+# What the stages that read behind the archive skipped (they take batches with try_send).
+curl -s "http://$admin/metrics" | grep -E '^toolwatch_(assemble|budget)_skipped_batches_total' > "$work/skipped" || true
 # The daemon's pid is the child of `time`.
 kill -TERM "$(pgrep -P "$serve_pid" toolwatch)"
 wait "$serve_pid"
@@ -49,4 +53,5 @@ print(f"protobuf bytes {report['bytes']} ({report['bytes'] / spans:.0f} bytes/sp
 print(f"wall {secs:.1f} s, {spans / secs:,.0f} spans/s sustained")
 print(f"daemon CPU {cpu:.1f} s = {cpu / spans * 1e6:.1f} CPU s per million spans; peak RSS {rss / 1024:.0f} MiB")
 print(f"loadgen CPU {gen_cpu:.1f} s (not counted above)")
+print(f"alarms raised {stopped.get('alarms', 0)}, alarm rows {stopped.get('alarm_rows', 0)}; " + "; ".join(l.strip() for l in open(f"{work}/skipped")))
 PY

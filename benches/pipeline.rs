@@ -308,5 +308,56 @@ fn assemble(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, stages, protect_payloads, assemble);
+/// Budget evaluation: loadgen traffic over 1,000 tenants against the 18 budgets of
+/// `benches/budgets.toml`, and the memory the evaluator holds.
+fn budget(c: &mut Criterion) {
+    use toolwatch::assemble::AssembleConfig;
+    use toolwatch::budget::config::BudgetConfig;
+    use toolwatch::budget::evaluate::BudgetEvaluator;
+    #[derive(serde::Deserialize)]
+    struct File {
+        budget: BudgetConfig,
+    }
+    let text = include_str!("budgets.toml");
+    let config = toml::from_str::<File>(text)
+        .expect("benches/budgets.toml")
+        .budget;
+    let bodies: Vec<Vec<u8>> = generate(1, 1_000, BASE_NS, 2_000)
+        .iter()
+        .map(|r| r.traces.encode_to_vec())
+        .collect();
+    let batches = batches(&bodies);
+    let spans: usize = batches.iter().map(|b| b.spans.len()).sum();
+    let prices = AssembleConfig::default().prices().expect("sample prices");
+    let now = BASE_NS as i64 + 60_000_000_000;
+
+    let before = live_bytes();
+    let mut held = BudgetEvaluator::new(config.clone(), prices.clone());
+    let alarms: usize = batches.iter().map(|b| held.observe(b, now).len()).sum();
+    let bytes = (live_bytes() - before).max(0) as usize;
+    eprintln!(
+        "budget evaluator: {spans} spans of {} requests over 1,000 tenants, {alarms} alarms, {bytes} heap bytes held ({} per request)",
+        held.requests_tracked(),
+        bytes / held.requests_tracked().max(1)
+    );
+    drop(held);
+
+    let mut g = c.benchmark_group("budget");
+    g.throughput(Throughput::Elements(spans as u64));
+    g.bench_function("observe_1000_tenants_18_budgets", |b| {
+        b.iter_batched(
+            || BudgetEvaluator::new(config.clone(), prices.clone()),
+            |mut e| {
+                for batch in &batches {
+                    std::hint::black_box(e.observe(batch, now));
+                }
+                e
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, stages, protect_payloads, assemble, budget);
 criterion_main!(benches);

@@ -145,6 +145,7 @@ pub struct BudgetMetrics {
     deliveries: Family<Owned2, Counter>,
     delivery_queue: Family<Owned1, Gauge>,
     skipped: Counter,
+    evicted: Counter,
 }
 
 impl BudgetMetrics {
@@ -168,6 +169,11 @@ impl BudgetMetrics {
             "budget_skipped_batches",
             "Batches the budget stage could not take because it was behind (their spans are archived but not counted against budgets)",
             self.skipped.clone(),
+        );
+        registry.register(
+            "budget_evicted_requests",
+            "Requests the budget stage forgot early because more than budget.max_requests were tracked (their alarms resolved)",
+            self.evicted.clone(),
         );
         registry.register(
             "budget_tracked_requests",
@@ -246,6 +252,14 @@ impl BudgetMetrics {
         }
         *last = fresh;
         self.tracked.set(tracked as i64);
+    }
+
+    /// Brings the evicted-requests counter up to the evaluator's running total.
+    pub fn set_evicted_total(&self, total: u64) {
+        let seen = self.evicted.get();
+        if total > seen {
+            self.evicted.inc_by(total - seen);
+        }
     }
 
     /// What a tenant spent since the last call.

@@ -37,6 +37,9 @@ const ASSEMBLE_QUEUE_BATCHES: usize = 1024;
 /// Archived batches waiting for the budget stage; beyond this it skips batches (counted).
 const BUDGET_QUEUE_BATCHES: usize = 4096;
 
+/// Longest time an alarm waits in an open file before `query` can see it.
+const ALARM_FILE_MAX_AGE: Duration = Duration::from_secs(60);
+
 /// How long shutdown waits for alarm deliveries still being retried.
 const DELIVERY_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -316,10 +319,13 @@ fn budget_stage(
             tracing::error!(error = %e, kept_as = %aside.display(), "budget window state unreadable; windows start empty");
         }
     }
+    // Alarms are few and wanted soon: their files complete within a minute.
+    let mut alarm_files = config.archive.clone();
+    alarm_files.max_file_age.0 = alarm_files.max_file_age.0.min(ALARM_FILE_MAX_AGE);
     let archive = Archive::open(
         data_dir,
         &[Table::Alarms],
-        &config.archive,
+        &alarm_files,
         instance_id,
         Arc::clone(&metrics),
     )?;

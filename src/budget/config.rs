@@ -100,6 +100,9 @@ pub struct BudgetConfig {
     pub principal: WindowBudgets,
     /// A request with no new span for this long is over: its alarms resolve.
     pub request_idle: HumanDuration,
+    /// Requests tracked at once (about 3 KB each); past this the least recently active are
+    /// resolved and forgotten early.
+    pub max_requests: usize,
     /// How often window state is saved under `<data_dir>/state/` (also saved at shutdown).
     pub save_interval: HumanDuration,
     /// Per-tenant replacements, by tenant id.
@@ -186,6 +189,7 @@ impl Default for BudgetConfig {
             tenant: WindowBudgets::default(),
             principal: WindowBudgets::default(),
             request_idle: HumanDuration(Duration::from_secs(300)),
+            max_requests: 50_000,
             save_interval: HumanDuration(Duration::from_secs(5)),
             tenants: BTreeMap::new(),
             webhooks: Vec::new(),

@@ -50,7 +50,7 @@ impl Delivery {
                 url,
                 client: reqwest::Client::new(),
                 metrics: Arc::clone(&metrics),
-                firing: BTreeMap::new(),
+                firing: FiringAlerts::default(),
             };
             metrics.budget.set_delivery_queue(&target.name, 0);
             tasks.push(runtime.spawn(sender.run(rx, stop.clone())));
@@ -106,8 +106,50 @@ struct TargetSender {
     url: reqwest::Url,
     client: reqwest::Client,
     metrics: Arc<Metrics>,
-    /// Alertmanager: firing alerts by (alarm id, level), re-sent until resolved.
-    firing: BTreeMap<(String, Level), Arc<Alarm>>,
+    /// Alertmanager: what is firing, re-sent until resolved.
+    firing: FiringAlerts,
+}
+
+/// The alerts firing at an Alertmanager, by (alarm id, level).
+#[derive(Default)]
+pub struct FiringAlerts(BTreeMap<(String, Level), Arc<Alarm>>);
+
+impl FiringAlerts {
+    /// Takes in new alarms; returns the alerts to post: each warning or limit as it fires,
+    /// and for a resolution every level of its episode that fired, now ended.
+    pub fn update(&mut self, batch: &[Arc<Alarm>]) -> Vec<AlertmanagerAlert> {
+        let mut alerts = Vec::with_capacity(batch.len());
+        for a in batch {
+            if a.level == Level::Resolved {
+                for level in [Level::Warning, Level::Limit] {
+                    if let Some(fired) = self.0.remove(&(a.alarm_id.clone(), level)) {
+                        alerts.push(AlertmanagerAlert {
+                            fired,
+                            resolution: Some(Arc::clone(a)),
+                        });
+                    }
+                }
+            } else {
+                self.0.insert((a.alarm_id.clone(), a.level), Arc::clone(a));
+                alerts.push(AlertmanagerAlert {
+                    fired: Arc::clone(a),
+                    resolution: None,
+                });
+            }
+        }
+        alerts
+    }
+
+    /// Everything still firing.
+    pub fn refresh(&self) -> Vec<AlertmanagerAlert> {
+        self.0
+            .values()
+            .map(|fired| AlertmanagerAlert {
+                fired: Arc::clone(fired),
+                resolution: None,
+            })
+            .collect()
+    }
 }
 
 impl TargetSender {
@@ -143,47 +185,19 @@ impl TargetSender {
         }
     }
 
-    /// The body for a batch. For Alertmanager, also keeps the firing set up to date: a
-    /// resolution ends every level of its episode that fired.
+    /// The body for a batch (for Alertmanager, through its firing set).
     fn body(&mut self, batch: &[Arc<Alarm>]) -> Option<Value> {
         if self.target.format == WebhookFormat::Json {
             return Some(json_body(batch));
         }
-        let mut alerts = Vec::with_capacity(batch.len());
-        for a in batch {
-            if a.level == Level::Resolved {
-                let id = a.alarm_id.clone();
-                for level in [Level::Warning, Level::Limit] {
-                    if let Some(fired) = self.firing.remove(&(id.clone(), level)) {
-                        alerts.push(AlertmanagerAlert {
-                            fired,
-                            resolution: Some(Arc::clone(a)),
-                        });
-                    }
-                }
-            } else {
-                self.firing
-                    .insert((a.alarm_id.clone(), a.level), Arc::clone(a));
-                alerts.push(AlertmanagerAlert {
-                    fired: Arc::clone(a),
-                    resolution: None,
-                });
-            }
-        }
+        let alerts = self.firing.update(batch);
         (!alerts.is_empty())
             .then(|| alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0))
     }
 
     /// Alertmanager: everything still firing, with a fresh expiry.
     fn refresh_body(&self) -> Option<Value> {
-        let alerts: Vec<AlertmanagerAlert> = self
-            .firing
-            .values()
-            .map(|fired| AlertmanagerAlert {
-                fired: Arc::clone(fired),
-                resolution: None,
-            })
-            .collect();
+        let alerts = self.firing.refresh();
         (!alerts.is_empty())
             .then(|| alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0))
     }
@@ -362,4 +376,84 @@ pub fn alertmanager_body(alerts: &[AlertmanagerAlert], now_ns: i64, resend: Dura
         })
         .collect();
     Value::Array(alerts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::evaluate::Scope;
+    use super::*;
+
+    const T0: i64 = 1_700_000_000_000_000_000;
+
+    fn alarm(level: Level, at: i64, observed: f64) -> Arc<Alarm> {
+        Arc::new(Alarm {
+            time_ns: at,
+            alarm_id: "a1".into(),
+            scope: Scope::Request,
+            scope_id: "req-1".into(),
+            tenant: "acme".into(),
+            budget: "tool_calls".into(),
+            level,
+            reason: format!("{}:tool_calls", level.as_str()),
+            observed,
+            limit: 50.0,
+            request_id: Some("req-1".into()),
+            trace_id: None,
+        })
+    }
+
+    #[test]
+    fn a_resolution_ends_every_level_that_fired_and_nothing_else() {
+        let mut f = FiringAlerts::default();
+        let warning = f.update(&[alarm(Level::Warning, T0, 40.0)]);
+        let limit = f.update(&[alarm(Level::Limit, T0 + 1, 50.0)]);
+        assert_eq!((warning.len(), limit.len(), f.refresh().len()), (1, 1, 2));
+        let resolved = f.update(&[alarm(Level::Resolved, T0 + 2, 50.0)]);
+        assert!(f.refresh().is_empty());
+        let body = alertmanager_body(&resolved, T0 + 3, Duration::from_secs(60));
+        let alerts = body.as_array().expect("array");
+        let severities: Vec<&str> = alerts
+            .iter()
+            .filter_map(|a| a["labels"]["severity"].as_str())
+            .collect();
+        assert_eq!(severities, ["warning", "critical"]);
+        for a in alerts {
+            // Labels as fired (so Alertmanager matches them), ended at the resolution.
+            assert_eq!(a["labels"]["alarm_id"], "a1");
+            assert_eq!(a["endsAt"], rfc3339(T0 + 2));
+            assert_eq!(a["annotations"]["reason"], "resolved:tool_calls");
+        }
+        assert_eq!(alerts[0]["startsAt"], rfc3339(T0));
+        // A second resolution of the same episode sends nothing.
+        assert!(f.update(&[alarm(Level::Resolved, T0 + 4, 50.0)]).is_empty());
+    }
+
+    #[test]
+    fn a_firing_alert_expires_three_resends_ahead() {
+        let mut f = FiringAlerts::default();
+        let alerts = f.update(&[alarm(Level::Limit, T0, 50.0)]);
+        let body = alertmanager_body(&alerts, T0 + 5, Duration::from_secs(60));
+        assert_eq!(body[0]["endsAt"], rfc3339(T0 + 5 + 180_000_000_000));
+        assert_eq!(body[0]["labels"]["severity"], "critical");
+        assert_eq!(body[0]["annotations"]["request_id"], "req-1");
+    }
+
+    #[test]
+    fn the_json_body_carries_every_field() {
+        let body = json_body(&[alarm(Level::Warning, T0, 40.0)]);
+        assert_eq!(body["source"], "toolwatch");
+        let a = &body["alarms"][0];
+        assert_eq!(a["time"], "2023-11-14T22:13:20.000Z");
+        assert_eq!(a["time_unix_nano"], T0);
+        assert_eq!(
+            (&a["scope"], &a["level"], &a["observed"], &a["limit"]),
+            (
+                &Value::from("request"),
+                &Value::from("warning"),
+                &Value::from(40.0),
+                &Value::from(50.0)
+            )
+        );
+        assert_eq!(a["trace_id"], Value::Null);
+    }
 }

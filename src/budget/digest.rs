@@ -8,9 +8,12 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// SHA-256 (hex) of the tool name and the canonical form of its arguments. Arguments that are
-/// not JSON are digested as text with runs of whitespace collapsed.
-pub fn call_digest(tool: &str, arguments: &str) -> String {
+/// SHA-256 of a tool name and canonical arguments.
+pub type CallDigest = [u8; 32];
+
+/// SHA-256 of the tool name and the canonical form of its arguments. Arguments that are not
+/// JSON are digested as text with runs of whitespace collapsed.
+pub fn call_digest(tool: &str, arguments: &str) -> CallDigest {
     let mut h = Sha256::new();
     h.update(tool.as_bytes());
     h.update([0]);
@@ -29,7 +32,7 @@ pub fn call_digest(tool: &str, arguments: &str) -> String {
             }
         }
     }
-    hex::encode(h.finalize())
+    h.finalize().into()
 }
 
 /// Feeds a canonical encoding of `v`: objects with sorted keys, numbers by value, every item

@@ -6,16 +6,16 @@
 //! request budget when the request has been idle for `request_idle` (its counters only grow).
 //! The resolution carries the episode's `alarm_id`, so receivers can pair them.
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
 use super::config::{BudgetConfig, Measure, RequestBudgets};
-use super::digest::call_digest;
+use super::digest::{call_digest, CallDigest};
 use super::window::RollingWindow;
 use crate::assemble::prices::{PriceTable, TokenCounts};
-use crate::event::{hex_id, EventBatch, SpanClass, SpanId, SpanRecord};
+use crate::event::{hex_id, EventBatch, SpanClass, SpanId, SpanRecord, TraceId};
 
 /// What an alarm is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,36 +213,6 @@ fn alarm_id(ctx: &Context<'_>, budget: &str) -> String {
     hex::encode(&h.finalize()[..8])
 }
 
-/// What one request has used so far.
-#[derive(Debug, Default)]
-struct RequestUsage {
-    tenant: String,
-    request_id: String,
-    trace_id: String,
-    seen: HashSet<SpanId>,
-    model_turns: u64,
-    tool_calls: u64,
-    by_tool: HashMap<String, u64>,
-    repeats: HashMap<String, u64>,
-    input_tokens: u64,
-    output_tokens: u64,
-    cost_usd: f64,
-    result_bytes: u64,
-    start_ns: i64,
-    end_ns: i64,
-    last_arrival_ns: i64,
-    tracks: BTreeMap<String, Track>,
-}
-
-/// One window of one tenant or principal.
-#[derive(Debug)]
-struct WindowUsage {
-    window: RollingWindow,
-    limit: f64,
-    track: Track,
-    tenant: String,
-}
-
 /// What one tenant spent since the last [`BudgetEvaluator::take_totals`], for counters.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct TenantTotals {
@@ -296,13 +266,154 @@ pub struct SavedWindow {
     pub alarm_id: String,
 }
 
+/// A request budget: what it counts.
+#[derive(Debug, Clone, PartialEq)]
+enum RequestMeasure {
+    ModelTurns,
+    ToolCalls,
+    ToolCallsOf(String),
+    RepeatedCalls,
+    WallTime,
+    InputTokens,
+    OutputTokens,
+    Cost,
+    ResultBytes,
+}
+
+/// One request budget that is on: its name, what it counts, its limit.
+#[derive(Debug, Clone)]
+struct RequestSpec {
+    name: String,
+    measure: RequestMeasure,
+    limit: f64,
+}
+
+/// One window budget that is on.
+#[derive(Debug, Clone)]
+struct WindowSpec {
+    name: String,
+    measure: Measure,
+    span: std::time::Duration,
+    limit: f64,
+}
+
+/// What one request has used so far.
+#[derive(Debug, Default)]
+struct RequestUsage {
+    request_id: String,
+    trace_id: String,
+    seen: HashSet<SpanId>,
+    model_turns: u64,
+    tool_calls: u64,
+    by_tool: HashMap<String, u64>,
+    repeats: HashMap<CallDigest, u64>,
+    most_repeated: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    cost_usd: f64,
+    result_bytes: u64,
+    start_ns: i64,
+    end_ns: i64,
+    last_arrival_ns: i64,
+    /// Parallel to the tenant's request specs.
+    tracks: Vec<Track>,
+}
+
+/// One window of one tenant or principal.
+#[derive(Debug)]
+struct WindowUsage {
+    window: RollingWindow,
+    track: Track,
+}
+
+impl WindowUsage {
+    fn new(spec: &WindowSpec) -> WindowUsage {
+        WindowUsage {
+            window: RollingWindow::new(spec.span, buckets_for(spec.span.as_secs())),
+            track: Track::default(),
+        }
+    }
+}
+
+/// Everything tracked for one tenant. Its budgets are resolved once, so once a tenant, request
+/// and principal are known a span costs no configuration lookups and no key allocations.
+struct TenantState {
+    request_specs: Arc<[RequestSpec]>,
+    tenant_specs: Arc<[WindowSpec]>,
+    principal_specs: Arc<[WindowSpec]>,
+    /// Parallel to `tenant_specs`.
+    windows: Vec<WindowUsage>,
+    /// By principal id; each parallel to `principal_specs`.
+    principals: HashMap<String, Vec<WindowUsage>>,
+    /// By request id.
+    requests: HashMap<String, RequestUsage>,
+    /// Trace → request, so spans without `executor.request_id` (a downstream service's) count
+    /// for the request their trace belongs to. Forgotten with the request.
+    traces: HashMap<TraceId, String>,
+}
+
+fn window_specs(w: &super::config::WindowBudgets) -> Arc<[WindowSpec]> {
+    w.active()
+        .into_iter()
+        .map(|(name, measure, span, limit)| WindowSpec {
+            name,
+            measure,
+            span,
+            limit,
+        })
+        .collect()
+}
+
+impl TenantState {
+    fn new(config: &BudgetConfig, tenant: &str) -> TenantState {
+        let tenant_specs = window_specs(config.tenant_for(tenant));
+        TenantState {
+            request_specs: request_specs(config.request_for(tenant)),
+            windows: tenant_specs.iter().map(WindowUsage::new).collect(),
+            tenant_specs,
+            principal_specs: window_specs(config.principal_for(tenant)),
+            principals: HashMap::new(),
+            requests: HashMap::new(),
+            traces: HashMap::new(),
+        }
+    }
+
+    /// The request a span belongs to: the one it names, else the one its trace is known to
+    /// belong to, else its trace (hex).
+    fn request_of(&mut self, span: &SpanRecord) -> String {
+        match span.audit.request_id.as_deref().filter(|r| !r.is_empty()) {
+            Some(r) => {
+                // TraceId is a Copy array: the entry costs no allocation unless it is new.
+                self.traces
+                    .entry(span.trace_id)
+                    .or_insert_with(|| r.to_string());
+                r.to_string()
+            }
+            None => self
+                .traces
+                .get(&span.trace_id)
+                .cloned()
+                .unwrap_or_else(|| hex_id(&span.trace_id)),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.requests.is_empty()
+            && self.principals.is_empty()
+            && self
+                .windows
+                .iter()
+                .all(|w| w.track.level.is_none() && w.window.buckets().next().is_none())
+    }
+}
+
 /// Usage against budgets, for every request, tenant and principal seen.
 pub struct BudgetEvaluator {
     config: BudgetConfig,
     prices: PriceTable,
-    requests: HashMap<(String, String), RequestUsage>,
-    windows: BTreeMap<(Scope, String, String, String), WindowUsage>,
+    tenants: HashMap<String, TenantState>,
     totals: HashMap<String, TenantTotals>,
+    evicted: u64,
 }
 
 /// Buckets per window: minute windows move in seconds, hour windows in minutes, day windows in
@@ -315,15 +426,56 @@ fn buckets_for(span_secs: u64) -> u32 {
     }
 }
 
+/// What a span adds to windows.
+#[derive(Default, Clone, Copy)]
+struct SpanAmounts {
+    input: u64,
+    output: u64,
+    cost: f64,
+    tool_call: bool,
+    end_ns: i64,
+}
+
+impl SpanAmounts {
+    fn of(&self, m: Measure) -> f64 {
+        match m {
+            Measure::Tokens => self.input.saturating_add(self.output) as f64,
+            Measure::Cost => self.cost,
+            Measure::ToolCalls => f64::from(u8::from(self.tool_call)),
+        }
+    }
+}
+
+/// Adds a span to windows and moves their levels.
+fn update_windows(
+    specs: &[WindowSpec],
+    windows: &mut [WindowUsage],
+    amounts: SpanAmounts,
+    ratio: f64,
+    ctx: &Context<'_>,
+    out: &mut Vec<Alarm>,
+) {
+    for (spec, w) in specs.iter().zip(windows) {
+        let amount = amounts.of(spec.measure);
+        if amount > 0.0 {
+            // Too old to count: the span ended before the window began.
+            let _ = w.window.add(amounts.end_ns, amount, ctx.now_ns);
+        }
+        let observed = w.window.total(ctx.now_ns);
+        w.track
+            .update(&spec.name, observed, spec.limit, ratio, ctx, out);
+    }
+}
+
 impl BudgetEvaluator {
     /// An evaluator with the configured budgets and prices.
     pub fn new(config: BudgetConfig, prices: PriceTable) -> BudgetEvaluator {
         BudgetEvaluator {
             config,
             prices,
-            requests: HashMap::new(),
-            windows: BTreeMap::new(),
+            tenants: HashMap::new(),
             totals: HashMap::new(),
+            evicted: 0,
         }
     }
 
@@ -339,7 +491,7 @@ impl BudgetEvaluator {
 
     /// Requests being tracked.
     pub fn requests_tracked(&self) -> usize {
-        self.requests.len()
+        self.tenants.values().map(|t| t.requests.len()).sum()
     }
 
     /// Takes in a protected batch at wall-clock `now_ns`; returns the alarms it fires.
@@ -351,124 +503,118 @@ impl BudgetEvaluator {
         out
     }
 
-    fn observe_span(&mut self, span: &SpanRecord, now_ns: i64, out: &mut Vec<Alarm>) {
-        let trace = hex_id(&span.trace_id);
-        let request_id = span
-            .audit
-            .request_id
-            .clone()
-            .unwrap_or_else(|| trace.clone());
-        let key = (span.tenant.clone(), request_id.clone());
-        let usage = self.requests.entry(key).or_insert_with(|| RequestUsage {
-            tenant: span.tenant.clone(),
-            request_id: request_id.clone(),
-            trace_id: trace.clone(),
-            start_ns: span.start_ns,
+    /// What a span costs and counts; also added to its tenant's spend totals.
+    fn amounts(&mut self, span: &SpanRecord) -> SpanAmounts {
+        let g = &span.gen_ai;
+        let mut a = SpanAmounts {
             end_ns: span.end_ns,
             ..Default::default()
-        });
+        };
+        match span.class {
+            SpanClass::Model => {
+                a.input = g.input_tokens.unwrap_or(0).max(0) as u64;
+                a.output = g.output_tokens.unwrap_or(0).max(0) as u64;
+                let model = g.response_model.as_deref().or(g.request_model.as_deref());
+                if let (Some(provider), Some(model)) = (g.provider.as_deref(), model) {
+                    let counts = TokenCounts {
+                        input: a.input as i64,
+                        output: a.output as i64,
+                        cache_read: g.cache_read_input_tokens.unwrap_or(0),
+                    };
+                    a.cost = self.prices.cost(provider, model, counts).unwrap_or(0.0);
+                }
+                let t = totals_of(&mut self.totals, &span.tenant);
+                t.model_turns += 1;
+                t.input_tokens = t.input_tokens.saturating_add(a.input);
+                t.output_tokens = t.output_tokens.saturating_add(a.output);
+                t.cost_usd += a.cost;
+            }
+            SpanClass::Tool => {
+                a.tool_call = true;
+                let tool = g.tool_name.as_deref().unwrap_or("unknown");
+                let t = totals_of(&mut self.totals, &span.tenant);
+                match t.tool_calls.get_mut(tool) {
+                    Some(n) => *n += 1,
+                    None => {
+                        t.tool_calls.insert(tool.to_string(), 1);
+                    }
+                }
+            }
+            _ => {}
+        }
+        a
+    }
+
+    fn observe_span(&mut self, span: &SpanRecord, now_ns: i64, out: &mut Vec<Alarm>) {
+        let ratio = self.config.warning_ratio;
+        if !self.tenants.contains_key(&span.tenant) {
+            let state = TenantState::new(&self.config, &span.tenant);
+            self.tenants.insert(span.tenant.clone(), state);
+        }
+        let Some(state) = self.tenants.get_mut(&span.tenant) else {
+            return;
+        };
+        let request_id = state.request_of(span);
+        let usage = state
+            .requests
+            .entry(request_id)
+            .or_insert_with_key(|id| RequestUsage {
+                request_id: id.clone(),
+                trace_id: hex_id(&span.trace_id),
+                start_ns: span.start_ns,
+                end_ns: span.end_ns,
+                tracks: vec![Track::default(); state.request_specs.len()],
+                ..Default::default()
+            });
         usage.last_arrival_ns = now_ns;
         if !usage.seen.insert(span.span_id) {
             return; // the same span again: counted once
         }
-        usage.start_ns = usage.start_ns.min(span.start_ns);
-        usage.end_ns = usage.end_ns.max(span.end_ns);
-        let g = &span.gen_ai;
-        let mut tokens = 0u64;
-        let mut cost = 0.0;
-        let mut tool_call = false;
-        match span.class {
-            SpanClass::Model => {
-                usage.model_turns += 1;
-                let input = g.input_tokens.unwrap_or(0).max(0) as u64;
-                let output = g.output_tokens.unwrap_or(0).max(0) as u64;
-                usage.input_tokens = usage.input_tokens.saturating_add(input);
-                usage.output_tokens = usage.output_tokens.saturating_add(output);
-                tokens = input.saturating_add(output);
-                let model = g.response_model.as_deref().or(g.request_model.as_deref());
-                if let (Some(provider), Some(model)) = (g.provider.as_deref(), model) {
-                    let counts = TokenCounts {
-                        input: input as i64,
-                        output: output as i64,
-                        cache_read: g.cache_read_input_tokens.unwrap_or(0),
-                    };
-                    cost = self.prices.cost(provider, model, counts).unwrap_or(0.0);
-                    usage.cost_usd += cost;
+        let request_id = usage.request_id.clone();
+        let amounts = self.amounts(span);
+        let Some(state) = self.tenants.get_mut(&span.tenant) else {
+            return;
+        };
+        let TenantState {
+            request_specs,
+            tenant_specs,
+            principal_specs,
+            windows,
+            principals,
+            requests,
+            ..
+        } = state;
+        let Some(usage) = requests.get_mut(&request_id) else {
+            return;
+        };
+        usage.add(span, amounts);
+        let mut tracks = std::mem::take(&mut usage.tracks);
+        let ctx = usage.context(Scope::Request, &usage.request_id, &span.tenant, now_ns);
+        for (spec, track) in request_specs.iter().zip(&mut tracks) {
+            track.update(
+                &spec.name,
+                usage.observed(&spec.measure),
+                spec.limit,
+                ratio,
+                &ctx,
+                out,
+            );
+        }
+        let ctx = usage.context(Scope::Tenant, &span.tenant, &span.tenant, now_ns);
+        update_windows(tenant_specs, windows, amounts, ratio, &ctx, out);
+        if let Some(principal) = span.audit.principal_id.as_deref() {
+            if !principal_specs.is_empty() {
+                if !principals.contains_key(principal) {
+                    let fresh = principal_specs.iter().map(WindowUsage::new).collect();
+                    principals.insert(principal.to_string(), fresh);
                 }
-                let t = self.totals.entry(span.tenant.clone()).or_default();
-                t.model_turns += 1;
-                t.input_tokens = t.input_tokens.saturating_add(input);
-                t.output_tokens = t.output_tokens.saturating_add(output);
-                t.cost_usd += cost;
-            }
-            SpanClass::Tool => {
-                tool_call = true;
-                usage.tool_calls += 1;
-                let tool = g.tool_name.clone().unwrap_or_else(|| "unknown".into());
-                let digest = call_digest(&tool, g.tool_arguments.as_deref().unwrap_or(""));
-                let t = self.totals.entry(span.tenant.clone()).or_default();
-                *t.tool_calls.entry(tool.clone()).or_default() += 1;
-                *usage.by_tool.entry(tool).or_default() += 1;
-                *usage.repeats.entry(digest).or_default() += 1;
-            }
-            _ => {}
-        }
-        if let Some(b) = span.audit.result_bytes {
-            usage.result_bytes = usage.result_bytes.saturating_add(b.max(0) as u64);
-        }
-        let limits = self.config.request_for(&span.tenant);
-        check_request(usage, limits, self.config.warning_ratio, now_ns, out);
-
-        // Windows of the tenant and the principal, at the span's end time.
-        let principal = span.audit.principal_id.clone();
-        let scopes = [
-            (Scope::Tenant, Some(span.tenant.clone())),
-            (Scope::Principal, principal),
-        ];
-        for (scope, id) in scopes {
-            let Some(id) = id else { continue };
-            let budgets = match scope {
-                Scope::Tenant => self.config.tenant_for(&span.tenant).active(),
-                _ => self.config.principal_for(&span.tenant).active(),
-            };
-            for (name, measure, span_len, limit) in budgets {
-                let amount = match measure {
-                    Measure::Tokens => tokens as f64,
-                    Measure::Cost => cost,
-                    Measure::ToolCalls => f64::from(u8::from(tool_call)),
-                };
-                let w = self
-                    .windows
-                    .entry((scope, span.tenant.clone(), id.clone(), name.clone()))
-                    .or_insert_with(|| WindowUsage {
-                        window: RollingWindow::new(span_len, buckets_for(span_len.as_secs())),
-                        limit,
-                        track: Track::default(),
-                        tenant: span.tenant.clone(),
-                    });
-                if amount > 0.0 {
-                    // Too old to count: the span ended before the window began.
-                    let _ = w.window.add(span.end_ns, amount, now_ns);
+                if let Some(p) = principals.get_mut(principal) {
+                    let ctx = usage.context(Scope::Principal, principal, &span.tenant, now_ns);
+                    update_windows(principal_specs, p, amounts, ratio, &ctx, out);
                 }
-                let observed = w.window.total(now_ns);
-                let ctx = Context {
-                    scope,
-                    scope_id: &id,
-                    tenant: &span.tenant,
-                    request_id: Some(&request_id),
-                    trace_id: Some(&trace),
-                    now_ns,
-                };
-                w.track.update(
-                    &name,
-                    observed,
-                    w.limit,
-                    self.config.warning_ratio,
-                    &ctx,
-                    out,
-                );
             }
         }
+        usage.tracks = tracks;
     }
 
     /// Time passes: windows that fell back under their thresholds resolve, requests idle for
@@ -476,38 +622,102 @@ impl BudgetEvaluator {
     pub fn tick(&mut self, now_ns: i64) -> Vec<Alarm> {
         let mut out = Vec::new();
         let ratio = self.config.warning_ratio;
-        for ((scope, _, id, name), w) in &mut self.windows {
-            let observed = w.window.total(now_ns);
-            let ctx = Context {
-                scope: *scope,
+        let idle = i64::try_from(self.config.request_idle.0.as_nanos()).unwrap_or(i64::MAX);
+        for (tenant, state) in &mut self.tenants {
+            let window_ctx = |scope, id| Context {
+                scope,
                 scope_id: id,
-                tenant: &w.tenant,
+                tenant,
                 request_id: None,
                 trace_id: None,
                 now_ns,
             };
-            w.track
-                .update(name, observed, w.limit, ratio, &ctx, &mut out);
-        }
-        self.windows
-            .retain(|_, w| w.track.level.is_some() || w.window.buckets().next().is_some());
-        let idle = i64::try_from(self.config.request_idle.0.as_nanos()).unwrap_or(i64::MAX);
-        let done: Vec<(String, String)> = self
-            .requests
-            .iter()
-            .filter(|(_, u)| now_ns.saturating_sub(u.last_arrival_ns) >= idle)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in done {
-            if let Some(mut u) = self.requests.remove(&key) {
-                let mut tracks = std::mem::take(&mut u.tracks);
-                let ctx = u.context(now_ns);
-                for (budget, track) in &mut tracks {
-                    track.resolve(budget, u.observed(budget), &ctx, &mut out);
+            for (spec, w) in state.tenant_specs.iter().zip(&mut state.windows) {
+                let observed = w.window.total(now_ns);
+                let ctx = window_ctx(Scope::Tenant, tenant);
+                w.track
+                    .update(&spec.name, observed, spec.limit, ratio, &ctx, &mut out);
+            }
+            for (principal, windows) in &mut state.principals {
+                for (spec, w) in state.principal_specs.iter().zip(windows.iter_mut()) {
+                    let observed = w.window.total(now_ns);
+                    let ctx = window_ctx(Scope::Principal, principal);
+                    w.track
+                        .update(&spec.name, observed, spec.limit, ratio, &ctx, &mut out);
                 }
             }
+            state.principals.retain(|_, ws| {
+                ws.iter()
+                    .any(|w| w.track.level.is_some() || w.window.buckets().next().is_some())
+            });
+            let specs = Arc::clone(&state.request_specs);
+            let mut done = Vec::new();
+            state.requests.retain(|_, u| {
+                let over = now_ns.saturating_sub(u.last_arrival_ns) >= idle;
+                if over {
+                    done.push(std::mem::take(u));
+                }
+                !over
+            });
+            for mut u in done {
+                let mut tracks = std::mem::take(&mut u.tracks);
+                let ctx = u.context(Scope::Request, &u.request_id, tenant, now_ns);
+                for (spec, track) in specs.iter().zip(&mut tracks) {
+                    track.resolve(&spec.name, u.observed(&spec.measure), &ctx, &mut out);
+                }
+            }
+            let live: HashSet<&String> = state.requests.keys().collect();
+            state.traces.retain(|_, r| live.contains(r));
         }
+        self.evict_over_limit(now_ns, &mut out);
+        self.tenants.retain(|_, t| !t.is_idle());
         out
+    }
+
+    /// Requests forgotten early because more than `max_requests` were tracked.
+    pub fn evicted_requests(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Past `max_requests`, the least recently active requests resolve and are forgotten
+    /// (down to 90% of the limit, so this sort does not run on every tick).
+    fn evict_over_limit(&mut self, now_ns: i64, out: &mut Vec<Alarm>) {
+        let max = self.config.max_requests.max(1);
+        let tracked = self.requests_tracked();
+        if tracked <= max {
+            return;
+        }
+        let mut by_age: Vec<(i64, &String, &String)> = self
+            .tenants
+            .iter()
+            .flat_map(|(t, s)| {
+                s.requests
+                    .iter()
+                    .map(move |(r, u)| (u.last_arrival_ns, t, r))
+            })
+            .collect();
+        by_age.sort_unstable();
+        let excess = tracked - max * 9 / 10;
+        let victims: Vec<(String, String)> = by_age
+            .into_iter()
+            .take(excess)
+            .map(|(_, t, r)| (t.clone(), r.clone()))
+            .collect();
+        for (tenant, request) in victims {
+            let Some(state) = self.tenants.get_mut(&tenant) else {
+                continue;
+            };
+            let Some(mut u) = state.requests.remove(&request) else {
+                continue;
+            };
+            state.traces.retain(|_, r| *r != request);
+            let mut tracks = std::mem::take(&mut u.tracks);
+            let ctx = u.context(Scope::Request, &u.request_id, &tenant, now_ns);
+            for (spec, track) in state.request_specs.iter().zip(&mut tracks) {
+                track.resolve(&spec.name, u.observed(&spec.measure), &ctx, out);
+            }
+            self.evicted += 1;
+        }
     }
 
     /// Current usage and limits of one tenant's windows, principals and active requests, or of
@@ -515,44 +725,61 @@ impl BudgetEvaluator {
     pub fn usage(&mut self, tenant: Option<&str>, now_ns: i64) -> Vec<(String, BudgetUsage)> {
         let ratio = self.config.warning_ratio;
         let mut out = Vec::new();
-        for ((scope, t, id, name), w) in &mut self.windows {
+        for (t, state) in &mut self.tenants {
             if tenant.is_some_and(|want| want != t) {
                 continue;
             }
-            out.push((
-                t.clone(),
-                BudgetUsage {
-                    scope: scope.as_str(),
-                    id: id.clone(),
-                    budget: name.clone(),
-                    usage: w.window.total(now_ns),
-                    limit: w.limit,
-                    warning_at: w.limit * ratio,
-                    level: w.track.level.map(Level::as_str),
-                },
-            ));
-        }
-        for ((t, _), u) in &self.requests {
-            if tenant.is_some_and(|want| want != t) {
-                continue;
-            }
-            for (budget, limit) in request_limits(self.config.request_for(t)) {
-                out.push((
-                    t.clone(),
-                    BudgetUsage {
-                        scope: Scope::Request.as_str(),
-                        id: u.request_id.clone(),
-                        budget: budget.to_string(),
-                        usage: u.observed(&budget),
-                        limit,
-                        warning_at: limit * ratio,
-                        level: u
-                            .tracks
-                            .get(&*budget)
-                            .and_then(|t| t.level)
-                            .map(Level::as_str),
-                    },
+            let row =
+                |scope: Scope, id: &str, spec_name: &str, usage: f64, limit: f64, track: &Track| {
+                    (
+                        t.clone(),
+                        BudgetUsage {
+                            scope: scope.as_str(),
+                            id: id.to_string(),
+                            budget: spec_name.to_string(),
+                            usage,
+                            limit,
+                            warning_at: limit * ratio,
+                            level: track.level.map(Level::as_str),
+                        },
+                    )
+                };
+            for (spec, w) in state.tenant_specs.iter().zip(&mut state.windows) {
+                let usage = w.window.total(now_ns);
+                out.push(row(
+                    Scope::Tenant,
+                    t,
+                    &spec.name,
+                    usage,
+                    spec.limit,
+                    &w.track,
                 ));
+            }
+            for (p, windows) in &mut state.principals {
+                for (spec, w) in state.principal_specs.iter().zip(windows.iter_mut()) {
+                    let usage = w.window.total(now_ns);
+                    out.push(row(
+                        Scope::Principal,
+                        p,
+                        &spec.name,
+                        usage,
+                        spec.limit,
+                        &w.track,
+                    ));
+                }
+            }
+            for u in state.requests.values() {
+                for (spec, track) in state.request_specs.iter().zip(&u.tracks) {
+                    let usage = u.observed(&spec.measure);
+                    out.push(row(
+                        Scope::Request,
+                        &u.request_id,
+                        &spec.name,
+                        usage,
+                        spec.limit,
+                        track,
+                    ));
+                }
             }
         }
         out.sort_by(|(ta, a), (tb, b)| {
@@ -561,20 +788,83 @@ impl BudgetEvaluator {
         out
     }
 
+    /// For gauges: per (tenant, scope, budget) the usage (a tenant's window; the highest among
+    /// the tenant's principals or active requests) and the limit. Costs one pass, no sorting
+    /// and no per-request allocations.
+    pub fn highest_usage(&mut self, now_ns: i64) -> Vec<(String, &'static str, String, f64, f64)> {
+        let mut out = Vec::new();
+        for (t, state) in &mut self.tenants {
+            for (spec, w) in state.tenant_specs.iter().zip(&mut state.windows) {
+                let usage = w.window.total(now_ns);
+                out.push((
+                    t.clone(),
+                    Scope::Tenant.as_str(),
+                    spec.name.clone(),
+                    usage,
+                    spec.limit,
+                ));
+            }
+            let mut principal_max = vec![0.0f64; state.principal_specs.len()];
+            for windows in state.principals.values_mut() {
+                for (max, w) in principal_max.iter_mut().zip(windows.iter_mut()) {
+                    *max = max.max(w.window.total(now_ns));
+                }
+            }
+            for (spec, usage) in state.principal_specs.iter().zip(principal_max) {
+                out.push((
+                    t.clone(),
+                    Scope::Principal.as_str(),
+                    spec.name.clone(),
+                    usage,
+                    spec.limit,
+                ));
+            }
+            let mut request_max = vec![0.0f64; state.request_specs.len()];
+            for u in state.requests.values() {
+                for (max, spec) in request_max.iter_mut().zip(state.request_specs.iter()) {
+                    *max = max.max(u.observed(&spec.measure));
+                }
+            }
+            for (spec, usage) in state.request_specs.iter().zip(request_max) {
+                out.push((
+                    t.clone(),
+                    Scope::Request.as_str(),
+                    spec.name.clone(),
+                    usage,
+                    spec.limit,
+                ));
+            }
+        }
+        out
+    }
+
     /// Window state worth saving (windows that hold spend or an active episode).
     pub fn saved_windows(&self) -> Vec<SavedWindow> {
-        self.windows
-            .iter()
-            .map(|((scope, tenant, id, budget), w)| SavedWindow {
-                scope: scope.as_str().to_string(),
-                tenant: tenant.clone(),
-                id: id.clone(),
-                budget: budget.clone(),
-                buckets: w.window.buckets().collect(),
-                level: w.track.level.map(|l| l.as_str().to_string()),
-                alarm_id: w.track.alarm_id.clone(),
-            })
-            .collect()
+        let mut out = Vec::new();
+        let mut save =
+            |scope: Scope, tenant: &str, id: &str, specs: &[WindowSpec], ws: &[WindowUsage]| {
+                for (spec, w) in specs.iter().zip(ws) {
+                    if w.track.level.is_none() && w.window.buckets().next().is_none() {
+                        continue;
+                    }
+                    out.push(SavedWindow {
+                        scope: scope.as_str().to_string(),
+                        tenant: tenant.to_string(),
+                        id: id.to_string(),
+                        budget: spec.name.clone(),
+                        buckets: w.window.buckets().collect(),
+                        level: w.track.level.map(|l| l.as_str().to_string()),
+                        alarm_id: w.track.alarm_id.clone(),
+                    });
+                }
+            };
+        for (t, state) in &self.tenants {
+            save(Scope::Tenant, t, t, &state.tenant_specs, &state.windows);
+            for (p, ws) in &state.principals {
+                save(Scope::Principal, t, p, &state.principal_specs, ws);
+            }
+        }
+        out
     }
 
     /// Restores saved windows whose budget is still configured, with their active episodes
@@ -583,71 +873,122 @@ impl BudgetEvaluator {
     pub fn restore_windows(&mut self, saved: Vec<SavedWindow>) -> usize {
         let mut restored = 0;
         for w in saved {
-            let scope = match w.scope.as_str() {
-                "tenant" => Scope::Tenant,
-                "principal" => Scope::Principal,
+            if !self.tenants.contains_key(&w.tenant) {
+                let state = TenantState::new(&self.config, &w.tenant);
+                self.tenants.insert(w.tenant.clone(), state);
+            }
+            let Some(state) = self.tenants.get_mut(&w.tenant) else {
+                continue;
+            };
+            let (specs, windows) = match w.scope.as_str() {
+                "tenant" => (&state.tenant_specs, &mut state.windows),
+                "principal" => {
+                    let specs = &state.principal_specs;
+                    let ws = state
+                        .principals
+                        .entry(w.id.clone())
+                        .or_insert_with(|| specs.iter().map(WindowUsage::new).collect());
+                    (specs, ws)
+                }
                 _ => continue,
             };
-            let budgets = match scope {
-                Scope::Tenant => self.config.tenant_for(&w.tenant).active(),
-                _ => self.config.principal_for(&w.tenant).active(),
-            };
-            let Some((_, _, span_len, limit)) = budgets.into_iter().find(|b| b.0 == w.budget)
-            else {
+            let Some(i) = specs.iter().position(|s| s.name == w.budget) else {
                 continue; // that budget is no longer configured
             };
-            let mut window = RollingWindow::new(span_len, buckets_for(span_len.as_secs()));
-            window.restore(w.buckets);
-            let level = match w.level.as_deref() {
-                Some("warning") => Some(Level::Warning),
-                Some("limit") => Some(Level::Limit),
-                _ => None,
+            let Some(slot) = windows.get_mut(i) else {
+                continue;
             };
-            let track = Track {
-                level,
-                alarm_id: w.alarm_id,
-                limit,
-            };
-            self.windows.insert(
-                (scope, w.tenant.clone(), w.id, w.budget),
-                WindowUsage {
-                    window,
-                    limit,
-                    track,
-                    tenant: w.tenant,
+            slot.window.restore(w.buckets);
+            slot.track = Track {
+                level: match w.level.as_deref() {
+                    Some("warning") => Some(Level::Warning),
+                    Some("limit") => Some(Level::Limit),
+                    _ => None,
                 },
-            );
+                alarm_id: w.alarm_id,
+                limit: specs[i].limit,
+            };
             restored += 1;
         }
         restored
     }
 }
 
+fn totals_of<'a>(
+    totals: &'a mut HashMap<String, TenantTotals>,
+    tenant: &str,
+) -> &'a mut TenantTotals {
+    if !totals.contains_key(tenant) {
+        totals.insert(tenant.to_string(), TenantTotals::default());
+    }
+    totals
+        .get_mut(tenant)
+        .unwrap_or_else(|| unreachable!("inserted above"))
+}
+
 impl RequestUsage {
-    /// Usage of one request budget, by name (`tool_calls:<tool>` for one tool).
-    fn observed(&self, budget: &str) -> f64 {
-        match budget {
-            "model_turns" => self.model_turns as f64,
-            "tool_calls" => self.tool_calls as f64,
-            "input_tokens" => self.input_tokens as f64,
-            "output_tokens" => self.output_tokens as f64,
-            "cost_usd" => self.cost_usd,
-            "result_bytes" => self.result_bytes as f64,
-            "repeated_calls" => self.repeats.values().copied().max().unwrap_or(0) as f64,
-            "wall_time" => self.end_ns.saturating_sub(self.start_ns).max(0) as f64 / 1e9,
-            other => other
-                .strip_prefix("tool_calls:")
-                .and_then(|tool| self.by_tool.get(tool))
-                .map_or(0.0, |n| *n as f64),
+    /// Counts a span that is new to the request.
+    fn add(&mut self, span: &SpanRecord, a: SpanAmounts) {
+        self.start_ns = self.start_ns.min(span.start_ns);
+        self.end_ns = self.end_ns.max(span.end_ns);
+        match span.class {
+            SpanClass::Model => {
+                self.model_turns += 1;
+                self.input_tokens = self.input_tokens.saturating_add(a.input);
+                self.output_tokens = self.output_tokens.saturating_add(a.output);
+                self.cost_usd += a.cost;
+            }
+            SpanClass::Tool => {
+                self.tool_calls += 1;
+                let g = &span.gen_ai;
+                let tool = g.tool_name.as_deref().unwrap_or("unknown");
+                let digest = call_digest(tool, g.tool_arguments.as_deref().unwrap_or(""));
+                match self.by_tool.get_mut(tool) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.by_tool.insert(tool.to_string(), 1);
+                    }
+                }
+                let n = self.repeats.entry(digest).or_default();
+                *n += 1;
+                self.most_repeated = self.most_repeated.max(*n);
+            }
+            _ => {}
+        }
+        if let Some(b) = span.audit.result_bytes {
+            self.result_bytes = self.result_bytes.saturating_add(b.max(0) as u64);
         }
     }
 
-    /// Who an alarm about this request names.
-    fn context(&self, now_ns: i64) -> Context<'_> {
+    /// Usage of one request budget.
+    fn observed(&self, m: &RequestMeasure) -> f64 {
+        match m {
+            RequestMeasure::ModelTurns => self.model_turns as f64,
+            RequestMeasure::ToolCalls => self.tool_calls as f64,
+            RequestMeasure::ToolCallsOf(tool) => self.by_tool.get(tool).map_or(0.0, |n| *n as f64),
+            RequestMeasure::RepeatedCalls => self.most_repeated as f64,
+            RequestMeasure::WallTime => {
+                self.end_ns.saturating_sub(self.start_ns).max(0) as f64 / 1e9
+            }
+            RequestMeasure::InputTokens => self.input_tokens as f64,
+            RequestMeasure::OutputTokens => self.output_tokens as f64,
+            RequestMeasure::Cost => self.cost_usd,
+            RequestMeasure::ResultBytes => self.result_bytes as f64,
+        }
+    }
+
+    /// Who an alarm raised while this request's span was counted names.
+    fn context<'a>(
+        &'a self,
+        scope: Scope,
+        scope_id: &'a str,
+        tenant: &'a str,
+        now_ns: i64,
+    ) -> Context<'a> {
         Context {
-            scope: Scope::Request,
-            scope_id: &self.request_id,
-            tenant: &self.tenant,
+            scope,
+            scope_id,
+            tenant,
             request_id: Some(&self.request_id),
             trace_id: Some(&self.trace_id),
             now_ns,
@@ -655,53 +996,50 @@ impl RequestUsage {
     }
 }
 
-/// The request budgets that are on, by name, with their limits.
-fn request_limits(limits: &RequestBudgets) -> Vec<(Cow<'static, str>, f64)> {
+/// The request budgets that are on, with their limits.
+fn request_specs(limits: &RequestBudgets) -> Arc<[RequestSpec]> {
+    use RequestMeasure as M;
     let fixed = [
-        ("model_turns", limits.model_turns as f64),
-        ("tool_calls", limits.tool_calls as f64),
-        ("repeated_calls", limits.repeated_calls as f64),
-        ("input_tokens", limits.input_tokens as f64),
-        ("output_tokens", limits.output_tokens as f64),
-        ("cost_usd", limits.cost_usd),
-        ("result_bytes", limits.result_bytes as f64),
+        ("model_turns", M::ModelTurns, limits.model_turns as f64),
+        ("tool_calls", M::ToolCalls, limits.tool_calls as f64),
+        (
+            "repeated_calls",
+            M::RepeatedCalls,
+            limits.repeated_calls as f64,
+        ),
+        ("input_tokens", M::InputTokens, limits.input_tokens as f64),
+        (
+            "output_tokens",
+            M::OutputTokens,
+            limits.output_tokens as f64,
+        ),
+        ("cost_usd", M::Cost, limits.cost_usd),
+        ("result_bytes", M::ResultBytes, limits.result_bytes as f64),
         (
             "wall_time",
+            M::WallTime,
             limits.wall_time.map_or(0.0, |w| w.0.as_secs_f64()),
         ),
     ];
     fixed
         .into_iter()
-        .map(|(name, limit)| (Cow::Borrowed(name), limit))
+        .map(|(name, measure, limit)| RequestSpec {
+            name: name.to_string(),
+            measure,
+            limit,
+        })
         .chain(
             limits
                 .tool_calls_by_tool
                 .iter()
-                .map(|(tool, limit)| (Cow::Owned(format!("tool_calls:{tool}")), *limit as f64)),
+                .map(|(tool, limit)| RequestSpec {
+                    name: format!("tool_calls:{tool}"),
+                    measure: M::ToolCallsOf(tool.clone()),
+                    limit: *limit as f64,
+                }),
         )
-        .filter(|(_, limit)| *limit > 0.0)
+        .filter(|s| s.limit > 0.0)
         .collect()
-}
-
-fn check_request(
-    u: &mut RequestUsage,
-    limits: &RequestBudgets,
-    ratio: f64,
-    now_ns: i64,
-    out: &mut Vec<Alarm>,
-) {
-    let mut tracks = std::mem::take(&mut u.tracks);
-    let ctx = u.context(now_ns);
-    for (budget, limit) in request_limits(limits) {
-        let value = u.observed(&budget);
-        if !tracks.contains_key(&*budget) {
-            tracks.insert(budget.to_string(), Track::default());
-        }
-        if let Some(track) = tracks.get_mut(&*budget) {
-            track.update(&budget, value, limit, ratio, &ctx, out);
-        }
-    }
-    u.tracks = tracks;
 }
 
 #[cfg(test)]
@@ -710,6 +1048,7 @@ mod tests {
     use super::*;
     use crate::config::HumanDuration;
     use crate::event::fixtures;
+    use std::collections::BTreeMap;
     use std::time::Duration;
 
     const SEC: i64 = 1_000_000_000;
@@ -808,6 +1147,61 @@ mod tests {
             assert_eq!(Some(r.alarm_id.clone()), first);
         }
         assert_eq!(e.requests_tracked(), 0);
+    }
+
+    #[test]
+    fn a_span_without_a_request_id_counts_for_its_traces_request() {
+        let mut e = BudgetEvaluator::new(BudgetConfig::default(), PriceTable::default());
+        let tool = tool_span(1, "{}");
+        // A downstream service's span: same trace, no request id, ends 11 minutes later.
+        let mut downstream = fixtures::span();
+        downstream.tenant = "acme".into();
+        downstream.trace_id = tool.trace_id;
+        downstream.span_id = [9; 8];
+        downstream.class = SpanClass::Downstream;
+        downstream.audit.request_id = None;
+        downstream.start_ns = tool.start_ns;
+        downstream.end_ns = tool.start_ns + 660 * SEC;
+        let out = e.observe(&batch(vec![tool, downstream]), 2_000 * SEC);
+        assert_eq!(e.requests_tracked(), 1);
+        assert_eq!(
+            fired(&out),
+            [
+                ("wall_time".into(), "warning", "warning:wall_time".into()),
+                ("wall_time".into(), "limit", "wall_time_exceeded".into()),
+            ]
+        );
+        assert_eq!(out[0].request_id.as_deref(), Some("req-loop"));
+    }
+
+    #[test]
+    fn past_max_requests_the_least_recently_active_resolve_and_are_forgotten() {
+        let config = BudgetConfig {
+            max_requests: 10,
+            ..Default::default()
+        };
+        let mut e = BudgetEvaluator::new(config, PriceTable::default());
+        let mut fired_for = Vec::new();
+        for r in 0..12u8 {
+            // Each request breaks its repeated-call budget (five identical calls).
+            for i in 0..5u32 {
+                let mut s = tool_span(i, "{}");
+                s.trace_id = [r + 1; 16];
+                s.audit.request_id = Some(format!("req-{r:02}"));
+                let out = e.observe(&batch(vec![s]), 3_000 * SEC + i64::from(r) * SEC);
+                fired_for.extend(out.into_iter().map(|a| a.scope_id));
+            }
+        }
+        assert_eq!(fired_for.len(), 24, "warning and limit per request");
+        assert_eq!(e.requests_tracked(), 12);
+        let resolved = e.tick(3_020 * SEC);
+        // Down to 9 (90% of 10): the three oldest go, each resolving its episode.
+        assert_eq!(e.requests_tracked(), 9);
+        assert_eq!(e.evicted_requests(), 3);
+        let mut gone: Vec<&str> = resolved.iter().map(|a| a.scope_id.as_str()).collect();
+        gone.dedup();
+        assert_eq!(gone, ["req-00", "req-01", "req-02"]);
+        assert!(resolved.iter().all(|a| a.level == Level::Resolved));
     }
 
     #[test]

@@ -19,7 +19,6 @@ pub mod record;
 pub mod state;
 pub mod window;
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -131,7 +130,9 @@ fn raise(stage: &mut BudgetStage, alarms: &[Alarm], totals: &mut BudgetTotals) {
             .metrics
             .budget
             .alarm(&a.tenant, a.scope.as_str(), &a.budget, a.level.as_str());
-        tracing::info!(
+        // Debug, not info: every alarm is in the archive, the metrics and the webhooks, and an
+        // alarm storm must not turn into a log storm.
+        tracing::debug!(
             alarm_id = %a.alarm_id,
             scope = a.scope.as_str(),
             budget = %a.budget,
@@ -145,28 +146,17 @@ fn raise(stage: &mut BudgetStage, alarms: &[Alarm], totals: &mut BudgetTotals) {
     stage.delivery.offer(alarms);
 }
 
-/// Usage and limit gauges: a tenant's windows as they are; requests and principals as the
-/// highest of the tenant's.
+/// Usage and limit gauges, and the spend counters.
 fn refresh_metrics(stage: &BudgetStage) {
-    let (usage, tracked, spend) = {
+    let (rows, tracked, spend) = {
         let mut e = lock(&stage.evaluator);
-        let usage = e.usage(None, now_ns());
-        (usage, e.requests_tracked(), e.take_totals())
+        (
+            e.highest_usage(now_ns()),
+            e.requests_tracked(),
+            e.take_totals(),
+        )
     };
-    let mut highest: BTreeMap<(String, &'static str, String), (f64, f64)> = BTreeMap::new();
-    for (tenant, u) in usage {
-        let slot = highest
-            .entry((tenant, u.scope, u.budget))
-            .or_insert((0.0, u.limit));
-        slot.0 = slot.0.max(u.usage);
-        slot.1 = u.limit;
-    }
-    let rows: Vec<(String, &'static str, String, f64, f64)> = highest
-        .into_iter()
-        .map(|((t, s, b), (u, l))| (t, s, b, u, l))
-        .collect();
     stage.metrics.budget.set_usage(&rows, tracked);
-    let spend: HashMap<_, _> = spend;
     for (tenant, t) in &spend {
         stage.metrics.budget.spend(tenant, t);
     }

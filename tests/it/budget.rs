@@ -444,3 +444,193 @@ tool_calls_per_day = 2
         assert_clean(&text, what);
     }
 }
+
+/// Nanoseconds since the epoch, as OTLP JSON's decimal string.
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// One span of request `req-live` of tenant `live` as an OTLP JSON export.
+fn live_span(span_id: &str, parent: &str, attrs: Vec<Value>) -> Value {
+    use crate::protect_e2e::{kv, s};
+    let now = now_ns();
+    let mut attributes = vec![kv("executor.request_id", s("req-live"))];
+    attributes.extend(attrs);
+    serde_json::json!({ "resourceSpans": [{
+        "resource": { "attributes": [ kv("executor.tenant_id", s("live")) ] },
+        "scopeSpans": [{ "spans": [{
+            "traceId": "7af7651916cd43dd8448eb211c80319c", "spanId": span_id,
+            "parentSpanId": parent, "name": "span",
+            "startTimeUnixNano": (now - 1_000_000_000).to_string(),
+            "endTimeUnixNano": now.to_string(),
+            "attributes": attributes,
+        }]}],
+    }]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_fires_while_the_request_runs_and_resolves_once_it_is_over() {
+    use crate::protect_e2e::{kv, s};
+    let alertmanager = Alertmanager::start();
+    let hook = WebhookReceiver::start(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_file(
+        dir.path(),
+        "toolwatch.toml",
+        &format!(
+            r#"
+[budget]
+request_idle = "2s"
+[[budget.webhooks]]
+name = "am"
+url = "{}"
+format = "alertmanager"
+resend_interval = "1s"
+[[budget.webhooks]]
+name = "hook"
+url = "{}"
+[budget.request]
+tool_calls = 10
+"#,
+            alertmanager.url(),
+            hook.url()
+        ),
+    );
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    let send = |body: Value| {
+        let url = format!("{}/v1/traces", d.http_url());
+        async move {
+            let (status, resp) = crate::otlp_json::post(
+                &url,
+                "application/json",
+                None,
+                body.to_string().into_bytes(),
+            )
+            .await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+        }
+    };
+    let root = "00000000000000ff";
+    let levels = || {
+        hook.alarms()
+            .iter()
+            .map(|a| a["level"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    // Ten tool calls, one export each; the root span has not been sent: the request runs.
+    for i in 1..=10u32 {
+        send(live_span(
+            &format!("{i:016x}"),
+            root,
+            vec![
+                kv("gen_ai.operation.name", s("execute_tool")),
+                kv("gen_ai.tool.name", s("search_orders")),
+                kv(
+                    "gen_ai.tool.call.arguments",
+                    s(&format!("{{\"page\":{i}}}")),
+                ),
+            ],
+        ))
+        .await;
+        match i {
+            // Nothing before the warning threshold (8 of 10).
+            7 => assert!(levels().is_empty(), "{:?}", hook.alarms()),
+            8 => {
+                wait_for("the warning", || (levels() == ["warning"]).then_some(()));
+            }
+            10 => {
+                wait_for("the limit", || {
+                    (levels() == ["warning", "limit"]).then_some(())
+                });
+            }
+            _ => {}
+        }
+    }
+    // The request is still open: no summary yet, and /v1/budgets shows it at its limit.
+    assert!(crate::harness::parquet_files(&d.data_dir, "requests").is_empty());
+    let (_, body) = d.admin_get("/v1/budgets?tenant=live");
+    let v: Value = serde_json::from_str(&body).expect("budgets JSON");
+    let usage = v["tenants"][0]["usage"]
+        .as_array()
+        .and_then(|u| u.iter().find(|u| u["budget"] == "tool_calls").cloned())
+        .expect("tool_calls usage");
+    assert_eq!(
+        (
+            &usage["scope"],
+            &usage["id"],
+            &usage["usage"],
+            &usage["limit"],
+            &usage["level"]
+        ),
+        (
+            &Value::from("request"),
+            &Value::from("req-live"),
+            &Value::from(10.0),
+            &Value::from(10.0),
+            &Value::from("limit")
+        )
+    );
+    // Alertmanager holds one alert per level, however often toolwatch re-sends them.
+    wait_for("two re-sends to alertmanager", || {
+        let sent =
+            d.metric("toolwatch_alarm_deliveries_total{target=\"am\",outcome=\"delivered\"}");
+        (sent >= Some(4.0)).then_some(())
+    });
+    let alerts = alertmanager.alerts();
+    let mut severities: Vec<&str> = alerts
+        .iter()
+        .filter_map(|a| a["labels"]["severity"].as_str())
+        .collect();
+    severities.sort_unstable();
+    assert_eq!(severities, ["critical", "warning"]);
+
+    // The root ends the request; two seconds idle later its alarms resolve, once.
+    send(live_span(
+        root,
+        "",
+        vec![kv("gen_ai.operation.name", s("invoke_agent"))],
+    ))
+    .await;
+    wait_for("the resolution", || {
+        (levels() == ["warning", "limit", "resolved"]).then_some(())
+    });
+    wait_for("alertmanager to see both alerts resolved", || {
+        alertmanager.alerts().is_empty().then_some(())
+    });
+    let alarms = hook.alarms();
+    assert!(alarms
+        .iter()
+        .all(|a| a["alarm_id"] == alarms[0]["alarm_id"]));
+    assert_eq!(alarms[2]["reason"], "resolved:tool_calls");
+    assert_eq!(alarms[2]["observed"], 10.0);
+    d.stop();
+    let rows = read_table(&d.data_dir, "alarms");
+    let mut got: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["level"].as_str().unwrap_or_default().to_string(),
+                r["alarm_id"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    let id = alarms[0]["alarm_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        got,
+        [
+            ("limit".to_string(), id.clone()),
+            ("resolved".to_string(), id.clone()),
+            ("warning".to_string(), id)
+        ]
+    );
+}

@@ -83,6 +83,22 @@ fn check_config_errors_name_key_and_line_and_exit_2() {
             &["listen.otlp_http and listen.admin"][..],
         ),
         ("[archive\n", &["line 1"][..]),
+        (
+            "[budget]\nwarning_ratio = 1.5\n",
+            &["budget.warning_ratio must be above 0 and at most 1, got 1.5"][..],
+        ),
+        (
+            "[budget.request]\nmodel_turns = 5\ntool_callz = 3\n",
+            &["line 3", "tool_callz"][..],
+        ),
+        (
+            "[[budget.webhooks]]\nname = \"pager\"\nurl = \"https://pager.example/hook\"\n",
+            &["budget.webhooks[0] (pager)", "https", "use http://"][..],
+        ),
+        (
+            "[[budget.webhooks]]\nname = \"am\"\nurl = \"http://a:9093\"\nformat = \"opsgenie\"\n",
+            &["line 4", "opsgenie", "alertmanager"][..],
+        ),
     ];
     for (i, (content, expected)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("c{i}.toml"));
@@ -109,6 +125,33 @@ fn check_config_errors_name_key_and_line_and_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("/nonexistent/toolwatch.toml"));
+}
+
+#[test]
+fn check_config_masks_webhook_credentials_and_takes_budget_overrides() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("hooks.toml");
+    std::fs::write(
+        &path,
+        "[[budget.webhooks]]\nname = \"oncall\"\nurl = \"http://bot:pw-Zk3q9XbT2m@hooks.example:8080/in\"\n\
+         headers = { Authorization = \"Bearer tok-Qm9vYmFyQmF6\" }\n",
+    )
+    .expect("write");
+    let out = run(
+        &["check-config", "--config", path.to_str().expect("utf-8")],
+        &[("TOOLWATCH_BUDGET__REQUEST__TOOL_CALLS", "7")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    for secret in ["pw-Zk3q9XbT2m", "tok-Qm9vYmFyQmF6"] {
+        assert!(!shown.contains(secret), "{secret} printed:\n{shown}");
+    }
+    assert!(shown.contains("Authorization = \"<masked>\""), "{shown}");
+    assert!(
+        shown.contains("http://bot:masked@hooks.example:8080/in"),
+        "{shown}"
+    );
+    assert!(shown.contains("tool_calls = 7"), "{shown}");
 }
 
 #[test]
