@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Alarm latency: from sending the span that crosses a budget to the alarm reaching a webhook.
 
-Usage: benches/alarm_latency.py TOOLWATCH_BINARY [--requests N] [--load-rate R]
+Usage: benches/alarm_latency.py TOOLWATCH_BINARY [--requests N] [--load-rate R] [--load-tenants T]
 
 Starts `toolwatch serve` (fresh data directory, free ports) with a JSON webhook pointing at a
 receiver in this process and a per-request budget of 10 tool calls. For each of N requests it
 sends 9 tool spans in one OTLP/HTTP JSON export, then times the 10th: the clock starts just
 before that POST and stops when the receiver gets the `limit` alarm for that request, so the
 figure includes the export's own round trip. With --load-rate R, `toolwatch loadgen` sends
-normal traffic at R agent runs per second (about 10 spans each) the whole time. Prints
+normal traffic at R agent runs per second (about 10 spans each) over T tenants (default
+1,000) the whole time. Prints
 p50, p90, p99 and max in milliseconds. Standard library only.
 """
 
@@ -82,6 +83,7 @@ def main():
     p.add_argument("binary")
     p.add_argument("--requests", type=int, default=500)
     p.add_argument("--load-rate", type=int, default=0)
+    p.add_argument("--load-tenants", type=int, default=1000)
     args = p.parse_args()
 
     hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
@@ -113,7 +115,8 @@ def main():
     if args.load_rate:
         load = subprocess.Popen(
             [args.binary, "loadgen", "--target", "http://" + ready["otlp_grpc"], "--rate",
-             str(args.load_rate), "--requests", str(args.load_rate * 3600), "--tenants", "1000"],
+             str(args.load_rate), "--requests", str(args.load_rate * 3600), "--tenants",
+             str(args.load_tenants)],
             stdout=subprocess.DEVNULL,
         )
         time.sleep(2)

@@ -22,8 +22,8 @@ pub struct RequestBudgets {
     pub tool_calls_by_tool: BTreeMap<String, u64>,
     /// Calls of the same tool with the same canonical arguments.
     pub repeated_calls: u64,
-    /// Time from the first span's start to the latest span's end.
-    pub wall_time: Option<HumanDuration>,
+    /// Time from the first span's start to the latest span's end (`"0s"` = off).
+    pub wall_time: LimitDuration,
     /// Input tokens.
     pub input_tokens: u64,
     /// Output tokens.
@@ -41,12 +41,35 @@ impl Default for RequestBudgets {
             tool_calls: 50,
             tool_calls_by_tool: BTreeMap::new(),
             repeated_calls: 5,
-            wall_time: Some(HumanDuration(Duration::from_secs(600))),
+            wall_time: LimitDuration(Duration::from_secs(600)),
             input_tokens: 0,
             output_tokens: 0,
             cost_usd: 0.0,
             result_bytes: 0,
         }
+    }
+}
+
+/// A duration limit written like `"10m"`; `"0s"` switches the budget off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitDuration(pub Duration);
+
+impl Serialize for LimitDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for LimitDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map(LimitDuration)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`{s}` is not a duration such as \"30s\" or \"10m\" (\"0s\" = off): {e}"
+                ))
+            })
     }
 }
 
@@ -436,10 +459,7 @@ mod tests {
         assert_eq!(c.request.model_turns, 25);
         assert_eq!(c.request.tool_calls, 50);
         assert_eq!(c.request.repeated_calls, 5);
-        assert_eq!(
-            c.request.wall_time,
-            Some(HumanDuration(Duration::from_secs(600)))
-        );
+        assert_eq!(c.request.wall_time, LimitDuration(Duration::from_secs(600)));
         assert!(
             c.tenant.active().is_empty(),
             "windows are off until configured"

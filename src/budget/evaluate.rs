@@ -554,6 +554,14 @@ impl BudgetEvaluator {
         let Some(state) = self.tenants.get_mut(&span.tenant) else {
             return;
         };
+        if state.request_specs.is_empty()
+            && state.tenant_specs.is_empty()
+            && state.principal_specs.is_empty()
+        {
+            // No budget for this tenant: only the spend counters.
+            self.amounts(span);
+            return;
+        }
         let request_id = state.request_of(span);
         let usage = state
             .requests
@@ -587,7 +595,10 @@ impl BudgetEvaluator {
         let Some(usage) = requests.get_mut(&request_id) else {
             return;
         };
-        usage.add(span, amounts);
+        let digest = request_specs
+            .iter()
+            .any(|s| s.measure == RequestMeasure::RepeatedCalls);
+        usage.add(span, amounts, digest);
         let mut tracks = std::mem::take(&mut usage.tracks);
         let ctx = usage.context(Scope::Request, &usage.request_id, &span.tenant, now_ns);
         for (spec, track) in request_specs.iter().zip(&mut tracks) {
@@ -927,8 +938,9 @@ fn totals_of<'a>(
 }
 
 impl RequestUsage {
-    /// Counts a span that is new to the request.
-    fn add(&mut self, span: &SpanRecord, a: SpanAmounts) {
+    /// Counts a span that is new to the request; `digest` when a repeated-call budget needs
+    /// the arguments' digest (the costliest part of a tool span).
+    fn add(&mut self, span: &SpanRecord, a: SpanAmounts, digest: bool) {
         self.start_ns = self.start_ns.min(span.start_ns);
         self.end_ns = self.end_ns.max(span.end_ns);
         match span.class {
@@ -942,16 +954,18 @@ impl RequestUsage {
                 self.tool_calls += 1;
                 let g = &span.gen_ai;
                 let tool = g.tool_name.as_deref().unwrap_or("unknown");
-                let digest = call_digest(tool, g.tool_arguments.as_deref().unwrap_or(""));
                 match self.by_tool.get_mut(tool) {
                     Some(n) => *n += 1,
                     None => {
                         self.by_tool.insert(tool.to_string(), 1);
                     }
                 }
-                let n = self.repeats.entry(digest).or_default();
-                *n += 1;
-                self.most_repeated = self.most_repeated.max(*n);
+                if digest {
+                    let d = call_digest(tool, g.tool_arguments.as_deref().unwrap_or(""));
+                    let n = self.repeats.entry(d).or_default();
+                    *n += 1;
+                    self.most_repeated = self.most_repeated.max(*n);
+                }
             }
             _ => {}
         }
@@ -1015,11 +1029,7 @@ fn request_specs(limits: &RequestBudgets) -> Arc<[RequestSpec]> {
         ),
         ("cost_usd", M::Cost, limits.cost_usd),
         ("result_bytes", M::ResultBytes, limits.result_bytes as f64),
-        (
-            "wall_time",
-            M::WallTime,
-            limits.wall_time.map_or(0.0, |w| w.0.as_secs_f64()),
-        ),
+        ("wall_time", M::WallTime, limits.wall_time.0.as_secs_f64()),
     ];
     fixed
         .into_iter()
@@ -1202,6 +1212,26 @@ mod tests {
         gone.dedup();
         assert_eq!(gone, ["req-00", "req-01", "req-02"]);
         assert!(resolved.iter().all(|a| a.level == Level::Resolved));
+    }
+
+    #[test]
+    fn with_every_budget_off_only_spend_is_counted() {
+        let config = BudgetConfig {
+            request: RequestBudgets {
+                model_turns: 0,
+                tool_calls: 0,
+                repeated_calls: 0,
+                wall_time: super::super::config::LimitDuration(std::time::Duration::ZERO),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut e = BudgetEvaluator::new(config, PriceTable::default());
+        let spans = (0..60).map(|i| tool_span(i, "{}")).collect();
+        assert!(e.observe(&batch(spans), 2_000 * SEC).is_empty());
+        assert_eq!(e.requests_tracked(), 0);
+        let totals = e.take_totals();
+        assert_eq!(totals["acme"].tool_calls["search_orders"], 60);
     }
 
     #[test]
