@@ -95,7 +95,8 @@ pub fn budget_report(e: &mut BudgetEvaluator, tenant: Option<&str>, now_ns: i64)
     if let Some(t) = tenant {
         by_tenant.insert(t.to_string(), Vec::new());
     }
-    for (t, u) in e.usage(tenant, now_ns) {
+    // Every request of one tenant; across tenants only the requests with an active alarm.
+    for (t, u) in e.usage(tenant, tenant.is_some(), now_ns) {
         by_tenant.entry(t).or_default().push(u);
     }
     let config = e.config();

@@ -309,19 +309,23 @@ impl Config {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 
-    /// The configuration as TOML for people to read: webhook header values and URL passwords
-    /// (usually credentials) are masked.
+    /// The configuration as TOML for people to read: webhook header values are masked, and of
+    /// a webhook URL only the scheme, host and port are shown (user, password, path and query
+    /// often hold credentials, as in chat-webhook URLs).
     pub fn to_display_toml(&self) -> String {
         let mut shown = self.clone();
         for w in &mut shown.budget.webhooks {
             for v in w.headers.values_mut() {
                 *v = "<masked>".into();
             }
-            if let Ok(mut url) = reqwest::Url::parse(&w.url) {
-                if url.password().is_some() && url.set_password(Some("masked")).is_ok() {
-                    w.url = url.to_string();
+            w.url = match reqwest::Url::parse(&w.url) {
+                Ok(url) => {
+                    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+                    let host = url.host_str().unwrap_or("");
+                    format!("{}://{host}{port}/<masked>", url.scheme())
                 }
-            }
+                Err(_) => "<masked>".into(),
+            };
         }
         shown.to_toml()
     }

@@ -297,6 +297,18 @@ impl BudgetConfig {
             if w.queue_alarms == 0 {
                 return Err(fail("queue_alarms must be at least 1".into()));
             }
+            // Bounds that keep the doubling backoff and the resend timer far from overflow.
+            const HOUR: Duration = Duration::from_secs(3600);
+            if w.max_backoff.0 > HOUR || w.initial_backoff.0 > w.max_backoff.0 {
+                return Err(fail(
+                    "backoff must satisfy initial_backoff <= max_backoff <= 1h".into(),
+                ));
+            }
+            if w.timeout.0 > HOUR || w.resend_interval.0 > 24 * HOUR {
+                return Err(fail(
+                    "timeout must be at most 1h and resend_interval at most 24h".into(),
+                ));
+            }
             for (k, v) in &w.headers {
                 let valid = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
                     && reqwest::header::HeaderValue::from_str(v).is_ok();

@@ -7,7 +7,7 @@
 //! with exponential backoff (honouring `Retry-After`) up to `max_attempts`; an answer that
 //! says the request itself is wrong (4xx other than 408 and 429) is not retried.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,9 +22,23 @@ use crate::metrics::Metrics;
 /// Alarms in one request to a target.
 const MAX_BATCH: usize = 500;
 
+/// How often a target whose queue is full may log that it dropped alarms.
+const DROP_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// One target's queues: warnings and limits on a bounded queue, resolutions on their own, never
+/// dropped (a lost resolution would leave an alert firing at Alertmanager for good; there are
+/// never more resolutions than episodes the evaluator holds).
+struct TargetQueue {
+    name: String,
+    alarms: mpsc::Sender<Arc<Alarm>>,
+    resolutions: mpsc::UnboundedSender<Arc<Alarm>>,
+    /// When dropping was last logged, and drops since.
+    drops: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
 /// The senders of every configured target.
 pub struct Delivery {
-    targets: Vec<(String, mpsc::Sender<Arc<Alarm>>)>,
+    targets: Vec<TargetQueue>,
     metrics: Arc<Metrics>,
 }
 
@@ -41,20 +55,31 @@ impl Delivery {
         let mut tasks = Vec::new();
         for target in targets {
             let (tx, rx) = mpsc::channel(target.queue_alarms.max(1));
+            let (res_tx, res_rx) = mpsc::unbounded_channel();
             let Ok(url) = target.endpoint() else {
                 // validate() refused this configuration already; nothing to send to.
                 continue;
             };
+            // No redirects: a redirect could carry the configured headers to another host.
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default();
             let sender = TargetSender {
                 target: target.clone(),
                 url,
-                client: reqwest::Client::new(),
+                client,
                 metrics: Arc::clone(&metrics),
                 firing: FiringAlerts::default(),
             };
             metrics.budget.set_delivery_queue(&target.name, 0);
-            tasks.push(runtime.spawn(sender.run(rx, stop.clone())));
-            senders.push((target.name.clone(), tx));
+            tasks.push(runtime.spawn(sender.run(rx, res_rx, stop.clone())));
+            senders.push(TargetQueue {
+                name: target.name.clone(),
+                alarms: tx,
+                resolutions: res_tx,
+                drops: std::sync::Mutex::new((None, 0)),
+            });
         }
         (
             Delivery {
@@ -71,24 +96,47 @@ impl Delivery {
             return;
         }
         let shared: Vec<Arc<Alarm>> = alarms.iter().cloned().map(Arc::new).collect();
-        for (name, tx) in &self.targets {
+        for q in &self.targets {
             let mut dropped = 0;
             for a in &shared {
-                if tx.try_send(Arc::clone(a)).is_err() {
+                let sent = if a.level == Level::Resolved {
+                    q.resolutions.send(Arc::clone(a)).is_ok()
+                } else {
+                    q.alarms.try_send(Arc::clone(a)).is_ok()
+                };
+                if !sent {
                     dropped += 1;
                 }
             }
             if dropped > 0 {
-                self.metrics.budget.delivery(name, "dropped", dropped);
-                tracing::warn!(
-                    target_name = %name,
-                    alarms = dropped,
-                    "alarm delivery queue full; alarms dropped for this target"
-                );
+                self.metrics.budget.delivery(&q.name, "dropped", dropped);
+                q.log_drops(dropped);
             }
             self.metrics
                 .budget
-                .set_delivery_queue(name, tx.max_capacity() - tx.capacity());
+                .set_delivery_queue(&q.name, q.alarms.max_capacity() - q.alarms.capacity());
+        }
+    }
+}
+
+impl TargetQueue {
+    /// Logs drops at most every [`DROP_LOG_EVERY`], so an alarm storm is not a log storm.
+    fn log_drops(&self, dropped: u64) {
+        let mut d = self
+            .drops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        d.1 += dropped;
+        let now = std::time::Instant::now();
+        if d.0
+            .is_none_or(|last| now.duration_since(last) >= DROP_LOG_EVERY)
+        {
+            tracing::warn!(
+                target_name = %self.name,
+                alarms = d.1,
+                "alarm delivery queue full; alarms dropped for this target"
+            );
+            *d = (Some(now), 0);
         }
     }
 }
@@ -110,9 +158,12 @@ struct TargetSender {
     firing: FiringAlerts,
 }
 
-/// The alerts firing at an Alertmanager, by (alarm id, level).
+/// Resolutions remembered for alarms that had not been seen firing (bounded).
+const MAX_ENDED: usize = 10_000;
+
+/// The alerts firing at an Alertmanager, by (alarm id, level), and episodes already ended.
 #[derive(Default)]
-pub struct FiringAlerts(BTreeMap<(String, Level), Arc<Alarm>>);
+pub struct FiringAlerts(BTreeMap<(String, Level), Arc<Alarm>>, HashSet<String>);
 
 impl FiringAlerts {
     /// Takes in new alarms; returns the alerts to post: each warning or limit as it fires,
@@ -121,14 +172,25 @@ impl FiringAlerts {
         let mut alerts = Vec::with_capacity(batch.len());
         for a in batch {
             if a.level == Level::Resolved {
+                let mut ended_any = false;
                 for level in [Level::Warning, Level::Limit] {
                     if let Some(fired) = self.0.remove(&(a.alarm_id.clone(), level)) {
+                        ended_any = true;
                         alerts.push(AlertmanagerAlert {
                             fired,
                             resolution: Some(Arc::clone(a)),
                         });
                     }
                 }
+                if !ended_any {
+                    // Its firing alarm may still be on its way: do not let it fire after this.
+                    if self.1.len() >= MAX_ENDED {
+                        self.1.clear();
+                    }
+                    self.1.insert(a.alarm_id.clone());
+                }
+            } else if self.1.contains(&a.alarm_id) {
+                continue; // already resolved
             } else {
                 self.0.insert((a.alarm_id.clone(), a.level), Arc::clone(a));
                 alerts.push(AlertmanagerAlert {
@@ -153,28 +215,46 @@ impl FiringAlerts {
 }
 
 impl TargetSender {
-    async fn run(mut self, mut rx: mpsc::Receiver<Arc<Alarm>>, stop: CancellationToken) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Arc<Alarm>>,
+        mut res_rx: mpsc::UnboundedReceiver<Arc<Alarm>>,
+        stop: CancellationToken,
+    ) {
         let resend = self.target.resend_interval.0.max(Duration::from_secs(1));
         let mut resend_tick = tokio::time::interval(resend);
+        // After a long retry, one refresh rather than a burst of them.
+        resend_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         resend_tick.tick().await;
         loop {
             let first = tokio::select! {
                 a = rx.recv() => a,
+                Some(r) = res_rx.recv() => Some(r),
                 _ = resend_tick.tick(), if self.target.format == WebhookFormat::Alertmanager => {
-                    if let Some(body) = self.refresh_body() {
+                    for body in self.refresh_bodies() {
                         self.send(&body, &stop).await;
                     }
                     continue;
                 }
-                _ = stop.cancelled(), if rx.is_empty() => None,
+                _ = stop.cancelled(), if rx.is_empty() && res_rx.is_empty() => None,
             };
-            let Some(first) = first else { break };
-            let mut batch = vec![first];
+            let mut batch: Vec<Arc<Alarm>> = first.into_iter().collect();
+            // Warnings and limits first, so a resolution queued behind its own firing alarm
+            // (on the other queue) finds it.
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
                     Ok(a) => batch.push(a),
                     Err(_) => break,
                 }
+            }
+            while batch.len() < MAX_BATCH {
+                match res_rx.try_recv() {
+                    Ok(a) => batch.push(a),
+                    Err(_) => break,
+                }
+            }
+            if batch.is_empty() {
+                break; // both queues closed and drained, or stopping with nothing queued
             }
             self.metrics
                 .budget
@@ -195,11 +275,14 @@ impl TargetSender {
             .then(|| alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0))
     }
 
-    /// Alertmanager: everything still firing, with a fresh expiry.
-    fn refresh_body(&self) -> Option<Value> {
+    /// Alertmanager: everything still firing, with a fresh expiry, in posts of at most
+    /// [`MAX_BATCH`] alerts.
+    fn refresh_bodies(&self) -> Vec<Value> {
         let alerts = self.firing.refresh();
-        (!alerts.is_empty())
-            .then(|| alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0))
+        alerts
+            .chunks(MAX_BATCH)
+            .map(|c| alertmanager_body(c, now_ns(), self.target.resend_interval.0))
+            .collect()
     }
 
     async fn send(&self, body: &Value, stop: &CancellationToken) {
@@ -426,6 +509,14 @@ mod tests {
         assert_eq!(alerts[0]["startsAt"], rfc3339(T0));
         // A second resolution of the same episode sends nothing.
         assert!(f.update(&[alarm(Level::Resolved, T0 + 4, 50.0)]).is_empty());
+    }
+
+    #[test]
+    fn a_firing_alarm_that_arrives_after_its_resolution_does_not_fire() {
+        let mut f = FiringAlerts::default();
+        assert!(f.update(&[alarm(Level::Resolved, T0 + 2, 50.0)]).is_empty());
+        assert!(f.update(&[alarm(Level::Limit, T0, 50.0)]).is_empty());
+        assert!(f.refresh().is_empty());
     }
 
     #[test]

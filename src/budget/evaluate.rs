@@ -102,6 +102,9 @@ fn reason(budget: &str, level: Level) -> String {
     }
 }
 
+/// An episode resolves once usage is under this fraction of its warning threshold.
+const RESOLVE_BELOW: f64 = 0.9;
+
 /// The level a usage reaches.
 fn level_of(observed: f64, limit: f64, warning_ratio: f64) -> Option<Level> {
     if limit <= 0.0 {
@@ -169,6 +172,9 @@ impl Track {
             out.push(ctx.alarm(id, budget, level, observed, limit))
         };
         match (self.level, new) {
+            // Resolve only clearly under the threshold, so a window hovering at it does not
+            // fire and resolve on every bucket step.
+            (Some(_), None) if observed >= RESOLVE_BELOW * ratio * limit => {}
             (Some(_), None) => {
                 fire(Level::Resolved, &self.alarm_id, out);
                 self.level = None;
@@ -670,12 +676,8 @@ impl BudgetEvaluator {
                 }
                 !over
             });
-            for mut u in done {
-                let mut tracks = std::mem::take(&mut u.tracks);
-                let ctx = u.context(Scope::Request, &u.request_id, tenant, now_ns);
-                for (spec, track) in specs.iter().zip(&mut tracks) {
-                    track.resolve(&spec.name, u.observed(&spec.measure), &ctx, &mut out);
-                }
+            for u in done {
+                resolve_request(u, &specs, tenant, now_ns, &mut out);
             }
             let live: HashSet<&String> = state.requests.keys().collect();
             state.traces.retain(|_, r| live.contains(r));
@@ -709,31 +711,47 @@ impl BudgetEvaluator {
             .collect();
         by_age.sort_unstable();
         let excess = tracked - max * 9 / 10;
-        let victims: Vec<(String, String)> = by_age
-            .into_iter()
-            .take(excess)
-            .map(|(_, t, r)| (t.clone(), r.clone()))
-            .collect();
-        for (tenant, request) in victims {
+        let mut victims: HashMap<String, HashSet<String>> = HashMap::new();
+        for (_, t, r) in by_age.into_iter().take(excess) {
+            victims.entry(t.clone()).or_default().insert(r.clone());
+        }
+        for (tenant, requests) in victims {
             let Some(state) = self.tenants.get_mut(&tenant) else {
                 continue;
             };
-            let Some(mut u) = state.requests.remove(&request) else {
-                continue;
-            };
-            state.traces.retain(|_, r| *r != request);
-            let mut tracks = std::mem::take(&mut u.tracks);
-            let ctx = u.context(Scope::Request, &u.request_id, &tenant, now_ns);
-            for (spec, track) in state.request_specs.iter().zip(&mut tracks) {
-                track.resolve(&spec.name, u.observed(&spec.measure), &ctx, out);
+            state.traces.retain(|_, r| !requests.contains(r));
+            for request in requests {
+                let Some(u) = state.requests.remove(&request) else {
+                    continue;
+                };
+                resolve_request(u, &state.request_specs, &tenant, now_ns, out);
+                self.evicted += 1;
             }
-            self.evicted += 1;
         }
     }
 
+    /// Resolves every active request episode and forgets every request (at shutdown: request
+    /// usage does not survive a restart).
+    pub fn resolve_requests(&mut self, now_ns: i64) -> Vec<Alarm> {
+        let mut out = Vec::new();
+        for (tenant, state) in &mut self.tenants {
+            state.traces.clear();
+            for (_, u) in state.requests.drain() {
+                resolve_request(u, &state.request_specs, tenant, now_ns, &mut out);
+            }
+        }
+        out
+    }
+
     /// Current usage and limits of one tenant's windows, principals and active requests, or of
-    /// every tenant's; sorted by tenant, then scope, id and budget.
-    pub fn usage(&mut self, tenant: Option<&str>, now_ns: i64) -> Vec<(String, BudgetUsage)> {
+    /// every tenant's; sorted by tenant, then scope, id and budget. With `all_requests` false,
+    /// only requests with an active episode are listed (there may be tens of thousands).
+    pub fn usage(
+        &mut self,
+        tenant: Option<&str>,
+        all_requests: bool,
+        now_ns: i64,
+    ) -> Vec<(String, BudgetUsage)> {
         let ratio = self.config.warning_ratio;
         let mut out = Vec::new();
         for (t, state) in &mut self.tenants {
@@ -780,6 +798,9 @@ impl BudgetEvaluator {
                 }
             }
             for u in state.requests.values() {
+                if !all_requests && u.tracks.iter().all(|t| t.level.is_none()) {
+                    continue;
+                }
                 for (spec, track) in state.request_specs.iter().zip(&u.tracks) {
                     let usage = u.observed(&spec.measure);
                     out.push(row(
@@ -922,6 +943,21 @@ impl BudgetEvaluator {
             restored += 1;
         }
         restored
+    }
+}
+
+/// Ends a request's active episodes.
+fn resolve_request(
+    mut u: RequestUsage,
+    specs: &[RequestSpec],
+    tenant: &str,
+    now_ns: i64,
+    out: &mut Vec<Alarm>,
+) {
+    let mut tracks = std::mem::take(&mut u.tracks);
+    let ctx = u.context(Scope::Request, &u.request_id, tenant, now_ns);
+    for (spec, track) in specs.iter().zip(&mut tracks) {
+        track.resolve(&spec.name, u.observed(&spec.measure), &ctx, out);
     }
 }
 
@@ -1209,6 +1245,7 @@ mod tests {
         assert_eq!(e.requests_tracked(), 9);
         assert_eq!(e.evicted_requests(), 3);
         let mut gone: Vec<&str> = resolved.iter().map(|a| a.scope_id.as_str()).collect();
+        gone.sort_unstable();
         gone.dedup();
         assert_eq!(gone, ["req-00", "req-01", "req-02"]);
         assert!(resolved.iter().all(|a| a.level == Level::Resolved));
@@ -1232,6 +1269,55 @@ mod tests {
         assert_eq!(e.requests_tracked(), 0);
         let totals = e.take_totals();
         assert_eq!(totals["acme"].tool_calls["search_orders"], 60);
+    }
+
+    #[test]
+    fn a_window_hovering_at_its_threshold_does_not_flap() {
+        let config = BudgetConfig {
+            tenant: WindowBudgets {
+                tool_calls_per_minute: 100,
+                ..Default::default()
+            },
+            request: RequestBudgets {
+                tool_calls: 0,
+                repeated_calls: 0,
+                wall_time: super::super::config::LimitDuration(std::time::Duration::ZERO),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut e = BudgetEvaluator::new(config, PriceTable::default());
+        let now = 10_000 * SEC;
+        let calls = |ids: std::ops::Range<u32>, end: i64| -> EventBatch {
+            batch(
+                ids.map(|i| {
+                    let mut s = tool_span(i, "{}");
+                    s.end_ns = end;
+                    s
+                })
+                .collect(),
+            )
+        };
+        // A steady 80 calls a minute (one every 750 ms) for five minutes: usage hovers at the
+        // warning threshold, 79 or 80 as buckets roll, and must not fire and resolve each time.
+        let mut all = Vec::new();
+        let mut t = now;
+        for i in 0..400u32 {
+            all.extend(e.observe(&calls(i..i + 1, t), t));
+            all.extend(e.tick(t));
+            t += 750_000_000;
+        }
+        let levels: Vec<&str> = all.iter().map(|a| a.level.as_str()).collect();
+        assert_eq!(levels, ["warning"], "one episode, no flapping");
+        let out = e.tick(t + 125 * SEC);
+        assert_eq!(
+            fired(&out),
+            [(
+                "tool_calls_per_minute".into(),
+                "resolved",
+                "resolved:tool_calls_per_minute".into()
+            )]
+        );
     }
 
     #[test]
@@ -1313,7 +1399,7 @@ mod tests {
                 "budget_exhausted:tokens_per_minute".into()
             )]
         );
-        let usage = e.usage(Some("acme"), now + 3 * SEC);
+        let usage = e.usage(Some("acme"), true, now + 3 * SEC);
         let window = usage
             .iter()
             .find(|(_, u)| u.scope == "tenant")
@@ -1329,7 +1415,7 @@ mod tests {
         assert!(restarted
             .observe(&batch(vec![model(5, 10, now + 4 * SEC)]), now + 4 * SEC)
             .is_empty());
-        let r = restarted.usage(Some("acme"), now + 4 * SEC);
+        let r = restarted.usage(Some("acme"), true, now + 4 * SEC);
         let window = r
             .iter()
             .find(|(_, u)| u.scope == "tenant")

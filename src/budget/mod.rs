@@ -109,6 +109,10 @@ fn run(mut stage: BudgetStage, rx: std::sync::mpsc::Receiver<Arc<EventBatch>>) -
             save(&stage);
         }
     }
+    // Request usage is not kept across a restart: end their episodes now, so every alarm in
+    // the archive and at the webhooks has its resolution.
+    let alarms = lock(&stage.evaluator).resolve_requests(now_ns());
+    raise(&mut stage, &alarms, &mut totals);
     refresh_metrics(&stage);
     save(&stage);
     totals.alarm_rows = stage.archive.close().alarm_rows;
@@ -148,15 +152,18 @@ fn raise(stage: &mut BudgetStage, alarms: &[Alarm], totals: &mut BudgetTotals) {
 
 /// Usage and limit gauges, and the spend counters.
 fn refresh_metrics(stage: &BudgetStage) {
-    let (rows, tracked, spend) = {
+    let (rows, tracked, spend, evicted) = {
         let mut e = lock(&stage.evaluator);
+        let rows = e.highest_usage(now_ns());
         (
-            e.highest_usage(now_ns()),
+            rows,
             e.requests_tracked(),
             e.take_totals(),
+            e.evicted_requests(),
         )
     };
     stage.metrics.budget.set_usage(&rows, tracked);
+    stage.metrics.budget.set_evicted_total(evicted);
     for (tenant, t) in &spend {
         stage.metrics.budget.spend(tenant, t);
     }

@@ -133,7 +133,7 @@ fn check_config_masks_webhook_credentials_and_takes_budget_overrides() {
     let path = dir.path().join("hooks.toml");
     std::fs::write(
         &path,
-        "[[budget.webhooks]]\nname = \"oncall\"\nurl = \"http://bot:pw-Zk3q9XbT2m@hooks.example:8080/in\"\n\
+        "[[budget.webhooks]]\nname = \"oncall\"\nurl = \"http://bot:pw-Zk3q9XbT2m@hooks.example:8080/in/T0/B1/Xq7secretPath?token=qs-Zk3q9\"\n\
          headers = { Authorization = \"Bearer tok-Qm9vYmFyQmF6\" }\n",
     )
     .expect("write");
@@ -143,12 +143,18 @@ fn check_config_masks_webhook_credentials_and_takes_budget_overrides() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
-    for secret in ["pw-Zk3q9XbT2m", "tok-Qm9vYmFyQmF6"] {
+    for secret in [
+        "pw-Zk3q9XbT2m",
+        "tok-Qm9vYmFyQmF6",
+        "Xq7secretPath",
+        "qs-Zk3q9",
+        "bot:",
+    ] {
         assert!(!shown.contains(secret), "{secret} printed:\n{shown}");
     }
     assert!(shown.contains("Authorization = \"<masked>\""), "{shown}");
     assert!(
-        shown.contains("http://bot:masked@hooks.example:8080/in"),
+        shown.contains("url = \"http://hooks.example:8080/<masked>\""),
         "{shown}"
     );
     assert!(shown.contains("tool_calls = 7"), "{shown}");
