@@ -1,7 +1,9 @@
 //! The daemon's own Prometheus metrics.
 //!
-//! Every label value here is one of a fixed set spelled in this file (transport, signal,
-//! table, reason); none comes from a payload, so no payload value can reach `/metrics`.
+//! Label values are a fixed set spelled in this file (transport, signal, table, reason), rule
+//! ids from the configuration, configured webhook target names, and, for budgets, the three
+//! payload values the design allows: tenant, tool name and budget name (after `protect`, so a
+//! secret in them is already redacted), each capped in how many distinct series it can make.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -127,6 +129,10 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 /// name comes from the payload, and a label set per name must not grow without bound.
 const MAX_TOOL_SERIES: usize = 10_000;
 
+/// Distinct tenants with budget and spend series; later tenants are counted as `_other` (and
+/// get no usage gauges): a tenant id is a claim in the payload.
+const MAX_TENANT_SERIES: usize = 5_000;
+
 /// The budget stage's metrics. Labels carry only tenant, tool and budget names (and the
 /// configured names of delivery targets), never other payload values.
 #[derive(Default)]
@@ -142,6 +148,7 @@ pub struct BudgetMetrics {
     turns: Family<Owned1, Counter>,
     tool_calls: Family<Owned2, Counter>,
     tool_series: Mutex<HashSet<(String, String)>>,
+    tenant_series: Mutex<HashSet<String>>,
     deliveries: Family<Owned2, Counter>,
     delivery_queue: Family<Owned1, Gauge>,
     skipped: Counter,
@@ -217,11 +224,27 @@ impl BudgetMetrics {
         m.budget.skipped.inc();
     }
 
+    /// The tenant's label: itself, or `_other` past [`MAX_TENANT_SERIES`] tenants.
+    fn tenant_label(&self, tenant: &str) -> String {
+        let mut seen = self
+            .tenant_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.contains(tenant) {
+            return tenant.to_string();
+        }
+        if seen.len() < MAX_TENANT_SERIES {
+            seen.insert(tenant.to_string());
+            return tenant.to_string();
+        }
+        "_other".to_string()
+    }
+
     /// An alarm was raised.
     pub fn alarm(&self, tenant: &str, scope: &str, budget: &str, level: &str) {
         self.alarms
             .get_or_create(&[
-                ("tenant", tenant.to_string()),
+                ("tenant", self.tenant_label(tenant)),
                 ("scope", scope.to_string()),
                 ("budget", budget.to_string()),
                 ("level", level.to_string()),
@@ -230,10 +253,14 @@ impl BudgetMetrics {
     }
 
     /// Replaces the usage and limit gauges: `rows` are (tenant, scope, budget, usage, limit).
-    /// A series missing from `rows` that was set before drops to 0.
+    /// A series missing from `rows` that was set before is removed (its tenant went quiet);
+    /// tenants past the series limit get none.
     pub fn set_usage(&self, rows: &[(String, &'static str, String, f64, f64)], tracked: usize) {
         let mut fresh = HashSet::with_capacity(rows.len());
         for (tenant, scope, budget, usage, limit) in rows {
+            if self.tenant_label(tenant) != *tenant {
+                continue;
+            }
             let labels = [
                 ("tenant", tenant.clone()),
                 ("scope", (*scope).to_string()),
@@ -248,7 +275,8 @@ impl BudgetMetrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for gone in last.difference(&fresh) {
-            self.usage.get_or_create(gone).set(0.0);
+            self.usage.remove(gone);
+            self.limit.remove(gone);
         }
         *last = fresh;
         self.tracked.set(tracked as i64);
@@ -264,6 +292,8 @@ impl BudgetMetrics {
 
     /// What a tenant spent since the last call.
     pub fn spend(&self, tenant: &str, t: &crate::budget::evaluate::TenantTotals) {
+        let tenant = self.tenant_label(tenant);
+        let tenant = tenant.as_str();
         let tenant_label = || [("tenant", tenant.to_string())];
         for (kind, n) in [("input", t.input_tokens), ("output", t.output_tokens)] {
             if n > 0 {
@@ -563,5 +593,42 @@ impl Metrics {
         if duplicates_total > seen {
             self.assemble_duplicates.inc_by(duplicates_total - seen);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_series_are_capped_and_quiet_usage_series_removed() {
+        let m = Metrics::new();
+        for i in 0..MAX_TENANT_SERIES + 3 {
+            m.budget
+                .alarm(&format!("t{i}"), "request", "tool_calls", "limit");
+        }
+        let text = m.render();
+        assert!(text.contains(
+            "toolwatch_budget_alarms_total{tenant=\"_other\",scope=\"request\",budget=\"tool_calls\",level=\"limit\"} 3"
+        ));
+        let row = |t: &str| {
+            (
+                t.to_string(),
+                "tenant",
+                "tokens_per_day".to_string(),
+                5.0,
+                10.0,
+            )
+        };
+        m.budget.set_usage(&[row("t1"), row("t2")], 0);
+        assert!(m.render().contains("toolwatch_budget_usage{tenant=\"t2\""));
+        m.budget.set_usage(&[row("t1")], 0);
+        let text = m.render();
+        assert!(text.contains("toolwatch_budget_usage{tenant=\"t1\""));
+        assert!(!text.contains("toolwatch_budget_usage{tenant=\"t2\""));
+        assert!(!text.contains("toolwatch_budget_limit{tenant=\"t2\""));
+        // A tenant past the cap gets no gauges.
+        m.budget.set_usage(&[row("t-late")], 0);
+        assert!(!m.render().contains("t-late"));
     }
 }
