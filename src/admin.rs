@@ -105,6 +105,7 @@ pub fn budget_report(e: &mut BudgetEvaluator, tenant: Option<&str>, now_ns: i64)
         .map(|(t, usage)| {
             json!({
                 "tenant": t,
+                "warning_ratio": config.warning_ratio_for(&t),
                 "limits": {
                     "request": config.request_for(&t),
                     "tenant": config.tenant_for(&t),

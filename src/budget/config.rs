@@ -101,6 +101,8 @@ pub struct WindowBudgets {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TenantBudgets {
+    /// This tenant's warning ratio, instead of `budget.warning_ratio`.
+    pub warning_ratio: Option<f64>,
     /// Per-request limits for this tenant's requests.
     pub request: Option<RequestBudgets>,
     /// This tenant's windows.
@@ -244,8 +246,12 @@ pub enum BudgetError {
 impl BudgetConfig {
     /// Checks what serde cannot.
     pub fn validate(&self) -> Result<(), BudgetError> {
-        if !(self.warning_ratio > 0.0 && self.warning_ratio <= 1.0) {
-            return Err(BudgetError::WarningRatio(self.warning_ratio));
+        let ratios = std::iter::once(self.warning_ratio)
+            .chain(self.tenants.values().filter_map(|t| t.warning_ratio));
+        for r in ratios {
+            if !(r > 0.0 && r <= 1.0) {
+                return Err(BudgetError::WarningRatio(r));
+            }
         }
         let mut costs = vec![("budget.request.cost_usd".to_string(), self.request.cost_usd)];
         for (scope, w) in [("tenant", &self.tenant), ("principal", &self.principal)] {
@@ -319,6 +325,14 @@ impl BudgetConfig {
             }
         }
         Ok(())
+    }
+
+    /// The warning ratio for a tenant.
+    pub fn warning_ratio_for(&self, tenant: &str) -> f64 {
+        self.tenants
+            .get(tenant)
+            .and_then(|t| t.warning_ratio)
+            .unwrap_or(self.warning_ratio)
     }
 
     /// The per-request limits for a tenant.

@@ -344,6 +344,8 @@ impl WindowUsage {
 /// Everything tracked for one tenant. Its budgets are resolved once, so once a tenant, request
 /// and principal are known a span costs no configuration lookups and no key allocations.
 struct TenantState {
+    /// Fraction of a limit at which warnings fire for this tenant.
+    ratio: f64,
     request_specs: Arc<[RequestSpec]>,
     tenant_specs: Arc<[WindowSpec]>,
     principal_specs: Arc<[WindowSpec]>,
@@ -374,6 +376,7 @@ impl TenantState {
     fn new(config: &BudgetConfig, tenant: &str) -> TenantState {
         let tenant_specs = window_specs(config.tenant_for(tenant));
         TenantState {
+            ratio: config.warning_ratio_for(tenant),
             request_specs: request_specs(config.request_for(tenant)),
             windows: tenant_specs.iter().map(WindowUsage::new).collect(),
             tenant_specs,
@@ -552,7 +555,6 @@ impl BudgetEvaluator {
     }
 
     fn observe_span(&mut self, span: &SpanRecord, now_ns: i64, out: &mut Vec<Alarm>) {
-        let ratio = self.config.warning_ratio;
         if !self.tenants.contains_key(&span.tenant) {
             let state = TenantState::new(&self.config, &span.tenant);
             self.tenants.insert(span.tenant.clone(), state);
@@ -589,6 +591,7 @@ impl BudgetEvaluator {
         let Some(state) = self.tenants.get_mut(&span.tenant) else {
             return;
         };
+        let ratio = state.ratio;
         let TenantState {
             request_specs,
             tenant_specs,
@@ -638,9 +641,9 @@ impl BudgetEvaluator {
     /// `request_idle` resolve and are forgotten, and so are windows that are empty and quiet.
     pub fn tick(&mut self, now_ns: i64) -> Vec<Alarm> {
         let mut out = Vec::new();
-        let ratio = self.config.warning_ratio;
         let idle = i64::try_from(self.config.request_idle.0.as_nanos()).unwrap_or(i64::MAX);
         for (tenant, state) in &mut self.tenants {
+            let ratio = state.ratio;
             let window_ctx = |scope, id| Context {
                 scope,
                 scope_id: id,
@@ -752,12 +755,12 @@ impl BudgetEvaluator {
         all_requests: bool,
         now_ns: i64,
     ) -> Vec<(String, BudgetUsage)> {
-        let ratio = self.config.warning_ratio;
         let mut out = Vec::new();
         for (t, state) in &mut self.tenants {
             if tenant.is_some_and(|want| want != t) {
                 continue;
             }
+            let ratio = state.ratio;
             let row =
                 |scope: Scope, id: &str, spec_name: &str, usage: f64, limit: f64, track: &Track| {
                     (
@@ -1318,6 +1321,35 @@ mod tests {
                 "resolved:tool_calls_per_minute".into()
             )]
         );
+    }
+
+    #[test]
+    fn a_tenant_can_have_its_own_warning_ratio() {
+        let mut config = BudgetConfig::default();
+        config.tenants.insert(
+            "acme".into(),
+            TenantBudgets {
+                warning_ratio: Some(0.5),
+                ..Default::default()
+            },
+        );
+        assert!(config.validate().is_ok());
+        let mut e = BudgetEvaluator::new(config, PriceTable::default());
+        // Distinct arguments: only the tool_calls budget (50) moves; 0.5 warns at call 25.
+        let mut warned_at = None;
+        for i in 0..30u32 {
+            let out = e.observe(
+                &batch(vec![tool_span(i, &format!("{{\"n\":{i}}}"))]),
+                2_000 * SEC,
+            );
+            if out
+                .iter()
+                .any(|a| a.budget == "tool_calls" && a.level == Level::Warning)
+            {
+                warned_at = Some(i + 1);
+            }
+        }
+        assert_eq!(warned_at, Some(25));
     }
 
     #[test]
