@@ -359,5 +359,30 @@ fn budget(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, stages, protect_payloads, assemble, budget);
+/// Journal: append 64 KiB records (about one batch of 50 spans) and make them durable, one
+/// fsync per record or per group of 16 (group commit).
+fn journal(c: &mut Criterion) {
+    use toolwatch::journal::Journal;
+    let record = vec![0x5au8; 64 * 1024];
+    let mut g = c.benchmark_group("journal");
+    g.sample_size(10);
+    for per_commit in [1usize, 16] {
+        g.throughput(Throughput::Bytes((record.len() * 16) as u64));
+        g.bench_function(format!("append_16x64KiB_fsync_every_{per_commit}"), |b| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (mut j, _) = Journal::open(dir.path(), 64 << 20).expect("journal");
+            b.iter(|| {
+                for i in 0..16 {
+                    j.append(&record);
+                    if (i + 1) % per_commit == 0 {
+                        j.commit().expect("commit");
+                    }
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, stages, protect_payloads, assemble, budget, journal);
 criterion_main!(benches);

@@ -12,6 +12,7 @@ pub mod assemble;
 pub mod budget;
 pub mod config;
 pub mod event;
+pub mod journal;
 pub mod loadgen;
 pub mod metrics;
 pub mod pipeline;
