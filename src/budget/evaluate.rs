@@ -829,30 +829,16 @@ impl BudgetEvaluator {
     pub fn highest_usage(&mut self, now_ns: i64) -> Vec<(String, &'static str, String, f64, f64)> {
         let mut out = Vec::new();
         for (t, state) in &mut self.tenants {
-            for (spec, w) in state.tenant_specs.iter().zip(&mut state.windows) {
-                let usage = w.window.total(now_ns);
-                out.push((
-                    t.clone(),
-                    Scope::Tenant.as_str(),
-                    spec.name.clone(),
-                    usage,
-                    spec.limit,
-                ));
-            }
+            let tenant_usage: Vec<f64> = state
+                .windows
+                .iter_mut()
+                .map(|w| w.window.total(now_ns))
+                .collect();
             let mut principal_max = vec![0.0f64; state.principal_specs.len()];
             for windows in state.principals.values_mut() {
                 for (max, w) in principal_max.iter_mut().zip(windows.iter_mut()) {
                     *max = max.max(w.window.total(now_ns));
                 }
-            }
-            for (spec, usage) in state.principal_specs.iter().zip(principal_max) {
-                out.push((
-                    t.clone(),
-                    Scope::Principal.as_str(),
-                    spec.name.clone(),
-                    usage,
-                    spec.limit,
-                ));
             }
             let mut request_max = vec![0.0f64; state.request_specs.len()];
             for u in state.requests.values() {
@@ -860,14 +846,27 @@ impl BudgetEvaluator {
                     *max = max.max(u.observed(&spec.measure));
                 }
             }
-            for (spec, usage) in state.request_specs.iter().zip(request_max) {
-                out.push((
-                    t.clone(),
-                    Scope::Request.as_str(),
-                    spec.name.clone(),
-                    usage,
-                    spec.limit,
-                ));
+            let windows = |specs: &[WindowSpec]| -> Vec<(String, f64)> {
+                specs.iter().map(|s| (s.name.clone(), s.limit)).collect()
+            };
+            let request_specs: Vec<(String, f64)> = state
+                .request_specs
+                .iter()
+                .map(|s| (s.name.clone(), s.limit))
+                .collect();
+            let groups = [
+                (Scope::Tenant, windows(&state.tenant_specs), tenant_usage),
+                (
+                    Scope::Principal,
+                    windows(&state.principal_specs),
+                    principal_max,
+                ),
+                (Scope::Request, request_specs, request_max),
+            ];
+            for (scope, specs, usage) in groups {
+                for ((name, limit), usage) in specs.into_iter().zip(usage) {
+                    out.push((t.clone(), scope.as_str(), name, usage, limit));
+                }
             }
         }
         out

@@ -9,17 +9,73 @@ use serde_json::Value;
 use crate::harness::{loadgen, read_table, wait_for, Daemon, DaemonOptions};
 use crate::monitoring::{write_file, Alertmanager, WebhookReceiver};
 
+/// A real Alertmanager, a webhook receiver, and a toolwatch configuration that sends to both.
+struct Rig {
+    alertmanager: Alertmanager,
+    hook: WebhookReceiver,
+    config: std::path::PathBuf,
+    data_dir: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    /// `template` is the configuration, with `{am}` and `{hook}` for the two URLs; the receiver
+    /// answers 503 to its first `refuse_first` posts.
+    fn new(refuse_first: usize, template: &str) -> Rig {
+        let alertmanager = Alertmanager::start();
+        let hook = WebhookReceiver::start(refuse_first);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = template
+            .replace("{am}", &alertmanager.url())
+            .replace("{hook}", &hook.url());
+        Rig {
+            config: write_file(dir.path(), "toolwatch.toml", &text),
+            data_dir: dir.path().join("data"),
+            alertmanager,
+            hook,
+            _dir: dir,
+        }
+    }
+
+    /// Starts toolwatch on the rig's configuration and data directory.
+    fn start(&self) -> Daemon {
+        Daemon::start_with(DaemonOptions {
+            data_dir: Some(self.data_dir.clone()),
+            config: Some(self.config.clone()),
+            ..Default::default()
+        })
+    }
+}
+
+/// POSTs OTLP JSON traces and expects 200.
+async fn post_traces(d: &Daemon, body: &Value) {
+    let (status, resp) = crate::otlp_json::post(
+        &format!("{}/v1/traces", d.http_url()),
+        "application/json",
+        None,
+        body.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+}
+
+/// Nanoseconds since the epoch.
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
 /// Budgets that the runaway profile breaks, and the two delivery targets.
-fn budget_config(alertmanager: &str, hook: &str) -> String {
-    format!(
-        r#"
+const RUNAWAY_CONFIG: &str = r#"
 [budget]
 request_idle = "1h"
 save_interval = "1s"
 
 [[budget.webhooks]]
 name = "am"
-url = "{alertmanager}"
+url = "{am}"
 format = "alertmanager"
 resend_interval = "10m"
 
@@ -39,9 +95,7 @@ search_orders = 20
 
 [budget.tenant]
 tokens_per_day = 300000
-"#
-    )
-}
+"#;
 
 /// (scope_id, budget, level): what identifies an alarm across destinations.
 type AlarmKey = (String, String, String);
@@ -141,23 +195,10 @@ fn window_usage(d: &Daemon, tenant: &str) -> Option<f64> {
 
 #[test]
 fn runaway_alarms_reach_every_destination_once_and_a_restart_keeps_the_daily_window() {
-    let alertmanager = Alertmanager::start();
     // The first post is refused: the webhook target must retry it.
-    let hook = WebhookReceiver::start(1);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_file(
-        dir.path(),
-        "toolwatch.toml",
-        &budget_config(&alertmanager.url(), &hook.url()),
-    );
-    let data_dir = dir.path().join("data");
-    let start = || {
-        Daemon::start_with(DaemonOptions {
-            data_dir: Some(data_dir.clone()),
-            config: Some(config.clone()),
-            ..Default::default()
-        })
-    };
+    let rig = Rig::new(1, RUNAWAY_CONFIG);
+    let (alertmanager, hook, data_dir) = (&rig.alertmanager, &rig.hook, &rig.data_dir);
+    let start = || rig.start();
 
     // Run 1: every per-request budget breaks once; the tenant spends 168,300 of 300,000 tokens.
     let mut d = start();
@@ -293,7 +334,7 @@ fn runaway_alarms_reach_every_destination_once_and_a_restart_keeps_the_daily_win
     assert_alarms_once("webhook", &keyed(&firing(&webhook), "limit"), &want);
     check_resolutions("webhook", &webhook);
 
-    let rows: Vec<Value> = read_table(&data_dir, "alarms")
+    let rows: Vec<Value> = read_table(data_dir, "alarms")
         .into_iter()
         .map(Value::Object)
         .collect();
@@ -374,10 +415,7 @@ fn canary_spans(trace: &str) -> Value {
     let c = CANARIES;
     let args = serde_json::json!({ "card": c[5], "email": c[4], "page": 1 }).to_string();
     // Now: the per-day windows only count spans of the last day.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let now = now_ns();
     let spans: Vec<Value> = (1..=3u128)
         .map(|i| {
             serde_json::json!({
@@ -406,22 +444,17 @@ fn canary_spans(trace: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_planted_secret_reaches_an_alarm() {
     use crate::protect_e2e::assert_clean;
-    let alertmanager = Alertmanager::start();
-    let hook = WebhookReceiver::start(0);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_file(
-        dir.path(),
-        "toolwatch.toml",
-        &format!(
-            r#"
+    let rig = Rig::new(
+        0,
+        r#"
 [budget]
 [[budget.webhooks]]
 name = "am"
-url = "{}"
+url = "{am}"
 format = "alertmanager"
 [[budget.webhooks]]
 name = "hook"
-url = "{}"
+url = "{hook}"
 [budget.request]
 tool_calls = 2
 repeated_calls = 2
@@ -430,24 +463,10 @@ tool_calls_per_day = 2
 [budget.principal]
 tool_calls_per_day = 2
 "#,
-            alertmanager.url(),
-            hook.url()
-        ),
     );
-    let mut d = Daemon::start_with(DaemonOptions {
-        config: Some(config),
-        ..Default::default()
-    });
-    let (status, body) = crate::otlp_json::post(
-        &format!("{}/v1/traces", d.http_url()),
-        "application/json",
-        None,
-        canary_spans("5af7651916cd43dd8448eb211c80319c")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let (alertmanager, hook) = (&rig.alertmanager, &rig.hook);
+    let mut d = rig.start();
+    post_traces(&d, &canary_spans("5af7651916cd43dd8448eb211c80319c")).await;
     // Request (tool_calls, repeated_calls), tenant and principal windows: warning + limit each.
     let webhook = wait_for("the canary request's alarms", || {
         let a = hook.alarms();
@@ -499,14 +518,6 @@ tool_calls_per_day = 2
     }
 }
 
-/// Nanoseconds since the epoch, as OTLP JSON's decimal string.
-fn now_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
-}
-
 /// One span of request `req-live` of tenant `live` as an OTLP JSON export.
 fn live_span(span_id: &str, parent: &str, attrs: Vec<Value>) -> Value {
     use crate::protect_e2e::{kv, s};
@@ -528,48 +539,25 @@ fn live_span(span_id: &str, parent: &str, attrs: Vec<Value>) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_alarm_fires_while_the_request_runs_and_resolves_once_it_is_over() {
     use crate::protect_e2e::{kv, s};
-    let alertmanager = Alertmanager::start();
-    let hook = WebhookReceiver::start(0);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_file(
-        dir.path(),
-        "toolwatch.toml",
-        &format!(
-            r#"
+    let rig = Rig::new(
+        0,
+        r#"
 [budget]
 request_idle = "5s"
 [[budget.webhooks]]
 name = "am"
-url = "{}"
+url = "{am}"
 format = "alertmanager"
 resend_interval = "1s"
 [[budget.webhooks]]
 name = "hook"
-url = "{}"
+url = "{hook}"
 [budget.request]
 tool_calls = 10
 "#,
-            alertmanager.url(),
-            hook.url()
-        ),
     );
-    let mut d = Daemon::start_with(DaemonOptions {
-        config: Some(config),
-        ..Default::default()
-    });
-    let send = |body: Value| {
-        let url = format!("{}/v1/traces", d.http_url());
-        async move {
-            let (status, resp) = crate::otlp_json::post(
-                &url,
-                "application/json",
-                None,
-                body.to_string().into_bytes(),
-            )
-            .await;
-            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
-        }
-    };
+    let (alertmanager, hook) = (&rig.alertmanager, &rig.hook);
+    let mut d = rig.start();
     let root = "00000000000000ff";
     let levels = || {
         hook.alarms()
@@ -579,18 +567,21 @@ tool_calls = 10
     };
     // Ten tool calls, one export each; the root span has not been sent: the request runs.
     for i in 1..=10u32 {
-        send(live_span(
-            &format!("{i:016x}"),
-            root,
-            vec![
-                kv("gen_ai.operation.name", s("execute_tool")),
-                kv("gen_ai.tool.name", s("search_orders")),
-                kv(
-                    "gen_ai.tool.call.arguments",
-                    s(&format!("{{\"page\":{i}}}")),
-                ),
-            ],
-        ))
+        post_traces(
+            &d,
+            &live_span(
+                &format!("{i:016x}"),
+                root,
+                vec![
+                    kv("gen_ai.operation.name", s("execute_tool")),
+                    kv("gen_ai.tool.name", s("search_orders")),
+                    kv(
+                        "gen_ai.tool.call.arguments",
+                        s(&format!("{{\"page\":{i}}}")),
+                    ),
+                ],
+            ),
+        )
         .await;
         match i {
             // Nothing before the warning threshold (8 of 10), once the 7th call is counted.
@@ -657,11 +648,14 @@ tool_calls = 10
     assert_eq!(severities, ["critical", "warning"]);
 
     // The root ends the request; five seconds idle later its alarms resolve, once.
-    send(live_span(
-        root,
-        "",
-        vec![kv("gen_ai.operation.name", s("invoke_agent"))],
-    ))
+    post_traces(
+        &d,
+        &live_span(
+            root,
+            "",
+            vec![kv("gen_ai.operation.name", s("invoke_agent"))],
+        ),
+    )
     .await;
     wait_for("the resolution", || {
         (levels() == ["warning", "limit", "resolved"]).then_some(())
