@@ -388,21 +388,29 @@ impl TenantState {
     }
 
     /// The request a span belongs to: the one it names, else the one its trace is known to
-    /// belong to, else its trace (hex).
-    fn request_of(&mut self, span: &SpanRecord) -> String {
+    /// belong to, else its trace (hex). When a trace first names its request, the usage its
+    /// earlier spans gathered under the trace's own name is handed back, to be folded in.
+    fn request_of(&mut self, span: &SpanRecord) -> (String, Option<RequestUsage>) {
         match span.audit.request_id.as_deref().filter(|r| !r.is_empty()) {
             Some(r) => {
-                // TraceId is a Copy array: the entry costs no allocation unless it is new.
-                self.traces
-                    .entry(span.trace_id)
-                    .or_insert_with(|| r.to_string());
-                r.to_string()
+                let mut earlier = None;
+                if !self.traces.contains_key(&span.trace_id) {
+                    self.traces.insert(span.trace_id, r.to_string());
+                    let by_trace = hex_id(&span.trace_id);
+                    if by_trace != r {
+                        earlier = self.requests.remove(&by_trace);
+                    }
+                }
+                (r.to_string(), earlier)
             }
-            None => self
-                .traces
-                .get(&span.trace_id)
-                .cloned()
-                .unwrap_or_else(|| hex_id(&span.trace_id)),
+            None => {
+                let r = self
+                    .traces
+                    .get(&span.trace_id)
+                    .cloned()
+                    .unwrap_or_else(|| hex_id(&span.trace_id));
+                (r, None)
+            }
         }
     }
 
@@ -570,7 +578,7 @@ impl BudgetEvaluator {
             self.amounts(span);
             return;
         }
-        let request_id = state.request_of(span);
+        let (request_id, earlier) = state.request_of(span);
         let usage = state
             .requests
             .entry(request_id)
@@ -583,6 +591,16 @@ impl BudgetEvaluator {
                 ..Default::default()
             });
         usage.last_arrival_ns = now_ns;
+        if let Some(mut earlier) = earlier {
+            // Spans of this trace that came before it named its request (a downstream
+            // service's, exported first): their episodes end, their usage moves over.
+            let tracks = std::mem::take(&mut earlier.tracks);
+            let ctx = earlier.context(Scope::Request, &earlier.request_id, &span.tenant, now_ns);
+            for (spec, mut track) in state.request_specs.iter().zip(tracks) {
+                track.resolve(&spec.name, earlier.observed(&spec.measure), &ctx, out);
+            }
+            usage.absorb(earlier);
+        }
         if !usage.seen.insert(span.span_id) {
             return; // the same span again: counted once
         }
@@ -1012,6 +1030,28 @@ impl RequestUsage {
         }
     }
 
+    /// Adds the usage of spans first counted under another name (their trace's).
+    fn absorb(&mut self, other: RequestUsage) {
+        self.seen.extend(other.seen);
+        self.model_turns += other.model_turns;
+        self.tool_calls += other.tool_calls;
+        for (tool, n) in other.by_tool {
+            *self.by_tool.entry(tool).or_default() += n;
+        }
+        for (digest, n) in other.repeats {
+            let mine = self.repeats.entry(digest).or_default();
+            *mine += n;
+            self.most_repeated = self.most_repeated.max(*mine);
+        }
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cost_usd += other.cost_usd;
+        self.result_bytes = self.result_bytes.saturating_add(other.result_bytes);
+        self.start_ns = self.start_ns.min(other.start_ns);
+        self.end_ns = self.end_ns.max(other.end_ns);
+        self.last_arrival_ns = self.last_arrival_ns.max(other.last_arrival_ns);
+    }
+
     /// Usage of one request budget.
     fn observed(&self, m: &RequestMeasure) -> f64 {
         match m {
@@ -1349,6 +1389,38 @@ mod tests {
             }
         }
         assert_eq!(warned_at, Some(25));
+    }
+
+    #[test]
+    fn spans_that_arrive_before_their_trace_names_its_request_are_folded_into_it() {
+        let mut e = BudgetEvaluator::new(BudgetConfig::default(), PriceTable::default());
+        let tool = tool_span(1, "{}");
+        // A downstream service's span of the same trace arrives first, with no request id.
+        let mut downstream = fixtures::span();
+        downstream.tenant = "acme".into();
+        downstream.trace_id = tool.trace_id;
+        downstream.span_id = [9; 8];
+        downstream.class = SpanClass::Downstream;
+        downstream.audit.request_id = None;
+        downstream.start_ns = tool.start_ns - 700 * SEC;
+        downstream.end_ns = tool.start_ns - 699 * SEC;
+        let first = e.observe(&batch(vec![downstream.clone()]), 2_000 * SEC);
+        assert!(first.is_empty());
+        assert_eq!(e.requests_tracked(), 1, "tracked under the trace for now");
+        let out = e.observe(&batch(vec![tool]), 2_001 * SEC);
+        assert_eq!(e.requests_tracked(), 1, "folded into req-loop");
+        // The downstream span's start now counts for req-loop's wall time (700.5 s).
+        assert_eq!(
+            fired(&out),
+            [
+                ("wall_time".into(), "warning", "warning:wall_time".into()),
+                ("wall_time".into(), "limit", "wall_time_exceeded".into()),
+            ]
+        );
+        assert_eq!(out[1].scope_id, "req-loop");
+        // The same downstream span again is a duplicate of the folded request.
+        assert!(e.observe(&batch(vec![downstream]), 2_002 * SEC).is_empty());
+        assert_eq!(e.requests_tracked(), 1);
     }
 
     #[test]
