@@ -394,8 +394,10 @@ impl TenantState {
         match span.audit.request_id.as_deref().filter(|r| !r.is_empty()) {
             Some(r) => {
                 let mut earlier = None;
-                if !self.traces.contains_key(&span.trace_id) {
-                    self.traces.insert(span.trace_id, r.to_string());
+                if let std::collections::hash_map::Entry::Vacant(v) =
+                    self.traces.entry(span.trace_id)
+                {
+                    v.insert(r.to_string());
                     let by_trace = hex_id(&span.trace_id);
                     if by_trace != r {
                         earlier = self.requests.remove(&by_trace);
