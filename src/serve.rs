@@ -329,8 +329,10 @@ fn budget_stage(
         instance_id,
         Arc::clone(&metrics),
     )?;
+    let still_firing = evaluator.active_window_alarms(crate::budget::now_ns());
     let (delivery, tasks) = Delivery::start(
         &config.budget.webhooks,
+        &still_firing,
         &tokio::runtime::Handle::current(),
         Arc::clone(&metrics),
         stop_delivery,

@@ -45,8 +45,12 @@ pub struct Delivery {
 impl Delivery {
     /// Starts one task per target on `runtime`; they stop when `stop` is cancelled and their
     /// queue is drained (or at once, once cancelled, if the target is unreachable).
+    ///
+    /// `still_firing` are alarms of episodes active before a restart: Alertmanager targets
+    /// keep re-sending them (without sending them as new) until they resolve.
     pub fn start(
         targets: &[WebhookTarget],
+        still_firing: &[Alarm],
         runtime: &tokio::runtime::Handle,
         metrics: Arc<Metrics>,
         stop: CancellationToken,
@@ -65,12 +69,17 @@ impl Delivery {
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default();
+            let mut firing = FiringAlerts::default();
+            if target.format == WebhookFormat::Alertmanager {
+                let seed: Vec<Arc<Alarm>> = still_firing.iter().cloned().map(Arc::new).collect();
+                firing.update(&seed);
+            }
             let sender = TargetSender {
                 target: target.clone(),
                 url,
                 client,
                 metrics: Arc::clone(&metrics),
-                firing: FiringAlerts::default(),
+                firing,
             };
             metrics.budget.set_delivery_queue(&target.name, 0);
             tasks.push(runtime.spawn(sender.run(rx, res_rx, stop.clone())));

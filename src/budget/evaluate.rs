@@ -892,6 +892,49 @@ impl BudgetEvaluator {
         out
     }
 
+    /// The warning and limit alarms of every active window episode, as of now (after a restart,
+    /// so delivery targets that keep firing alerts alive, like Alertmanager, go on doing so).
+    pub fn active_window_alarms(&mut self, now_ns: i64) -> Vec<Alarm> {
+        let mut out = Vec::new();
+        for (tenant, state) in &mut self.tenants {
+            let mut add = |scope: Scope, id: &str, specs: &[WindowSpec], ws: &mut [WindowUsage]| {
+                for (spec, w) in specs.iter().zip(ws.iter_mut()) {
+                    let Some(level) = w.track.level else { continue };
+                    let ctx = Context {
+                        scope,
+                        scope_id: id,
+                        tenant,
+                        request_id: None,
+                        trace_id: None,
+                        now_ns,
+                    };
+                    let observed = w.window.total(now_ns);
+                    for fired in [Level::Warning, Level::Limit] {
+                        if fired <= level {
+                            out.push(ctx.alarm(
+                                &w.track.alarm_id,
+                                &spec.name,
+                                fired,
+                                observed,
+                                spec.limit,
+                            ));
+                        }
+                    }
+                }
+            };
+            add(
+                Scope::Tenant,
+                tenant,
+                &state.tenant_specs,
+                &mut state.windows,
+            );
+            for (p, ws) in &mut state.principals {
+                add(Scope::Principal, p, &state.principal_specs, ws);
+            }
+        }
+        out
+    }
+
     /// Window state worth saving (windows that hold spend or an active episode).
     pub fn saved_windows(&self) -> Vec<SavedWindow> {
         let mut out = Vec::new();
@@ -1520,6 +1563,14 @@ mod tests {
         assert!(restarted
             .observe(&batch(vec![model(5, 10, now + 4 * SEC)]), now + 4 * SEC)
             .is_empty());
+        // Its active episode is handed to delivery again, under the same id.
+        let active = restarted.active_window_alarms(now + 4 * SEC);
+        let levels: Vec<(Level, &str)> = active
+            .iter()
+            .map(|a| (a.level, a.alarm_id.as_str()))
+            .collect();
+        let id = out[0].alarm_id.as_str();
+        assert_eq!(levels, [(Level::Warning, id), (Level::Limit, id)]);
         let r = restarted.usage(Some("acme"), true, now + 4 * SEC);
         let window = r
             .iter()
