@@ -694,3 +694,73 @@ tool_calls = 10
         ]
     );
 }
+
+#[test]
+fn a_dead_webhook_target_costs_alarms_for_it_but_never_ingestion() {
+    // A port nothing listens on: every attempt is refused at once.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_file(
+        dir.path(),
+        "toolwatch.toml",
+        &format!(
+            r#"
+[budget]
+[[budget.webhooks]]
+name = "dead"
+url = "http://{dead}/hook"
+queue_alarms = 2
+max_attempts = 3
+initial_backoff = "1s"
+max_backoff = "1s"
+"#
+        ),
+    );
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    let runaway = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--profile",
+        "runaway",
+        "--requests",
+        "4",
+        "--concurrency",
+        "1",
+    ]);
+    let normal = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "200",
+        "--batch",
+        "10",
+    ]);
+    assert_eq!(runaway["failed_batches"], 0);
+    assert_eq!(normal["failed_batches"], 0);
+    // 8 alarms (the default budgets: warning and limit of model_turns, repeated_calls,
+    // tool_calls and wall_time) into a queue of 2 behind a sender that is retrying.
+    wait_for("alarms dropped for the dead target", || {
+        let dropped =
+            d.metric("toolwatch_alarm_deliveries_total{target=\"dead\",outcome=\"dropped\"}");
+        (dropped > Some(0.0)).then_some(())
+    });
+    wait_for("a retry against the dead target", || {
+        let retried =
+            d.metric("toolwatch_alarm_deliveries_total{target=\"dead\",outcome=\"retried\"}");
+        (retried > Some(0.0)).then_some(())
+    });
+    d.stop();
+    // Everything acknowledged is archived, and every alarm is in the archive.
+    let spans = read_table(&d.data_dir, "spans").len() as u64;
+    let sent = runaway["spans"].as_u64().unwrap_or(0) + normal["spans"].as_u64().unwrap_or(0);
+    assert_eq!(spans, sent);
+    let alarms = read_table(&d.data_dir, "alarms");
+    let fired = alarms.iter().filter(|a| a["level"] != "resolved").count();
+    assert_eq!(fired, 8, "warning and limit of four default budgets");
+    assert!(d.log_text().contains("alarm delivery queue full"));
+}
