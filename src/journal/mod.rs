@@ -6,12 +6,13 @@
 //! a crash is found when the journal opens, cut off and counted, and never read as data; each
 //! consumer's checkpoint survives restarts; segments every consumer has passed can be removed.
 //!
-//! Built so far: segments, records with checksums, recovery, readers, checkpoints and removal
-//! of consumed segments, with tests. Not yet: the encoding of event batches, group commit
-//! before the receivers acknowledge, the size bound and backpressure, and the consumers
-//! reading from it (archive, assembly, budgets, export).
+//! Built so far: segments, records with checksums, recovery, readers, checkpoints, removal of
+//! consumed segments, and the group-commit writer with its size bound ([`writer`]), with tests.
+//! Not yet: the encoding of event batches, the receivers waiting on the writer before they
+//! acknowledge, and the consumers reading from it (archive, assembly, budgets, export).
 
 pub mod segment;
+pub mod writer;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -78,6 +79,7 @@ pub struct Journal {
     next_seq: u64,
     pending: Vec<u8>,
     pending_first: u64,
+    disk_bytes: u64,
 }
 
 impl Journal {
@@ -127,7 +129,13 @@ impl Journal {
             next_seq: 1,
             pending: Vec::new(),
             pending_first: 1,
+            disk_bytes: 0,
         };
+        for s in segment::list(dir).map_err(|e| io(dir, e))? {
+            journal.disk_bytes += std::fs::metadata(&s.path)
+                .map_err(|e| io(&s.path, e))?
+                .len();
+        }
         // With no segment left (all consumed), numbering goes on after the checkpoints.
         let after_checkpoints = journal.checkpoints()?.into_iter().map(|(_, s)| s).max();
         journal.next_seq = next_seq.or(after_checkpoints).unwrap_or(1).max(1);
@@ -172,6 +180,7 @@ impl Journal {
             .map_err(|e| io(&cur.path, e))?;
         cur.file.sync_data().map_err(|e| io(&cur.path, e))?;
         cur.bytes += self.pending.len() as u64;
+        self.disk_bytes += self.pending.len() as u64;
         self.pending.clear();
         Ok(())
     }
@@ -193,6 +202,7 @@ impl Journal {
                 header.extend_from_slice(&first.to_le_bytes());
                 file.write_all(&header).map_err(|e| io(&path, e))?;
                 file.sync_all().map_err(|e| io(&path, e))?;
+                self.disk_bytes += HEADER_BYTES;
                 File::open(&self.dir)
                     .and_then(|d| d.sync_all())
                     .map_err(|e| io(&self.dir, e))?;
@@ -277,23 +287,23 @@ impl Journal {
         for pair in segments.windows(2) {
             let (seg, next) = (&pair[0], &pair[1]);
             if next.first_seq <= next_seq && Some(&seg.path) != current.as_ref() {
+                let len = std::fs::metadata(&seg.path).map(|m| m.len()).unwrap_or(0);
                 std::fs::remove_file(&seg.path).map_err(|e| io(&seg.path, e))?;
+                self.disk_bytes = self.disk_bytes.saturating_sub(len);
                 removed += 1;
             }
         }
         Ok(removed)
     }
 
-    /// Bytes of all segments on disk.
-    pub fn disk_bytes(&self) -> Result<u64, JournalError> {
-        let segments = segment::list(&self.dir).map_err(|e| io(&self.dir, e))?;
-        let mut total = 0;
-        for s in segments {
-            total += std::fs::metadata(&s.path)
-                .map_err(|e| io(&s.path, e))?
-                .len();
-        }
-        Ok(total)
+    /// Bytes of all segments on disk (kept as records are committed and segments removed).
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk_bytes
+    }
+
+    /// Bytes appended but not yet committed.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.len() as u64
     }
 }
 
