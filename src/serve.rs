@@ -273,6 +273,7 @@ pub async fn run(
     let totals = ArchiveTotals {
         request_rows: assembled.request_rows,
         alarm_rows: budgeted.alarm_rows,
+        files: totals.files + assembled.files + budgeted.files,
         ..totals
     };
     stop_admin.cancel();

@@ -440,6 +440,8 @@ pub struct AssembleTotals {
     pub summaries: u64,
     /// Request rows in completed files.
     pub request_rows: u64,
+    /// Completed `requests` files.
+    pub files: u64,
 }
 
 /// Runs assembly on its own thread: takes archived batches from `rx`, writes summaries to the
@@ -490,7 +492,9 @@ pub fn spawn(
             let out = assembler.drain();
             write(&mut archive, out);
             metrics.assemble_state(0, 0, assembler.stats().duplicate_spans);
-            totals.request_rows = archive.close().request_rows;
+            let closed = archive.close();
+            totals.request_rows = closed.request_rows;
+            totals.files = closed.files;
             totals
         })
 }

@@ -44,6 +44,8 @@ pub struct BudgetTotals {
     pub alarms: u64,
     /// Alarm rows in completed archive files.
     pub alarm_rows: u64,
+    /// Completed `alarms` files.
+    pub files: u64,
 }
 
 /// Wall-clock time in ns since the epoch.
@@ -115,7 +117,9 @@ fn run(mut stage: BudgetStage, rx: std::sync::mpsc::Receiver<Arc<EventBatch>>) -
     raise(&mut stage, &alarms, &mut totals);
     refresh_metrics(&stage);
     save(&stage);
-    totals.alarm_rows = stage.archive.close().alarm_rows;
+    let closed = stage.archive.close();
+    totals.alarm_rows = closed.alarm_rows;
+    totals.files = closed.files;
     totals
 }
 

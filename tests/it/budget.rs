@@ -763,4 +763,16 @@ max_backoff = "1s"
     let fired = alarms.iter().filter(|a| a["level"] != "resolved").count();
     assert_eq!(fired, 8, "warning and limit of four default budgets");
     assert!(d.log_text().contains("alarm delivery queue full"));
+    // The stop line counts the files of every table.
+    let on_disk: usize = ["spans", "logs", "requests", "alarms"]
+        .iter()
+        .map(|t| crate::harness::parquet_files(&d.data_dir, t).len())
+        .sum();
+    let stopped = d
+        .log_text()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["message"] == "toolwatch stopped")
+        .expect("stop line");
+    assert_eq!(stopped["files"].as_u64(), Some(on_disk as u64));
 }
