@@ -1,15 +1,18 @@
 //! Alarm delivery to webhook targets: toolwatch's JSON, or Prometheus Alertmanager's
 //! `POST /api/v2/alerts`.
 //!
-//! Each target has its own task and bounded queue. The budget stage hands alarms over with
-//! `try_send`: a slow or dead target fills its own queue, and alarms past it are dropped and
-//! counted, so delivery never holds up evaluation, the archive or ingestion. A batch is retried
+//! Each target has its own task and queue. The budget stage hands alarms over without waiting:
+//! a slow or dead target fills its own queue, and warnings and limits past its size are dropped
+//! and counted, so delivery never holds up evaluation, the archive or ingestion. Resolutions are
+//! never dropped (a lost one would leave an alert firing for good), and one queue keeps every
+//! alarm in the order it was raised. A batch is retried
 //! with exponential backoff (honouring `Retry-After`) up to `max_attempts`; an answer that
 //! says the request itself is wrong (4xx other than 408 and 429) is not retried.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -17,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{WebhookFormat, WebhookTarget};
 use super::evaluate::{Alarm, Level};
+use super::now_ns;
 use crate::metrics::Metrics;
 
 /// Alarms in one request to a target.
@@ -25,14 +29,82 @@ const MAX_BATCH: usize = 500;
 /// How often a target whose queue is full may log that it dropped alarms.
 const DROP_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// One target's queues: warnings and limits on a bounded queue, resolutions on their own, never
-/// dropped (a lost resolution would leave an alert firing at Alertmanager for good; there are
-/// never more resolutions than episodes the evaluator holds).
+/// One target's queue, in the order alarms were raised. Only warnings and limits count
+/// against its size; resolutions always go in (there are never more of them than episodes the
+/// evaluator holds).
+struct AlarmQueue {
+    tx: mpsc::UnboundedSender<Arc<Alarm>>,
+    /// Warnings and limits queued now.
+    firing: Arc<AtomicUsize>,
+    capacity: usize,
+}
+
+impl AlarmQueue {
+    fn new(capacity: usize) -> (AlarmQueue, QueueReceiver) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let firing = Arc::new(AtomicUsize::new(0));
+        let queue = AlarmQueue {
+            tx,
+            firing: Arc::clone(&firing),
+            capacity: capacity.max(1),
+        };
+        (queue, QueueReceiver { rx, firing })
+    }
+
+    /// Queues an alarm; false when it was dropped (a warning or limit over the size).
+    fn offer(&self, a: &Arc<Alarm>) -> bool {
+        if a.level != Level::Resolved {
+            if self.firing.load(Ordering::Relaxed) >= self.capacity {
+                return false;
+            }
+            self.firing.fetch_add(1, Ordering::Relaxed);
+        }
+        self.tx.send(Arc::clone(a)).is_ok()
+    }
+
+    fn len(&self) -> usize {
+        self.firing.load(Ordering::Relaxed)
+    }
+}
+
+/// The target task's end of an [`AlarmQueue`].
+struct QueueReceiver {
+    rx: mpsc::UnboundedReceiver<Arc<Alarm>>,
+    firing: Arc<AtomicUsize>,
+}
+
+impl QueueReceiver {
+    fn taken(&self, a: &Alarm) {
+        if a.level != Level::Resolved {
+            self.firing.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    async fn recv(&mut self) -> Option<Arc<Alarm>> {
+        let a = self.rx.recv().await?;
+        self.taken(&a);
+        Some(a)
+    }
+
+    fn try_recv(&mut self) -> Option<Arc<Alarm>> {
+        let a = self.rx.try_recv().ok()?;
+        self.taken(&a);
+        Some(a)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.firing.load(Ordering::Relaxed)
+    }
+}
+
+/// One target: its queue, and when dropping was last logged with the drops since.
 struct TargetQueue {
     name: String,
-    alarms: mpsc::Sender<Arc<Alarm>>,
-    resolutions: mpsc::UnboundedSender<Arc<Alarm>>,
-    /// When dropping was last logged, and drops since.
+    queue: AlarmQueue,
     drops: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
 }
 
@@ -58,8 +130,7 @@ impl Delivery {
         let mut senders = Vec::new();
         let mut tasks = Vec::new();
         for target in targets {
-            let (tx, rx) = mpsc::channel(target.queue_alarms.max(1));
-            let (res_tx, res_rx) = mpsc::unbounded_channel();
+            let (queue, rx) = AlarmQueue::new(target.queue_alarms);
             let Ok(url) = target.endpoint() else {
                 // validate() refused this configuration already; nothing to send to.
                 continue;
@@ -82,11 +153,10 @@ impl Delivery {
                 firing,
             };
             metrics.budget.set_delivery_queue(&target.name, 0);
-            tasks.push(runtime.spawn(sender.run(rx, res_rx, stop.clone())));
+            tasks.push(runtime.spawn(sender.run(rx, stop.clone())));
             senders.push(TargetQueue {
                 name: target.name.clone(),
-                alarms: tx,
-                resolutions: res_tx,
+                queue,
                 drops: std::sync::Mutex::new((None, 0)),
             });
         }
@@ -106,24 +176,14 @@ impl Delivery {
         }
         let shared: Vec<Arc<Alarm>> = alarms.iter().cloned().map(Arc::new).collect();
         for q in &self.targets {
-            let mut dropped = 0;
-            for a in &shared {
-                let sent = if a.level == Level::Resolved {
-                    q.resolutions.send(Arc::clone(a)).is_ok()
-                } else {
-                    q.alarms.try_send(Arc::clone(a)).is_ok()
-                };
-                if !sent {
-                    dropped += 1;
-                }
-            }
+            let dropped = shared.iter().filter(|a| !q.queue.offer(a)).count() as u64;
             if dropped > 0 {
                 self.metrics.budget.delivery(&q.name, "dropped", dropped);
                 q.log_drops(dropped);
             }
             self.metrics
                 .budget
-                .set_delivery_queue(&q.name, q.alarms.max_capacity() - q.alarms.capacity());
+                .set_delivery_queue(&q.name, q.queue.len());
         }
     }
 }
@@ -167,12 +227,9 @@ struct TargetSender {
     firing: FiringAlerts,
 }
 
-/// Resolutions remembered for alarms that had not been seen firing (bounded).
-const MAX_ENDED: usize = 10_000;
-
-/// The alerts firing at an Alertmanager, by (alarm id, level), and episodes already ended.
+/// The alerts firing at an Alertmanager, by (alarm id, level).
 #[derive(Default)]
-pub struct FiringAlerts(BTreeMap<(String, Level), Arc<Alarm>>, HashSet<String>);
+pub struct FiringAlerts(BTreeMap<(String, Level), Arc<Alarm>>);
 
 impl FiringAlerts {
     /// Takes in new alarms; returns the alerts to post: each warning or limit as it fires,
@@ -181,25 +238,14 @@ impl FiringAlerts {
         let mut alerts = Vec::with_capacity(batch.len());
         for a in batch {
             if a.level == Level::Resolved {
-                let mut ended_any = false;
                 for level in [Level::Warning, Level::Limit] {
                     if let Some(fired) = self.0.remove(&(a.alarm_id.clone(), level)) {
-                        ended_any = true;
                         alerts.push(AlertmanagerAlert {
                             fired,
                             resolution: Some(Arc::clone(a)),
                         });
                     }
                 }
-                if !ended_any {
-                    // Its firing alarm may still be on its way: do not let it fire after this.
-                    if self.1.len() >= MAX_ENDED {
-                        self.1.clear();
-                    }
-                    self.1.insert(a.alarm_id.clone());
-                }
-            } else if self.1.contains(&a.alarm_id) {
-                continue; // already resolved
             } else {
                 self.0.insert((a.alarm_id.clone(), a.level), Arc::clone(a));
                 alerts.push(AlertmanagerAlert {
@@ -224,12 +270,7 @@ impl FiringAlerts {
 }
 
 impl TargetSender {
-    async fn run(
-        mut self,
-        mut rx: mpsc::Receiver<Arc<Alarm>>,
-        mut res_rx: mpsc::UnboundedReceiver<Arc<Alarm>>,
-        stop: CancellationToken,
-    ) {
+    async fn run(mut self, mut rx: QueueReceiver, stop: CancellationToken) {
         let resend = self.target.resend_interval.0.max(Duration::from_secs(1));
         let mut resend_tick = tokio::time::interval(resend);
         // After a long retry, one refresh rather than a burst of them.
@@ -238,67 +279,60 @@ impl TargetSender {
         loop {
             let first = tokio::select! {
                 a = rx.recv() => a,
-                Some(r) = res_rx.recv() => Some(r),
                 _ = resend_tick.tick(), if self.target.format == WebhookFormat::Alertmanager => {
-                    for body in self.refresh_bodies() {
-                        self.send(&body, &stop).await;
+                    for (body, alerts) in self.refresh_bodies() {
+                        self.send(&body, alerts, &stop).await;
                     }
                     continue;
                 }
-                _ = stop.cancelled(), if rx.is_empty() && res_rx.is_empty() => None,
+                _ = stop.cancelled(), if rx.is_empty() => None,
             };
-            let mut batch: Vec<Arc<Alarm>> = first.into_iter().collect();
-            // Warnings and limits first, so a resolution queued behind its own firing alarm
-            // (on the other queue) finds it.
+            // The queue closed and drained, or stopping with nothing queued.
+            let Some(first) = first else { break };
+            let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
-                    Ok(a) => batch.push(a),
-                    Err(_) => break,
+                    Some(a) => batch.push(a),
+                    None => break,
                 }
-            }
-            while batch.len() < MAX_BATCH {
-                match res_rx.try_recv() {
-                    Ok(a) => batch.push(a),
-                    Err(_) => break,
-                }
-            }
-            if batch.is_empty() {
-                break; // both queues closed and drained, or stopping with nothing queued
             }
             self.metrics
                 .budget
                 .set_delivery_queue(&self.target.name, rx.len());
-            if let Some(body) = self.body(&batch) {
-                self.send(&body, &stop).await;
+            if let Some((body, alarms)) = self.body(&batch) {
+                self.send(&body, alarms, &stop).await;
             }
         }
     }
 
-    /// The body for a batch (for Alertmanager, through its firing set).
-    fn body(&mut self, batch: &[Arc<Alarm>]) -> Option<Value> {
+    /// The body for a batch and how many alarms or alerts it carries (for Alertmanager,
+    /// through its firing set).
+    fn body(&mut self, batch: &[Arc<Alarm>]) -> Option<(Value, usize)> {
         if self.target.format == WebhookFormat::Json {
-            return Some(json_body(batch));
+            return Some((json_body(batch), batch.len()));
         }
         let alerts = self.firing.update(batch);
-        (!alerts.is_empty())
-            .then(|| alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0))
+        (!alerts.is_empty()).then(|| {
+            let body = alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0);
+            (body, alerts.len())
+        })
     }
 
     /// Alertmanager: everything still firing, with a fresh expiry, in posts of at most
     /// [`MAX_BATCH`] alerts.
-    fn refresh_bodies(&self) -> Vec<Value> {
+    fn refresh_bodies(&self) -> Vec<(Value, usize)> {
         let alerts = self.firing.refresh();
         alerts
             .chunks(MAX_BATCH)
-            .map(|c| alertmanager_body(c, now_ns(), self.target.resend_interval.0))
+            .map(|c| {
+                let body = alertmanager_body(c, now_ns(), self.target.resend_interval.0);
+                (body, c.len())
+            })
             .collect()
     }
 
-    async fn send(&self, body: &Value, stop: &CancellationToken) {
-        let alarms = body
-            .as_array()
-            .or_else(|| body.get("alarms").and_then(Value::as_array))
-            .map_or(0, Vec::len);
+    /// Posts a body of `alarms` alarms or alerts, retrying as configured.
+    async fn send(&self, body: &Value, alarms: usize, stop: &CancellationToken) {
         let name = &self.target.name;
         let mut delay = self.target.initial_backoff.0;
         let max = self.target.max_backoff.0;
@@ -374,17 +408,11 @@ fn jitter(d: Duration) -> Duration {
     d + d.mul_f64(extra)
 }
 
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
 fn rfc3339(ns: i64) -> String {
     chrono::DateTime::from_timestamp_nanos(ns).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// One alarm as toolwatch's JSON webhook carries it (also the `/v1/budgets` alarm shape).
+/// One alarm as toolwatch's JSON webhook carries it.
 pub fn alarm_json(a: &Alarm) -> Value {
     json!({
         "time": rfc3339(a.time_ns),
@@ -520,12 +548,34 @@ mod tests {
         assert!(f.update(&[alarm(Level::Resolved, T0 + 4, 50.0)]).is_empty());
     }
 
-    #[test]
-    fn a_firing_alarm_that_arrives_after_its_resolution_does_not_fire() {
-        let mut f = FiringAlerts::default();
-        assert!(f.update(&[alarm(Level::Resolved, T0 + 2, 50.0)]).is_empty());
-        assert!(f.update(&[alarm(Level::Limit, T0, 50.0)]).is_empty());
-        assert!(f.refresh().is_empty());
+    #[tokio::test]
+    async fn a_full_queue_drops_warnings_and_limits_but_keeps_resolutions_in_order() {
+        let (q, mut rx) = AlarmQueue::new(2);
+        let offered: Vec<bool> = [
+            alarm(Level::Warning, T0, 40.0),
+            alarm(Level::Limit, T0 + 1, 50.0),
+            alarm(Level::Warning, T0 + 2, 40.0),
+            alarm(Level::Resolved, T0 + 3, 50.0),
+        ]
+        .iter()
+        .map(|a| q.offer(a))
+        .collect();
+        assert_eq!(offered, [true, true, false, true]);
+        assert_eq!(q.len(), 2);
+        let mut got = Vec::new();
+        while let Some(a) = rx.try_recv() {
+            got.push((a.level, a.time_ns));
+        }
+        assert_eq!(
+            got,
+            [
+                (Level::Warning, T0),
+                (Level::Limit, T0 + 1),
+                (Level::Resolved, T0 + 3)
+            ]
+        );
+        assert_eq!(rx.len(), 0);
+        assert!(q.offer(&alarm(Level::Warning, T0 + 4, 40.0)), "room again");
     }
 
     #[test]
