@@ -224,20 +224,25 @@ impl BudgetMetrics {
         m.budget.skipped.inc();
     }
 
-    /// The tenant's label: itself, or `_other` past [`MAX_TENANT_SERIES`] tenants.
-    fn tenant_label(&self, tenant: &str) -> String {
+    /// Whether the tenant has series of its own (the first [`MAX_TENANT_SERIES`] tenants do).
+    fn admits(&self, tenant: &str) -> bool {
         let mut seen = self
             .tenant_series
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if seen.contains(tenant) {
-            return tenant.to_string();
+            return true;
         }
-        if seen.len() < MAX_TENANT_SERIES {
-            seen.insert(tenant.to_string());
-            return tenant.to_string();
+        seen.len() < MAX_TENANT_SERIES && seen.insert(tenant.to_string())
+    }
+
+    /// The tenant's label: itself, or `_other` past [`MAX_TENANT_SERIES`] tenants.
+    fn tenant_label(&self, tenant: &str) -> String {
+        if self.admits(tenant) {
+            tenant.to_string()
+        } else {
+            "_other".to_string()
         }
-        "_other".to_string()
     }
 
     /// An alarm was raised.
@@ -258,7 +263,7 @@ impl BudgetMetrics {
     pub fn set_usage(&self, rows: &[(String, &'static str, String, f64, f64)], tracked: usize) {
         let mut fresh = HashSet::with_capacity(rows.len());
         for (tenant, scope, budget, usage, limit) in rows {
-            if self.tenant_label(tenant) != *tenant {
+            if !self.admits(tenant) {
                 continue;
             }
             let labels = [

@@ -395,8 +395,8 @@ impl WindowBudgets {
         ]
     }
 
-    /// Every windowed budget that is on: (name, what it counts, window, limit).
-    pub fn active(&self) -> Vec<(String, Measure, Duration, f64)> {
+    /// Every windowed budget that is on.
+    pub fn active(&self) -> Vec<WindowBudget> {
         const MINUTE: Duration = Duration::from_secs(60);
         const HOUR: Duration = Duration::from_secs(3600);
         const DAY: Duration = Duration::from_secs(86_400);
@@ -458,9 +458,27 @@ impl WindowBudgets {
         ];
         all.into_iter()
             .filter(|(_, _, _, limit)| *limit > 0.0)
-            .map(|(n, m, w, l)| (n.to_string(), m, w, l))
+            .map(|(name, measure, span, limit)| WindowBudget {
+                name,
+                measure,
+                span,
+                limit,
+            })
             .collect()
     }
+}
+
+/// One windowed budget that is on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowBudget {
+    /// `tokens_per_minute`, …
+    pub name: &'static str,
+    /// What it counts.
+    pub measure: Measure,
+    /// The window's length.
+    pub span: Duration,
+    /// The limit.
+    pub limit: f64,
 }
 
 /// What a windowed budget counts.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::config::{BudgetConfig, Measure, RequestBudgets};
+use super::config::{BudgetConfig, Measure, RequestBudgets, WindowBudget as WindowSpec};
 use super::digest::{call_digest, CallDigest};
 use super::window::RollingWindow;
 use crate::assemble::prices::{PriceTable, TokenCounts};
@@ -123,7 +123,6 @@ fn level_of(observed: f64, limit: f64, warning_ratio: f64) -> Option<Level> {
 struct Track {
     level: Option<Level>,
     alarm_id: String,
-    limit: f64,
 }
 
 /// Who crossed a budget, for the alarm.
@@ -136,7 +135,19 @@ struct Context<'a> {
     now_ns: i64,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
+    /// A window's, when no span is being counted (time passing, a restart).
+    fn of_window(scope: Scope, scope_id: &'a str, tenant: &'a str, now_ns: i64) -> Context<'a> {
+        Context {
+            scope,
+            scope_id,
+            tenant,
+            request_id: None,
+            trace_id: None,
+            now_ns,
+        }
+    }
+
     /// The alarm of `level` for this scope.
     fn alarm(&self, id: &str, budget: &str, level: Level, observed: f64, limit: f64) -> Alarm {
         Alarm {
@@ -182,7 +193,6 @@ impl Track {
             (prev, Some(next)) if prev.is_none_or(|p| next > p) => {
                 if prev.is_none() {
                     self.alarm_id = alarm_id(ctx, budget);
-                    self.limit = limit;
                 }
                 // Jumping straight to the limit still tells the warning first.
                 if prev.is_none() && next == Level::Limit && ratio < 1.0 {
@@ -196,15 +206,16 @@ impl Track {
     }
 
     /// Resolves an active episode (the request is over).
-    fn resolve(&mut self, budget: &str, observed: f64, ctx: &Context<'_>, out: &mut Vec<Alarm>) {
+    fn resolve(
+        &mut self,
+        spec: &RequestSpec,
+        observed: f64,
+        ctx: &Context<'_>,
+        out: &mut Vec<Alarm>,
+    ) {
         if self.level.take().is_some() {
-            out.push(ctx.alarm(
-                &self.alarm_id,
-                budget,
-                Level::Resolved,
-                observed,
-                self.limit,
-            ));
+            let id = &self.alarm_id;
+            out.push(ctx.alarm(id, &spec.name, Level::Resolved, observed, spec.limit));
         }
     }
 }
@@ -294,15 +305,6 @@ struct RequestSpec {
     limit: f64,
 }
 
-/// One window budget that is on.
-#[derive(Debug, Clone)]
-struct WindowSpec {
-    name: String,
-    measure: Measure,
-    span: std::time::Duration,
-    limit: f64,
-}
-
 /// What one request has used so far.
 #[derive(Debug, Default)]
 struct RequestUsage {
@@ -333,6 +335,11 @@ struct WindowUsage {
 }
 
 impl WindowUsage {
+    /// Holds spend or an active episode.
+    fn is_live(&self) -> bool {
+        self.track.level.is_some() || self.window.buckets().next().is_some()
+    }
+
     fn new(spec: &WindowSpec) -> WindowUsage {
         WindowUsage {
             window: RollingWindow::new(spec.span, buckets_for(spec.span.as_secs())),
@@ -347,6 +354,8 @@ struct TenantState {
     /// Fraction of a limit at which warnings fire for this tenant.
     ratio: f64,
     request_specs: Arc<[RequestSpec]>,
+    /// A repeated-call budget is on: tool calls' arguments must be digested.
+    digest_calls: bool,
     tenant_specs: Arc<[WindowSpec]>,
     principal_specs: Arc<[WindowSpec]>,
     /// Parallel to `tenant_specs`.
@@ -360,27 +369,19 @@ struct TenantState {
     traces: HashMap<TraceId, String>,
 }
 
-fn window_specs(w: &super::config::WindowBudgets) -> Arc<[WindowSpec]> {
-    w.active()
-        .into_iter()
-        .map(|(name, measure, span, limit)| WindowSpec {
-            name,
-            measure,
-            span,
-            limit,
-        })
-        .collect()
-}
-
 impl TenantState {
     fn new(config: &BudgetConfig, tenant: &str) -> TenantState {
-        let tenant_specs = window_specs(config.tenant_for(tenant));
+        let tenant_specs: Arc<[WindowSpec]> = config.tenant_for(tenant).active().into();
+        let request_specs = request_specs(config.request_for(tenant));
         TenantState {
             ratio: config.warning_ratio_for(tenant),
-            request_specs: request_specs(config.request_for(tenant)),
+            digest_calls: request_specs
+                .iter()
+                .any(|s| s.measure == RequestMeasure::RepeatedCalls),
+            request_specs,
             windows: tenant_specs.iter().map(WindowUsage::new).collect(),
             tenant_specs,
-            principal_specs: window_specs(config.principal_for(tenant)),
+            principal_specs: config.principal_for(tenant).active().into(),
             principals: HashMap::new(),
             requests: HashMap::new(),
             traces: HashMap::new(),
@@ -416,13 +417,30 @@ impl TenantState {
         }
     }
 
+    /// Every window of the tenant, then of each of its principals: (scope, id, budget, window).
+    fn windows_mut<'a>(
+        &'a mut self,
+        tenant: &'a str,
+    ) -> impl Iterator<Item = (Scope, &'a str, &'a WindowSpec, &'a mut WindowUsage)> + 'a {
+        let principal_specs = &self.principal_specs;
+        let own = self
+            .tenant_specs
+            .iter()
+            .zip(self.windows.iter_mut())
+            .map(move |(spec, w)| (Scope::Tenant, tenant, spec, w));
+        let principals = self.principals.iter_mut().flat_map(move |(p, ws)| {
+            principal_specs
+                .iter()
+                .zip(ws.iter_mut())
+                .map(move |(spec, w)| (Scope::Principal, p.as_str(), spec, w))
+        });
+        own.chain(principals)
+    }
+
     fn is_idle(&self) -> bool {
         self.requests.is_empty()
             && self.principals.is_empty()
-            && self
-                .windows
-                .iter()
-                .all(|w| w.track.level.is_none() && w.window.buckets().next().is_none())
+            && !self.windows.iter().any(WindowUsage::is_live)
     }
 }
 
@@ -456,6 +474,33 @@ struct SpanAmounts {
 }
 
 impl SpanAmounts {
+    /// What a span adds: tokens and cost (from the price table) of a model call, one tool call.
+    fn of_span(span: &SpanRecord, prices: &PriceTable) -> SpanAmounts {
+        let g = &span.gen_ai;
+        let mut a = SpanAmounts {
+            end_ns: span.end_ns,
+            ..Default::default()
+        };
+        match span.class {
+            SpanClass::Model => {
+                a.input = g.input_tokens.unwrap_or(0).max(0) as u64;
+                a.output = g.output_tokens.unwrap_or(0).max(0) as u64;
+                let model = g.response_model.as_deref().or(g.request_model.as_deref());
+                if let (Some(provider), Some(model)) = (g.provider.as_deref(), model) {
+                    let counts = TokenCounts {
+                        input: a.input as i64,
+                        output: a.output as i64,
+                        cache_read: g.cache_read_input_tokens.unwrap_or(0),
+                    };
+                    a.cost = prices.cost(provider, model, counts).unwrap_or(0.0);
+                }
+            }
+            SpanClass::Tool => a.tool_call = true,
+            _ => {}
+        }
+        a
+    }
+
     fn of(&self, m: Measure) -> f64 {
         match m {
             Measure::Tokens => self.input.saturating_add(self.output) as f64,
@@ -482,7 +527,7 @@ fn update_windows(
         }
         let observed = w.window.total(ctx.now_ns);
         w.track
-            .update(&spec.name, observed, spec.limit, ratio, ctx, out);
+            .update(spec.name, observed, spec.limit, ratio, ctx, out);
     }
 }
 
@@ -522,74 +567,46 @@ impl BudgetEvaluator {
         out
     }
 
-    /// What a span costs and counts; also added to its tenant's spend totals.
-    fn amounts(&mut self, span: &SpanRecord) -> SpanAmounts {
-        let g = &span.gen_ai;
-        let mut a = SpanAmounts {
-            end_ns: span.end_ns,
-            ..Default::default()
-        };
-        match span.class {
-            SpanClass::Model => {
-                a.input = g.input_tokens.unwrap_or(0).max(0) as u64;
-                a.output = g.output_tokens.unwrap_or(0).max(0) as u64;
-                let model = g.response_model.as_deref().or(g.request_model.as_deref());
-                if let (Some(provider), Some(model)) = (g.provider.as_deref(), model) {
-                    let counts = TokenCounts {
-                        input: a.input as i64,
-                        output: a.output as i64,
-                        cache_read: g.cache_read_input_tokens.unwrap_or(0),
-                    };
-                    a.cost = self.prices.cost(provider, model, counts).unwrap_or(0.0);
-                }
-                let t = totals_of(&mut self.totals, &span.tenant);
-                t.model_turns += 1;
-                t.input_tokens = t.input_tokens.saturating_add(a.input);
-                t.output_tokens = t.output_tokens.saturating_add(a.output);
-                t.cost_usd += a.cost;
-            }
-            SpanClass::Tool => {
-                a.tool_call = true;
-                let tool = g.tool_name.as_deref().unwrap_or("unknown");
-                let t = totals_of(&mut self.totals, &span.tenant);
-                match t.tool_calls.get_mut(tool) {
-                    Some(n) => *n += 1,
-                    None => {
-                        t.tool_calls.insert(tool.to_string(), 1);
-                    }
-                }
-            }
-            _ => {}
-        }
-        a
-    }
-
     fn observe_span(&mut self, span: &SpanRecord, now_ns: i64, out: &mut Vec<Alarm>) {
-        if !self.tenants.contains_key(&span.tenant) {
-            let state = TenantState::new(&self.config, &span.tenant);
-            self.tenants.insert(span.tenant.clone(), state);
-        }
-        let Some(state) = self.tenants.get_mut(&span.tenant) else {
-            return;
-        };
+        let BudgetEvaluator {
+            config,
+            prices,
+            tenants,
+            totals,
+            ..
+        } = self;
+        let state = entry_of(tenants, &span.tenant, || {
+            TenantState::new(config, &span.tenant)
+        });
+        let amounts = SpanAmounts::of_span(span, prices);
         if state.request_specs.is_empty()
             && state.tenant_specs.is_empty()
             && state.principal_specs.is_empty()
         {
             // No budget for this tenant: only the spend counters.
-            self.amounts(span);
+            add_spend(totals, span, &amounts);
             return;
         }
+        let ratio = state.ratio;
         let (request_id, earlier) = state.request_of(span);
-        let usage = state
-            .requests
+        let TenantState {
+            request_specs,
+            digest_calls,
+            tenant_specs,
+            principal_specs,
+            windows,
+            principals,
+            requests,
+            ..
+        } = state;
+        let usage = requests
             .entry(request_id)
             .or_insert_with_key(|id| RequestUsage {
                 request_id: id.clone(),
                 trace_id: hex_id(&span.trace_id),
                 start_ns: span.start_ns,
                 end_ns: span.end_ns,
-                tracks: vec![Track::default(); state.request_specs.len()],
+                tracks: vec![Track::default(); request_specs.len()],
                 ..Default::default()
             });
         usage.last_arrival_ns = now_ns;
@@ -598,60 +615,31 @@ impl BudgetEvaluator {
             // service's, exported first): their episodes end, their usage moves over.
             let tracks = std::mem::take(&mut earlier.tracks);
             let ctx = earlier.context(Scope::Request, &earlier.request_id, &span.tenant, now_ns);
-            for (spec, mut track) in state.request_specs.iter().zip(tracks) {
-                track.resolve(&spec.name, earlier.observed(&spec.measure), &ctx, out);
+            for (spec, mut track) in request_specs.iter().zip(tracks) {
+                track.resolve(spec, earlier.observed(&spec.measure), &ctx, out);
             }
             usage.absorb(earlier);
         }
         if !usage.seen.insert(span.span_id) {
             return; // the same span again: counted once
         }
-        let request_id = usage.request_id.clone();
-        let amounts = self.amounts(span);
-        let Some(state) = self.tenants.get_mut(&span.tenant) else {
-            return;
-        };
-        let ratio = state.ratio;
-        let TenantState {
-            request_specs,
-            tenant_specs,
-            principal_specs,
-            windows,
-            principals,
-            requests,
-            ..
-        } = state;
-        let Some(usage) = requests.get_mut(&request_id) else {
-            return;
-        };
-        let digest = request_specs
-            .iter()
-            .any(|s| s.measure == RequestMeasure::RepeatedCalls);
-        usage.add(span, amounts, digest);
+        add_spend(totals, span, &amounts);
+        usage.add(span, amounts, *digest_calls);
         let mut tracks = std::mem::take(&mut usage.tracks);
         let ctx = usage.context(Scope::Request, &usage.request_id, &span.tenant, now_ns);
         for (spec, track) in request_specs.iter().zip(&mut tracks) {
-            track.update(
-                &spec.name,
-                usage.observed(&spec.measure),
-                spec.limit,
-                ratio,
-                &ctx,
-                out,
-            );
+            let observed = usage.observed(&spec.measure);
+            track.update(&spec.name, observed, spec.limit, ratio, &ctx, out);
         }
         let ctx = usage.context(Scope::Tenant, &span.tenant, &span.tenant, now_ns);
         update_windows(tenant_specs, windows, amounts, ratio, &ctx, out);
         if let Some(principal) = span.audit.principal_id.as_deref() {
             if !principal_specs.is_empty() {
-                if !principals.contains_key(principal) {
-                    let fresh = principal_specs.iter().map(WindowUsage::new).collect();
-                    principals.insert(principal.to_string(), fresh);
-                }
-                if let Some(p) = principals.get_mut(principal) {
-                    let ctx = usage.context(Scope::Principal, principal, &span.tenant, now_ns);
-                    update_windows(principal_specs, p, amounts, ratio, &ctx, out);
-                }
+                let p = entry_of(principals, principal, || {
+                    principal_specs.iter().map(WindowUsage::new).collect()
+                });
+                let ctx = usage.context(Scope::Principal, principal, &span.tenant, now_ns);
+                update_windows(principal_specs, p, amounts, ratio, &ctx, out);
             }
         }
         usage.tracks = tracks;
@@ -664,32 +652,15 @@ impl BudgetEvaluator {
         let idle = i64::try_from(self.config.request_idle.0.as_nanos()).unwrap_or(i64::MAX);
         for (tenant, state) in &mut self.tenants {
             let ratio = state.ratio;
-            let window_ctx = |scope, id| Context {
-                scope,
-                scope_id: id,
-                tenant,
-                request_id: None,
-                trace_id: None,
-                now_ns,
-            };
-            for (spec, w) in state.tenant_specs.iter().zip(&mut state.windows) {
+            for (scope, id, spec, w) in state.windows_mut(tenant) {
                 let observed = w.window.total(now_ns);
-                let ctx = window_ctx(Scope::Tenant, tenant);
+                let ctx = Context::of_window(scope, id, tenant, now_ns);
                 w.track
-                    .update(&spec.name, observed, spec.limit, ratio, &ctx, &mut out);
+                    .update(spec.name, observed, spec.limit, ratio, &ctx, &mut out);
             }
-            for (principal, windows) in &mut state.principals {
-                for (spec, w) in state.principal_specs.iter().zip(windows.iter_mut()) {
-                    let observed = w.window.total(now_ns);
-                    let ctx = window_ctx(Scope::Principal, principal);
-                    w.track
-                        .update(&spec.name, observed, spec.limit, ratio, &ctx, &mut out);
-                }
-            }
-            state.principals.retain(|_, ws| {
-                ws.iter()
-                    .any(|w| w.track.level.is_some() || w.window.buckets().next().is_some())
-            });
+            state
+                .principals
+                .retain(|_, ws| ws.iter().any(WindowUsage::is_live));
             let specs = Arc::clone(&state.request_specs);
             let mut done = Vec::new();
             state.requests.retain(|_, u| {
@@ -796,29 +767,9 @@ impl BudgetEvaluator {
                         },
                     )
                 };
-            for (spec, w) in state.tenant_specs.iter().zip(&mut state.windows) {
+            for (scope, id, spec, w) in state.windows_mut(t) {
                 let usage = w.window.total(now_ns);
-                out.push(row(
-                    Scope::Tenant,
-                    t,
-                    &spec.name,
-                    usage,
-                    spec.limit,
-                    &w.track,
-                ));
-            }
-            for (p, windows) in &mut state.principals {
-                for (spec, w) in state.principal_specs.iter().zip(windows.iter_mut()) {
-                    let usage = w.window.total(now_ns);
-                    out.push(row(
-                        Scope::Principal,
-                        p,
-                        &spec.name,
-                        usage,
-                        spec.limit,
-                        &w.track,
-                    ));
-                }
+                out.push(row(scope, id, spec.name, usage, spec.limit, &w.track));
             }
             for u in state.requests.values() {
                 if !all_requests && u.tracks.iter().all(|t| t.level.is_none()) {
@@ -867,7 +818,10 @@ impl BudgetEvaluator {
                 }
             }
             let windows = |specs: &[WindowSpec]| -> Vec<(String, f64)> {
-                specs.iter().map(|s| (s.name.clone(), s.limit)).collect()
+                specs
+                    .iter()
+                    .map(|s| (s.name.to_string(), s.limit))
+                    .collect()
             };
             let request_specs: Vec<(String, f64)> = state
                 .request_specs
@@ -897,68 +851,38 @@ impl BudgetEvaluator {
     pub fn active_window_alarms(&mut self, now_ns: i64) -> Vec<Alarm> {
         let mut out = Vec::new();
         for (tenant, state) in &mut self.tenants {
-            let mut add = |scope: Scope, id: &str, specs: &[WindowSpec], ws: &mut [WindowUsage]| {
-                for (spec, w) in specs.iter().zip(ws.iter_mut()) {
-                    let Some(level) = w.track.level else { continue };
-                    let ctx = Context {
-                        scope,
-                        scope_id: id,
-                        tenant,
-                        request_id: None,
-                        trace_id: None,
-                        now_ns,
-                    };
-                    let observed = w.window.total(now_ns);
-                    for fired in [Level::Warning, Level::Limit] {
-                        if fired <= level {
-                            out.push(ctx.alarm(
-                                &w.track.alarm_id,
-                                &spec.name,
-                                fired,
-                                observed,
-                                spec.limit,
-                            ));
-                        }
+            for (scope, id, spec, w) in state.windows_mut(tenant) {
+                let Some(level) = w.track.level else { continue };
+                let ctx = Context::of_window(scope, id, tenant, now_ns);
+                let observed = w.window.total(now_ns);
+                for fired in [Level::Warning, Level::Limit] {
+                    if fired <= level {
+                        let id = &w.track.alarm_id;
+                        out.push(ctx.alarm(id, spec.name, fired, observed, spec.limit));
                     }
                 }
-            };
-            add(
-                Scope::Tenant,
-                tenant,
-                &state.tenant_specs,
-                &mut state.windows,
-            );
-            for (p, ws) in &mut state.principals {
-                add(Scope::Principal, p, &state.principal_specs, ws);
             }
         }
         out
     }
 
     /// Window state worth saving (windows that hold spend or an active episode).
-    pub fn saved_windows(&self) -> Vec<SavedWindow> {
+    pub fn saved_windows(&mut self) -> Vec<SavedWindow> {
         let mut out = Vec::new();
-        let mut save =
-            |scope: Scope, tenant: &str, id: &str, specs: &[WindowSpec], ws: &[WindowUsage]| {
-                for (spec, w) in specs.iter().zip(ws) {
-                    if w.track.level.is_none() && w.window.buckets().next().is_none() {
-                        continue;
-                    }
-                    out.push(SavedWindow {
-                        scope: scope.as_str().to_string(),
-                        tenant: tenant.to_string(),
-                        id: id.to_string(),
-                        budget: spec.name.clone(),
-                        buckets: w.window.buckets().collect(),
-                        level: w.track.level.map(|l| l.as_str().to_string()),
-                        alarm_id: w.track.alarm_id.clone(),
-                    });
+        for (tenant, state) in &mut self.tenants {
+            for (scope, id, spec, w) in state.windows_mut(tenant) {
+                if !w.is_live() {
+                    continue;
                 }
-            };
-        for (t, state) in &self.tenants {
-            save(Scope::Tenant, t, t, &state.tenant_specs, &state.windows);
-            for (p, ws) in &state.principals {
-                save(Scope::Principal, t, p, &state.principal_specs, ws);
+                out.push(SavedWindow {
+                    scope: scope.as_str().to_string(),
+                    tenant: tenant.clone(),
+                    id: id.to_string(),
+                    budget: spec.name.to_string(),
+                    buckets: w.window.buckets().collect(),
+                    level: w.track.level.map(|l| l.as_str().to_string()),
+                    alarm_id: w.track.alarm_id.clone(),
+                });
             }
         }
         out
@@ -970,13 +894,10 @@ impl BudgetEvaluator {
     pub fn restore_windows(&mut self, saved: Vec<SavedWindow>) -> usize {
         let mut restored = 0;
         for w in saved {
-            if !self.tenants.contains_key(&w.tenant) {
-                let state = TenantState::new(&self.config, &w.tenant);
-                self.tenants.insert(w.tenant.clone(), state);
-            }
-            let Some(state) = self.tenants.get_mut(&w.tenant) else {
-                continue;
-            };
+            let config = &self.config;
+            let state = entry_of(&mut self.tenants, &w.tenant, || {
+                TenantState::new(config, &w.tenant)
+            });
             let (specs, windows) = match w.scope.as_str() {
                 "tenant" => (&state.tenant_specs, &mut state.windows),
                 "principal" => {
@@ -1003,7 +924,6 @@ impl BudgetEvaluator {
                     _ => None,
                 },
                 alarm_id: w.alarm_id,
-                limit: specs[i].limit,
             };
             restored += 1;
         }
@@ -1022,20 +942,39 @@ fn resolve_request(
     let mut tracks = std::mem::take(&mut u.tracks);
     let ctx = u.context(Scope::Request, &u.request_id, tenant, now_ns);
     for (spec, track) in specs.iter().zip(&mut tracks) {
-        track.resolve(&spec.name, u.observed(&spec.measure), &ctx, out);
+        track.resolve(spec, u.observed(&spec.measure), &ctx, out);
     }
 }
 
-fn totals_of<'a>(
-    totals: &'a mut HashMap<String, TenantTotals>,
-    tenant: &str,
-) -> &'a mut TenantTotals {
-    if !totals.contains_key(tenant) {
-        totals.insert(tenant.to_string(), TenantTotals::default());
+/// The value under `key`, made by `make` if there is none; the key is copied only then.
+fn entry_of<'a, V>(
+    map: &'a mut HashMap<String, V>,
+    key: &str,
+    make: impl FnOnce() -> V,
+) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_string(), make());
     }
-    totals
-        .get_mut(tenant)
+    map.get_mut(key)
         .unwrap_or_else(|| unreachable!("inserted above"))
+}
+
+/// Adds a counted span to its tenant's spend totals.
+fn add_spend(totals: &mut HashMap<String, TenantTotals>, span: &SpanRecord, a: &SpanAmounts) {
+    let t = entry_of(totals, &span.tenant, TenantTotals::default);
+    match span.class {
+        SpanClass::Model => {
+            t.model_turns += 1;
+            t.input_tokens = t.input_tokens.saturating_add(a.input);
+            t.output_tokens = t.output_tokens.saturating_add(a.output);
+            t.cost_usd += a.cost;
+        }
+        SpanClass::Tool => {
+            let tool = span.gen_ai.tool_name.as_deref().unwrap_or("unknown");
+            *entry_of(&mut t.tool_calls, tool, || 0) += 1;
+        }
+        _ => {}
+    }
 }
 
 impl RequestUsage {
@@ -1055,12 +994,7 @@ impl RequestUsage {
                 self.tool_calls += 1;
                 let g = &span.gen_ai;
                 let tool = g.tool_name.as_deref().unwrap_or("unknown");
-                match self.by_tool.get_mut(tool) {
-                    Some(n) => *n += 1,
-                    None => {
-                        self.by_tool.insert(tool.to_string(), 1);
-                    }
-                }
+                *entry_of(&mut self.by_tool, tool, || 0) += 1;
                 if digest {
                     let d = call_digest(tool, g.tool_arguments.as_deref().unwrap_or(""));
                     let n = self.repeats.entry(d).or_default();
@@ -1200,6 +1134,19 @@ mod tests {
         s
     }
 
+    /// A downstream service's span in `of`'s trace: no request id.
+    fn downstream_of(of: &SpanRecord, start_ns: i64, end_ns: i64) -> SpanRecord {
+        let mut s = fixtures::span();
+        s.tenant = of.tenant.clone();
+        s.trace_id = of.trace_id;
+        s.span_id = [9; 8];
+        s.class = SpanClass::Downstream;
+        s.audit.request_id = None;
+        s.start_ns = start_ns;
+        s.end_ns = end_ns;
+        s
+    }
+
     fn batch(spans: Vec<SpanRecord>) -> EventBatch {
         EventBatch {
             spans,
@@ -1287,14 +1234,7 @@ mod tests {
         let mut e = BudgetEvaluator::new(BudgetConfig::default(), PriceTable::default());
         let tool = tool_span(1, "{}");
         // A downstream service's span: same trace, no request id, ends 11 minutes later.
-        let mut downstream = fixtures::span();
-        downstream.tenant = "acme".into();
-        downstream.trace_id = tool.trace_id;
-        downstream.span_id = [9; 8];
-        downstream.class = SpanClass::Downstream;
-        downstream.audit.request_id = None;
-        downstream.start_ns = tool.start_ns;
-        downstream.end_ns = tool.start_ns + 660 * SEC;
+        let downstream = downstream_of(&tool, tool.start_ns, tool.start_ns + 660 * SEC);
         let out = e.observe(&batch(vec![tool, downstream]), 2_000 * SEC);
         assert_eq!(e.requests_tracked(), 1);
         assert_eq!(
@@ -1441,14 +1381,8 @@ mod tests {
         let mut e = BudgetEvaluator::new(BudgetConfig::default(), PriceTable::default());
         let tool = tool_span(1, "{}");
         // A downstream service's span of the same trace arrives first, with no request id.
-        let mut downstream = fixtures::span();
-        downstream.tenant = "acme".into();
-        downstream.trace_id = tool.trace_id;
-        downstream.span_id = [9; 8];
-        downstream.class = SpanClass::Downstream;
-        downstream.audit.request_id = None;
-        downstream.start_ns = tool.start_ns - 700 * SEC;
-        downstream.end_ns = tool.start_ns - 699 * SEC;
+        let start = tool.start_ns - 700 * SEC;
+        let downstream = downstream_of(&tool, start, start + SEC);
         let first = e.observe(&batch(vec![downstream.clone()]), 2_000 * SEC);
         assert!(first.is_empty());
         assert_eq!(e.requests_tracked(), 1, "tracked under the trace for now");
