@@ -11,6 +11,7 @@ pub mod archive;
 pub mod assemble;
 pub mod budget;
 pub mod config;
+pub mod durable;
 pub mod event;
 pub mod journal;
 pub mod loadgen;

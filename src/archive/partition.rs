@@ -265,9 +265,7 @@ impl PartitionWriter {
             .map_err(|e| ArchiveError::io(&self.final_path, e))?;
         if let Some(dir) = self.final_path.parent() {
             // The rename is durable only once the folder itself is synced.
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| ArchiveError::io(dir, e))?;
+            crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
         }
         Ok(CompletedFile {
             path: self.final_path,

@@ -6,7 +6,6 @@
 //! arrived after the last save (at most `budget.save_interval` ago) is lost by a crash; the
 //! journal will replay it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -67,16 +66,7 @@ pub fn save(path: &Path, windows: &[SavedWindow]) -> Result<(), StateError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
-    f.write_all(&body).map_err(|e| io(&tmp, e))?;
-    f.sync_all().map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io(path, e))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        // Makes the rename durable; some filesystems refuse fsync on a folder.
-        let _ = d.sync_all();
-    }
-    Ok(())
+    crate::durable::replace_file(path, &body).map_err(|e| io(path, e))
 }
 
 /// Reads saved windows; no file means no state (a first start).

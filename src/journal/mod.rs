@@ -203,9 +203,7 @@ impl Journal {
                 file.write_all(&header).map_err(|e| io(&path, e))?;
                 file.sync_all().map_err(|e| io(&path, e))?;
                 self.disk_bytes += HEADER_BYTES;
-                File::open(&self.dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| io(&self.dir, e))?;
+                crate::durable::sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?;
                 HEADER_BYTES
             }
         };
@@ -242,13 +240,8 @@ impl Journal {
     /// Records that `consumer` has taken every record before `next_seq` (atomically, durably).
     pub fn save_checkpoint(&self, consumer: &str, next_seq: u64) -> Result<(), JournalError> {
         let path = self.checkpoint_path(consumer)?;
-        let tmp = path.with_extension("tmp");
-        let mut f = File::create(&tmp).map_err(|e| io(&tmp, e))?;
-        f.write_all(next_seq.to_string().as_bytes())
-            .map_err(|e| io(&tmp, e))?;
-        f.sync_all().map_err(|e| io(&tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
-        Ok(())
+        crate::durable::replace_file(&path, next_seq.to_string().as_bytes())
+            .map_err(|e| io(&path, e))
     }
 
     /// Where `consumer` resumes: the first record it has not taken (1 for a new consumer).

@@ -1,0 +1,44 @@
+//! Making file changes survive a crash: a file is replaced whole or not at all, and a new or
+//! renamed entry stays in its folder.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+/// Fsyncs a folder, which makes the files created or renamed in it durable.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Replaces `path` with `bytes`: written to `<path>.tmp`, fsynced, renamed over `path`, and
+/// the folder fsynced, so a crash leaves the old content or the new, never a mix.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_file_holds_the_new_bytes_and_no_temporary_is_left() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state.json");
+        replace_file(&path, b"old").expect("first");
+        replace_file(&path, b"new").expect("second");
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["state.json"]);
+    }
+}
