@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::harness::{loadgen, read_table, wait_for, Daemon, DaemonOptions};
 use crate::monitoring::{write_file, Alertmanager, WebhookReceiver};
+use crate::otlp_json::post_accepted;
 
 /// A real Alertmanager, a webhook receiver, and a toolwatch configuration that sends to both.
 struct Rig {
@@ -47,16 +48,15 @@ impl Rig {
     }
 }
 
-/// POSTs OTLP JSON traces and expects 200.
-async fn post_traces(d: &Daemon, body: &Value) {
-    let (status, resp) = crate::otlp_json::post(
-        &format!("{}/v1/traces", d.http_url()),
-        "application/json",
-        None,
-        body.to_string().into_bytes(),
-    )
-    .await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+/// (alarm id, level) of each alarm, sorted.
+fn ids(alarms: &[Value]) -> Vec<(String, String)> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut v: Vec<(String, String)> = alarms
+        .iter()
+        .map(|a| (text(&a["alarm_id"]), text(&a["level"])))
+        .collect();
+    v.sort();
+    v
 }
 
 /// Nanoseconds since the epoch.
@@ -359,19 +359,6 @@ fn runaway_alarms_reach_every_destination_once_and_a_restart_keeps_the_daily_win
         assert_eq!(reason, expected_reason);
     }
     // The same alarm ids everywhere.
-    let ids = |alarms: &[Value]| {
-        let mut v: Vec<(String, String)> = alarms
-            .iter()
-            .map(|a| {
-                (
-                    a["alarm_id"].as_str().unwrap_or_default().to_string(),
-                    a["level"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
     assert_eq!(ids(&webhook), ids(&rows));
 
     let am: Vec<Value> = alerts
@@ -466,7 +453,12 @@ tool_calls_per_day = 2
     );
     let (alertmanager, hook) = (&rig.alertmanager, &rig.hook);
     let mut d = rig.start();
-    post_traces(&d, &canary_spans("5af7651916cd43dd8448eb211c80319c")).await;
+    post_accepted(
+        &d,
+        "/v1/traces",
+        &canary_spans("5af7651916cd43dd8448eb211c80319c"),
+    )
+    .await;
     // Request (tool_calls, repeated_calls), tenant and principal windows: warning + limit each.
     let webhook = wait_for("the canary request's alarms", || {
         let a = hook.alarms();
@@ -567,8 +559,9 @@ tool_calls = 10
     };
     // Ten tool calls, one export each; the root span has not been sent: the request runs.
     for i in 1..=10u32 {
-        post_traces(
+        post_accepted(
             &d,
+            "/v1/traces",
             &live_span(
                 &format!("{i:016x}"),
                 root,
@@ -648,8 +641,9 @@ tool_calls = 10
     assert_eq!(severities, ["critical", "warning"]);
 
     // The root ends the request; five seconds idle later its alarms resolve, once.
-    post_traces(
+    post_accepted(
         &d,
+        "/v1/traces",
         &live_span(
             root,
             "",
@@ -670,28 +664,18 @@ tool_calls = 10
     assert_eq!(alarms[2]["reason"], "resolved:tool_calls");
     assert_eq!(alarms[2]["observed"], 10.0);
     d.stop();
-    let rows = read_table(&d.data_dir, "alarms");
-    let mut got: Vec<(String, String)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r["level"].as_str().unwrap_or_default().to_string(),
-                r["alarm_id"].as_str().unwrap_or_default().to_string(),
-            )
-        })
+    let rows: Vec<Value> = read_table(&d.data_dir, "alarms")
+        .into_iter()
+        .map(Value::Object)
         .collect();
-    got.sort();
     let id = alarms[0]["alarm_id"]
         .as_str()
         .unwrap_or_default()
         .to_string();
+    let level = |l: &str| (id.clone(), l.to_string());
     assert_eq!(
-        got,
-        [
-            ("limit".to_string(), id.clone()),
-            ("resolved".to_string(), id.clone()),
-            ("warning".to_string(), id)
-        ]
+        ids(&rows),
+        [level("limit"), level("resolved"), level("warning")]
     );
 }
 

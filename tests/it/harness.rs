@@ -62,6 +62,20 @@ pub fn loadgen(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("loadgen JSON report")
 }
 
+/// Every line a child writes to its (piped) stderr, collected as it comes.
+pub fn collect_stderr(child: &mut Child) -> Arc<Mutex<Vec<String>>> {
+    let stderr = child.stderr.take().expect("stderr piped");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&log);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            sink.lock().expect("log lock").push(line);
+        }
+    });
+    log
+}
+
 /// A running daemon.
 pub struct Daemon {
     child: Option<Child>,
@@ -129,15 +143,7 @@ impl Daemon {
             cmd.arg("--config").arg(c);
         }
         let mut child = cmd.spawn().expect("start toolwatch");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().expect("log lock").push(line);
-            }
-        });
+        let log = collect_stderr(&mut child);
         let ready = wait_for("toolwatch to log that it is ready", || {
             if let Ok(Some(status)) = child.try_wait() {
                 // Give the reader thread a moment to collect the last lines, then explain.

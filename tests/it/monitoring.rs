@@ -2,7 +2,6 @@
 //! `prometheus` binaries on free loopback ports, and a webhook receiver that records what
 //! toolwatch posts.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -11,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::harness::{try_get, wait_for};
+use crate::harness::{collect_stderr, try_get, wait_for};
 
 /// A child process that is killed and reaped when dropped, with its stderr kept.
 struct Process {
@@ -43,15 +42,7 @@ fn start_listening(
         .unwrap_or_else(|e| {
             panic!("cannot run {program} ({e}): scripts/test installs it with apt-get (Debian package prometheus / prometheus-alertmanager)")
         });
-    let stderr = child.stderr.take().expect("stderr");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&log);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            sink.lock().expect("log").push(line);
-        }
-    });
+    let log = collect_stderr(&mut child);
     let addr = wait_for(&format!("{program} to listen"), || {
         if let Ok(Some(status)) = child.try_wait() {
             panic!(

@@ -188,6 +188,20 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
     enc.finish().expect("gzip")
 }
 
+/// POSTs an OTLP JSON document to `path` (`/v1/traces`, `/v1/logs`) of a daemon and expects
+/// it accepted.
+pub async fn post_accepted(d: &Daemon, path: &str, body: &Value) {
+    let url = format!("{}{path}", d.http_url());
+    let (status, resp) = post(
+        &url,
+        "application/json",
+        None,
+        body.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+}
+
 /// POSTs a body; returns status and response body.
 pub async fn post(
     url: &str,

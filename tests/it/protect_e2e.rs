@@ -7,7 +7,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::Trac
 use serde_json::{json, Value};
 
 use crate::harness::{loadgen, read_table_python, Daemon};
-use crate::otlp_json::post;
+use crate::otlp_json::post_accepted;
 
 /// Our own canaries, one per family, none of them real.
 pub const CANARIES: &[&str] = &[
@@ -125,14 +125,7 @@ async fn no_planted_secret_leaves_toolwatch() {
     // Our canaries over HTTP/JSON, and the same over gRPC/protobuf for another tenant.
     let (spans, logs) = canary_request("0af7651916cd43dd8448eb211c80319c", "canary-http");
     for (path, body) in [("/v1/traces", &spans), ("/v1/logs", &logs)] {
-        let (status, resp) = post(
-            &format!("{}{path}", d.http_url()),
-            "application/json",
-            None,
-            body.to_string().into_bytes(),
-        )
-        .await;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+        post_accepted(&d, path, body).await;
     }
     let (spans, _) = canary_request("1bf7651916cd43dd8448eb211c80319d", "canary-grpc");
     let req: opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest =
@@ -300,14 +293,7 @@ async fn values_protect_cannot_examine_are_replaced_and_counted() {
             ],
         }]}]
     }]});
-    let (status, resp) = post(
-        &format!("{}/v1/traces", d.http_url()),
-        "application/json",
-        None,
-        spans.to_string().into_bytes(),
-    )
-    .await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+    post_accepted(&d, "/v1/traces", &spans).await;
     let (_, metrics) = d.admin_get("/metrics");
     d.stop();
 
