@@ -28,6 +28,10 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
+    /// The write-ahead journal between `protect` and the consumers.
+    pub journal: JournalConfig,
+    /// OTLP export downstream.
+    pub export: crate::export::config::ExportConfig,
     /// Request assembly: completion, memory limits, prices.
     pub assemble: crate::assemble::AssembleConfig,
     /// Redaction rules applied by `protect`.
@@ -84,10 +88,8 @@ impl Default for StorageConfig {
 pub struct LimitsConfig {
     /// Largest request body accepted, as sent (compressed) and after decompression.
     pub max_request_bytes: ByteSize,
-    /// Batches waiting for the archive before receivers answer "retry later".
+    /// Batches waiting for the journal writer; beyond this receivers answer "retry later".
     pub queue_batches: PositiveUsize,
-    /// How long a receiver waits for room in the queue before refusing.
-    pub enqueue_timeout: HumanDuration,
     /// The `Retry-After` / RetryInfo delay suggested to clients when refusing.
     pub retry_after: HumanDuration,
 }
@@ -96,8 +98,7 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             max_request_bytes: ByteSize(8 * 1024 * 1024),
-            queue_batches: PositiveUsize(256),
-            enqueue_timeout: HumanDuration(Duration::from_secs(2)),
+            queue_batches: PositiveUsize(1024),
             retry_after: HumanDuration(Duration::from_secs(1)),
         }
     }
@@ -122,6 +123,12 @@ pub struct ArchiveConfig {
     pub max_open_partitions: PositiveUsize,
     /// zstd compression level (1-22).
     pub zstd_level: ZstdLevel,
+    /// Span ids remembered to drop a span sent again (a client retrying a request whose
+    /// answer it lost); each costs about 25 bytes.
+    pub dedup_spans: PositiveUsize,
+    /// Testing aid: the archive pauses this long after each journal record, to exercise
+    /// backpressure. Keep `0s`.
+    pub pause_per_record: HumanDuration,
 }
 
 impl Default for ArchiveConfig {
@@ -134,6 +141,39 @@ impl Default for ArchiveConfig {
             row_group_bytes: ByteSize(32 * 1024 * 1024),
             max_open_partitions: PositiveUsize(64),
             zstd_level: ZstdLevel(3),
+            dedup_spans: PositiveUsize(1 << 20),
+            pause_per_record: HumanDuration(Duration::ZERO),
+        }
+    }
+}
+
+/// The write-ahead journal: accepted batches are durable here before receivers answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalConfig {
+    /// A segment file is closed and the next begun once it holds this many bytes; segments
+    /// are removed whole once every consumer has passed them.
+    pub segment_bytes: ByteSize,
+    /// The journal's bound on disk: past it, receivers refuse new data (HTTP 429, gRPC
+    /// `RESOURCE_EXHAUSTED`) until the slowest consumer catches up.
+    pub max_bytes: ByteSize,
+    /// Longest a batch waits for others to share its fsync.
+    pub group_commit: HumanDuration,
+    /// A group is committed early once this many bytes wait.
+    pub group_bytes: ByteSize,
+    /// On SIGTERM, how long consumers may take to catch up with the journal before the
+    /// daemon stops; the rest is replayed at the next start.
+    pub shutdown_deadline: HumanDuration,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            segment_bytes: ByteSize(64 * 1024 * 1024),
+            max_bytes: ByteSize(4 * 1024 * 1024 * 1024),
+            group_commit: HumanDuration(Duration::from_millis(2)),
+            group_bytes: ByteSize(4 * 1024 * 1024),
+            shutdown_deadline: HumanDuration(Duration::from_secs(30)),
         }
     }
 }

@@ -72,6 +72,8 @@ pub enum RejectReason {
     Overloaded,
     /// The daemon is stopping.
     ShuttingDown,
+    /// The journal cannot be written.
+    StorageFailed,
 }
 
 impl RejectReason {
@@ -85,6 +87,7 @@ impl RejectReason {
             RejectReason::UnsupportedEncoding => "unsupported_encoding",
             RejectReason::Overloaded => "overloaded",
             RejectReason::ShuttingDown => "shutting_down",
+            RejectReason::StorageFailed => "storage_failed",
         }
     }
 }
@@ -97,6 +100,8 @@ type Labels1 = [(&'static str, &'static str); 1];
 pub struct Metrics {
     registry: Registry,
     ready: AtomicBool,
+    /// Data is being refused until this time (ns since the epoch).
+    refusing_until: std::sync::atomic::AtomicI64,
     requests: Family<Labels2, Counter>,
     rejected: Family<Labels3, Counter>,
     received_bytes: Family<Labels2, Counter>,
@@ -106,10 +111,8 @@ pub struct Metrics {
     archive_bytes: Family<Labels1, Counter>,
     archive_failed_rows: Family<Labels1, Counter>,
     archive_abandoned: Family<Labels1, Counter>,
-    queue_depth: Gauge,
     open_files: Family<Labels1, Gauge>,
     summaries: Family<Labels1, Counter>,
-    assemble_skipped: Counter,
     assemble_duplicates: Counter,
     assemble_requests: Gauge,
     assemble_spans: Gauge,
@@ -117,6 +120,138 @@ pub struct Metrics {
     quarantined: Family<Labels2, Counter>,
     /// Budget usage, alarms and spend.
     pub budget: BudgetMetrics,
+    /// The journal and its consumers.
+    pub journal: JournalMetrics,
+    /// STUB export metrics.
+    pub export: ExportMetricsStub,
+}
+
+/// STUB
+#[derive(Default)]
+pub struct ExportMetricsStub;
+impl ExportMetricsStub {
+    /// STUB
+    pub fn set_lag(&self, _e: &str, _r: u64, _s: f64) {}
+}
+
+/// The journal's metrics: size, commits, refusals, each consumer's lag, recovery.
+#[derive(Default)]
+pub struct JournalMetrics {
+    bytes: Gauge,
+    max_bytes: Gauge,
+    records: Counter,
+    commits: Counter,
+    refused: Family<Labels1, Counter>,
+    lag: Family<Owned1, Gauge>,
+    cut_bytes: Counter,
+    undecodable: Family<Owned1, Counter>,
+    repeated_spans: Counter,
+    replayed_rows: Counter,
+}
+
+impl JournalMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "journal_bytes",
+            "Bytes of the write-ahead journal on disk",
+            self.bytes.clone(),
+        );
+        r.register(
+            "journal_max_bytes",
+            "The journal's configured bound; receivers refuse data beyond it",
+            self.max_bytes.clone(),
+        );
+        r.register(
+            "journal_records",
+            "Records (accepted batches and alarm batches) made durable in the journal",
+            self.records.clone(),
+        );
+        r.register(
+            "journal_commits",
+            "Journal commits (each one fsync)",
+            self.commits.clone(),
+        );
+        r.register(
+            "journal_refused_batches",
+            "Batches the journal refused, by reason: full (a consumer is behind), busy (writer queue full), failed (write error), closed",
+            self.refused.clone(),
+        );
+        r.register(
+            "journal_consumer_lag_records",
+            "Journal records a consumer has not yet made durable on its side, by consumer",
+            self.lag.clone(),
+        );
+        r.register(
+            "journal_recovered_cut_bytes",
+            "Bytes of a torn or corrupt journal tail cut off at start",
+            self.cut_bytes.clone(),
+        );
+        r.register(
+            "journal_undecodable_records",
+            "Journal records a consumer could not decode and skipped, by consumer",
+            self.undecodable.clone(),
+        );
+        r.register(
+            "archive_repeated_spans",
+            "Spans not archived because the same tenant, trace and span id was archived recently (a client resending)",
+            self.repeated_spans.clone(),
+        );
+        r.register(
+            "archive_replayed_rows",
+            "Rows replayed from the journal after a restart and skipped because a completed file already held them",
+            self.replayed_rows.clone(),
+        );
+    }
+
+    /// Counts a refused append.
+    pub fn refused(&self, e: &crate::journal::writer::AppendError) {
+        use crate::journal::writer::AppendError as E;
+        let reason = match e {
+            E::Full { .. } => "full",
+            E::Busy => "busy",
+            E::Failed(_) => "failed",
+            E::Closed => "closed",
+        };
+        self.refused.get_or_create(&[("reason", reason)]).inc();
+    }
+
+    /// Size, totals and lags from the journal's head.
+    pub fn observe(&self, head: &crate::journal::head::JournalHead) {
+        let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.bytes.set(to_i64(head.disk_bytes()));
+        self.max_bytes.set(to_i64(head.max_bytes()));
+        let (records, commits) = head.totals();
+        self.records.inc_by(records.saturating_sub(self.records.get()));
+        self.commits.inc_by(commits.saturating_sub(self.commits.get()));
+        let committed = head.committed();
+        for (consumer, position) in head.positions() {
+            self.lag
+                .get_or_create(&[("consumer", consumer)])
+                .set(to_i64(committed.saturating_sub(position)));
+        }
+    }
+
+    /// Counts spans dropped as sent again.
+    pub fn repeated_spans(&self, n: u64) {
+        self.repeated_spans.inc_by(n);
+    }
+
+    /// Counts rows replayed and skipped as already archived.
+    pub fn replayed_rows(&self, n: u64) {
+        self.replayed_rows.inc_by(n);
+    }
+
+    /// Counts a damaged tail cut at start.
+    pub fn cut(&self, bytes: u64) {
+        self.cut_bytes.inc_by(bytes);
+    }
+
+    /// Counts a record `consumer` could not decode.
+    pub fn undecodable(&self, consumer: &str) {
+        self.undecodable
+            .get_or_create(&[("consumer", consumer.to_string())])
+            .inc();
+    }
 }
 
 type Owned1 = [(&'static str, String); 1];
@@ -142,6 +277,7 @@ pub struct BudgetMetrics {
     /// Usage series set by the last refresh, so series that went quiet drop to 0.
     usage_series: Mutex<HashSet<Owned3>>,
     alarms: Family<Owned4, Counter>,
+    export_dropped: Counter,
     tracked: Gauge,
     tokens: Family<Owned2, Counter>,
     cost: Family<Owned1, Counter<f64, AtomicU64>>,
@@ -151,7 +287,6 @@ pub struct BudgetMetrics {
     tenant_series: Mutex<HashSet<String>>,
     deliveries: Family<Owned2, Counter>,
     delivery_queue: Family<Owned1, Gauge>,
-    skipped: Counter,
     evicted: Counter,
 }
 
@@ -173,9 +308,9 @@ impl BudgetMetrics {
             self.alarms.clone(),
         );
         registry.register(
-            "budget_skipped_batches",
-            "Batches the budget stage could not take because it was behind (their spans are archived but not counted against budgets)",
-            self.skipped.clone(),
+            "alarm_export_dropped",
+            "Alarms not journalled for the OTLP export because the journal refused them (they are in the archive and at the webhooks)",
+            self.export_dropped.clone(),
         );
         registry.register(
             "budget_evicted_requests",
@@ -219,9 +354,9 @@ impl BudgetMetrics {
         );
     }
 
-    /// A batch the budget stage could not take.
-    pub fn skipped(m: &Metrics) {
-        m.budget.skipped.inc();
+    /// Alarms the journal refused for the export.
+    pub fn alarm_export_dropped(&self, n: usize) {
+        self.export_dropped.inc_by(n as u64);
     }
 
     /// Whether the tenant has series of its own (the first [`MAX_TENANT_SERIES`] tenants do).
@@ -364,6 +499,7 @@ impl Metrics {
         let m = Metrics {
             registry: Registry::default(),
             ready: AtomicBool::new(false),
+            refusing_until: std::sync::atomic::AtomicI64::new(0),
             requests: Family::default(),
             rejected: Family::default(),
             received_bytes: Family::default(),
@@ -373,18 +509,19 @@ impl Metrics {
             archive_bytes: Family::default(),
             archive_failed_rows: Family::default(),
             archive_abandoned: Family::default(),
-            queue_depth: Gauge::default(),
             open_files: Family::default(),
             summaries: Family::default(),
-            assemble_skipped: Counter::default(),
             assemble_duplicates: Counter::default(),
             assemble_requests: Gauge::default(),
             assemble_spans: Gauge::default(),
             redactions: Family::default(),
             quarantined: Family::default(),
             budget: BudgetMetrics::default(),
+            journal: JournalMetrics::default(),
+            export: ExportMetricsStub,
         };
         m.budget.register(&mut registry);
+        m.journal.register(&mut registry);
         registry.register(
             "quarantined_items",
             "Items protect could not fully examine, by signal and reason: max_depth_exceeded and unexaminable_bytes (the value was replaced, the item kept), protect_failed (the item was dropped)",
@@ -441,11 +578,6 @@ impl Metrics {
             m.archive_abandoned.clone(),
         );
         registry.register(
-            "archive_queue_batches",
-            "Batches waiting for the archive writer",
-            m.queue_depth.clone(),
-        );
-        registry.register(
             "archive_open_files",
             "Archive files currently being written, by table",
             m.open_files.clone(),
@@ -454,11 +586,6 @@ impl Metrics {
             "request_summaries",
             "Request summaries written to the requests table, by completeness",
             m.summaries.clone(),
-        );
-        registry.register(
-            "assemble_skipped_batches",
-            "Batches assembly could not take because it was behind (their spans are archived, their requests summarized without them)",
-            m.assemble_skipped.clone(),
         );
         registry.register(
             "assemble_duplicate_spans",
@@ -497,9 +624,17 @@ impl Metrics {
         self.ready.store(ready, Ordering::SeqCst);
     }
 
-    /// True when the daemon accepts data.
+    /// True when the daemon accepts data: started, not stopping, and not refusing for load.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
+            && self.refusing_until.load(Ordering::Relaxed) <= crate::budget::now_ns()
+    }
+
+    /// Data was just refused for load: not ready for `delay` (the retry delay clients get).
+    pub fn refusing_for(&self, delay: std::time::Duration) {
+        let until =
+            crate::budget::now_ns() + i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX / 2);
+        self.refusing_until.fetch_max(until, Ordering::Relaxed);
     }
 
     /// An accepted request with its body size and item count.
@@ -566,11 +701,6 @@ impl Metrics {
         }
     }
 
-    /// Batches waiting for the archive.
-    pub fn set_queue_depth(&self, n: usize) {
-        self.queue_depth.set(n as i64);
-    }
-
     /// Archive files open.
     pub fn set_open_files(&self, table: Table, n: usize) {
         self.open_files
@@ -583,11 +713,6 @@ impl Metrics {
         self.summaries
             .get_or_create(&[("completeness", completeness)])
             .inc();
-    }
-
-    /// A batch assembly could not take.
-    pub fn assemble_skipped(&self) {
-        self.assemble_skipped.inc();
     }
 
     /// What assembly holds, and duplicates seen so far (a running total).

@@ -1,25 +1,28 @@
 //! The intake: where receivers hand normalized batches to the rest of the pipeline.
 //!
-//! `submit` runs `protect` first, so nothing unprotected goes further, then enqueues the
-//! batch on the bounded queue that feeds the archive. A full queue is answered with
-//! [`Refusal::Overloaded`] after a short wait, never by growing.
+//! `submit` runs `protect` first, so nothing unprotected goes further, then appends the
+//! protected batch to the journal and returns once it is durable: only then may a receiver
+//! answer success. A full journal or writer queue is answered with [`Refusal::Overloaded`] at
+//! once, never by waiting or growing, and `/readyz` reports not ready while refusals go on.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::SendTimeoutError;
-
 use crate::event::EventBatch;
+use crate::journal::codec;
+use crate::journal::writer::{AppendError, JournalWriter};
 use crate::metrics::Metrics;
 use crate::protect::Protector;
 
-/// Why the pipeline did not take a batch; both are worth retrying later.
+/// Why the pipeline did not take a batch; all are worth retrying later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// The queue stayed full for the whole wait.
+    /// The journal is full (a consumer is behind) or its writer's queue is.
     #[error("toolwatch is overloaded; retry later")]
     Overloaded,
+    /// The journal cannot be written (the daemon's log says why).
+    #[error("toolwatch cannot store data right now; retry later")]
+    Unavailable,
     /// The daemon is shutting down.
     #[error("toolwatch is shutting down; retry later")]
     ShuttingDown,
@@ -28,28 +31,28 @@ pub enum Refusal {
 /// The entry to the pipeline after `receive`.
 pub struct Intake {
     protector: Protector,
-    queue: mpsc::Sender<EventBatch>,
-    enqueue_timeout: Duration,
+    journal: JournalWriter,
     metrics: Arc<Metrics>,
+    retry_after: Duration,
 }
 
 impl Intake {
-    /// An intake feeding `queue`.
+    /// An intake appending to `journal`.
     pub fn new(
         protector: Protector,
-        queue: mpsc::Sender<EventBatch>,
-        enqueue_timeout: Duration,
+        journal: JournalWriter,
+        retry_after: Duration,
         metrics: Arc<Metrics>,
     ) -> Intake {
         Intake {
             protector,
-            queue,
-            enqueue_timeout,
+            journal,
             metrics,
+            retry_after,
         }
     }
 
-    /// Protects and enqueues a batch; on `Ok` the pipeline owns it.
+    /// Protects and journals a batch; on `Ok` it is durable.
     pub async fn submit(&self, mut batch: EventBatch) -> Result<(), Refusal> {
         if batch.is_empty() {
             return Ok(());
@@ -60,14 +63,21 @@ impl Intake {
         if batch.is_empty() {
             return Ok(());
         }
-        match self.queue.send_timeout(batch, self.enqueue_timeout).await {
-            Ok(()) => {
-                self.metrics
-                    .set_queue_depth(self.queue.max_capacity() - self.queue.capacity());
-                Ok(())
+        let payload = codec::encode_events(&batch);
+        drop(batch);
+        match self.journal.append(payload).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.metrics.journal.refused(&e);
+                let refusal = match e {
+                    AppendError::Full { .. } | AppendError::Busy => Refusal::Overloaded,
+                    AppendError::Failed(_) => Refusal::Unavailable,
+                    AppendError::Closed => Refusal::ShuttingDown,
+                };
+                // Not ready until a retry could succeed: a balancer sends new clients elsewhere.
+                self.metrics.refusing_for(self.retry_after);
+                Err(refusal)
             }
-            Err(SendTimeoutError::Timeout(_)) => Err(Refusal::Overloaded),
-            Err(SendTimeoutError::Closed(_)) => Err(Refusal::ShuttingDown),
         }
     }
 }

@@ -1,11 +1,14 @@
 //! `toolwatch serve`: wires the stages together and runs them until a stop signal.
 //!
-//! Start-up order: state and archive first, then the listeners, then ready. Shutdown order:
-//! not ready, stop accepting and finish in-flight requests, drain the queue into the
-//! archive and complete every file, then let assembly summarize what is open and complete the
-//! `requests` files, let the budget stage save its windows and complete the `alarms` files,
-//! give alarm deliveries a few seconds to finish, then stop the admin server. Everything acknowledged
-//! before the signal is in a completed Parquet file when `run` returns.
+//! Start-up order: the journal (a torn tail cut and counted), every consumer's position, the
+//! journal writer, the consumers (archive, assembly, budgets, one per export endpoint; each
+//! replays from its checkpoint), then the listeners, then ready. Shutdown order: not ready,
+//! stop accepting and finish in-flight requests (each is in the journal or refused), let the
+//! archive, assembly and budgets catch up with the journal and complete their files, then the
+//! export endpoints (so the last alarms go out too), all within `journal.shutdown_deadline`;
+//! give alarm deliveries a few seconds, then stop the admin server. Everything acknowledged
+//! is in the journal; what a consumer did not reach by the deadline is replayed at the next
+//! start.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,28 +17,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminState;
+use crate::archive::consumer::{ArchiveConsumer, RecentSpans};
 use crate::archive::partition::Table;
-use crate::archive::{self, Archive, ArchiveError, ArchiveTotals, Forward};
-use crate::assemble::{self, Assembler, PricesError};
+use crate::archive::{Archive, ArchiveError, ArchiveTotals};
+use crate::assemble::{AssembleConsumer, Assembler, PricesError};
 use crate::budget::deliver::Delivery;
 use crate::budget::evaluate::BudgetEvaluator;
-use crate::budget::{state, BudgetStage};
+use crate::budget::{state, BudgetConsumer, BudgetStage};
+use crate::export::consumer::{ExportConsumer, ExportTotals};
+use crate::export::endpoint::Endpoint;
+use crate::journal::consume::{Consumer, Stop};
+use crate::journal::head::JournalHead;
+use crate::journal::tail::Tail;
+use crate::journal::writer::{GroupCommit, JournalWriter};
+use crate::journal::{Journal, JournalError};
 use crate::config::Config;
-use crate::metrics::{BudgetMetrics, Metrics};
+use crate::metrics::Metrics;
 use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
 use crate::protect::{KeyError, Protector};
 use crate::receive::{grpc, http, ReceiverContext};
-
-/// Archived batches waiting for assembly; beyond this assembly skips batches (counted).
-const ASSEMBLE_QUEUE_BATCHES: usize = 1024;
-
-/// Archived batches waiting for the budget stage; beyond this it skips batches (counted).
-const BUDGET_QUEUE_BATCHES: usize = 4096;
 
 /// Longest time an alarm waits in an open file before `query` can see it.
 const ALARM_FILE_MAX_AGE: Duration = Duration::from_secs(60);
@@ -79,9 +83,15 @@ pub enum ServeError {
     /// The archive could not be opened.
     #[error("archive: {0}")]
     Archive(#[from] ArchiveError),
-    /// The archive thread could not start or died.
-    #[error("archive thread: {0}")]
-    ArchiveThread(String),
+    /// A stage's thread could not start or died.
+    #[error("thread: {0}")]
+    Thread(String),
+    /// The journal could not be opened.
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    /// An export endpoint could not be set up.
+    #[error("export: {0}")]
+    Export(String),
     /// The budget configuration cannot work.
     #[error(transparent)]
     Budget(#[from] crate::budget::config::BudgetError),
@@ -122,6 +132,41 @@ pub async fn run(
     let hasher = config.hashing.current(&data_dir)?;
     let protector = Protector::from_config(&config.redaction, hasher)?;
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let runtime = tokio::runtime::Handle::current();
+
+    let journal = open_journal(&config, &data_dir, &metrics)?;
+    let head = Arc::clone(&journal.head);
+    // Every consumer registers its position before the writer may remove a segment.
+    let tail = |name: &str| Tail::open(&journal.dir, name, Arc::clone(&head));
+    let archive_tail = tail(ARCHIVE_CONSUMER)?;
+    let assemble_tail = tail(ASSEMBLE_CONSUMER)?;
+    let budget_tail = tail(BUDGET_CONSUMER)?;
+    let endpoints = export_endpoints(&config, &metrics)?;
+    let mut export_tails = Vec::new();
+    for (endpoint, _) in &endpoints {
+        export_tails.push(tail(&format!("export-{}", endpoint.name()))?);
+    }
+    let (writer, writer_thread) = JournalWriter::spawn(
+        journal.journal,
+        GroupCommit {
+            interval: config.journal.group_commit.0,
+            group_bytes: config.journal.group_bytes.0,
+            max_bytes: config.journal.max_bytes.0,
+            queue: config.limits.queue_batches.0,
+        },
+        Arc::clone(&head),
+    )
+    .map_err(|e| ServeError::Thread(e.to_string()))?;
+
+    let stop_consumers = Stop::default();
+    // Export endpoints stop after the budget stage: its last alarms go out too.
+    let stop_export = Stop {
+        drained: CancellationToken::new(),
+        give_up: stop_consumers.give_up.clone(),
+    };
+
+    let mut recent = RecentSpans::new(config.archive.dedup_spans.0);
+    let seeded = recent.seed_from_journal(&journal.dir, archive_tail.next_seq());
     let archive = Archive::open(
         &data_dir,
         &[Table::Spans, Table::Logs],
@@ -129,6 +174,31 @@ pub async fn run(
         instance_id.clone(),
         Arc::clone(&metrics),
     )?;
+    let replay = head.committed().saturating_sub(archive_tail.next_seq());
+    if replay > 0 {
+        tracing::info!(
+            records = replay,
+            remembered_spans = seeded,
+            "replaying journal records the archive had not completed"
+        );
+    }
+    let archive_consumer = ArchiveConsumer::new(
+        archive,
+        &data_dir,
+        &journal.id,
+        head.committed(),
+        recent,
+        config.archive.pause_per_record.0,
+        Arc::clone(&metrics),
+    );
+    let archive_thread = spawn_consumer(
+        "toolwatch-archive",
+        archive_tail,
+        archive_consumer,
+        stop_consumers.clone(),
+        &metrics,
+    )?;
+
     let requests_archive = Archive::open(
         &data_dir,
         &[Table::Requests],
@@ -137,17 +207,16 @@ pub async fn run(
         Arc::clone(&metrics),
     )?;
     let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?);
-    let (assemble_tx, assemble_rx) = std::sync::mpsc::sync_channel(ASSEMBLE_QUEUE_BATCHES);
-    let assemble_thread = assemble::spawn(
-        assembler,
-        requests_archive,
-        assemble_rx,
-        Arc::clone(&metrics),
-    )
-    .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
+    let assemble_thread = spawn_consumer(
+        "toolwatch-assemble",
+        assemble_tail,
+        AssembleConsumer::new(assembler, requests_archive, Arc::clone(&metrics)),
+        stop_consumers.clone(),
+        &metrics,
+    )?;
 
     let stop_delivery = CancellationToken::new();
-    let (budget_stage, delivery_tasks) = budget_stage(
+    let (budget_stage, skip_before, delivery_tasks) = budget_stage(
         &config,
         &data_dir,
         instance_id.clone(),
@@ -155,33 +224,37 @@ pub async fn run(
         stop_delivery.clone(),
     )?;
     let evaluator = Arc::clone(&budget_stage.evaluator);
-    let (budget_tx, budget_rx) = std::sync::mpsc::sync_channel(BUDGET_QUEUE_BATCHES);
-    let budget_thread = crate::budget::spawn(budget_stage, budget_rx)
-        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
+    let alarm_export = (!endpoints.is_empty()).then(|| (writer.clone(), runtime.clone()));
+    let budget_thread = spawn_consumer(
+        "toolwatch-budget",
+        budget_tail,
+        BudgetConsumer::new(budget_stage, skip_before, alarm_export),
+        stop_consumers.clone(),
+        &metrics,
+    )?;
 
-    let (queue_tx, queue_rx) = mpsc::channel(config.limits.queue_batches.0);
-    let archive_thread = archive::spawn(
-        archive,
-        queue_rx,
-        vec![
-            Forward {
-                tx: assemble_tx,
-                on_full: Metrics::assemble_skipped,
-            },
-            Forward {
-                tx: budget_tx,
-                on_full: BudgetMetrics::skipped,
-            },
-        ],
-        tokio::runtime::Handle::current(),
-        Arc::clone(&metrics),
-    )
-    .map_err(|e| ServeError::ArchiveThread(e.to_string()))?;
+    let mut export_threads = Vec::new();
+    for ((endpoint, max_items), tail) in endpoints.into_iter().zip(export_tails) {
+        let consumer = ExportConsumer::new(
+            endpoint,
+            max_items,
+            runtime.clone(),
+            stop_export.give_up.clone(),
+            Arc::clone(&metrics),
+        );
+        export_threads.push(spawn_consumer(
+            "toolwatch-export",
+            tail,
+            consumer,
+            stop_export.clone(),
+            &metrics,
+        )?);
+    }
 
     let intake = Arc::new(Intake::new(
         protector,
-        queue_tx,
-        config.limits.enqueue_timeout.0,
+        writer,
+        config.limits.retry_after.0,
         Arc::clone(&metrics),
     ));
     let ctx = Arc::new(ReceiverContext {
@@ -220,8 +293,9 @@ pub async fn run(
         }),
         stop_admin.clone(),
     ));
-    // The receivers own the only queue sender from here on.
+    // The receivers own the intake (and its journal writer) from here on.
     drop(ctx);
+    let journal_gauges = tokio::spawn(observe_journal(Arc::clone(&head), Arc::clone(&metrics)));
 
     metrics.set_ready(true);
     tracing::info!(
@@ -230,11 +304,12 @@ pub async fn run(
         admin = %addrs.admin,
         data_dir = %data_dir.display(),
         instance_id = %instance_id,
+        journal_id = %journal.id,
         "toolwatch ready"
     );
 
     stop.await;
-    tracing::info!("stopping: refusing new data, draining what was accepted");
+    tracing::info!("stopping: refusing new data, finishing what was accepted");
     metrics.set_ready(false);
     stop_receivers.cancel();
     for server in [grpc_server, http_server] {
@@ -244,25 +319,36 @@ pub async fn run(
             abort.abort();
         }
     }
-    let totals = tokio::task::spawn_blocking(move || archive_thread.join())
-        .await
-        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
-        .map_err(|_| ServeError::ArchiveThread("the archive thread panicked".into()))?;
-    // The archive thread held the only sender to assembly: assembly now drains and stops.
-    let assembled = tokio::task::spawn_blocking(move || assemble_thread.join())
-        .await
-        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
-        .map_err(|_| ServeError::ArchiveThread("the assembly thread panicked".into()))?;
-    // The archive thread held the only sender to the budget stage too.
-    let budgeted = tokio::task::spawn_blocking(move || budget_thread.join())
-        .await
-        .map_err(|e| ServeError::ArchiveThread(e.to_string()))?
-        .map_err(|_| ServeError::ArchiveThread("the budget thread panicked".into()))?;
+    // Everything acknowledged is in the journal. Consumers catch up until the deadline; what
+    // they do not reach is replayed at the next start.
+    stop_consumers.drained.cancel();
+    let deadline = config.journal.shutdown_deadline.0;
+    let give_up = stop_consumers.give_up.clone();
+    let deadline_timer = tokio::spawn(async move {
+        tokio::time::sleep(deadline).await;
+        tracing::warn!(
+            deadline = %humantime::format_duration(deadline),
+            "consumers did not catch up with the journal in time; the rest is replayed at the next start"
+        );
+        give_up.cancel();
+    });
+    let totals = join(archive_thread, "archive").await?;
+    let assembled = join(assemble_thread, "assembly").await?;
+    let budgeted = join(budget_thread, "budget").await?;
+    stop_export.drained.cancel();
+    let mut exported = ExportTotals::default();
+    for t in export_threads {
+        let e = join(t, "export").await?;
+        exported.spans += e.spans;
+        exported.logs += e.logs;
+        exported.rejected_requests += e.rejected_requests;
+    }
+    deadline_timer.abort();
     // The budget thread dropped the delivery queues: each target sends what is queued.
-    let deadline = tokio::time::Instant::now() + DELIVERY_DEADLINE;
+    let delivery_deadline = tokio::time::Instant::now() + DELIVERY_DEADLINE;
     for task in delivery_tasks {
         let abort = task.abort_handle();
-        if tokio::time::timeout_at(deadline, task).await.is_err() {
+        if tokio::time::timeout_at(delivery_deadline, task).await.is_err() {
             stop_delivery.cancel();
             tracing::warn!(
                 "alarm delivery did not finish in time; undelivered alarms are in the archive"
@@ -270,6 +356,10 @@ pub async fn run(
             abort.abort();
         }
     }
+    // Every writer handle is gone with the receivers and the budget stage.
+    let written = join(writer_thread, "journal writer").await?.1;
+    journal_gauges.abort();
+    metrics.journal.observe(&head);
     let totals = ArchiveTotals {
         request_rows: assembled.request_rows,
         alarm_rows: budgeted.alarm_rows,
@@ -287,9 +377,118 @@ pub async fn run(
         alarms = budgeted.alarms,
         files = totals.files,
         failed_rows = totals.failed_rows,
+        journal_records = written.records,
+        journal_commits = written.commits,
+        exported_spans = exported.spans,
+        exported_logs = exported.logs,
         "toolwatch stopped"
     );
     Ok(totals)
+}
+
+/// Consumer names (checkpoint files in `journal/checkpoints/`).
+const ARCHIVE_CONSUMER: &str = "archive";
+const ASSEMBLE_CONSUMER: &str = "assemble";
+const BUDGET_CONSUMER: &str = "budgets";
+
+/// The opened journal, before its writer starts.
+struct OpenJournal {
+    journal: Journal,
+    dir: PathBuf,
+    id: String,
+    head: Arc<JournalHead>,
+}
+
+fn open_journal(
+    config: &Config,
+    data_dir: &std::path::Path,
+    metrics: &Metrics,
+) -> Result<OpenJournal, ServeError> {
+    let dir = data_dir.join("journal");
+    let started = std::time::Instant::now();
+    let (journal, recovery) = Journal::open(&dir, config.journal.segment_bytes.0)?;
+    let id = crate::journal::journal_id(&dir)?;
+    if recovery.cut_bytes > 0 {
+        metrics.journal.cut(recovery.cut_bytes);
+    }
+    tracing::info!(
+        next_record = journal.next_seq(),
+        bytes = journal.disk_bytes(),
+        cut_bytes = recovery.cut_bytes,
+        cut_reason = recovery.cut_reason.unwrap_or("none"),
+        took_ms = started.elapsed().as_millis() as u64,
+        "journal opened"
+    );
+    let head = Arc::new(JournalHead::new(
+        journal.next_seq(),
+        journal.disk_bytes(),
+        config.journal.max_bytes.0,
+    ));
+    Ok(OpenJournal {
+        journal,
+        dir,
+        id,
+        head,
+    })
+}
+
+/// The configured export endpoints, each with its request size.
+fn export_endpoints(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<Vec<(Endpoint, usize)>, ServeError> {
+    config
+        .export
+        .endpoints
+        .iter()
+        .map(|c| {
+            Endpoint::new(c, Arc::clone(metrics))
+                .map(|e| (e, c.max_batch_items.0))
+                .map_err(|e| ServeError::Export(e.to_string()))
+        })
+        .collect()
+}
+
+fn spawn_consumer<C>(
+    name: &str,
+    tail: Tail,
+    consumer: C,
+    stop: Stop,
+    metrics: &Arc<Metrics>,
+) -> Result<std::thread::JoinHandle<C::Totals>, ServeError>
+where
+    C: Consumer + Send + 'static,
+    C::Totals: Send + 'static,
+{
+    let metrics = Arc::clone(metrics);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let consumer_name = tail.consumer().to_string();
+            crate::journal::consume::run(tail, consumer, stop, || {
+                metrics.journal.undecodable(&consumer_name)
+            })
+        })
+        .map_err(|e| ServeError::Thread(e.to_string()))
+}
+
+async fn join<T: Send + 'static>(
+    thread: std::thread::JoinHandle<T>,
+    what: &'static str,
+) -> Result<T, ServeError> {
+    tokio::task::spawn_blocking(move || thread.join())
+        .await
+        .map_err(|e| ServeError::Thread(e.to_string()))?
+        .map_err(|_| ServeError::Thread(format!("the {what} thread panicked")))
+}
+
+/// Refreshes the journal's gauges every second.
+async fn observe_journal(head: Arc<JournalHead>, metrics: Arc<Metrics>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        metrics.journal.observe(&head);
+    }
 }
 
 /// The budget stage: its evaluator restored from saved window state, its archive, its
@@ -300,13 +499,15 @@ fn budget_stage(
     instance_id: String,
     metrics: Arc<Metrics>,
     stop_delivery: CancellationToken,
-) -> Result<(BudgetStage, Vec<tokio::task::JoinHandle<()>>), ServeError> {
+) -> Result<(BudgetStage, u64, Vec<tokio::task::JoinHandle<()>>), ServeError> {
     config.budget.validate()?;
     let mut evaluator = BudgetEvaluator::new(config.budget.clone(), config.assemble.prices()?);
     let state_file = state::state_file(data_dir);
+    let mut skip_before = 0;
     match state::load(&state_file) {
         Ok(saved) => {
-            let n = evaluator.restore_windows(saved);
+            skip_before = saved.next_record;
+            let n = evaluator.restore_windows(saved.windows);
             if n > 0 {
                 tracing::info!(windows = n, "budget windows restored");
             }
@@ -345,7 +546,7 @@ fn budget_stage(
         state_file,
         metrics,
     };
-    Ok((stage, tasks))
+    Ok((stage, skip_before, tasks))
 }
 
 async fn serve_until(listener: TcpListener, router: axum::Router, stop: CancellationToken) {

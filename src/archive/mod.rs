@@ -6,15 +6,14 @@
 //! files roll by size and age; everything handed to the archive is in a completed file once
 //! [`Archive::close`] returns. It receives protected events only.
 
+pub mod consumer;
 pub mod partition;
 pub mod schema;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use tokio::sync::mpsc;
+use std::time::Instant;
 
 use crate::assemble::summary::RequestSummary;
 use crate::config::ArchiveConfig;
@@ -90,6 +89,8 @@ impl Rows {
 struct OpenPartition {
     writer: PartitionWriter,
     rows: Rows,
+    /// First and last journal record with rows in this file.
+    records: Option<(u64, u64)>,
 }
 
 impl OpenPartition {
@@ -128,6 +129,10 @@ pub struct Archive {
     instance_id: String,
     sequence: u64,
     open: HashMap<PartitionKey, OpenPartition>,
+    /// Partitions whose file reached its size during the current record.
+    due: Vec<PartitionKey>,
+    /// Names the journal whose records completed files hold (see [`records_suffix`]).
+    journal_id: Option<String>,
     metrics: Arc<Metrics>,
     totals: ArchiveTotals,
 }
@@ -169,26 +174,64 @@ impl Archive {
             instance_id,
             sequence: 0,
             open: HashMap::new(),
+            due: Vec::new(),
+            journal_id: None,
             metrics,
             totals: ArchiveTotals::default(),
         })
     }
 
-    /// Adds a batch of protected events.
-    pub fn append(&mut self, batch: &EventBatch) {
+    /// Names completed files after the journal records they hold, for exactly-once replay.
+    pub fn with_journal_id(mut self, journal_id: &str) -> Archive {
+        self.journal_id = Some(journal_id.to_string());
+        self
+    }
+
+    /// Adds a batch of protected events (journal record `seq`, if it came from one). Files
+    /// are completed only between records, so a file holds all of a record's rows for its
+    /// partition or none.
+    pub fn append(&mut self, seq: Option<u64>, batch: &EventBatch) {
         for span in &batch.spans {
             let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
-            self.with_partition(key, |rows| match rows {
+            self.with_partition(key, seq, |rows| match rows {
                 Rows::Spans(r) => r.append(span).map_err(ArchiveError::from),
                 _ => unreachable_table(),
             });
         }
         for log in &batch.logs {
             let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
-            self.with_partition(key, |rows| match rows {
+            self.with_partition(key, seq, |rows| match rows {
                 Rows::Logs(r) => r.append(log).map_err(ArchiveError::from),
                 _ => unreachable_table(),
             });
+        }
+        self.settle();
+    }
+
+    /// The first journal record with rows in a file not yet complete: everything before it
+    /// is in completed files (or was never for this archive).
+    pub fn pinned_record(&self) -> Option<u64> {
+        self.open
+            .values()
+            .filter_map(|p| p.records.map(|(first, _)| first))
+            .min()
+    }
+
+    /// Files open (not yet complete).
+    pub fn open_files(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Completes every open file holding a journal record before `seq`.
+    pub fn complete_records_before(&mut self, seq: u64) {
+        let keys: Vec<PartitionKey> = self
+            .open
+            .iter()
+            .filter(|(_, p)| p.records.is_some_and(|(first, _)| first < seq))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.complete(&key);
         }
     }
 
@@ -196,18 +239,20 @@ impl Archive {
     pub fn append_summaries(&mut self, summaries: &[RequestSummary]) {
         for s in summaries {
             let key = PartitionKey::new(Table::Requests, &s.tenant, s.start_ns);
-            self.with_partition(key, |rows| match rows {
+            let seq = (s.first_record > 0).then_some(s.first_record);
+            self.with_partition(key, seq, |rows| match rows {
                 Rows::Requests(r) => r.append(s).map_err(ArchiveError::from),
                 _ => unreachable_table(),
             });
         }
+        self.settle();
     }
 
     /// Adds alarms, partitioned by tenant and the time they fired.
     pub fn append_alarms(&mut self, alarms: &[crate::budget::evaluate::Alarm]) {
         for a in alarms {
             let key = PartitionKey::new(Table::Alarms, &a.tenant, a.time_ns);
-            self.with_partition(key, |rows| match rows {
+            self.with_partition(key, None, |rows| match rows {
                 Rows::Alarms(r) => {
                     r.append(a);
                     Ok(())
@@ -215,11 +260,32 @@ impl Archive {
                 _ => unreachable_table(),
             });
         }
+        self.settle();
+    }
+
+    /// Completes the files that became due and, beyond `max_open_partitions`, the least
+    /// recently written ones.
+    fn settle(&mut self) {
+        for key in std::mem::take(&mut self.due) {
+            self.complete(&key);
+        }
+        while self.open.len() > self.max_open {
+            let Some(oldest) = self
+                .open
+                .iter()
+                .min_by_key(|(_, p)| p.writer.last_write)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            self.complete(&oldest);
+        }
     }
 
     fn with_partition(
         &mut self,
         key: PartitionKey,
+        seq: Option<u64>,
         add: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
     ) {
         if !self.open.contains_key(&key) {
@@ -235,6 +301,12 @@ impl Archive {
             self.fail(key.table, 1, &e);
             return;
         }
+        if let Some(seq) = seq {
+            part.records = Some(
+                part.records
+                    .map_or((seq, seq), |(first, last)| (first.min(seq), last.max(seq))),
+            );
+        }
         if part.rows.len() >= self.batch_rows {
             let at_stake = part.writer.rows() + part.rows.len() as u64;
             if let Err(e) = part.flush_rows() {
@@ -243,24 +315,13 @@ impl Archive {
                 return;
             }
             // Size is checked as rows are encoded, so a busy partition rolls on time.
-            if part.writer.is_due(Instant::now()) {
-                self.complete(&key);
+            if part.writer.is_due(Instant::now()) && !self.due.contains(&key) {
+                self.due.push(key);
             }
         }
     }
 
     fn open_partition(&mut self, key: PartitionKey) -> Result<(), ArchiveError> {
-        if self.open.len() >= self.max_open {
-            // Complete the least recently written file to stay within the bound.
-            if let Some(oldest) = self
-                .open
-                .iter()
-                .min_by_key(|(_, p)| p.writer.last_write)
-                .map(|(k, _)| k.clone())
-            {
-                self.complete(&oldest);
-            }
-        }
         self.sequence += 1;
         let stem = format!(
             "part-{}-{}-{:06}",
@@ -281,6 +342,7 @@ impl Archive {
             OpenPartition {
                 writer,
                 rows: Rows::for_table(key.table),
+                records: None,
             },
         );
         self.report_open(key.table);
@@ -316,7 +378,11 @@ impl Archive {
             self.fail(key.table, at_stake, &e);
             return;
         }
-        match part.writer.complete() {
+        let suffix = match (&self.journal_id, part.records) {
+            (Some(id), Some(records)) => records_suffix(id, records),
+            _ => String::new(),
+        };
+        match part.writer.complete(&suffix) {
             Ok(done) => {
                 match key.table {
                     Table::Spans => self.totals.span_rows += done.rows,
@@ -344,13 +410,27 @@ impl Archive {
     }
 
     /// Completes every open file and reports what was written in total.
-    pub fn close(mut self) -> ArchiveTotals {
+    pub fn close(&mut self) -> ArchiveTotals {
         let keys: Vec<PartitionKey> = self.open.keys().cloned().collect();
         for key in keys {
             self.complete(&key);
         }
         self.totals
     }
+}
+
+/// The file-name suffix of a file holding journal `records` (first, last) of journal `id`:
+/// `_j<id>_<first>-<last>`. After a crash the archive reads it back to skip what is complete.
+pub fn records_suffix(id: &str, (first, last): (u64, u64)) -> String {
+    format!("_j{id}_{first}-{last}")
+}
+
+/// The last journal record of journal `id` in a completed file named `name`, if it has one.
+pub fn last_record_in(name: &str, id: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".parquet")?;
+    let (_, range) = stem.rsplit_once(&format!("_j{id}_"))?;
+    let (_, last) = range.split_once('-')?;
+    last.parse().ok()
 }
 
 fn unreachable_table() -> Result<(), ArchiveError> {
@@ -381,60 +461,4 @@ fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
         }
     }
     Ok(removed)
-}
-
-/// A stage fed by the archive thread, and what to count when it cannot keep up.
-pub struct Forward {
-    /// The stage's queue.
-    pub tx: std::sync::mpsc::SyncSender<Arc<EventBatch>>,
-    /// Called for a batch the stage's full queue could not take.
-    pub on_full: fn(&Metrics),
-}
-
-/// Runs the archive on its own thread: Parquet encoding is blocking work that must not
-/// stall the receivers' async workers. Returns when every sender is gone and the queue is
-/// drained, after completing all files.
-///
-/// Each archived batch is then handed to every `forward` stage (assembly, budgets) without
-/// waiting: when a stage is behind, the batch is skipped for it and counted, and archiving goes
-/// on.
-pub fn spawn(
-    mut archive: Archive,
-    mut rx: mpsc::Receiver<EventBatch>,
-    forward: Vec<Forward>,
-    runtime: tokio::runtime::Handle,
-    metrics: Arc<Metrics>,
-) -> std::io::Result<std::thread::JoinHandle<ArchiveTotals>> {
-    const TICK: Duration = Duration::from_millis(500);
-    std::thread::Builder::new()
-        .name("toolwatch-archive".into())
-        .spawn(move || {
-            let mut last_check = Instant::now();
-            loop {
-                let next = runtime.block_on(async { tokio::time::timeout(TICK, rx.recv()).await });
-                match next {
-                    Ok(Some(batch)) => {
-                        metrics.set_queue_depth(rx.len());
-                        archive.append(&batch);
-                        let batch = Arc::new(batch);
-                        for f in &forward {
-                            if let Err(std::sync::mpsc::TrySendError::Full(_)) =
-                                f.tx.try_send(Arc::clone(&batch))
-                            {
-                                (f.on_full)(&metrics);
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(_elapsed) => {}
-                }
-                let now = Instant::now();
-                if now.duration_since(last_check) >= TICK {
-                    archive.complete_due(now);
-                    last_check = now;
-                }
-            }
-            metrics.set_queue_depth(0);
-            archive.close()
-        })
 }

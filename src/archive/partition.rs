@@ -186,7 +186,8 @@ pub struct CompletedFile {
 pub struct PartitionWriter {
     key: PartitionKey,
     temp_path: PathBuf,
-    final_path: PathBuf,
+    dir: PathBuf,
+    stem: String,
     writer: ArrowWriter<File>,
     opened: Instant,
     rows: u64,
@@ -208,7 +209,6 @@ impl PartitionWriter {
         let dir = key.dir(data_dir);
         std::fs::create_dir_all(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
         let temp_path = dir.join(format!(".{file_stem}{IN_PROGRESS_SUFFIX}"));
-        let final_path = dir.join(format!("{file_stem}.parquet"));
         let file = File::create(&temp_path).map_err(|e| ArchiveError::io(&temp_path, e))?;
         let props = writer_properties(settings, key.table)?;
         let writer =
@@ -217,7 +217,8 @@ impl PartitionWriter {
         Ok(PartitionWriter {
             key,
             temp_path,
-            final_path,
+            dir,
+            stem: file_stem.to_string(),
             writer,
             opened: now,
             rows: 0,
@@ -251,8 +252,10 @@ impl PartitionWriter {
         size as u64 >= self.max_bytes || now.duration_since(self.opened) >= self.max_age
     }
 
-    /// Finishes the file, makes it durable and gives it its final name.
-    pub fn complete(self) -> Result<CompletedFile, ArchiveError> {
+    /// Finishes the file, makes it durable and gives it its final name: the stem, then
+    /// `suffix`, then `.parquet`.
+    pub fn complete(self, suffix: &str) -> Result<CompletedFile, ArchiveError> {
+        let final_path = self.dir.join(format!("{}{suffix}.parquet", self.stem));
         let file = self.writer.into_inner().map_err(ArchiveError::Parquet)?;
         file.sync_all()
             .map_err(|e| ArchiveError::io(&self.temp_path, e))?;
@@ -261,14 +264,12 @@ impl PartitionWriter {
             .map(|m| m.len())
             .map_err(|e| ArchiveError::io(&self.temp_path, e))?;
         drop(file);
-        std::fs::rename(&self.temp_path, &self.final_path)
-            .map_err(|e| ArchiveError::io(&self.final_path, e))?;
-        if let Some(dir) = self.final_path.parent() {
-            // The rename is durable only once the folder itself is synced.
-            crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
-        }
+        std::fs::rename(&self.temp_path, &final_path)
+            .map_err(|e| ArchiveError::io(&final_path, e))?;
+        // The rename is durable only once the folder itself is synced.
+        crate::durable::sync_dir(&self.dir).map_err(|e| ArchiveError::io(&self.dir, e))?;
         Ok(CompletedFile {
-            path: self.final_path,
+            path: final_path,
             rows: self.rows,
             bytes,
         })

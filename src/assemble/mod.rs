@@ -134,6 +134,8 @@ struct Pending {
     /// A span without a parent (the root) has arrived; kept here so the per-tick check does
     /// not walk every span.
     root_ended: bool,
+    /// The first journal record with an item not yet in a summary (`u64::MAX`: none).
+    unsummarized_from: u64,
 }
 
 impl Pending {
@@ -148,6 +150,7 @@ impl Pending {
             versions: 0,
             dirty: false,
             root_ended: false,
+            unsummarized_from: u64::MAX,
         }
     }
 
@@ -159,6 +162,7 @@ impl Pending {
         self.versions = self.versions.max(other.versions);
         self.dirty |= other.dirty;
         self.root_ended |= other.root_ended;
+        self.unsummarized_from = self.unsummarized_from.min(other.unsummarized_from);
     }
 }
 
@@ -217,6 +221,26 @@ impl Assembler {
     /// Takes in a protected batch at `now_ms` (a monotonic clock in ms); returns summaries
     /// forced out by the memory limits.
     pub fn ingest(&mut self, batch: &EventBatch, now_ms: u64) -> Vec<RequestSummary> {
+        self.ingest_record(batch, now_ms, 0)
+    }
+
+    /// The first journal record with an item of a request not yet summarized: replaying from
+    /// there rebuilds every open request.
+    pub fn oldest_unsummarized_record(&self) -> Option<u64> {
+        self.requests
+            .values()
+            .map(|p| p.unsummarized_from)
+            .filter(|&s| s != u64::MAX)
+            .min()
+    }
+
+    /// [`Assembler::ingest`] for journal record `seq`.
+    pub fn ingest_record(
+        &mut self,
+        batch: &EventBatch,
+        now_ms: u64,
+        seq: u64,
+    ) -> Vec<RequestSummary> {
         for span in &batch.spans {
             let key = self.key_for(
                 &span.tenant,
@@ -229,6 +253,7 @@ impl Assembler {
                 continue;
             };
             p.last_arrival_ms = now_ms;
+            p.unsummarized_from = p.unsummarized_from.min(seq);
             p.root_ended |= facts.parent.is_none();
             if p.spans.insert(facts.span_id, facts).is_some() {
                 self.stats.duplicate_spans += 1;
@@ -251,6 +276,7 @@ impl Assembler {
                 continue;
             };
             p.last_arrival_ms = now_ms;
+            p.unsummarized_from = p.unsummarized_from.min(seq);
             if p.logs.insert(facts.key, facts).is_none() {
                 // Log facts count against the same bound as span facts.
                 self.spans_held += 1;
@@ -444,59 +470,87 @@ pub struct AssembleTotals {
     pub files: u64,
 }
 
-/// Runs assembly on its own thread: takes archived batches from `rx`, writes summaries to the
-/// `requests` table through `archive`, and on disconnect summarizes what is still open and
-/// completes its files.
-pub fn spawn(
-    mut assembler: Assembler,
-    mut archive: crate::archive::Archive,
-    rx: std::sync::mpsc::Receiver<std::sync::Arc<EventBatch>>,
+/// Assembly as a journal consumer: summaries go to the `requests` table through its own
+/// archive. Its checkpoint is the first record with an item that is neither summarized into a
+/// completed `requests` file nor past, so a restart rebuilds every open request.
+pub struct AssembleConsumer {
+    assembler: Assembler,
+    archive: crate::archive::Archive,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
-) -> std::io::Result<std::thread::JoinHandle<AssembleTotals>> {
-    const TICK: Duration = Duration::from_millis(250);
-    std::thread::Builder::new()
-        .name("toolwatch-assemble".into())
-        .spawn(move || {
-            let started = std::time::Instant::now();
-            let now_ms = || millis(started.elapsed());
-            let mut totals = AssembleTotals::default();
-            let mut write = |archive: &mut crate::archive::Archive, out: Vec<RequestSummary>| {
-                for s in &out {
-                    metrics.request_summary(s.completeness.as_str());
-                }
-                totals.summaries += out.len() as u64;
-                archive.append_summaries(&out);
-            };
-            let mut last_tick = std::time::Instant::now();
-            loop {
-                match rx.recv_timeout(TICK) {
-                    Ok(batch) => {
-                        let out = assembler.ingest(&batch, now_ms());
-                        write(&mut archive, out);
-                    }
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-                if last_tick.elapsed() >= TICK {
-                    last_tick = std::time::Instant::now();
-                    let out = assembler.due(now_ms());
-                    write(&mut archive, out);
-                    archive.complete_due(last_tick);
-                    metrics.assemble_state(
-                        assembler.requests_held(),
-                        assembler.spans_held(),
-                        assembler.stats().duplicate_spans,
-                    );
-                }
-            }
-            let out = assembler.drain();
-            write(&mut archive, out);
-            metrics.assemble_state(0, 0, assembler.stats().duplicate_spans);
-            let closed = archive.close();
-            totals.request_rows = closed.request_rows;
-            totals.files = closed.files;
-            totals
-        })
+    started: std::time::Instant,
+    totals: AssembleTotals,
+}
+
+impl AssembleConsumer {
+    /// Assembly writing through `archive`.
+    pub fn new(
+        assembler: Assembler,
+        archive: crate::archive::Archive,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> AssembleConsumer {
+        AssembleConsumer {
+            assembler,
+            archive,
+            metrics,
+            started: std::time::Instant::now(),
+            totals: AssembleTotals::default(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        millis(self.started.elapsed())
+    }
+
+    fn write(&mut self, out: Vec<RequestSummary>) {
+        for s in &out {
+            self.metrics.request_summary(s.completeness.as_str());
+        }
+        self.totals.summaries += out.len() as u64;
+        self.archive.append_summaries(&out);
+    }
+}
+
+impl crate::journal::consume::Consumer for AssembleConsumer {
+    type Totals = AssembleTotals;
+
+    fn record(&mut self, seq: u64, entry: crate::journal::codec::JournalEntry) {
+        if let crate::journal::codec::JournalEntry::Events(batch) = entry {
+            let now = self.now_ms();
+            let out = self.assembler.ingest_record(&batch, now, seq);
+            self.write(out);
+        }
+    }
+
+    fn tick(&mut self, next_seq: u64, _head: &crate::journal::head::JournalHead) -> u64 {
+        let out = self.assembler.due(self.now_ms());
+        self.write(out);
+        self.archive.complete_due(std::time::Instant::now());
+        self.metrics.assemble_state(
+            self.assembler.requests_held(),
+            self.assembler.spans_held(),
+            self.assembler.stats().duplicate_spans,
+        );
+        [
+            self.assembler.oldest_unsummarized_record(),
+            self.archive.pinned_record(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(next_seq)
+        .min(next_seq)
+    }
+
+    fn finish(mut self, next_seq: u64) -> (u64, AssembleTotals) {
+        let out = self.assembler.drain();
+        self.write(out);
+        self.metrics
+            .assemble_state(0, 0, self.assembler.stats().duplicate_spans);
+        let closed = self.archive.close();
+        self.totals.request_rows = closed.request_rows;
+        self.totals.files = closed.files;
+        (next_seq, self.totals)
+    }
 }
 
 /// Summaries in the order they are written: by start, then request id.
@@ -516,6 +570,7 @@ fn summary_of(
 ) -> RequestSummary {
     p.versions += 1;
     p.dirty = false;
+    let first_record = std::mem::replace(&mut p.unsummarized_from, u64::MAX);
     let request_id = match key {
         RequestKey::Named(_, r) => r.clone(),
         RequestKey::Trace(_, t) => hex_id(t),
@@ -526,7 +581,9 @@ fn summary_of(
         spans: &p.spans,
         logs: &p.logs,
     };
-    summarize(&facts, prices, completeness, p.versions)
+    let mut summary = summarize(&facts, prices, completeness, p.versions);
+    summary.first_record = first_record;
+    summary
 }
 
 #[cfg(test)]

@@ -240,6 +240,9 @@ impl Completeness {
 pub struct RequestSummary {
     /// `executor.request_id`, or the trace id when no span named a request.
     pub request_id: String,
+    /// The first journal record with an item new in this summary (not archived; it keeps
+    /// the journal until the summary is in a completed file).
+    pub first_record: u64,
     /// Traces of the request, sorted.
     pub trace_ids: Vec<String>,
     /// Tenant.
@@ -322,6 +325,7 @@ pub fn summarize(
     let spans = facts.spans;
     let mut s = RequestSummary {
         request_id: facts.request_id.to_string(),
+        first_record: 0,
         trace_ids: Vec::new(),
         tenant: facts.tenant.to_string(),
         principal_id: None,

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::archive::Archive;
-use crate::event::EventBatch;
 use crate::metrics::Metrics;
 use deliver::Delivery;
 use evaluate::{Alarm, BudgetEvaluator};
@@ -69,58 +68,112 @@ pub struct BudgetStage {
     pub metrics: Arc<Metrics>,
 }
 
-/// Runs the budget stage on its own thread until every sender of `rx` is gone; then saves the
-/// window state and completes the alarm files.
-pub fn spawn(
+/// The budget stage as a journal consumer. Window state is saved together with the first
+/// record it does not include, only while every alarm raised so far is in a completed file; a
+/// restart skips the records the saved windows include and replays the rest.
+pub struct BudgetConsumer {
     stage: BudgetStage,
-    rx: std::sync::mpsc::Receiver<Arc<EventBatch>>,
-) -> std::io::Result<std::thread::JoinHandle<BudgetTotals>> {
-    std::thread::Builder::new()
-        .name("toolwatch-budget".into())
-        .spawn(move || run(stage, rx))
+    /// Records before this are counted in the restored windows.
+    skip_before: u64,
+    /// Appends alarm log records to the journal for the export (none without endpoints).
+    export: Option<(crate::journal::writer::JournalWriter, tokio::runtime::Handle)>,
+    totals: BudgetTotals,
+    save_every: Duration,
+    last_tick: Instant,
+    last_gauges: Instant,
+    last_save: Instant,
 }
 
-fn run(mut stage: BudgetStage, rx: std::sync::mpsc::Receiver<Arc<EventBatch>>) -> BudgetTotals {
-    let mut totals = BudgetTotals::default();
-    let save_every = lock(&stage.evaluator).config().save_interval.0;
-    let mut last_tick = Instant::now();
-    let mut last_gauges = Instant::now();
-    let mut last_save = Instant::now();
-    loop {
-        match rx.recv_timeout(TICK) {
-            Ok(batch) => {
-                let alarms = lock(&stage.evaluator).observe(&batch, now_ns());
-                raise(&mut stage, &alarms, &mut totals);
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        }
+impl BudgetConsumer {
+    /// The stage, skipping records before `skip_before`; alarms are journalled for the
+    /// export when `export` is given.
+    pub fn new(
+        stage: BudgetStage,
+        skip_before: u64,
+        export: Option<(crate::journal::writer::JournalWriter, tokio::runtime::Handle)>,
+    ) -> BudgetConsumer {
+        let save_every = lock(&stage.evaluator).config().save_interval.0;
         let now = Instant::now();
-        if now.duration_since(last_tick) >= TICK {
-            last_tick = now;
-            let alarms = lock(&stage.evaluator).tick(now_ns());
-            raise(&mut stage, &alarms, &mut totals);
-            stage.archive.complete_due(now);
-        }
-        if now.duration_since(last_gauges) >= GAUGES_EVERY {
-            last_gauges = now;
-            refresh_metrics(&stage);
-        }
-        if now.duration_since(last_save) >= save_every {
-            last_save = now;
-            save(&stage);
+        BudgetConsumer {
+            stage,
+            skip_before,
+            export,
+            totals: BudgetTotals::default(),
+            save_every,
+            last_tick: now,
+            last_gauges: now,
+            last_save: now,
         }
     }
-    // Request usage is not kept across a restart: end their episodes now, so every alarm in
-    // the archive and at the webhooks has its resolution.
-    let alarms = lock(&stage.evaluator).resolve_requests(now_ns());
-    raise(&mut stage, &alarms, &mut totals);
-    refresh_metrics(&stage);
-    save(&stage);
-    let closed = stage.archive.close();
-    totals.alarm_rows = closed.alarm_rows;
-    totals.files = closed.files;
-    totals
+
+    fn raise(&mut self, alarms: &[Alarm]) {
+        if alarms.is_empty() {
+            return;
+        }
+        raise(&mut self.stage, alarms, &mut self.totals);
+        if let Some((writer, runtime)) = &self.export {
+            let payload = crate::journal::codec::encode_alarm_logs(&record::export_request(alarms));
+            if let Err(e) = runtime.block_on(writer.append(payload)) {
+                self.stage.metrics.budget.alarm_export_dropped(alarms.len());
+                tracing::warn!(error = %e, alarms = alarms.len(), "alarms not journalled for the export");
+            }
+        }
+    }
+}
+
+impl crate::journal::consume::Consumer for BudgetConsumer {
+    type Totals = BudgetTotals;
+
+    fn record(&mut self, seq: u64, entry: crate::journal::codec::JournalEntry) {
+        let crate::journal::codec::JournalEntry::Events(batch) = entry else {
+            return;
+        };
+        if seq < self.skip_before {
+            return;
+        }
+        let alarms = lock(&self.stage.evaluator).observe(&batch, now_ns());
+        self.raise(&alarms);
+    }
+
+    fn tick(&mut self, next_seq: u64, _head: &crate::journal::head::JournalHead) -> u64 {
+        let now = Instant::now();
+        if now.duration_since(self.last_tick) >= TICK {
+            self.last_tick = now;
+            let alarms = lock(&self.stage.evaluator).tick(now_ns());
+            self.raise(&alarms);
+            self.stage.archive.complete_due(now);
+        }
+        if now.duration_since(self.last_gauges) >= GAUGES_EVERY {
+            self.last_gauges = now;
+            refresh_metrics(&self.stage);
+        }
+        // Saved only while no alarm waits in an open file: a restart replays from here, and
+        // an alarm raised before it must already be durable.
+        let settled = self.stage.archive.open_files() == 0;
+        if settled && now.duration_since(self.last_save) >= self.save_every {
+            self.last_save = now;
+            let next = next_seq.max(self.skip_before);
+            if save(&self.stage, next) {
+                return next;
+            }
+        }
+        0
+    }
+
+    fn finish(mut self, next_seq: u64) -> (u64, BudgetTotals) {
+        // Request usage is not kept across a restart: end their episodes now, so every alarm
+        // in the archive and at the webhooks has its resolution.
+        let alarms = lock(&self.stage.evaluator).resolve_requests(now_ns());
+        self.raise(&alarms);
+        refresh_metrics(&self.stage);
+        // Alarms durable first: the saved state says they need not be raised again.
+        let closed = self.stage.archive.close();
+        let next = next_seq.max(self.skip_before);
+        let saved = save(&self.stage, next);
+        self.totals.alarm_rows = closed.alarm_rows;
+        self.totals.files = closed.files;
+        (if saved { next } else { 0 }, self.totals)
+    }
 }
 
 fn lock(e: &SharedEvaluator) -> std::sync::MutexGuard<'_, BudgetEvaluator> {
@@ -173,9 +226,14 @@ fn refresh_metrics(stage: &BudgetStage) {
     }
 }
 
-fn save(stage: &BudgetStage) {
+/// Saves the windows as of journal record `next_record`; false if that failed.
+fn save(stage: &BudgetStage, next_record: u64) -> bool {
     let saved = lock(&stage.evaluator).saved_windows();
-    if let Err(e) = state::save(&stage.state_file, &saved) {
-        tracing::error!(error = %e, "cannot save budget window state");
+    match state::save(&stage.state_file, &saved, next_record) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot save budget window state");
+            false
+        }
     }
 }

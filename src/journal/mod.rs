@@ -6,12 +6,15 @@
 //! a crash is found when the journal opens, cut off and counted, and never read as data; each
 //! consumer's checkpoint survives restarts; segments every consumer has passed can be removed.
 //!
-//! Built so far: segments, records with checksums, recovery, readers, checkpoints, removal of
-//! consumed segments, and the group-commit writer with its size bound ([`writer`]), with tests.
-//! Not yet: the encoding of event batches, the receivers waiting on the writer before they
-//! acknowledge, and the consumers reading from it (archive, assembly, budgets, export).
+//! Parts: segment files ([`segment`]), the group-commit writer and its size bound
+//! ([`writer`]), the shared head of durable records and consumer positions ([`head`]), a
+//! consumer's reader ([`tail`]) and loop ([`consume`]), and the record encoding ([`codec`]).
 
+pub mod codec;
+pub mod consume;
+pub mod head;
 pub mod segment;
+pub mod tail;
 pub mod writer;
 
 use std::fs::{File, OpenOptions};
@@ -226,32 +229,14 @@ impl Journal {
         Ok(out)
     }
 
-    fn checkpoint_path(&self, consumer: &str) -> Result<PathBuf, JournalError> {
-        let valid = !consumer.is_empty()
-            && consumer
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !valid {
-            return Err(JournalError::ConsumerName(consumer.to_string()));
-        }
-        Ok(self.dir.join("checkpoints").join(consumer))
-    }
-
     /// Records that `consumer` has taken every record before `next_seq` (atomically, durably).
     pub fn save_checkpoint(&self, consumer: &str, next_seq: u64) -> Result<(), JournalError> {
-        let path = self.checkpoint_path(consumer)?;
-        crate::durable::replace_file(&path, next_seq.to_string().as_bytes())
-            .map_err(|e| io(&path, e))
+        write_checkpoint(&self.dir, consumer, next_seq)
     }
 
     /// Where `consumer` resumes: the first record it has not taken (1 for a new consumer).
     pub fn checkpoint(&self, consumer: &str) -> Result<u64, JournalError> {
-        let path = self.checkpoint_path(consumer)?;
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(text.trim().parse().unwrap_or(1)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(1),
-            Err(e) => Err(io(&path, e)),
-        }
+        read_checkpoint(&self.dir, consumer)
     }
 
     /// Every consumer's checkpoint.
@@ -297,6 +282,49 @@ impl Journal {
     /// Bytes appended but not yet committed.
     pub fn pending_bytes(&self) -> u64 {
         self.pending.len() as u64
+    }
+}
+
+/// The journal's identity, made once (`<dir>/id`): archive files name the journal whose
+/// records they hold, so instances sharing an archive never mistake each other's numbers.
+pub fn journal_id(dir: &Path) -> Result<String, JournalError> {
+    let path = dir.join("id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&path, e)),
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let id = hex::encode(rand::random::<[u8; 4]>());
+    crate::durable::replace_file(&path, id.as_bytes()).map_err(|e| io(&path, e))?;
+    Ok(id)
+}
+
+fn checkpoint_path(dir: &Path, consumer: &str) -> Result<PathBuf, JournalError> {
+    let valid = !consumer.is_empty()
+        && consumer
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(JournalError::ConsumerName(consumer.to_string()));
+    }
+    Ok(dir.join("checkpoints").join(consumer))
+}
+
+/// Records in the journal in `dir` that `consumer` has taken every record before `next_seq`.
+pub fn write_checkpoint(dir: &Path, consumer: &str, next_seq: u64) -> Result<(), JournalError> {
+    let path = checkpoint_path(dir, consumer)?;
+    crate::durable::replace_file(&path, next_seq.to_string().as_bytes()).map_err(|e| io(&path, e))
+}
+
+/// Where `consumer` resumes in the journal in `dir` (1 for a new consumer).
+pub fn read_checkpoint(dir: &Path, consumer: &str) -> Result<u64, JournalError> {
+    let path = checkpoint_path(dir, consumer)?;
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text.trim().parse().unwrap_or(1)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(1),
+        Err(e) => Err(io(&path, e)),
     }
 }
 

@@ -114,6 +114,12 @@ impl SegmentReader {
         }))
     }
 
+    /// Re-reads the file's length, for a segment that is still being appended to.
+    pub fn refresh(&mut self) -> std::io::Result<()> {
+        self.len = self.reader.get_ref().metadata()?.len();
+        Ok(())
+    }
+
     /// The next record, or why there is none.
     pub fn next_record(&mut self) -> std::io::Result<Result<(u64, Vec<u8>), End>> {
         if self.offset == self.len {

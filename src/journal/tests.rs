@@ -199,3 +199,119 @@ proptest! {
         prop_assert_eq!(rec.cut_bytes, expected_cut);
     }
 }
+
+mod live {
+    use super::*;
+    use crate::journal::head::JournalHead;
+    use crate::journal::tail::Tail;
+    use crate::journal::writer::{GroupCommit, JournalWriter};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn start(
+        dir: &Path,
+        segment_bytes: u64,
+        consumers: &[&str],
+    ) -> (JournalWriter, Arc<JournalHead>, Vec<Tail>) {
+        let (journal, _) = Journal::open(dir, segment_bytes).expect("open");
+        let head = Arc::new(JournalHead::new(
+            journal.next_seq(),
+            journal.disk_bytes(),
+            u64::MAX,
+        ));
+        let tails = consumers
+            .iter()
+            .map(|c| Tail::open(dir, c, Arc::clone(&head)).expect("tail"))
+            .collect();
+        let config = GroupCommit {
+            interval: Duration::from_millis(1),
+            group_bytes: 1 << 20,
+            max_bytes: u64::MAX,
+            queue: 1024,
+        };
+        let (writer, _thread) =
+            JournalWriter::spawn(journal, config, Arc::clone(&head)).expect("writer");
+        (writer, head, tails)
+    }
+
+    /// Reads until `n` records arrived or the writer stopped and nothing is left.
+    fn read_all(tail: &mut Tail, n: usize) -> Vec<(u64, Vec<u8>)> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            let batch = tail.read(7, 1 << 20, Duration::from_secs(10)).expect("read");
+            if batch.is_empty() && tail.head().is_closed() {
+                break;
+            }
+            got.extend(batch);
+        }
+        got
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tail_follows_the_writer_across_segments_and_resumes_at_its_checkpoint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (writer, _head, mut tails) = start(dir.path(), 2048, &["a"]);
+        let mut tail = tails.remove(0);
+        let reader = std::thread::spawn(move || {
+            let got = read_all(&mut tail, 200);
+            (tail, got)
+        });
+        for i in 0..200u64 {
+            let seq = writer.append(payload(i + 1, 100)).await.expect("append");
+            assert_eq!(seq, i + 1);
+        }
+        let (tail, got) = reader.join().expect("reader");
+        assert_eq!(got.len(), 200);
+        for (i, (seq, p)) in got.iter().enumerate() {
+            assert_eq!(*seq, i as u64 + 1);
+            assert_eq!(*p, payload(*seq, 100));
+        }
+        assert!(segments(dir.path()).len() > 5, "the reader crossed segments");
+        tail.save_checkpoint(151).expect("checkpoint");
+        drop(tail);
+        drop(writer);
+
+        // A new process: the tail resumes at its checkpoint.
+        let (writer, _head, mut tails) = start(dir.path(), 2048, &["a"]);
+        let mut tail = tails.remove(0);
+        assert_eq!(tail.next_seq(), 151);
+        writer.append(payload(201, 100)).await.expect("append");
+        let got = read_all(&mut tail, 51);
+        let seqs: Vec<u64> = got.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, (151..=201).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn segments_go_once_every_consumer_passed_them_and_not_before() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (writer, head, tails) = start(dir.path(), 2048, &["fast", "slow"]);
+        for i in 0..100u64 {
+            writer.append(payload(i + 1, 100)).await.expect("append");
+        }
+        let before = segments(dir.path()).len();
+        assert!(before > 4);
+        tails[0].save_checkpoint(101).expect("fast passed everything");
+        // The writer removes on its housekeeping rounds (every 500 ms): after three of them
+        // the slow consumer still holds everything.
+        let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+        while std::time::Instant::now() < deadline {
+            writer.append(payload(0, 1)).await.expect("append");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(segments(dir.path()).first().map(|s| s.first_seq), Some(1));
+        tails[1].save_checkpoint(60).expect("slow passed some");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let first = segments(dir.path()).first().map_or(0, |s| s.first_seq);
+            if first > 1 {
+                // Only segments wholly before record 60 went.
+                assert!(first <= 60, "first kept segment starts at {first}");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing removed");
+            writer.append(payload(0, 1)).await.expect("append");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(head.disk_bytes() < 2048 * before as u64);
+    }
+}

@@ -12,9 +12,15 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use tokio::sync::oneshot;
 
+use super::head::JournalHead;
 use super::Journal;
+
+/// How often the writer removes segments every consumer has passed, when idle or busy.
+const HOUSEKEEPING: Duration = Duration::from_millis(500);
 
 /// How the writer groups records.
 #[derive(Debug, Clone, Copy)]
@@ -76,14 +82,21 @@ pub struct JournalWriter {
 impl JournalWriter {
     /// Starts the writer thread; it stops when every `JournalWriter` is dropped and returns the
     /// journal with its totals.
+    /// Commits are published to `head`, and segments every consumer registered there has
+    /// passed are removed.
     pub fn spawn(
         journal: Journal,
         config: GroupCommit,
+        head: Arc<JournalHead>,
     ) -> std::io::Result<(JournalWriter, JoinHandle<(Journal, WriterTotals)>)> {
         let (tx, rx) = mpsc::sync_channel(config.queue.max(1));
         let handle = std::thread::Builder::new()
             .name("toolwatch-journal".into())
-            .spawn(move || run(journal, rx, config))?;
+            .spawn(move || {
+                let out = run(journal, rx, config, &head);
+                head.close();
+                out
+            })?;
         Ok((JournalWriter { tx }, handle))
     }
 
@@ -99,14 +112,40 @@ impl JournalWriter {
     }
 }
 
+/// Removes what every consumer has passed and tells the head.
+fn remove_consumed(journal: &mut Journal, head: &JournalHead) {
+    let Some(min) = head.min_position() else {
+        return;
+    };
+    match journal.remove_consumed(min) {
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::debug!(segments = n, "journal segments every consumer passed removed");
+            head.publish(journal.next_seq(), journal.disk_bytes());
+        }
+        Err(e) => tracing::error!(error = %e, "cannot remove consumed journal segments"),
+    }
+}
+
 fn run(
     mut journal: Journal,
     rx: Receiver<Request>,
     config: GroupCommit,
+    head: &JournalHead,
 ) -> (Journal, WriterTotals) {
     let mut totals = WriterTotals::default();
     let mut failed: Option<String> = None;
-    while let Ok(first) = rx.recv() {
+    let mut last_housekeeping = Instant::now();
+    loop {
+        if last_housekeeping.elapsed() >= HOUSEKEEPING {
+            remove_consumed(&mut journal, head);
+            last_housekeeping = Instant::now();
+        }
+        let first = match rx.recv_timeout(HOUSEKEEPING) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         // Gather a group: until the interval since the first record passes, or enough bytes.
         let deadline = Instant::now() + config.interval;
         let mut group = vec![first];
@@ -152,6 +191,11 @@ fn run(
             Ok(()) => {
                 totals.commits += 1;
                 totals.records += accepted.len() as u64;
+                head.publish_commit(
+                    journal.next_seq(),
+                    journal.disk_bytes(),
+                    accepted.len() as u64,
+                );
                 for (seq, done) in accepted {
                     let _ = done.send(Ok(seq));
                 }
@@ -173,6 +217,18 @@ fn run(
 mod tests {
     use super::*;
 
+    fn spawn(
+        journal: Journal,
+        config: GroupCommit,
+    ) -> (JournalWriter, JoinHandle<(Journal, WriterTotals)>) {
+        let head = Arc::new(JournalHead::new(
+            journal.next_seq(),
+            journal.disk_bytes(),
+            config.max_bytes,
+        ));
+        JournalWriter::spawn(journal, config, head).expect("spawn")
+    }
+
     fn config(max_bytes: u64) -> GroupCommit {
         GroupCommit {
             interval: Duration::from_millis(20),
@@ -186,7 +242,7 @@ mod tests {
     async fn concurrent_appends_share_fsyncs_and_each_gets_its_own_number() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (journal, _) = Journal::open(dir.path(), 1 << 20).expect("open");
-        let (writer, handle) = JournalWriter::spawn(journal, config(u64::MAX)).expect("spawn");
+        let (writer, handle) = spawn(journal, config(u64::MAX));
         let mut tasks = tokio::task::JoinSet::new();
         for t in 0..8u8 {
             let w = writer.clone();
@@ -226,7 +282,7 @@ mod tests {
         let (journal, _) = Journal::open(dir.path(), 1 << 20).expect("open");
         // Room for the header and 10 records of 100 + 16 bytes.
         let limit = super::super::segment::HEADER_BYTES + 10 * 116;
-        let (writer, handle) = JournalWriter::spawn(journal, config(limit)).expect("spawn");
+        let (writer, handle) = spawn(journal, config(limit));
         let mut acked = 0;
         let mut full = 0;
         for i in 0..15u8 {
@@ -259,7 +315,7 @@ mod tests {
     async fn the_writer_stops_when_its_last_handle_is_dropped() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (journal, _) = Journal::open(dir.path(), 1 << 20).expect("open");
-        let (writer, handle) = JournalWriter::spawn(journal, config(u64::MAX)).expect("spawn");
+        let (writer, handle) = spawn(journal, config(u64::MAX));
         let other = writer.clone();
         drop(writer);
         assert!(other.append(vec![1]).await.is_ok());

@@ -174,7 +174,7 @@ fn status_of(e: &ReceiveError, ctx: &ReceiverContext) -> Status {
         ReceiveError::Refused(r) => {
             let code = match r {
                 Refusal::Overloaded => Code::ResourceExhausted,
-                Refusal::ShuttingDown => Code::Unavailable,
+                Refusal::ShuttingDown | Refusal::Unavailable => Code::Unavailable,
             };
             Status::with_error_details(
                 code,

@@ -175,7 +175,9 @@ fn grpc_code(e: &ReceiveError) -> tonic::Code {
         ReceiveError::Decode(_) | ReceiveError::Invalid(_) => tonic::Code::InvalidArgument,
         ReceiveError::MediaType(_) | ReceiveError::Encoding(_) => tonic::Code::InvalidArgument,
         ReceiveError::Refused(Refusal::Overloaded) => tonic::Code::ResourceExhausted,
-        ReceiveError::Refused(Refusal::ShuttingDown) => tonic::Code::Unavailable,
+        ReceiveError::Refused(Refusal::ShuttingDown | Refusal::Unavailable) => {
+            tonic::Code::Unavailable
+        }
     }
 }
 
@@ -187,7 +189,9 @@ fn http_status(e: &ReceiveError) -> StatusCode {
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         }
         ReceiveError::Refused(Refusal::Overloaded) => StatusCode::TOO_MANY_REQUESTS,
-        ReceiveError::Refused(Refusal::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
+        ReceiveError::Refused(Refusal::ShuttingDown | Refusal::Unavailable) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
     }
 }
 

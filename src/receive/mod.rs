@@ -66,6 +66,7 @@ impl ReceiveError {
             ReceiveError::Encoding(_) => RejectReason::UnsupportedEncoding,
             ReceiveError::Refused(Refusal::Overloaded) => RejectReason::Overloaded,
             ReceiveError::Refused(Refusal::ShuttingDown) => RejectReason::ShuttingDown,
+            ReceiveError::Refused(Refusal::Unavailable) => RejectReason::StorageFailed,
         }
     }
 }

@@ -1,0 +1,302 @@
+//! The archive as a journal consumer: exactly once, across crashes.
+//!
+//! Every completed file is named after the journal records it holds (`_j<journal>_<first>-
+//! <last>`), and files are completed only between records, so a file holds all of a record's
+//! rows for its partition or none. The checkpoint is the first record with rows in a file not
+//! yet complete. After a crash the archive replays from there and, for records read before the
+//! crash, skips the rows of each partition whose completed files already reach that record.
+//! A span sent twice (a client retrying a request whose answer it lost) is dropped by its
+//! tenant, trace and span id within a window of recent spans.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, RandomState};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::partition::{PartitionKey, Table};
+use super::{last_record_in, Archive, ArchiveTotals};
+use crate::event::{EventBatch, SpanRecord};
+use crate::journal::codec::{self, JournalEntry};
+use crate::journal::consume::Consumer;
+use crate::journal::head::JournalHead;
+use crate::journal::segment::{self, SegmentReader};
+use crate::metrics::Metrics;
+
+/// Above this share of the journal's bound, files pinning the journal are completed early.
+const PRESSURE: f64 = 0.5;
+/// Early completions happen at most this often (each one makes small files).
+const PRESSURE_EVERY: Duration = Duration::from_secs(5);
+
+/// The last spans seen, by tenant, trace and span id, to drop repeats.
+pub struct RecentSpans {
+    hasher: RandomState,
+    seen: HashSet<u64>,
+    order: VecDeque<u64>,
+    capacity: usize,
+}
+
+impl RecentSpans {
+    /// A window of `capacity` spans. Keys are hashed with a per-process random key, so a
+    /// sender cannot craft a span that collides with another tenant's.
+    pub fn new(capacity: usize) -> RecentSpans {
+        RecentSpans {
+            hasher: RandomState::new(),
+            seen: HashSet::with_capacity(capacity.min(1 << 16)),
+            order: VecDeque::with_capacity(capacity.min(1 << 16)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn key(&self, span: &SpanRecord) -> u64 {
+        self.hasher
+            .hash_one((span.tenant.as_str(), span.trace_id, span.span_id))
+    }
+
+    /// Remembers `span`; false if it was seen within the window.
+    pub fn insert(&mut self, span: &SpanRecord) -> bool {
+        let key = self.key(span);
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        if self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        true
+    }
+
+    /// Spans remembered.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// True when nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Remembers the spans of the journal records before `before` in the segment that holds
+    /// record `before - 1`: after a restart, the requests a client may retry are the last
+    /// ones acknowledged (or not) before the crash. Returns how many spans were read.
+    pub fn seed_from_journal(&mut self, journal_dir: &Path, before: u64) -> usize {
+        let Ok(segments) = segment::list(journal_dir) else {
+            return 0;
+        };
+        let last = before.saturating_sub(1);
+        let Some(s) = segments.iter().rev().find(|s| s.first_seq <= last) else {
+            return 0;
+        };
+        let Ok(Ok(mut reader)) = SegmentReader::open(&s.path) else {
+            return 0;
+        };
+        let mut n = 0;
+        while let Ok(Ok((seq, payload))) = reader.next_record() {
+            if seq >= before {
+                break;
+            }
+            if let Ok(JournalEntry::Events(batch)) = codec::decode(&payload) {
+                for span in &batch.spans {
+                    self.insert(span);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+}
+
+/// The archive reading the journal.
+pub struct ArchiveConsumer {
+    archive: Archive,
+    data_dir: PathBuf,
+    journal_id: String,
+    /// Records before this were read before the last stop, and may be in completed files.
+    replay_before: u64,
+    /// Per partition, the last record in its completed files (looked up once, for replay).
+    completed: HashMap<PartitionKey, u64>,
+    recent: RecentSpans,
+    pause: Duration,
+    metrics: Arc<Metrics>,
+    last_pressure: Instant,
+}
+
+impl ArchiveConsumer {
+    /// The archive consuming journal `journal_id`; records before `replay_before` were read
+    /// by an earlier process.
+    pub fn new(
+        archive: Archive,
+        data_dir: &Path,
+        journal_id: &str,
+        replay_before: u64,
+        recent: RecentSpans,
+        pause: Duration,
+        metrics: Arc<Metrics>,
+    ) -> ArchiveConsumer {
+        ArchiveConsumer {
+            archive: archive.with_journal_id(journal_id),
+            data_dir: data_dir.to_path_buf(),
+            journal_id: journal_id.to_string(),
+            replay_before,
+            completed: HashMap::new(),
+            recent,
+            pause,
+            metrics,
+            last_pressure: Instant::now(),
+        }
+    }
+
+    /// True if the rows of record `seq` for `key` are already in a completed file.
+    fn already_archived(&mut self, key: PartitionKey, seq: u64) -> bool {
+        if seq >= self.replay_before {
+            return false;
+        }
+        let last = match self.completed.get(&key) {
+            Some(&last) => last,
+            None => {
+                let last = last_record_in_folder(&key.dir(&self.data_dir), &self.journal_id);
+                self.completed.insert(key, last);
+                last
+            }
+        };
+        seq <= last
+    }
+
+    /// Drops what is already archived (replay) and spans seen before (repeats).
+    fn filter(&mut self, seq: u64, batch: &mut EventBatch) {
+        let mut replayed = 0u64;
+        let mut repeated = 0u64;
+        let spans = std::mem::take(&mut batch.spans);
+        for span in spans {
+            let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
+            if self.already_archived(key, seq) {
+                self.recent.insert(&span);
+                replayed += 1;
+            } else if self.recent.insert(&span) {
+                batch.spans.push(span);
+            } else {
+                repeated += 1;
+            }
+        }
+        let logs = std::mem::take(&mut batch.logs);
+        for log in logs {
+            let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
+            if self.already_archived(key, seq) {
+                replayed += 1;
+            } else {
+                batch.logs.push(log);
+            }
+        }
+        if repeated > 0 {
+            self.metrics.journal.repeated_spans(repeated);
+        }
+        if replayed > 0 {
+            self.metrics.journal.replayed_rows(replayed);
+        }
+    }
+}
+
+/// The last record of journal `id` in the completed files of one partition folder (0: none).
+fn last_record_in_folder(dir: &Path, id: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| last_record_in(n, id)))
+        .max()
+        .unwrap_or(0)
+}
+
+impl Consumer for ArchiveConsumer {
+    type Totals = ArchiveTotals;
+
+    fn record(&mut self, seq: u64, entry: JournalEntry) {
+        let JournalEntry::Events(mut batch) = entry else {
+            return;
+        };
+        self.filter(seq, &mut batch);
+        self.archive.append(Some(seq), &batch);
+        if !self.pause.is_zero() {
+            std::thread::sleep(self.pause);
+        }
+    }
+
+    fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64 {
+        let now = Instant::now();
+        self.archive.complete_due(now);
+        // Open files hold the journal back; when it fills up and the archive is what holds
+        // it, complete them early rather than refuse data.
+        let holding = self.archive.pinned_record();
+        if let Some(pinned) = holding {
+            let others_ahead = head
+                .positions()
+                .into_iter()
+                .filter(|(name, _)| name != "archive")
+                .all(|(_, p)| p > pinned);
+            if head.fill() > PRESSURE
+                && others_ahead
+                && now.duration_since(self.last_pressure) >= PRESSURE_EVERY
+            {
+                self.last_pressure = now;
+                tracing::info!("journal over half full: completing archive files early");
+                self.archive.complete_records_before(next_seq);
+            }
+        }
+        self.archive.pinned_record().unwrap_or(next_seq)
+    }
+
+    fn finish(mut self, next_seq: u64) -> (u64, ArchiveTotals) {
+        (next_seq, self.archive.close())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::fixtures;
+
+    #[test]
+    fn the_window_forgets_the_oldest_and_tells_tenants_apart() {
+        let mut recent = RecentSpans::new(2);
+        let a = SpanRecord {
+            span_id: [1; 8],
+            ..fixtures::span()
+        };
+        let b = SpanRecord {
+            span_id: [2; 8],
+            ..fixtures::span()
+        };
+        let c = SpanRecord {
+            span_id: [3; 8],
+            ..fixtures::span()
+        };
+        let a_elsewhere = SpanRecord {
+            tenant: "other".into(),
+            ..a.clone()
+        };
+        assert!(recent.insert(&a));
+        assert!(!recent.insert(&a));
+        assert!(recent.insert(&a_elsewhere));
+        assert!(recent.insert(&b));
+        assert!(recent.insert(&c));
+        // `a` fell out of the window of two.
+        assert!(recent.insert(&a));
+        assert_eq!(recent.len(), 2);
+    }
+
+    #[test]
+    fn file_names_carry_their_records() {
+        let suffix = super::super::records_suffix("ab12cd34", (17, 42));
+        let name = format!("part-20261130T120000000Z-0a0b0c0d-000003{suffix}.parquet");
+        assert_eq!(last_record_in(&name, "ab12cd34"), Some(42));
+        assert_eq!(last_record_in(&name, "ffffffff"), None);
+        assert_eq!(last_record_in("part-x-y-000001.parquet", "ab12cd34"), None);
+        assert_eq!(
+            last_record_in(&format!(".{name}.inprogress"), "ab12cd34"),
+            None
+        );
+    }
+}
