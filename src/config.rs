@@ -30,8 +30,6 @@ pub struct Config {
     pub archive: ArchiveConfig,
     /// The write-ahead journal between `protect` and the consumers.
     pub journal: JournalConfig,
-    /// OTLP export downstream.
-    pub export: crate::export::config::ExportConfig,
     /// Request assembly: completion, memory limits, prices.
     pub assemble: crate::assemble::AssembleConfig,
     /// Redaction rules applied by `protect`.
@@ -40,6 +38,8 @@ pub struct Config {
     pub hashing: crate::protect::HashingConfig,
     /// Budgets, alarms and their delivery.
     pub budget: crate::budget::config::BudgetConfig,
+    /// Downstream OTLP endpoints the protected stream is forwarded to.
+    pub export: crate::export::config::ExportConfig,
     /// The daemon's own logs.
     pub log: LogConfig,
 }
@@ -323,6 +323,10 @@ impl Config {
             origin: "configuration".into(),
             message: e.to_string(),
         })?;
+        self.export.validate().map_err(|e| ConfigError::Invalid {
+            origin: "configuration".into(),
+            message: e.to_string(),
+        })?;
         let l = &self.listen;
         let named = [
             ("listen.otlp_grpc", l.otlp_grpc),
@@ -349,25 +353,38 @@ impl Config {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 
-    /// The configuration as TOML for people to read: webhook header values are masked, and of
-    /// a webhook URL only the scheme, host and port are shown (user, password, path and query
-    /// often hold credentials, as in chat-webhook URLs).
+    /// The configuration as TOML for people to read: webhook and export header values are
+    /// masked, and of their URLs only the scheme, host and port are shown (user, password,
+    /// path and query often hold credentials, as in chat-webhook URLs).
     pub fn to_display_toml(&self) -> String {
         let mut shown = self.clone();
         for w in &mut shown.budget.webhooks {
-            for v in w.headers.values_mut() {
-                *v = "<masked>".into();
-            }
-            w.url = match reqwest::Url::parse(&w.url) {
-                Ok(url) => {
-                    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
-                    let host = url.host_str().unwrap_or("");
-                    format!("{}://{host}{port}/<masked>", url.scheme())
-                }
-                Err(_) => "<masked>".into(),
-            };
+            mask_headers(&mut w.headers);
+            w.url = masked_url(&w.url);
+        }
+        for e in &mut shown.export.endpoints {
+            mask_headers(&mut e.headers);
+            e.url = masked_url(&e.url);
         }
         shown.to_toml()
+    }
+}
+
+fn mask_headers(headers: &mut std::collections::BTreeMap<String, String>) {
+    for v in headers.values_mut() {
+        *v = "<masked>".into();
+    }
+}
+
+/// A URL reduced to its scheme, host and port.
+fn masked_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(url) => {
+            let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let host = url.host_str().unwrap_or("");
+            format!("{}://{host}{port}/<masked>", url.scheme())
+        }
+        Err(_) => "<masked>".into(),
     }
 }
 
@@ -594,6 +611,25 @@ mod tests {
         assert!("12 parsecs".parse::<ByteSize>().is_err());
         assert_eq!(ByteSize(64 << 20).to_string(), "64MiB");
         assert_eq!(ByteSize(1000).to_string(), "1000B");
+    }
+
+    #[test]
+    fn display_masks_export_header_values_and_url_paths() {
+        let text = "[[export.endpoints]]\nname = \"vendor\"\nprotocol = \"http\"\n\
+            url = \"https://alice9:hunter2@otlp.vendor.example:4318/tenant/t0ken?key=k3y\"\n\
+            headers = { authorization = \"Bearer s3cret\" }\n";
+        let c = Config::from_toml(text, "t").expect("parses");
+        let shown = c.to_display_toml();
+        for secret in ["s3cret", "t0ken", "k3y", "alice9", "hunter2"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("url = \"https://otlp.vendor.example:4318/<masked>\""),
+            "{shown}"
+        );
+        assert!(shown.contains("authorization = \"<masked>\""), "{shown}");
+        // Only the display masks them.
+        assert!(c.to_toml().contains("Bearer s3cret"));
     }
 
     #[test]

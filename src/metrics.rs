@@ -1,9 +1,10 @@
 //! The daemon's own Prometheus metrics.
 //!
 //! Label values are a fixed set spelled in this file (transport, signal, table, reason), rule
-//! ids from the configuration, configured webhook target names, and, for budgets, the three
-//! payload values the design allows: tenant, tool name and budget name (after `protect`, so a
-//! secret in them is already redacted), each capped in how many distinct series it can make.
+//! ids from the configuration, configured webhook target and export endpoint names, and, for
+//! budgets, the three payload values the design allows: tenant, tool name and budget name
+//! (after `protect`, so a secret in them is already redacted), each capped in how many
+//! distinct series it can make.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -122,17 +123,10 @@ pub struct Metrics {
     pub budget: BudgetMetrics,
     /// The journal and its consumers.
     pub journal: JournalMetrics,
-    /// STUB export metrics.
-    pub export: ExportMetricsStub,
+    /// Forwarding to downstream OTLP endpoints.
+    pub export: ExportMetrics,
 }
 
-/// STUB
-#[derive(Default)]
-pub struct ExportMetricsStub;
-impl ExportMetricsStub {
-    /// STUB
-    pub fn set_lag(&self, _e: &str, _r: u64, _s: f64) {}
-}
 
 /// The journal's metrics: size, commits, refusals, each consumer's lag, recovery.
 #[derive(Default)]
@@ -486,6 +480,87 @@ impl BudgetMetrics {
     }
 }
 
+/// The export stage's metrics, by configured endpoint name (a bounded set from the
+/// configuration, never a payload value).
+#[derive(Default)]
+pub struct ExportMetrics {
+    items: Family<[(&'static str, String); 3], Counter>,
+    requests: Family<Owned2, Counter>,
+    sent_bytes: Family<Owned1, Counter>,
+    lag_records: Family<Owned1, Gauge>,
+    lag_seconds: Family<Owned1, FloatGauge>,
+}
+
+impl ExportMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "export_items",
+            "Spans and log records forwarded to an export endpoint, by endpoint, signal and outcome (sent; failed: refused by the endpoint, whole or as a partial success)",
+            self.items.clone(),
+        );
+        registry.register(
+            "export_requests",
+            "Export requests to an endpoint, by outcome (sent, failed: refused and not retried, retried: each attempt that will be tried again)",
+            self.requests.clone(),
+        );
+        registry.register(
+            "export_sent_bytes",
+            "Bytes of export request bodies put on the wire, every attempt (HTTP: after compression; gRPC: the protobuf message before gRPC compression)",
+            self.sent_bytes.clone(),
+        );
+        registry.register(
+            "export_lag_records",
+            "Journal records an export endpoint has still to forward",
+            self.lag_records.clone(),
+        );
+        registry.register(
+            "export_lag_seconds",
+            "Age of the oldest journal record an export endpoint has still to forward",
+            self.lag_seconds.clone(),
+        );
+    }
+
+    /// Items of one signal that reached (`"sent"`) or were refused by (`"failed"`) an endpoint.
+    pub fn items(&self, endpoint: &str, signal: Signal, outcome: &'static str, n: u64) {
+        if n > 0 {
+            self.items
+                .get_or_create(&[
+                    ("endpoint", endpoint.to_string()),
+                    ("signal", signal.as_str().to_string()),
+                    ("outcome", outcome.to_string()),
+                ])
+                .inc_by(n);
+        }
+    }
+
+    /// One request's outcome: `"sent"`, `"failed"` or `"retried"`.
+    pub fn request(&self, endpoint: &str, outcome: &'static str) {
+        self.requests
+            .get_or_create(&[
+                ("endpoint", endpoint.to_string()),
+                ("outcome", outcome.to_string()),
+            ])
+            .inc();
+    }
+
+    /// Bytes of one attempt's body.
+    pub fn sent_bytes(&self, endpoint: &str, bytes: usize) {
+        self.sent_bytes
+            .get_or_create(&[("endpoint", endpoint.to_string())])
+            .inc_by(bytes as u64);
+    }
+
+    /// How far an endpoint is behind the journal: records still to forward, and the age in
+    /// seconds of the oldest of them (0 when caught up).
+    pub fn set_lag(&self, endpoint: &str, records: u64, seconds: f64) {
+        let l = [("endpoint", endpoint.to_string())];
+        self.lag_records
+            .get_or_create(&l)
+            .set(i64::try_from(records).unwrap_or(i64::MAX));
+        self.lag_seconds.get_or_create(&l).set(seconds);
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -518,10 +593,11 @@ impl Metrics {
             quarantined: Family::default(),
             budget: BudgetMetrics::default(),
             journal: JournalMetrics::default(),
-            export: ExportMetricsStub,
+            export: ExportMetrics::default(),
         };
         m.budget.register(&mut registry);
         m.journal.register(&mut registry);
+        m.export.register(&mut registry);
         registry.register(
             "quarantined_items",
             "Items protect could not fully examine, by signal and reason: max_depth_exceeded and unexaminable_bytes (the value was replaced, the item kept), protect_failed (the item was dropped)",

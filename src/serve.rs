@@ -143,7 +143,7 @@ pub async fn run(
     let budget_tail = tail(BUDGET_CONSUMER)?;
     let endpoints = export_endpoints(&config, &metrics)?;
     let mut export_tails = Vec::new();
-    for (endpoint, _) in &endpoints {
+    for endpoint in &endpoints {
         export_tails.push(tail(&format!("export-{}", endpoint.name()))?);
     }
     let (writer, writer_thread) = JournalWriter::spawn(
@@ -234,10 +234,9 @@ pub async fn run(
     )?;
 
     let mut export_threads = Vec::new();
-    for ((endpoint, max_items), tail) in endpoints.into_iter().zip(export_tails) {
+    for (endpoint, tail) in endpoints.into_iter().zip(export_tails) {
         let consumer = ExportConsumer::new(
             endpoint,
-            max_items,
             runtime.clone(),
             stop_export.give_up.clone(),
             Arc::clone(&metrics),
@@ -432,19 +431,14 @@ fn open_journal(
     })
 }
 
-/// The configured export endpoints, each with its request size.
-fn export_endpoints(
-    config: &Config,
-    metrics: &Arc<Metrics>,
-) -> Result<Vec<(Endpoint, usize)>, ServeError> {
+/// The configured export endpoints.
+fn export_endpoints(config: &Config, metrics: &Arc<Metrics>) -> Result<Vec<Endpoint>, ServeError> {
     config
         .export
         .endpoints
         .iter()
         .map(|c| {
-            Endpoint::new(c, Arc::clone(metrics))
-                .map(|e| (e, c.max_batch_items.0))
-                .map_err(|e| ServeError::Export(e.to_string()))
+            Endpoint::new(c, Arc::clone(metrics)).map_err(|e| ServeError::Export(e.to_string()))
         })
         .collect()
 }

@@ -64,16 +64,15 @@ impl ExportConsumer {
     /// Sends to `endpoint` on `runtime`; `give_up` interrupts retries at the shutdown deadline.
     pub fn new(
         endpoint: Endpoint,
-        max_items: usize,
         runtime: tokio::runtime::Handle,
         give_up: CancellationToken,
         metrics: Arc<Metrics>,
     ) -> ExportConsumer {
         ExportConsumer {
+            max_items: endpoint.max_batch_items(),
             endpoint,
             runtime,
             give_up,
-            max_items: max_items.max(1),
             spans: Vec::new(),
             logs: Vec::new(),
             unsent_from: None,
