@@ -13,6 +13,7 @@ pub mod budget;
 pub mod config;
 pub mod durable;
 pub mod event;
+pub mod export;
 pub mod journal;
 pub mod loadgen;
 pub mod metrics;

@@ -11,6 +11,7 @@
 //! Not yet: the encoding of event batches, the receivers waiting on the writer before they
 //! acknowledge, and the consumers reading from it (archive, assembly, budgets, export).
 
+pub mod codec;
 pub mod segment;
 pub mod writer;
 
