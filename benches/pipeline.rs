@@ -384,5 +384,50 @@ fn journal(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, stages, protect_payloads, assemble, budget, journal);
+/// Journal payload codec: one protected batch of 500 loadgen spans (each request's spans
+/// share their resource and scope), encoded once per accepted batch and decoded by each of
+/// the four consumers.
+fn codec(c: &mut Criterion) {
+    use toolwatch::journal::codec::{decode, encode_events, JournalEntry};
+    let redactor = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"bench-key"))
+        .expect("default rules compile");
+    let protector = Protector::new(redactor);
+    let mut batch = EventBatch::default();
+    for body in bodies() {
+        let req: ExportTraceServiceRequest = decode::protobuf(&body).expect("decodes");
+        let mut b = normalize::spans(req).expect("normalizes");
+        protector.protect(&mut b);
+        batch.spans.extend(b.spans);
+    }
+    batch.spans.truncate(500);
+    let bytes = encode_events(&batch);
+    eprintln!(
+        "codec: {} spans, {} bytes ({} bytes/span)",
+        batch.spans.len(),
+        bytes.len(),
+        bytes.len() / batch.spans.len().max(1)
+    );
+    let mut g = c.benchmark_group("codec");
+    g.throughput(Throughput::Elements(batch.spans.len() as u64));
+    g.bench_function("encode_500_spans", |b| {
+        b.iter(|| encode_events(std::hint::black_box(&batch)))
+    });
+    g.bench_function("decode_500_spans", |b| {
+        b.iter(|| match decode(std::hint::black_box(&bytes)) {
+            Ok(JournalEntry::Events(b)) => b.len(),
+            _ => panic!("the bench batch decodes"),
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    stages,
+    protect_payloads,
+    assemble,
+    budget,
+    journal,
+    codec
+);
 criterion_main!(benches);

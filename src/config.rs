@@ -128,7 +128,7 @@ pub struct ArchiveConfig {
     pub dedup_spans: PositiveUsize,
     /// Testing aid: the archive pauses this long after each journal record, to exercise
     /// backpressure. Keep `0s`.
-    pub pause_per_record: HumanDuration,
+    pub pause_per_record: LimitDuration,
 }
 
 impl Default for ArchiveConfig {
@@ -142,7 +142,7 @@ impl Default for ArchiveConfig {
             max_open_partitions: PositiveUsize(64),
             zstd_level: ZstdLevel(3),
             dedup_spans: PositiveUsize(1 << 20),
-            pause_per_record: HumanDuration(Duration::ZERO),
+            pause_per_record: LimitDuration(Duration::ZERO),
         }
     }
 }
@@ -157,8 +157,9 @@ pub struct JournalConfig {
     /// The journal's bound on disk: past it, receivers refuse new data (HTTP 429, gRPC
     /// `RESOURCE_EXHAUSTED`) until the slowest consumer catches up.
     pub max_bytes: ByteSize,
-    /// Longest a batch waits for others to share its fsync.
-    pub group_commit: HumanDuration,
+    /// Longest a batch waits for others to share its fsync (`0s`: only batches already
+    /// waiting share it).
+    pub group_commit: LimitDuration,
     /// A group is committed early once this many bytes wait.
     pub group_bytes: ByteSize,
     /// On SIGTERM, how long consumers may take to catch up with the journal before the
@@ -171,10 +172,34 @@ impl Default for JournalConfig {
         JournalConfig {
             segment_bytes: ByteSize(64 * 1024 * 1024),
             max_bytes: ByteSize(4 * 1024 * 1024 * 1024),
-            group_commit: HumanDuration(Duration::from_millis(2)),
+            group_commit: LimitDuration(Duration::from_millis(2)),
             group_bytes: ByteSize(4 * 1024 * 1024),
             shutdown_deadline: HumanDuration(Duration::from_secs(30)),
         }
+    }
+}
+
+/// A duration written like `"10m"` where `"0s"` is allowed and means off (a budget, a
+/// pause) or none (a wait).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitDuration(pub Duration);
+
+impl Serialize for LimitDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for LimitDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map(LimitDuration)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`{s}` is not a duration such as \"30s\" or \"10m\" (\"0s\" = off): {e}"
+                ))
+            })
     }
 }
 
@@ -564,6 +589,17 @@ impl<'de> Deserialize<'de> for ZstdLevel {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_default_survives_an_environment_override() {
+        // An override round-trips the whole effective configuration through TOML, so every
+        // default must read back (a "0s" default once did not).
+        let c = Config::default()
+            .with_env_overrides([("TOOLWATCH_LOG__FORMAT".to_string(), "json".to_string())])
+            .expect("defaults read back");
+        assert_eq!(c.log.format, LogFormat::Json);
+        assert_eq!(c.archive.pause_per_record.0, Duration::ZERO);
+    }
+
     use super::*;
 
     #[test]

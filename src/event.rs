@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use serde::ser::{SerializeMap, SerializeSeq};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Version of the archive row layout written by this build.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -70,6 +70,9 @@ impl Attributes {
 
 impl Serialize for AttrValue {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            return AttrValueBin::from(self).serialize(s);
+        }
         match self {
             AttrValue::Str(v) => s.serialize_str(v),
             AttrValue::Bool(v) => s.serialize_bool(*v),
@@ -97,6 +100,10 @@ impl Serialize for AttrValue {
 
 impl Serialize for Attributes {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            // A list of pairs: the order and any repeated key survive.
+            return self.0.serialize(s);
+        }
         let mut m = s.serialize_map(Some(self.0.len()))?;
         for (k, v) in &self.0 {
             m.serialize_entry(k, v)?;
@@ -105,8 +112,311 @@ impl Serialize for Attributes {
     }
 }
 
+/// The lossless binary form of [`AttrValue`], for serializers that are not human readable
+/// (the journal codec): every variant tagged, doubles and bytes as they are. The JSON form
+/// above is for people and the archive's JSON columns, and cannot be read back exactly.
+#[derive(Serialize)]
+enum AttrValueBin<'a> {
+    Str(&'a str),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Bytes(&'a [u8]),
+    Array(&'a [AttrValue]),
+    Map(&'a Attributes),
+    Empty,
+}
+
+impl<'a> From<&'a AttrValue> for AttrValueBin<'a> {
+    fn from(v: &'a AttrValue) -> Self {
+        match v {
+            AttrValue::Str(v) => AttrValueBin::Str(v),
+            AttrValue::Bool(v) => AttrValueBin::Bool(*v),
+            AttrValue::Int(v) => AttrValueBin::Int(*v),
+            AttrValue::Double(v) => AttrValueBin::Double(*v),
+            AttrValue::Bytes(v) => AttrValueBin::Bytes(v),
+            AttrValue::Array(v) => AttrValueBin::Array(v),
+            AttrValue::Map(v) => AttrValueBin::Map(v),
+            AttrValue::Empty => AttrValueBin::Empty,
+        }
+    }
+}
+
+/// The owned twin of [`AttrValueBin`]: same variants in the same order.
+#[derive(Deserialize)]
+enum AttrValueOwned {
+    Str(String),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Bytes(Vec<u8>),
+    Array(Vec<AttrValue>),
+    Map(Attributes),
+    Empty,
+}
+
+/// Deepest nesting of arrays and maps the binary form reads back. OTLP decoding stops at 100
+/// levels, so real values never come near; damaged input must not overflow the stack.
+const MAX_BINARY_DEPTH: u32 = 256;
+
+thread_local! {
+    static BINARY_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Reads the binary form only (see [`AttrValueBin`]); the JSON form is write-only.
+impl<'de> Deserialize<'de> for AttrValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // serde gives a Deserialize impl no state, so the nesting depth is counted per thread;
+        // the guard restores it on every exit, errors included.
+        struct Guard;
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                BINARY_DEPTH.with(|c| c.set(c.get().saturating_sub(1)));
+            }
+        }
+        let depth = BINARY_DEPTH.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        let _guard = Guard;
+        if depth > MAX_BINARY_DEPTH {
+            return Err(serde::de::Error::custom(format!(
+                "attribute value nested deeper than {MAX_BINARY_DEPTH} levels"
+            )));
+        }
+        Ok(match AttrValueOwned::deserialize(d)? {
+            AttrValueOwned::Str(v) => AttrValue::Str(v),
+            AttrValueOwned::Bool(v) => AttrValue::Bool(v),
+            AttrValueOwned::Int(v) => AttrValue::Int(v),
+            AttrValueOwned::Double(v) => AttrValue::Double(v),
+            AttrValueOwned::Bytes(v) => AttrValue::Bytes(v),
+            AttrValueOwned::Array(v) => AttrValue::Array(v),
+            AttrValueOwned::Map(v) => AttrValue::Map(v),
+            AttrValueOwned::Empty => AttrValue::Empty,
+        })
+    }
+}
+
+/// Reads the binary form only: a list of pairs.
+impl<'de> Deserialize<'de> for Attributes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<(String, AttrValue)>::deserialize(d).map(Attributes)
+    }
+}
+
+/// A typed field that attributes map onto.
+///
+/// The variants' order is part of the journal's binary form ([`crate::journal::codec`]):
+/// add new ones at the end, or raise the codec's version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum Field {
+    Operation,
+    Provider,
+    RequestModel,
+    ResponseModel,
+    ResponseId,
+    FinishReasons,
+    InputTokens,
+    OutputTokens,
+    CacheReadInputTokens,
+    CacheCreationInputTokens,
+    ConversationId,
+    AgentId,
+    AgentName,
+    ToolName,
+    ToolCallId,
+    ToolType,
+    ToolArguments,
+    ToolResult,
+    McpMethod,
+    McpSessionId,
+    RequestId,
+    ClaimedTenant,
+    PrincipalId,
+    ResourceId,
+    ResourceVersion,
+    ToolVersion,
+    ToolSchemaVersion,
+    PromptVersion,
+    EffectClass,
+    PolicyDecision,
+    PolicyReason,
+    IdempotencyKey,
+    RetryAttempt,
+    TimeoutMs,
+    ResultCode,
+    ResultBytes,
+    ConfirmationStatus,
+    ConfirmationDigest,
+    Cancelled,
+    StopReason,
+    ClaimedCostUsd,
+}
+
+impl Field {
+    /// True for the `executor.*` fields, which log records carry too.
+    pub fn is_audit(self) -> bool {
+        matches!(
+            self,
+            Field::RequestId
+                | Field::ClaimedTenant
+                | Field::PrincipalId
+                | Field::ResourceId
+                | Field::ResourceVersion
+                | Field::ToolVersion
+                | Field::ToolSchemaVersion
+                | Field::PromptVersion
+                | Field::EffectClass
+                | Field::PolicyDecision
+                | Field::PolicyReason
+                | Field::IdempotencyKey
+                | Field::RetryAttempt
+                | Field::TimeoutMs
+                | Field::ResultCode
+                | Field::ResultBytes
+                | Field::ConfirmationStatus
+                | Field::ConfirmationDigest
+                | Field::Cancelled
+                | Field::StopReason
+                | Field::ClaimedCostUsd
+        )
+    }
+
+    /// The canonical attribute name: the GenAI semantic conventions' current one, or the
+    /// `executor.*` one.
+    pub fn key(self) -> &'static str {
+        match self {
+            Field::Operation => "gen_ai.operation.name",
+            Field::Provider => "gen_ai.provider.name",
+            Field::RequestModel => "gen_ai.request.model",
+            Field::ResponseModel => "gen_ai.response.model",
+            Field::ResponseId => "gen_ai.response.id",
+            Field::FinishReasons => "gen_ai.response.finish_reasons",
+            Field::InputTokens => "gen_ai.usage.input_tokens",
+            Field::OutputTokens => "gen_ai.usage.output_tokens",
+            Field::CacheReadInputTokens => "gen_ai.usage.cache_read.input_tokens",
+            Field::CacheCreationInputTokens => "gen_ai.usage.cache_creation.input_tokens",
+            Field::ConversationId => "gen_ai.conversation.id",
+            Field::AgentId => "gen_ai.agent.id",
+            Field::AgentName => "gen_ai.agent.name",
+            Field::ToolName => "gen_ai.tool.name",
+            Field::ToolCallId => "gen_ai.tool.call.id",
+            Field::ToolType => "gen_ai.tool.type",
+            Field::ToolArguments => "gen_ai.tool.call.arguments",
+            Field::ToolResult => "gen_ai.tool.call.result",
+            Field::McpMethod => "mcp.method.name",
+            Field::McpSessionId => "mcp.session.id",
+            Field::RequestId => "executor.request_id",
+            Field::ClaimedTenant => "executor.tenant_id",
+            Field::PrincipalId => "executor.principal_id",
+            Field::ResourceId => "executor.resource_id",
+            Field::ResourceVersion => "executor.resource_version",
+            Field::ToolVersion => "executor.tool_version",
+            Field::ToolSchemaVersion => "executor.tool_schema_version",
+            Field::PromptVersion => "executor.prompt_version",
+            Field::EffectClass => "executor.effect_class",
+            Field::PolicyDecision => "executor.policy_decision",
+            Field::PolicyReason => "executor.policy_reason",
+            Field::IdempotencyKey => "executor.idempotency_key",
+            Field::RetryAttempt => "executor.retry_attempt",
+            Field::TimeoutMs => "executor.timeout_ms",
+            Field::ResultCode => "executor.result_code",
+            Field::ResultBytes => "executor.result_bytes",
+            Field::ConfirmationStatus => "executor.confirmation_status",
+            Field::ConfirmationDigest => "executor.confirmation_digest",
+            Field::Cancelled => "executor.cancelled",
+            Field::StopReason => "executor.stop_reason",
+            Field::ClaimedCostUsd => "executor.claimed_cost_usd",
+        }
+    }
+}
+
+/// Where a typed field's value came from, when not from the item's attribute under the
+/// field's canonical name ([`Field::key`]).
+///
+/// Only names, never values: protect redacts the typed fields, and a second copy of a value
+/// kept here would escape it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Another attribute name of the item: an older GenAI name or the OpenInference dialect.
+    Key(&'static str),
+    /// The resource's attribute under the canonical name, copied onto every item under it.
+    Resource,
+    /// Inferred from another attribute that is still there (the operation from
+    /// `openinference.span.kind`).
+    Inferred,
+}
+
+/// The typed fields of one item that did not come from their canonical attribute, so that
+/// the export stage can send each one back under the name the sender used. Empty (and
+/// allocation-free) when the sender used the canonical names throughout; in [`Field`] order
+/// otherwise, so that equal records compare equal whatever order their attributes came in.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SourceKeys(pub Vec<(Field, Source)>);
+
+impl SourceKeys {
+    /// Where `field` came from: `None` when from its canonical attribute on the item.
+    pub fn get(&self, field: Field) -> Option<Source> {
+        self.0.iter().find(|(f, _)| *f == field).map(|(_, s)| *s)
+    }
+
+    /// The attribute name `field` goes back under on the item, or `None` when it does not
+    /// belong on the item (it came from the resource, or was inferred).
+    pub fn key(&self, field: Field) -> Option<&'static str> {
+        match self.get(field) {
+            None => Some(field.key()),
+            Some(Source::Key(k)) => Some(k),
+            Some(Source::Resource | Source::Inferred) => None,
+        }
+    }
+}
+
+/// The binary form of [`Source`]; a key travels as its name, so the journal does not depend
+/// on the order of the normalizer's name table.
+#[derive(Serialize)]
+enum SourceWire<'a> {
+    Key(&'a str),
+    Resource,
+    Inferred,
+}
+
+impl Serialize for Source {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Source::Key(k) => SourceWire::Key(k),
+            Source::Resource => SourceWire::Resource,
+            Source::Inferred => SourceWire::Inferred,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Source {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Owned, so that formats which cannot lend their input (readers) work too.
+        #[derive(Deserialize)]
+        enum Owned {
+            Key(String),
+            Resource,
+            Inferred,
+        }
+        Ok(match Owned::deserialize(d)? {
+            Owned::Key(k) => {
+                Source::Key(crate::receive::normalize::source_key(&k).ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "`{k}` is no attribute name the normalizer reads"
+                    ))
+                })?)
+            }
+            Owned::Resource => Source::Resource,
+            Owned::Inferred => Source::Inferred,
+        })
+    }
+}
+
 /// What produced a batch of telemetry: the OTLP resource.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Resource {
     /// `service.name`, or `unknown_service` when absent.
     pub service_name: String,
@@ -115,7 +425,7 @@ pub struct Resource {
 }
 
 /// The instrumentation scope of a span or log record.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Scope {
     /// Scope name.
     pub name: String,
@@ -126,7 +436,7 @@ pub struct Scope {
 }
 
 /// What a span is, for auditing: from `gen_ai.operation.name`, the dialects, and span kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SpanClass {
     /// A call to a model.
     Model,
@@ -154,7 +464,7 @@ impl SpanClass {
 }
 
 /// OTLP span kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SpanKind {
     /// Not given.
     Unspecified,
@@ -197,7 +507,7 @@ impl SpanKind {
 }
 
 /// OTLP status code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StatusCode {
     /// Not set.
     Unset,
@@ -228,7 +538,7 @@ impl StatusCode {
 }
 
 /// Fields of the OpenTelemetry GenAI (and MCP) semantic conventions.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct GenAiFields {
     /// `gen_ai.operation.name`: chat, text_completion, generate_content, embeddings,
     /// execute_tool, invoke_agent, create_agent.
@@ -274,7 +584,7 @@ pub struct GenAiFields {
 }
 
 /// The `executor.*` audit fields that the conventions do not cover.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct AuditFields {
     /// `executor.request_id`: the user request this work belongs to.
     pub request_id: Option<String>,
@@ -325,7 +635,7 @@ pub struct AuditFields {
 }
 
 /// A span event (a moment inside a span).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpanEventRecord {
     /// Time, ns since the Unix epoch.
     pub time_ns: i64,
@@ -336,7 +646,7 @@ pub struct SpanEventRecord {
 }
 
 /// A link from a span to another span.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpanLinkRecord {
     /// Linked trace.
     pub trace_id: TraceId,
@@ -349,13 +659,18 @@ pub struct SpanLinkRecord {
 }
 
 /// One normalized span.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpanRecord {
     /// The tenant the span is filed under.
     pub tenant: String,
     /// The producing resource, shared by the spans of one batch.
+    ///
+    /// Not in the serde form: the journal codec writes each distinct resource and scope once
+    /// per batch and gives each item an index, so the sharing survives a round trip.
+    #[serde(skip)]
     pub resource: Arc<Resource>,
-    /// The instrumentation scope.
+    /// The instrumentation scope (not in the serde form either, see `resource`).
+    #[serde(skip)]
     pub scope: Arc<Scope>,
     /// Trace id.
     pub trace_id: TraceId,
@@ -393,10 +708,12 @@ pub struct SpanRecord {
     pub dropped: DroppedCounts,
     /// Which redaction rules fired on this span and how often (never what they removed).
     pub redactions: Redactions,
+    /// Which attribute each typed field was read from, where that was not its canonical name.
+    pub source_keys: SourceKeys,
 }
 
 /// Counts of things the sender dropped, kept for completeness audits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct DroppedCounts {
     /// Dropped attributes.
     pub attributes: u32,
@@ -407,13 +724,18 @@ pub struct DroppedCounts {
 }
 
 /// One normalized log record.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogRecord {
     /// The tenant the record is filed under.
     pub tenant: String,
     /// The producing resource.
+    ///
+    /// Not in the serde form: the journal codec writes each distinct resource and scope once
+    /// per batch and gives each item an index, so the sharing survives a round trip.
+    #[serde(skip)]
     pub resource: Arc<Resource>,
-    /// The instrumentation scope.
+    /// The instrumentation scope (not in the serde form either, see `resource`).
+    #[serde(skip)]
     pub scope: Arc<Scope>,
     /// When the event happened, ns since the Unix epoch (observed time if not given).
     pub time_ns: i64,
@@ -439,6 +761,8 @@ pub struct LogRecord {
     pub dropped_attributes: u32,
     /// Which redaction rules fired on this record and how often.
     pub redactions: Redactions,
+    /// Which attribute each audit field was read from, where that was not its canonical name.
+    pub source_keys: SourceKeys,
 }
 
 /// Redaction rule ids and how often each fired on one item, in rule-id order.
@@ -499,6 +823,7 @@ pub mod fixtures {
             links: Vec::new(),
             dropped: DroppedCounts::default(),
             redactions: Redactions::new(),
+            source_keys: SourceKeys::default(),
         }
     }
 
@@ -520,6 +845,7 @@ pub mod fixtures {
             attributes: Attributes::default(),
             dropped_attributes: 0,
             redactions: Redactions::new(),
+            source_keys: SourceKeys::default(),
         }
     }
 }

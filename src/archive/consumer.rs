@@ -73,35 +73,48 @@ impl RecentSpans {
         self.order.is_empty()
     }
 
-    /// Remembers the spans of the journal records before `before` in the segment that holds
-    /// record `before - 1`: after a restart, the requests a client may retry are the last
-    /// ones acknowledged (or not) before the crash. Returns how many spans were read.
+    /// Remembers the spans of the journal records just before `before` (the archive's
+    /// checkpoint), reading back whole segments up to [`SEED_BYTES`]: after a restart, the
+    /// requests a client may resend are the last ones acknowledged (or not) before the crash.
+    /// Returns how many spans were read.
     pub fn seed_from_journal(&mut self, journal_dir: &Path, before: u64) -> usize {
         let Ok(segments) = segment::list(journal_dir) else {
             return 0;
         };
-        let last = before.saturating_sub(1);
-        let Some(s) = segments.iter().rev().find(|s| s.first_seq <= last) else {
-            return 0;
-        };
-        let Ok(Ok(mut reader)) = SegmentReader::open(&s.path) else {
-            return 0;
-        };
-        let mut n = 0;
-        while let Ok(Ok((seq, payload))) = reader.next_record() {
-            if seq >= before {
+        // Newest first, the segments holding records before `before`, until the byte budget.
+        let mut chosen = Vec::new();
+        let mut bytes = 0u64;
+        for s in segments.iter().rev().filter(|s| s.first_seq < before) {
+            bytes += std::fs::metadata(&s.path).map_or(0, |m| m.len());
+            chosen.push(s);
+            if bytes >= SEED_BYTES {
                 break;
             }
-            if let Ok(JournalEntry::Events(batch)) = codec::decode(&payload) {
-                for span in &batch.spans {
-                    self.insert(span);
-                    n += 1;
+        }
+        let mut n = 0;
+        for s in chosen.into_iter().rev() {
+            let Ok(Ok(mut reader)) = SegmentReader::open(&s.path) else {
+                continue;
+            };
+            while let Ok(Ok((seq, payload))) = reader.next_record() {
+                if seq >= before {
+                    break;
+                }
+                if let Ok(JournalEntry::Events(batch)) = codec::decode(&payload) {
+                    for span in &batch.spans {
+                        self.insert(span);
+                        n += 1;
+                    }
                 }
             }
         }
         n
     }
 }
+
+/// How much of the journal before the archive's checkpoint is read back at start to refill
+/// the window of recent spans.
+pub const SEED_BYTES: u64 = 64 << 20;
 
 /// The archive reading the journal.
 pub struct ArchiveConsumer {

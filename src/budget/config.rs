@@ -50,28 +50,7 @@ impl Default for RequestBudgets {
     }
 }
 
-/// A duration limit written like `"10m"`; `"0s"` switches the budget off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LimitDuration(pub Duration);
-
-impl Serialize for LimitDuration {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(self.0).to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for LimitDuration {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map(LimitDuration)
-            .map_err(|e| {
-                serde::de::Error::custom(format!(
-                    "`{s}` is not a duration such as \"30s\" or \"10m\" (\"0s\" = off): {e}"
-                ))
-            })
-    }
-}
+pub use crate::config::LimitDuration;
 
 /// Limits over rolling windows for one tenant or one principal.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

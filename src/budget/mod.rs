@@ -112,7 +112,9 @@ impl BudgetConsumer {
         }
         raise(&mut self.stage, alarms, &mut self.totals);
         if let Some((writer, runtime)) = &self.export {
-            let payload = crate::journal::codec::encode_alarm_logs(&record::export_request(alarms));
+            use prost::Message;
+            let request = record::export_request(alarms).encode_to_vec();
+            let payload = crate::journal::codec::encode_alarms(&request);
             if let Err(e) = runtime.block_on(writer.append(payload)) {
                 self.stage.metrics.budget.alarm_export_dropped(alarms.len());
                 tracing::warn!(error = %e, alarms = alarms.len(), "alarms not journalled for the export");

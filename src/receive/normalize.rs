@@ -15,9 +15,12 @@ use opentelemetry_proto::tonic::resource::v1::Resource as OtlpResource;
 
 use crate::event::{
     AttrValue, Attributes, AuditFields, DroppedCounts, EventBatch, GenAiFields, LogRecord,
-    Resource, Scope, SpanClass, SpanEventRecord, SpanId, SpanKind, SpanLinkRecord, SpanRecord,
-    StatusCode, TraceId, DEFAULT_TENANT,
+    Resource, Scope, Source, SourceKeys, SpanClass, SpanEventRecord, SpanId, SpanKind,
+    SpanLinkRecord, SpanRecord, StatusCode, TraceId, DEFAULT_TENANT,
 };
+
+/// The typed fields, which live in the event model; re-exported where the mapping is.
+pub use crate::event::Field;
 
 /// Why an OTLP request cannot be normalized; the request is rejected whole.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,53 +30,6 @@ pub struct NormalizeError {
     pub location: String,
     /// What is wrong.
     pub problem: String,
-}
-
-/// A typed field that attributes map onto.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum Field {
-    Operation,
-    Provider,
-    RequestModel,
-    ResponseModel,
-    ResponseId,
-    FinishReasons,
-    InputTokens,
-    OutputTokens,
-    CacheReadInputTokens,
-    CacheCreationInputTokens,
-    ConversationId,
-    AgentId,
-    AgentName,
-    ToolName,
-    ToolCallId,
-    ToolType,
-    ToolArguments,
-    ToolResult,
-    McpMethod,
-    McpSessionId,
-    RequestId,
-    ClaimedTenant,
-    PrincipalId,
-    ResourceId,
-    ResourceVersion,
-    ToolVersion,
-    ToolSchemaVersion,
-    PromptVersion,
-    EffectClass,
-    PolicyDecision,
-    PolicyReason,
-    IdempotencyKey,
-    RetryAttempt,
-    TimeoutMs,
-    ResultCode,
-    ResultBytes,
-    ConfirmationStatus,
-    ConfirmationDigest,
-    Cancelled,
-    StopReason,
-    ClaimedCostUsd,
 }
 
 /// Every attribute name that lands in a typed field: (source name, field, rank).
@@ -186,35 +142,21 @@ fn field_index() -> &'static HashMap<&'static str, (Field, u8)> {
     })
 }
 
-impl Field {
-    /// True for the `executor.*` fields, which log records carry too.
-    pub fn is_audit(self) -> bool {
-        matches!(
-            self,
-            Field::RequestId
-                | Field::ClaimedTenant
-                | Field::PrincipalId
-                | Field::ResourceId
-                | Field::ResourceVersion
-                | Field::ToolVersion
-                | Field::ToolSchemaVersion
-                | Field::PromptVersion
-                | Field::EffectClass
-                | Field::PolicyDecision
-                | Field::PolicyReason
-                | Field::IdempotencyKey
-                | Field::RetryAttempt
-                | Field::TimeoutMs
-                | Field::ResultCode
-                | Field::ResultBytes
-                | Field::ConfirmationStatus
-                | Field::ConfirmationDigest
-                | Field::Cancelled
-                | Field::StopReason
-                | Field::ClaimedCostUsd
-        )
-    }
+/// The name as a `'static` string, if it is one the normalizer reads into a typed field
+/// (so that a record's [`SourceKeys`] can be read back from the journal).
+pub fn source_key(name: &str) -> Option<&'static str> {
+    field_index()
+        .get_key_value(name)
+        .map(|(k, _)| *k)
+        .or_else(|| {
+            OPENINFERENCE_TOOL_IO
+                .iter()
+                .map(|(k, _)| *k)
+                .find(|k| *k == name)
+        })
+}
 
+impl Field {
     /// Stores `value` if it can be read as this field's type; false leaves it untouched.
     fn store(self, value: &AttrValue, gen_ai: &mut GenAiFields, audit: &mut AuditFields) -> bool {
         use Field as F;
@@ -337,6 +279,8 @@ struct Extraction {
     gen_ai: GenAiFields,
     audit: AuditFields,
     rest: Attributes,
+    /// Fields filled under a name other than their canonical one (or not from the item).
+    sources: SourceKeys,
 }
 
 fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
@@ -346,8 +290,9 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
     // Which attribute currently fills each field, and its rank.
     let mut held: HashMap<Field, (u8, usize)> = HashMap::new();
     let mut consumed = vec![false; attrs.0.len()];
+    let mut sources = SourceKeys::default();
     for (i, (key, value)) in attrs.0.iter().enumerate() {
-        let Some(&(field, rank)) = index.get(key.as_str()) else {
+        let Some((&name, &(field, rank))) = index.get_key_value(key.as_str()) else {
             continue;
         };
         if audit_only && !field.is_audit() {
@@ -362,6 +307,12 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
                 consumed[previous] = false;
             }
             consumed[i] = true;
+            // Remember the name only when it is not the canonical one, so the common case
+            // allocates nothing; export sends the value back under this name.
+            sources.0.retain(|(f, _)| *f != field);
+            if name != field.key() {
+                sources.0.push((field, Source::Key(name)));
+            }
         }
     }
     let rest = attrs
@@ -374,6 +325,7 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
         gen_ai,
         audit,
         rest: Attributes(rest),
+        sources,
     }
 }
 
@@ -450,15 +402,25 @@ fn resource_audit(res: &Resource) -> ResourceAudit {
     }
 }
 
-fn fill_from_resource(audit: &mut AuditFields, res: &ResourceAudit) -> String {
-    if audit.request_id.is_none() {
-        audit.request_id.clone_from(&res.request_id);
-    }
-    if audit.principal_id.is_none() {
-        audit.principal_id.clone_from(&res.principal_id);
-    }
-    if audit.claimed_tenant.is_none() {
-        audit.claimed_tenant.clone_from(&res.tenant);
+fn fill_from_resource(
+    audit: &mut AuditFields,
+    sources: &mut SourceKeys,
+    res: &ResourceAudit,
+) -> String {
+    for (slot, from, field) in [
+        (&mut audit.request_id, &res.request_id, Field::RequestId),
+        (
+            &mut audit.principal_id,
+            &res.principal_id,
+            Field::PrincipalId,
+        ),
+        (&mut audit.claimed_tenant, &res.tenant, Field::ClaimedTenant),
+    ] {
+        if slot.is_none() && from.is_some() {
+            slot.clone_from(from);
+            // Export leaves it on the resource, where the sender put it.
+            sources.0.push((field, Source::Resource));
+        }
     }
     // An empty claim on the item falls back to the resource's, then to the default.
     [audit.claimed_tenant.as_deref(), res.tenant.as_deref()]
@@ -582,7 +544,10 @@ fn take_openinference_tool_io(ex: &mut Extraction) {
         }
         if let Some(pos) = ex.rest.0.iter().position(|(k, _)| k == name) {
             let (_, value) = ex.rest.0.remove(pos);
-            field.store(&value, &mut ex.gen_ai, &mut ex.audit);
+            // Content always reads (as JSON text), so the attribute is never lost.
+            if field.store(&value, &mut ex.gen_ai, &mut ex.audit) {
+                ex.sources.0.push((field, Source::Key(name)));
+            }
         }
     }
 }
@@ -604,11 +569,16 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                 let end_ns = timestamp(span.end_time_unix_nano, "endTimeUnixNano", &at)?;
                 let kind = SpanKind::from_otlp(span.kind);
                 let mut ex = extract(attributes(span.attributes), false);
+                let had_operation = ex.gen_ai.operation.is_some();
                 let class = classify(&mut ex.gen_ai, &ex.rest, kind);
+                if !had_operation && ex.gen_ai.operation.is_some() {
+                    ex.sources.0.push((Field::Operation, Source::Inferred));
+                }
                 if class == SpanClass::Tool {
                     take_openinference_tool_io(&mut ex);
                 }
-                let tenant = fill_from_resource(&mut ex.audit, &res_audit);
+                let tenant = fill_from_resource(&mut ex.audit, &mut ex.sources, &res_audit);
+                ex.sources.0.sort_unstable_by_key(|(f, _)| *f);
                 let mut events = Vec::with_capacity(span.events.len());
                 for (ei, e) in span.events.into_iter().enumerate() {
                     let at = || format!("{}.events[{ei}]", at());
@@ -658,6 +628,7 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                         links: span.dropped_links_count,
                     },
                     redactions: Default::default(),
+                    source_keys: ex.sources,
                 });
             }
         }
@@ -683,7 +654,8 @@ pub fn logs(req: ExportLogsServiceRequest) -> Result<EventBatch, NormalizeError>
                 let trace = optional_id::<16>(&rec.trace_id, "traceId", &at)?;
                 let span = optional_id::<8>(&rec.span_id, "spanId", &at)?;
                 let mut ex = extract(attributes(rec.attributes), true);
-                let tenant = fill_from_resource(&mut ex.audit, &res_audit);
+                let tenant = fill_from_resource(&mut ex.audit, &mut ex.sources, &res_audit);
+                ex.sources.0.sort_unstable_by_key(|(f, _)| *f);
                 out.push(LogRecord {
                     tenant,
                     resource: Arc::clone(&res),
@@ -701,6 +673,7 @@ pub fn logs(req: ExportLogsServiceRequest) -> Result<EventBatch, NormalizeError>
                     attributes: ex.rest,
                     dropped_attributes: rec.dropped_attributes_count,
                     redactions: Default::default(),
+                    source_keys: ex.sources,
                 });
             }
         }
@@ -903,6 +876,35 @@ mod tests {
                 prop_assert!(filled <= typed, "{} consumed, {} fields set", filled, typed);
             }
         }
+    }
+
+    #[test]
+    fn each_field_has_one_canonical_name_and_it_is_rank_zero() {
+        for (name, field, rank) in FIELD_SOURCES {
+            assert_eq!(*name == field.key(), *rank == 0, "{name}");
+            assert_eq!(source_key(name), Some(*name));
+        }
+        assert_eq!(source_key("input.value"), Some("input.value"));
+        assert_eq!(source_key("custom"), None);
+    }
+
+    #[test]
+    fn source_keys_remember_names_other_than_the_canonical_one() {
+        let ex = extract(
+            attrs(&[
+                ("llm.system", s("a")),
+                ("gen_ai.request.model", s("m")),
+                ("llm.provider", s("b")),
+            ]),
+            false,
+        );
+        assert_eq!(ex.gen_ai.provider.as_deref(), Some("b"));
+        assert_eq!(
+            ex.sources.0,
+            vec![(Field::Provider, Source::Key("llm.provider"))]
+        );
+        let ex = extract(attrs(&[("gen_ai.provider.name", s("p"))]), false);
+        assert!(ex.sources.0.is_empty());
     }
 
     #[test]
