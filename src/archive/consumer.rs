@@ -23,11 +23,6 @@ use crate::journal::head::JournalHead;
 use crate::journal::segment::{self, SegmentReader};
 use crate::metrics::Metrics;
 
-/// Above this share of the journal's bound, files pinning the journal are completed early.
-const PRESSURE: f64 = 0.5;
-/// Early completions happen at most this often (each one makes small files).
-const PRESSURE_EVERY: Duration = Duration::from_secs(5);
-
 /// The last spans seen, by tenant, trace and span id, to drop repeats.
 pub struct RecentSpans {
     hasher: RandomState,
@@ -227,24 +222,8 @@ impl Consumer for ArchiveConsumer {
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64 {
         let now = Instant::now();
         self.archive.complete_due(now);
-        // Open files hold the journal back; when it fills up and the archive is what holds
-        // it, complete them early rather than refuse data.
-        let holding = self.archive.pinned_record();
-        if let Some(pinned) = holding {
-            let others_ahead = head
-                .positions()
-                .into_iter()
-                .filter(|(name, _)| name != "archive")
-                .all(|(_, p)| p > pinned);
-            if head.fill() > PRESSURE
-                && others_ahead
-                && now.duration_since(self.last_pressure) >= PRESSURE_EVERY
-            {
-                self.last_pressure = now;
-                tracing::info!("journal over half full: completing archive files early");
-                self.archive.complete_records_before(next_seq);
-            }
-        }
+        self.archive
+            .relieve_journal(head, "archive", next_seq, &mut self.last_pressure);
         self.archive.pinned_record().unwrap_or(next_seq)
     }
 
@@ -298,5 +277,121 @@ mod tests {
             last_record_in(&format!(".{name}.inprogress"), "ab12cd34"),
             None
         );
+    }
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+    use crate::config::ArchiveConfig;
+    use crate::event::fixtures;
+    use arrow::array::{Array, StringArray};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    const HOUR: i64 = 3_600_000_000_000;
+
+    fn span(tenant: &str, n: u8, hour: i64) -> SpanRecord {
+        SpanRecord {
+            tenant: tenant.into(),
+            span_id: [n; 8],
+            start_ns: 1_800_000_000_000_000_000 + hour * HOUR,
+            ..fixtures::span()
+        }
+    }
+
+    fn batch(spans: Vec<SpanRecord>) -> JournalEntry {
+        JournalEntry::Events(EventBatch {
+            spans,
+            logs: Vec::new(),
+        })
+    }
+
+    fn consumer(dir: &Path, replay_before: u64) -> ArchiveConsumer {
+        let metrics = Arc::new(Metrics::new());
+        let archive = Archive::open(
+            dir,
+            &[Table::Spans, Table::Logs],
+            &ArchiveConfig::default(),
+            "0a0b0c0d".into(),
+            Arc::clone(&metrics),
+        )
+        .expect("archive");
+        ArchiveConsumer::new(
+            archive,
+            dir,
+            "feedf00d",
+            replay_before,
+            RecentSpans::new(1000),
+            Duration::ZERO,
+            metrics,
+        )
+    }
+
+    /// Every archived span id, in completed files only.
+    fn archived(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.join("spans")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "parquet") {
+                    let f = std::fs::File::open(&p).expect("open");
+                    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+                        .expect("parquet")
+                        .build()
+                        .expect("reader");
+                    for b in reader {
+                        let b = b.expect("batch");
+                        let col = b.column_by_name("span_id").expect("span_id");
+                        let ids = col.as_any().downcast_ref::<StringArray>().expect("utf8");
+                        for i in 0..ids.len() {
+                            out.push(ids.value(i).to_string());
+                        }
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_crash_after_some_files_completed_replays_each_span_exactly_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = JournalHead::new(1, 0, u64::MAX);
+        // Records 1..=4 over two partitions (hour 0 and hour 1 of tenant a).
+        let records = [
+            vec![span("a", 1, 0), span("a", 2, 1)],
+            vec![span("a", 3, 0)],
+            vec![span("a", 4, 1), span("a", 5, 0)],
+            vec![span("a", 6, 0)],
+        ];
+        let mut c = consumer(dir.path(), 1);
+        for (i, spans) in records.iter().enumerate().take(3) {
+            c.record(i as u64 + 1, batch(spans.clone()));
+        }
+        // Hour 1's file (records 1 and 3) completes; hour 0's (records 1..3) stays open.
+        let hour1 = PartitionKey::new(Table::Spans, "a", span("a", 0, 1).start_ns);
+        c.archive.complete(&hour1);
+        assert_eq!(c.tick(4, &head), 1, "hour 0's open file pins record 1");
+        assert_eq!(archived(dir.path()), vec![hex_of(2), hex_of(4)]);
+        // Crash: the open file is lost; record 4 was journalled but never read.
+        drop(c);
+
+        let mut c = consumer(dir.path(), 5);
+        for (i, spans) in records.iter().enumerate() {
+            c.record(i as u64 + 1, batch(spans.clone()));
+        }
+        // A client resending span 6 after the crash: dropped as a repeat.
+        c.record(5, batch(vec![span("a", 6, 0)]));
+        let (next, _) = c.finish(6);
+        assert_eq!(next, 6);
+        assert_eq!(archived(dir.path()), (1..=6).map(hex_of).collect::<Vec<_>>());
+    }
+
+    fn hex_of(n: u8) -> String {
+        hex::encode([n; 8])
     }
 }

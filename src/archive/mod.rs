@@ -103,6 +103,11 @@ impl OpenPartition {
     }
 }
 
+/// Above this share of the journal's bound, files holding the journal back complete early.
+const PRESSURE: f64 = 0.5;
+/// Early completions happen at most this often.
+pub const PRESSURE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Totals of what the archive wrote, reported when it closes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ArchiveTotals {
@@ -215,6 +220,38 @@ impl Archive {
             .values()
             .filter_map(|p| p.records.map(|(first, _)| first))
             .min()
+    }
+
+    /// When the journal is over half full and this archive's open files are what holds it
+    /// back (`consumer`'s position is the lowest), completes them early rather than let
+    /// receivers refuse data; at most every [`PRESSURE_EVERY`], since each time makes small
+    /// files.
+    pub fn relieve_journal(
+        &mut self,
+        head: &crate::journal::head::JournalHead,
+        consumer: &str,
+        next_seq: u64,
+        last: &mut Instant,
+    ) {
+        let Some(pinned) = self.pinned_record() else {
+            return;
+        };
+        if head.fill() <= PRESSURE || last.elapsed() < PRESSURE_EVERY {
+            return;
+        }
+        let lowest = head
+            .positions()
+            .into_iter()
+            .filter(|(name, _)| name != consumer)
+            .all(|(_, p)| p > pinned);
+        if lowest {
+            *last = Instant::now();
+            tracing::info!(
+                consumer,
+                "journal over half full: completing archive files early"
+            );
+            self.complete_records_before(next_seq);
+        }
     }
 
     /// Files open (not yet complete).

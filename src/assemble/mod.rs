@@ -478,6 +478,7 @@ pub struct AssembleConsumer {
     archive: crate::archive::Archive,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     started: std::time::Instant,
+    last_pressure: std::time::Instant,
     totals: AssembleTotals,
 }
 
@@ -493,6 +494,7 @@ impl AssembleConsumer {
             archive,
             metrics,
             started: std::time::Instant::now(),
+            last_pressure: std::time::Instant::now(),
             totals: AssembleTotals::default(),
         }
     }
@@ -521,10 +523,12 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         }
     }
 
-    fn tick(&mut self, next_seq: u64, _head: &crate::journal::head::JournalHead) -> u64 {
+    fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
         let out = self.assembler.due(self.now_ms());
         self.write(out);
         self.archive.complete_due(std::time::Instant::now());
+        self.archive
+            .relieve_journal(head, "assemble", next_seq, &mut self.last_pressure);
         self.metrics.assemble_state(
             self.assembler.requests_held(),
             self.assembler.spans_held(),

@@ -101,6 +101,15 @@ pub struct DaemonOptions {
     pub data_dir: Option<PathBuf>,
     /// A configuration file (`--config`).
     pub config: Option<PathBuf>,
+    /// Fixed OTLP/gRPC and OTLP/HTTP addresses (for a daemon restarted on the same ports).
+    pub listen: Option<(SocketAddr, SocketAddr)>,
+}
+
+/// An address on a port free right now (for a daemon that must come back on the same port).
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
 }
 
 impl Daemon {
@@ -119,15 +128,20 @@ impl Daemon {
                 (Some(dir), data)
             }
         };
+        let (grpc, http) = opts
+            .listen
+            .map_or(("127.0.0.1:0".into(), "127.0.0.1:0".into()), |(g, h)| {
+                (g.to_string(), h.to_string())
+            });
         let mut cmd = toolwatch();
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(&data_dir)
             .args([
                 "--otlp-grpc",
-                "127.0.0.1:0",
+                &grpc,
                 "--otlp-http",
-                "127.0.0.1:0",
+                &http,
                 "--admin",
                 "127.0.0.1:0",
             ])

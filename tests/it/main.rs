@@ -8,6 +8,7 @@ mod cli;
 mod corpora;
 mod dashboards;
 mod durability;
+mod export;
 mod harness;
 mod hashing;
 mod lifecycle;

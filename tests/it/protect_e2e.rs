@@ -31,7 +31,7 @@ pub fn s(v: &str) -> Value {
 }
 
 /// One span and one log record carrying every canary in a different place.
-fn canary_request(trace: &str, tenant: &str) -> (Value, Value) {
+pub fn canary_request(trace: &str, tenant: &str) -> (Value, Value) {
     let c = CANARIES;
     let tool_args =
         json!({ "order_ref": "ORD-77", "card": c[5], "notes": { "iban": c[6] } }).to_string();

@@ -1,0 +1,227 @@
+//! The OTLP export, end to end: a second toolwatch is the downstream receiver. What the first
+//! archives arrives there with the same ids and values, no planted secret reaches it (nor the
+//! journal on either side), and a downstream outage loses nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::harness::{
+    free_addr, loadgen, read_table_python, wait_for, Daemon, DaemonOptions,
+};
+use crate::monitoring::write_file;
+use crate::otlp_json::post_accepted;
+use crate::protect_e2e::{assert_clean, canary_request};
+
+/// Columns that legitimately differ downstream: the downstream's own redaction record (it sees
+/// already-redacted text), attributes (toolwatch adds `toolwatch.tenant` and
+/// `toolwatch.redactions`, and the hash travels as an attribute), and the hash column
+/// (compared against that attribute instead).
+const DIFFERENT: [&str; 3] = ["redactions", "attributes", "idempotency_key_hash"];
+
+fn upstream_config(dir: &Path, url: &str, protocol: &str) -> PathBuf {
+    write_file(
+        dir,
+        "upstream.toml",
+        &format!(
+            r#"
+[[export.endpoints]]
+name = "downstream"
+url = "{url}"
+protocol = "{protocol}"
+max_batch_items = 200
+initial_backoff = "100ms"
+max_backoff = "500ms"
+"#
+        ),
+    )
+}
+
+fn rows_by_id(data_dir: &Path, table: &str, key: &[&str]) -> BTreeMap<String, Map<String, Value>> {
+    let mut out = BTreeMap::new();
+    for row in read_table_python("duckdb", data_dir, table) {
+        let id: Vec<String> = key
+            .iter()
+            .map(|k| row.get(*k).map(|v| v.to_string()).unwrap_or_default())
+            .collect();
+        let previous = out.insert(id.join("/"), row);
+        assert!(previous.is_none(), "a row twice in {}", data_dir.display());
+    }
+    out
+}
+
+fn attributes(row: &Map<String, Value>) -> Map<String, Value> {
+    let text = row["attributes"].as_str().unwrap_or("{}");
+    serde_json::from_str(text).expect("attributes JSON")
+}
+
+/// Every upstream row is downstream, with the same values; the downstream carries the tenant
+/// and hash toolwatch added as attributes, and otherwise the same attributes.
+fn assert_same_rows(
+    up: &BTreeMap<String, Map<String, Value>>,
+    down: &BTreeMap<String, Map<String, Value>>,
+    table: &str,
+) {
+    let up_ids: BTreeSet<&String> = up.keys().collect();
+    let down_ids: BTreeSet<&String> = down.keys().collect();
+    assert_eq!(up_ids, down_ids, "{table}: different rows downstream");
+    for (id, u) in up {
+        let d = &down[id];
+        for (col, value) in u {
+            if DIFFERENT.contains(&col.as_str()) {
+                continue;
+            }
+            assert_eq!(Some(value), d.get(col), "{table} {id}: column {col}");
+        }
+        let mut ua = attributes(u);
+        let mut da = attributes(d);
+        assert_eq!(
+            da.remove("toolwatch.tenant"),
+            Some(u["tenant"].clone()),
+            "{table} {id}: tenant attribute"
+        );
+        let fired = u["redactions"].as_str().unwrap_or("{}") != "{}";
+        assert_eq!(
+            da.remove("toolwatch.redactions").is_some(),
+            fired,
+            "{table} {id}: redactions attribute"
+        );
+        if let Some(hash) = u.get("idempotency_key_hash").filter(|v| !v.is_null()) {
+            assert_eq!(
+                da.remove("executor.idempotency_key_hash").as_ref(),
+                Some(hash),
+                "{table} {id}: idempotency key hash"
+            );
+        }
+        ua.remove("toolwatch.tenant");
+        assert_eq!(ua, da, "{table} {id}: attributes");
+    }
+}
+
+/// Raw bytes of every file below `dir` that is not Parquet (journal segments, checkpoints,
+/// state), as lossy text, for canary searches.
+fn raw_files(dir: &Path) -> String {
+    let mut out = String::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_none_or(|x| x != "parquet") {
+                out.push_str(&String::from_utf8_lossy(&std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_toolwatch_receives_what_the_first_archives_and_no_secret() {
+    let mut down = Daemon::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = upstream_config(dir.path(), &down.grpc_url(), "grpc");
+    let mut up = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    let report = loadgen(&[
+        "--target",
+        &up.http_url(),
+        "--requests",
+        "120",
+        "--tenants",
+        "2",
+        "--seed",
+        "31",
+    ]);
+    let (spans, logs) = canary_request("4bf92f3577b34da6a3ce929d0e0e4736", "tenant-canary");
+    post_accepted(&up, "/v1/traces", &spans).await;
+    post_accepted(&up, "/v1/logs", &logs).await;
+    // A graceful stop drains the export before it exits.
+    up.stop();
+    let sent = up.log_text();
+    down.stop();
+
+    let span_key = ["trace_id", "span_id"];
+    let up_spans = rows_by_id(&up.data_dir, "spans", &span_key);
+    let down_spans = rows_by_id(&down.data_dir, "spans", &span_key);
+    assert_eq!(
+        up_spans.len() as u64,
+        report["spans"].as_u64().expect("spans") + 1,
+        "upstream archived every acknowledged span"
+    );
+    assert_same_rows(&up_spans, &down_spans, "spans");
+    let log_key = ["time", "trace_id", "span_id", "body"];
+    let up_logs = rows_by_id(&up.data_dir, "logs", &log_key);
+    let down_logs = rows_by_id(&down.data_dir, "logs", &log_key);
+    assert!(up_logs.len() > 1);
+    assert_same_rows(&up_logs, &down_logs, "logs");
+
+    for (rows, what) in [
+        (&down_spans, "downstream spans"),
+        (&down_logs, "downstream logs"),
+    ] {
+        assert_clean(&serde_json::to_string(rows).expect("json"), what);
+    }
+    assert_clean(&raw_files(&up.data_dir), "upstream journal and state");
+    assert_clean(&raw_files(&down.data_dir), "downstream journal and state");
+    assert_clean(&sent, "upstream log");
+    assert_clean(&down.log_text(), "downstream log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_outage_loses_nothing() {
+    let listen = (free_addr(), free_addr());
+    let down_dir = tempfile::tempdir().expect("tempdir");
+    let down_data = down_dir.path().join("data");
+    let start_down = || {
+        Daemon::start_with(DaemonOptions {
+            data_dir: Some(down_data.clone()),
+            listen: Some(listen),
+            ..Default::default()
+        })
+    };
+    let mut down = start_down();
+    let config = upstream_config(
+        down_dir.path(),
+        &format!("http://{}", listen.1),
+        "http",
+    );
+    let mut up = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    let send = |seed: &str| {
+        loadgen(&[
+            "--target",
+            &up.grpc_url(),
+            "--requests",
+            "60",
+            "--seed",
+            seed,
+        ])["spans"]
+            .as_u64()
+            .expect("spans")
+    };
+    let mut acked = send("41");
+    down.stop();
+    acked += send("42");
+    // The endpoint is down: the export retries and its lag grows.
+    wait_for("export retries while the downstream is down", || {
+        up.metric(r#"toolwatch_export_requests_total{endpoint="downstream",outcome="retried"}"#)
+            .filter(|&n| n >= 2.0)
+    });
+    let mut down = start_down();
+    acked += send("43");
+    up.stop();
+    down.stop();
+    let key = ["trace_id", "span_id"];
+    let up_spans = rows_by_id(&up.data_dir, "spans", &key);
+    let down_spans = rows_by_id(&down_data, "spans", &key);
+    assert_eq!(up_spans.len() as u64, acked);
+    let up_ids: BTreeSet<&String> = up_spans.keys().collect();
+    let down_ids: BTreeSet<&String> = down_spans.keys().collect();
+    assert_eq!(up_ids, down_ids, "every span reached the downstream once");
+}
