@@ -1135,7 +1135,11 @@ fn grpc_outcome(r: Result<(), tonic::Status>, bytes: u64) -> Sent {
 
 /// The delay in a `Retry-After` header given in seconds (the form toolwatch sends).
 fn retry_after(r: &reqwest::Response) -> Option<Duration> {
-    let v = r.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    let v = r
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
@@ -1303,8 +1307,8 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
         tasks.spawn(async move {
             let _permit = permit;
             let mut exports = 0;
-            let ids = (acked_file.is_some() || sent_file.is_some())
-                .then(|| span_id_lines(&run.traces));
+            let ids =
+                (acked_file.is_some() || sent_file.is_some()).then(|| span_id_lines(&run.traces));
             if let (Some(f), Some(ids)) = (&sent_file, &ids) {
                 f.append(ids);
             }

@@ -25,8 +25,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use crate::harness::{
-    collect_stderr, loadgen, parquet_files, python, toolwatch, try_get, wait_for, Daemon,
-    DaemonOptions,
+    free_addr, loadgen, parquet_files, python, toolwatch, try_get, wait_for, Daemon, DaemonOptions,
 };
 
 /// (trace id, span id), lowercase hex.
@@ -35,13 +34,6 @@ type SpanKey = (String, String);
 // ---------------------------------------------------------------------------------------
 // Shared helpers
 // ---------------------------------------------------------------------------------------
-
-/// A loopback port free right now (bound, read, released), so that a restarted daemon can
-/// listen where the clients already send.
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local address")
-}
 
 /// Reads a span-id file (`<trace_id_hex> <span_id_hex>` a line) as a list, in file order.
 fn read_ids(path: &Path) -> Vec<SpanKey> {
@@ -61,7 +53,12 @@ fn read_ids(path: &Path) -> Vec<SpanKey> {
 fn unique(ids: Vec<SpanKey>, what: &str) -> BTreeSet<SpanKey> {
     let n = ids.len();
     let set: BTreeSet<SpanKey> = ids.into_iter().collect();
-    assert_eq!(set.len(), n, "{what} lists {} span ids more than once", n - set.len());
+    assert_eq!(
+        set.len(),
+        n,
+        "{what} lists {} span ids more than once",
+        n - set.len()
+    );
     set
 }
 
@@ -294,103 +291,6 @@ impl Drop for Loadgen {
 }
 
 // ---------------------------------------------------------------------------------------
-// A daemon on fixed ports (the harness's Daemon always binds port 0)
-// ---------------------------------------------------------------------------------------
-
-/// Fixed listen addresses, picked once and reused across restarts.
-#[derive(Clone, Copy)]
-struct Ports {
-    grpc: SocketAddr,
-    http: SocketAddr,
-    admin: SocketAddr,
-}
-
-impl Ports {
-    fn pick() -> Ports {
-        Ports {
-            grpc: free_port(),
-            http: free_port(),
-            admin: free_port(),
-        }
-    }
-}
-
-/// One run of the daemon on fixed ports and a given data directory.
-struct Incarnation {
-    child: Option<Child>,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Incarnation {
-    fn start(data_dir: &Path, ports: Ports, env: &[(&str, &str)]) -> Incarnation {
-        let mut cmd = toolwatch();
-        cmd.arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--otlp-grpc")
-            .arg(ports.grpc.to_string())
-            .arg("--otlp-http")
-            .arg(ports.http.to_string())
-            .arg("--admin")
-            .arg(ports.admin.to_string())
-            .env("TOOLWATCH_LOG__FORMAT", "json")
-            .env("TOOLWATCH_LOG__LEVEL", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start toolwatch");
-        let log = collect_stderr(&mut child);
-        wait_for("toolwatch to log that it is ready", || {
-            if let Ok(Some(status)) = child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
-                let lines = log.lock().expect("log lock").join("\n");
-                panic!("toolwatch exited with {status} before it was ready:\n{lines}");
-            }
-            (!log_lines(&log, "toolwatch ready").is_empty()).then_some(())
-        });
-        Incarnation {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn signal(&mut self, sig: i32) -> ExitStatus {
-        let mut child = self.child.take().expect("daemon running");
-        // SAFETY: signalling our own child process.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, sig);
-        }
-        wait_for("toolwatch to exit", || child.try_wait().expect("wait"))
-    }
-
-    fn kill9(&mut self) {
-        let status = self.signal(libc::SIGKILL);
-        assert!(!status.success(), "SIGKILL ends the daemon: {status}");
-    }
-
-    fn stop(&mut self) {
-        let status = self.signal(libc::SIGTERM);
-        assert!(
-            status.success(),
-            "toolwatch exited with {status}; log:\n{}",
-            self.log.lock().expect("log lock").join("\n")
-        );
-    }
-}
-
-impl Drop for Incarnation {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // a. kill -9 while loadgen sends
 // ---------------------------------------------------------------------------------------
 
@@ -417,15 +317,24 @@ fn spans_acknowledged_before_kill_9_are_archived_exactly_once() {
     let data = dir.path().join("data");
     let acked_file = dir.path().join("acked");
     let sent_file = dir.path().join("sent");
-    let ports = Ports::pick();
+    // Fixed ports, so that loadgen finds each restarted daemon where it sends.
+    let listen = (free_addr(), free_addr());
     // Small segments, so that segments roll and are removed between kills; files complete
     // after a second, so that a replay meets records partly in completed files.
-    let env = [
-        ("TOOLWATCH_JOURNAL__SEGMENT_BYTES", "256KiB"),
-        ("TOOLWATCH_ARCHIVE__MAX_FILE_AGE", "1s"),
-    ];
-    let mut daemon = Incarnation::start(&data, ports, &env);
-    let target = format!("http://{}", ports.http);
+    let start = || {
+        Daemon::start_with(DaemonOptions {
+            data_dir: Some(data.clone()),
+            listen: Some(listen),
+            env: vec![
+                ("TOOLWATCH_JOURNAL__SEGMENT_BYTES".into(), "256KiB".into()),
+                ("TOOLWATCH_ARCHIVE__MAX_FILE_AGE".into(), "1s".into()),
+                ("TOOLWATCH_LOG__LEVEL".into(), "info".into()),
+            ],
+            ..Default::default()
+        })
+    };
+    let mut daemon = start();
+    let target = daemon.http_url();
     let lg = Loadgen::start(&[
         "--target",
         &target,
@@ -457,12 +366,13 @@ fn spans_acknowledged_before_kill_9_are_archived_exactly_once() {
         let pause = Duration::from_millis(rng.random_range(300..1500));
         std::thread::sleep(pause);
         let acked_at_kill = read_ids(&acked_file).len();
-        daemon.kill9();
+        let killed = daemon.signal(libc::SIGKILL);
+        assert!(!killed.success(), "SIGKILL ends the daemon: {killed}");
         println!(
             "durability: kill {kill} after {pause:?} more ({now_acked} then {acked_at_kill} spans acknowledged)"
         );
         acked_before = acked_at_kill;
-        daemon = Incarnation::start(&data, ports, &env);
+        daemon = start();
         restarts.push(Arc::clone(&daemon.log));
     }
 
@@ -504,7 +414,11 @@ fn spans_acknowledged_before_kill_9_are_archived_exactly_once() {
         println!("durability: replay {r}");
     }
 
-    assert!(acked.len() > 1000, "only {} spans acknowledged", acked.len());
+    assert!(
+        acked.len() > 1000,
+        "only {} spans acknowledged",
+        acked.len()
+    );
     assert_eq!(
         acked.len() as u64,
         report["spans"].as_u64().expect("spans"),
@@ -516,7 +430,10 @@ fn spans_acknowledged_before_kill_9_are_archived_exactly_once() {
         !replays.is_empty(),
         "no restart replayed journal records: the kills never caught unarchived data"
     );
-    assert!(journal_named > 0, "no archive file is named by its journal records");
+    assert!(
+        journal_named > 0,
+        "no archive file is named by its journal records"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -534,7 +451,10 @@ fn record_bounds(segment: &[u8]) -> Vec<(usize, usize)> {
     while at < segment.len() {
         let len = u32::from_le_bytes(segment[at..at + 4].try_into().expect("4 bytes")) as usize;
         let size = RECORD_HEADER + len;
-        assert!(at + size <= segment.len(), "record at {at} runs past the end");
+        assert!(
+            at + size <= segment.len(),
+            "record at {at} runs past the end"
+        );
         out.push((at, size));
         at += size;
     }
@@ -590,7 +510,10 @@ fn damaged_tail_case(damage: Damage) {
         acked_file.to_str().expect("utf-8"),
     ]);
     let before_cut = unique(read_ids(&acked_file), "the acked file");
-    assert_eq!(before_cut.len() as u64, report["spans"].as_u64().expect("spans"));
+    assert_eq!(
+        before_cut.len() as u64,
+        report["spans"].as_u64().expect("spans")
+    );
     // The last record: a request of known spans, acknowledged, then damaged on disk.
     let (last, last_ids) = known_spans(0xd1, 3);
     let posted = post_traces(d.http, last.encode_to_vec()).expect("POST");
@@ -632,7 +555,12 @@ fn damaged_tail_case(damage: Damage) {
 
     let mut d = Daemon::start_with(opts());
     let cut_lines = log_lines(&d.log, "journal tail damaged by a crash; cut off");
-    assert_eq!(cut_lines.len(), 1, "{damage:?}: one cut logged:\n{}", d.log_text());
+    assert_eq!(
+        cut_lines.len(),
+        1,
+        "{damage:?}: one cut logged:\n{}",
+        d.log_text()
+    );
     assert_eq!(
         cut_lines[0]["bytes"].as_u64(),
         Some(expected_cut as u64),
@@ -663,7 +591,11 @@ fn damaged_tail_case(damage: Damage) {
         archived.len(),
         expected.len()
     );
-    assert_subset(&expected, &archived, "spans before the cut (and after the restart)");
+    assert_subset(
+        &expected,
+        &archived,
+        "spans before the cut (and after the restart)",
+    );
     println!(
         "durability: {damage:?}: {} records, last of {last_size} bytes, cut {expected_cut} bytes, {} spans archived",
         records.len(),
@@ -752,13 +684,16 @@ struct Observed {
 fn daemon_pid(data: &Path) -> u32 {
     let want = data.to_str().expect("utf-8").as_bytes().to_vec();
     wait_for("the daemon's pid", || {
-        std::fs::read_dir("/proc").ok()?.filter_map(Result::ok).find_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-            let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-            (args.iter().any(|a| *a == b"serve") && args.iter().any(|a| *a == want.as_slice()))
-                .then_some(pid)
-        })
+        std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(Result::ok)
+            .find_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+                (args.iter().any(|a| *a == b"serve") && args.iter().any(|a| *a == want.as_slice()))
+                    .then_some(pid)
+            })
     })
 }
 
@@ -950,7 +885,10 @@ fn overload_is_refused_with_retryable_codes_memory_stays_bounded_and_everything_
         lg_status.success() && lg_report["failed_batches"] == 0,
         "loadgen gave up on exports: {lg_status} {lg_report}\n{lg_stderr}"
     );
-    assert!(o.readyz_503 > 0, "/readyz never answered 503 while refusing");
+    assert!(
+        o.readyz_503 > 0,
+        "/readyz never answered 503 while refusing"
+    );
     assert!(o.polls >= 20, "only {} polls", o.polls);
     assert_eq!(o.journal_max_bytes, 4.0 * 1024.0 * 1024.0);
     assert!(
@@ -963,7 +901,11 @@ fn overload_is_refused_with_retryable_codes_memory_stays_bounded_and_everything_
         "peak RSS {} KiB",
         o.peak_rss_kib
     );
-    assert!(acked.len() > 1000, "only {} spans acknowledged", acked.len());
+    assert!(
+        acked.len() > 1000,
+        "only {} spans acknowledged",
+        acked.len()
+    );
     assert_subset(&acked, &archived, "acknowledged spans in the archive");
     assert_subset(&archived, &sent, "archived spans among those sent");
 }
