@@ -701,7 +701,7 @@ fn daemon_pid(data: &Path) -> u32 {
                 let pid: u32 = e.file_name().to_str()?.parse().ok()?;
                 let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
                 let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-                (args.iter().any(|a| *a == b"serve") && args.iter().any(|a| *a == want.as_slice()))
+                (args.iter().any(|a| *a == b"serve") && args.contains(&want.as_slice()))
                     .then_some(pid)
             })
     })
