@@ -5,10 +5,19 @@
 //! planted fake secrets and personal data), policy decisions, idempotency keys on write
 //! tools, retries, and downstream HTTP and database spans emitted by a second service. The
 //! same `--seed` gives the same ids and content. The report counts exactly what was
-//! acknowledged, so a test can compare it with the archive.
+//! acknowledged, so a test can compare it with the archive; `--sent-file` and `--acked-file`
+//! list the span ids of every traces export attempted and acknowledged, so a test can compare
+//! the archive with them id by id, also across daemon crashes.
+//!
+//! Refusals with the retryable codes of the OTLP specification (HTTP 429/502/503/504, gRPC
+//! `RESOURCE_EXHAUSTED`/`UNAVAILABLE`) and transport errors (refused or reset connections, as
+//! when the daemon restarts) are retried with exponential backoff (capped at 1 s, or the
+//! server's `Retry-After`/`RetryInfo` when longer) for up to 30 s per export.
 
 use std::fmt;
-use std::sync::Arc;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
@@ -55,6 +64,11 @@ pub struct LoadgenOptions {
     pub batch: u64,
     /// What the agent runs look like.
     pub profile: Profile,
+    /// Appends `<trace_id_hex> <span_id_hex>` for every span of a traces export once it is
+    /// acknowledged (written and flushed before the next export's result is recorded).
+    pub acked_file: Option<PathBuf>,
+    /// Appends the same lines for every span of a traces export before it is first sent.
+    pub sent_file: Option<PathBuf>,
 }
 
 /// The shape of the generated agent runs.
@@ -83,6 +97,14 @@ pub enum LoadgenError {
     Connect {
         /// The target.
         target: String,
+        /// Why.
+        detail: String,
+    },
+    /// A span-id file could not be opened.
+    #[error("cannot open {path}: {detail}")]
+    IdFile {
+        /// The file.
+        path: PathBuf,
         /// Why.
         detail: String,
     },
@@ -1031,7 +1053,8 @@ enum Client {
 /// Outcome of one export call.
 enum Sent {
     Ok(u64),
-    Retry,
+    /// Worth retrying, with the delay the server asked for, if it did; the text says why.
+    Retry(Option<Duration>, String),
     Fail(String),
 }
 
@@ -1089,18 +1112,35 @@ impl Client {
 }
 
 fn grpc_outcome(r: Result<(), tonic::Status>, bytes: u64) -> Sent {
+    use tonic_types::StatusExt;
     match r {
         Ok(()) => Sent::Ok(bytes),
+        // Refusals the OTLP specification calls retryable, and what a dropped or reset
+        // connection (a daemon restarting) looks like to a tonic client.
         Err(s)
             if matches!(
                 s.code(),
-                tonic::Code::ResourceExhausted | tonic::Code::Unavailable
+                tonic::Code::ResourceExhausted
+                    | tonic::Code::Unavailable
+                    | tonic::Code::Cancelled
+                    | tonic::Code::Unknown
             ) =>
         {
-            Sent::Retry
+            let hint = s.get_details_retry_info().and_then(|r| r.retry_delay);
+            Sent::Retry(hint, format!("{:?}: {}", s.code(), s.message()))
         }
         Err(s) => Sent::Fail(format!("{:?}: {}", s.code(), s.message())),
     }
+}
+
+/// The delay in a `Retry-After` header given in seconds (the form toolwatch sends).
+fn retry_after(r: &reqwest::Response) -> Option<Duration> {
+    let v = r
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
 async fn http_send(c: &reqwest::Client, url: &str, body: Vec<u8>) -> Sent {
@@ -1113,14 +1153,39 @@ async fn http_send(c: &reqwest::Client, url: &str, body: Vec<u8>) -> Sent {
         .await;
     match resp {
         Ok(r) if r.status().is_success() => Sent::Ok(bytes),
-        Ok(r) if matches!(r.status().as_u16(), 429 | 502 | 503 | 504) => Sent::Retry,
+        Ok(r) if matches!(r.status().as_u16(), 429 | 502 | 503 | 504) => {
+            Sent::Retry(retry_after(&r), format!("HTTP {}", r.status()))
+        }
         Ok(r) => Sent::Fail(format!("HTTP {}", r.status())),
-        Err(e) if e.is_connect() => Sent::Retry,
-        Err(e) => Sent::Fail(e.to_string()),
+        // A request that cannot even be built never succeeds.
+        Err(e) if e.is_builder() => Sent::Fail(e.to_string()),
+        // Transport errors are retryable (OTLP/HTTP specification): a refused connection, and
+        // one reset or closed mid-request, as when the daemon is killed and restarted.
+        Err(e) => Sent::Retry(None, transport_error(&e)),
     }
 }
 
-const MAX_ATTEMPTS: u32 = 12;
+/// A transport error with its causes (reqwest's own message is only "error sending request").
+fn transport_error(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Attempts per export at most.
+const MAX_ATTEMPTS: u32 = 64;
+/// Time an export may spend being retried: long enough to outlast a daemon restart.
+const MAX_RETRY_TIME: Duration = Duration::from_secs(30);
+/// Backoff between attempts: from the first delay, doubling up to the cap.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// A server-suggested delay is honoured up to this.
+const MAX_SUGGESTED_DELAY: Duration = Duration::from_secs(5);
 
 /// Sends with retries and exponential backoff; returns bytes acknowledged and retries used.
 async fn send_with_retry<F, Fut>(mut send: F) -> Result<(u64, u64), String>
@@ -1128,23 +1193,89 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Sent>,
 {
-    let mut delay = Duration::from_millis(50);
+    let started = Instant::now();
+    let mut backoff = FIRST_BACKOFF;
+    let mut last = String::new();
     for attempt in 0..MAX_ATTEMPTS {
         match send().await {
             Sent::Ok(b) => return Ok((b, u64::from(attempt))),
-            Sent::Retry => {
+            Sent::Retry(suggested, why) => {
+                last = why;
+                // A little jitter, so that refused clients do not come back all at once.
+                let jitter = 0.8 + rand::random::<f64>() * 0.4;
+                let mut delay = backoff.mul_f64(jitter);
+                if let Some(s) = suggested {
+                    delay = delay.max(s.min(MAX_SUGGESTED_DELAY));
+                }
+                if started.elapsed() + delay > MAX_RETRY_TIME {
+                    return Err(format!(
+                        "still refused after {} attempts in {:.1}s: {last}",
+                        attempt + 1,
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Sent::Fail(e) => return Err(e),
         }
     }
-    Err(format!("still refused after {MAX_ATTEMPTS} attempts"))
+    Err(format!(
+        "still refused after {MAX_ATTEMPTS} attempts: {last}"
+    ))
+}
+
+/// A file of span ids, appended to by concurrent exports.
+#[derive(Clone)]
+struct IdFile(Arc<Mutex<std::fs::File>>);
+
+impl IdFile {
+    fn open(path: &Option<PathBuf>) -> Result<Option<IdFile>, LoadgenError> {
+        let Some(path) = path else {
+            return Ok(None);
+        };
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(|f| Some(IdFile(Arc::new(Mutex::new(f)))))
+            .map_err(|e| LoadgenError::IdFile {
+                path: path.clone(),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Appends `lines` in one write and flushes it to the file.
+    fn append(&self, lines: &str) {
+        let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = f.write_all(lines.as_bytes()).and_then(|()| f.flush()) {
+            eprintln!("toolwatch loadgen: cannot write a span-id file: {e}");
+        }
+    }
+}
+
+/// `<trace_id_hex> <span_id_hex>` per span of an export, one a line.
+fn span_id_lines(req: &ExportTraceServiceRequest) -> String {
+    let mut out = String::new();
+    for span in req
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+    {
+        out.push_str(&hex::encode(&span.trace_id));
+        out.push(' ');
+        out.push_str(&hex::encode(&span.span_id));
+        out.push('\n');
+    }
+    out
 }
 
 /// Sends the traffic and reports what was acknowledged.
 pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
     let client = Arc::new(Client::connect(&opts).await?);
+    let acked_file = IdFile::open(&opts.acked_file)?;
+    let sent_file = IdFile::open(&opts.sent_file)?;
     let base_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -1172,14 +1303,23 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
             break;
         };
         let client = Arc::clone(&client);
+        let (acked_file, sent_file) = (acked_file.clone(), sent_file.clone());
         tasks.spawn(async move {
             let _permit = permit;
             let mut exports = 0;
+            let ids =
+                (acked_file.is_some() || sent_file.is_some()).then(|| span_id_lines(&run.traces));
+            if let (Some(f), Some(ids)) = (&sent_file, &ids) {
+                f.append(ids);
+            }
             let t = send_with_retry(|| client.traces(&run.traces)).await;
             let (mut bytes, mut retries) = match t {
                 Ok(v) => v,
                 Err(e) => return (run.counts, Err(e), 0, 0, 0),
             };
+            if let (Some(f), Some(ids)) = (&acked_file, &ids) {
+                f.append(ids);
+            }
             exports += 1;
             if !run.logs.resource_logs.is_empty() {
                 match send_with_retry(|| client.logs(&run.logs)).await {
@@ -1232,6 +1372,44 @@ mod tests {
         };
         assert_eq!(enc(&a), enc(&b));
         assert_ne!(enc(&a), enc(&c));
+    }
+
+    #[tokio::test]
+    async fn retryable_outcomes_are_retried_and_failures_are_not() {
+        let mut calls = 0;
+        let r = send_with_retry(|| {
+            calls += 1;
+            let n = calls;
+            async move {
+                match n {
+                    1 => Sent::Retry(None, "connection reset".into()),
+                    2 => Sent::Retry(Some(Duration::from_millis(10)), "HTTP 429".into()),
+                    _ => Sent::Ok(7),
+                }
+            }
+        })
+        .await;
+        assert_eq!(r, Ok((7, 2)));
+        let mut calls = 0;
+        let r = send_with_retry(|| {
+            calls += 1;
+            async { Sent::Fail("HTTP 400".into()) }
+        })
+        .await;
+        assert_eq!(r, Err("HTTP 400".to_string()));
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn span_id_lines_list_every_span_of_an_export() {
+        let runs = generate(5, 1, 1_700_000_000_000_000_000, 2);
+        let lines = span_id_lines(&runs[0].traces);
+        assert_eq!(lines.lines().count() as u64, runs[0].counts.spans());
+        for line in lines.lines() {
+            let (t, s) = line.split_once(' ').expect("two ids");
+            assert_eq!((t.len(), s.len()), (32, 16), "{line}");
+            assert!(line.chars().all(|c| c == ' ' || c.is_ascii_hexdigit()));
+        }
     }
 
     #[test]

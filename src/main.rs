@@ -162,6 +162,16 @@ struct LoadgenArgs {
     /// per-request budgets: turn loops, tool loops, slow runs, token burns).
     #[arg(long, value_enum, default_value_t = toolwatch::loadgen::Profile::Normal)]
     profile: toolwatch::loadgen::Profile,
+    /// After each acknowledged traces export, append one line per span of it,
+    /// `<trace_id_hex> <span_id_hex>`, to FILE (flushed at once): exactly the spans toolwatch
+    /// said it stored. Refusals and transport errors (connection refused or reset, as when
+    /// the daemon restarts) are retried for up to 30 s per export before it counts as failed.
+    #[arg(long, value_name = "FILE")]
+    acked_file: Option<PathBuf>,
+    /// Before each traces export is first sent, append one line per span of it,
+    /// `<trace_id_hex> <span_id_hex>`, to FILE: every span that toolwatch may have stored.
+    #[arg(long, value_name = "FILE")]
+    sent_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -470,6 +480,8 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
         concurrency: args.concurrency.max(1),
         batch: args.batch.max(1),
         profile: args.profile,
+        acked_file: args.acked_file,
+        sent_file: args.sent_file,
     };
     let runtime = match runtime() {
         Ok(r) => r,

@@ -7,6 +7,7 @@ mod budget;
 mod cli;
 mod corpora;
 mod dashboards;
+mod durability;
 mod export;
 mod harness;
 mod hashing;
