@@ -127,7 +127,6 @@ pub struct Metrics {
     pub export: ExportMetrics,
 }
 
-
 /// The journal's metrics: size, commits, refusals, each consumer's lag, recovery.
 #[derive(Default)]
 pub struct JournalMetrics {
@@ -215,8 +214,10 @@ impl JournalMetrics {
         self.bytes.set(to_i64(head.disk_bytes()));
         self.max_bytes.set(to_i64(head.max_bytes()));
         let (records, commits) = head.totals();
-        self.records.inc_by(records.saturating_sub(self.records.get()));
-        self.commits.inc_by(commits.saturating_sub(self.commits.get()));
+        self.records
+            .inc_by(records.saturating_sub(self.records.get()));
+        self.commits
+            .inc_by(commits.saturating_sub(self.commits.get()));
         let committed = head.committed();
         for (consumer, position) in head.positions() {
             self.lag

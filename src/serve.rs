@@ -27,6 +27,7 @@ use crate::assemble::{AssembleConsumer, Assembler, PricesError};
 use crate::budget::deliver::Delivery;
 use crate::budget::evaluate::BudgetEvaluator;
 use crate::budget::{state, BudgetConsumer, BudgetStage};
+use crate::config::Config;
 use crate::export::consumer::{ExportConsumer, ExportTotals};
 use crate::export::endpoint::Endpoint;
 use crate::journal::consume::{Consumer, Stop};
@@ -34,7 +35,6 @@ use crate::journal::head::JournalHead;
 use crate::journal::tail::Tail;
 use crate::journal::writer::{GroupCommit, JournalWriter};
 use crate::journal::{Journal, JournalError};
-use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
@@ -347,7 +347,10 @@ pub async fn run(
     let delivery_deadline = tokio::time::Instant::now() + DELIVERY_DEADLINE;
     for task in delivery_tasks {
         let abort = task.abort_handle();
-        if tokio::time::timeout_at(delivery_deadline, task).await.is_err() {
+        if tokio::time::timeout_at(delivery_deadline, task)
+            .await
+            .is_err()
+        {
             stop_delivery.cancel();
             tracing::warn!(
                 "alarm delivery did not finish in time; undelivered alarms are in the archive"

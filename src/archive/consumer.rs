@@ -401,7 +401,10 @@ mod replay_tests {
         c.record(5, batch(vec![span("a", 6, 0)]));
         let (next, _) = c.finish(6);
         assert_eq!(next, 6);
-        assert_eq!(archived(dir.path()), (1..=6).map(hex_of).collect::<Vec<_>>());
+        assert_eq!(
+            archived(dir.path()),
+            (1..=6).map(hex_of).collect::<Vec<_>>()
+        );
     }
 
     fn hex_of(n: u8) -> String {

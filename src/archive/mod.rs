@@ -104,7 +104,7 @@ impl OpenPartition {
 }
 
 /// Above this share of the journal's bound, files holding the journal back complete early.
-const PRESSURE: f64 = 0.5;
+pub const PRESSURE: f64 = 0.5;
 /// Early completions happen at most this often.
 pub const PRESSURE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -222,10 +222,10 @@ impl Archive {
             .min()
     }
 
-    /// When the journal is over half full and this archive's open files are what holds it
-    /// back (`consumer`'s position is the lowest), completes them early rather than let
-    /// receivers refuse data; at most every [`PRESSURE_EVERY`], since each time makes small
-    /// files.
+    /// When the journal is over half full, completes the open files that hold it back rather
+    /// than let receivers refuse data; at most every [`PRESSURE_EVERY`], since each time makes
+    /// small files. (Whether another consumer is further behind does not matter: waiting for
+    /// each other, two consumers could hold the journal full for good.)
     pub fn relieve_journal(
         &mut self,
         head: &crate::journal::head::JournalHead,
@@ -233,24 +233,25 @@ impl Archive {
         next_seq: u64,
         last: &mut Instant,
     ) {
-        let Some(pinned) = self.pinned_record() else {
-            return;
-        };
-        if head.fill() <= PRESSURE || last.elapsed() < PRESSURE_EVERY {
+        if self.pinned_record().is_none()
+            || head.fill() <= PRESSURE
+            || last.elapsed() < PRESSURE_EVERY
+        {
             return;
         }
-        let lowest = head
-            .positions()
-            .into_iter()
-            .filter(|(name, _)| name != consumer)
-            .all(|(_, p)| p > pinned);
-        if lowest {
-            *last = Instant::now();
-            tracing::info!(
-                consumer,
-                "journal over half full: completing archive files early"
-            );
-            self.complete_records_before(next_seq);
+        *last = Instant::now();
+        tracing::info!(
+            consumer,
+            "journal over half full: completing archive files early"
+        );
+        self.complete_records_before(next_seq);
+    }
+
+    /// Completes every open file.
+    pub fn complete_all(&mut self) {
+        let keys: Vec<PartitionKey> = self.open.keys().cloned().collect();
+        for key in keys {
+            self.complete(&key);
         }
     }
 

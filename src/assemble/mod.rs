@@ -534,15 +534,21 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
             self.assembler.spans_held(),
             self.assembler.stats().duplicate_spans,
         );
-        [
-            self.assembler.oldest_unsummarized_record(),
-            self.archive.pinned_record(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(next_seq)
-        .min(next_seq)
+        // Open requests hold the journal back until they are summarized (a request that never
+        // gets its root span: until `max_age`). When the journal fills up, assembly lets go of
+        // them rather than make receivers refuse data: a crash then loses those requests'
+        // earlier spans for their summaries (the spans themselves are archived).
+        let open = if head.fill() > crate::archive::PRESSURE {
+            None
+        } else {
+            self.assembler.oldest_unsummarized_record()
+        };
+        [open, self.archive.pinned_record()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(next_seq)
+            .min(next_seq)
     }
 
     fn finish(mut self, next_seq: u64) -> (u64, AssembleTotals) {

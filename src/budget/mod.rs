@@ -76,7 +76,10 @@ pub struct BudgetConsumer {
     /// Records before this are counted in the restored windows.
     skip_before: u64,
     /// Appends alarm log records to the journal for the export (none without endpoints).
-    export: Option<(crate::journal::writer::JournalWriter, tokio::runtime::Handle)>,
+    export: Option<(
+        crate::journal::writer::JournalWriter,
+        tokio::runtime::Handle,
+    )>,
     totals: BudgetTotals,
     save_every: Duration,
     last_tick: Instant,
@@ -90,7 +93,10 @@ impl BudgetConsumer {
     pub fn new(
         stage: BudgetStage,
         skip_before: u64,
-        export: Option<(crate::journal::writer::JournalWriter, tokio::runtime::Handle)>,
+        export: Option<(
+            crate::journal::writer::JournalWriter,
+            tokio::runtime::Handle,
+        )>,
     ) -> BudgetConsumer {
         let save_every = lock(&stage.evaluator).config().save_interval.0;
         let now = Instant::now();
@@ -137,7 +143,7 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         self.raise(&alarms);
     }
 
-    fn tick(&mut self, next_seq: u64, _head: &crate::journal::head::JournalHead) -> u64 {
+    fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
         let now = Instant::now();
         if now.duration_since(self.last_tick) >= TICK {
             self.last_tick = now;
@@ -150,7 +156,14 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
             refresh_metrics(&self.stage);
         }
         // Saved only while no alarm waits in an open file: a restart replays from here, and
-        // an alarm raised before it must already be durable.
+        // an alarm raised before it must already be durable. When the journal fills up, the
+        // alarm files are completed early so the stage can save and let go of it.
+        if head.fill() > crate::archive::PRESSURE
+            && self.stage.archive.open_files() > 0
+            && now.duration_since(self.last_save) >= self.save_every
+        {
+            self.stage.archive.complete_all();
+        }
         let settled = self.stage.archive.open_files() == 0;
         if settled && now.duration_since(self.last_save) >= self.save_every {
             self.last_save = now;

@@ -65,6 +65,11 @@ impl Tail {
         wait: Duration,
     ) -> Result<Vec<(u64, Vec<u8>)>, JournalError> {
         let committed = self.head.wait_past(self.next, wait);
+        // Every record before `committed` was written before it was published: with the
+        // length read now, none of them can look torn.
+        if let Some((reader, path)) = self.reader.as_mut() {
+            reader.refresh().map_err(|e| io(path, e))?;
+        }
         let mut out = Vec::new();
         let mut bytes = 0;
         while self.next < committed && out.len() < max_records && bytes < max_bytes {
@@ -77,7 +82,6 @@ impl Tail {
 
     /// The record at `self.next`, which the head says is durable.
     fn next_record(&mut self) -> Result<(u64, Vec<u8>), JournalError> {
-        let mut refreshed = false;
         loop {
             let (reader, path) = match self.reader.as_mut() {
                 Some(open) => (&mut open.0, open.1.clone()),
@@ -94,15 +98,9 @@ impl Tail {
                     self.next = seq + 1;
                     return Ok((seq, payload));
                 }
-                Err(End::Clean) if !refreshed => {
-                    // The segment may have grown since it was opened.
-                    reader.refresh().map_err(|e| io(&path, e))?;
-                    refreshed = true;
-                }
                 Err(End::Clean) => {
                     // This segment ended: the record is the first of the next segment.
                     self.reader = None;
-                    refreshed = false;
                     let next_path = self.dir.join(segment::file_name(self.next));
                     if !next_path.exists() {
                         return Err(JournalError::Corrupt {

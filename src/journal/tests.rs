@@ -238,7 +238,9 @@ mod live {
     fn read_all(tail: &mut Tail, n: usize) -> Vec<(u64, Vec<u8>)> {
         let mut got = Vec::new();
         while got.len() < n {
-            let batch = tail.read(7, 1 << 20, Duration::from_secs(10)).expect("read");
+            let batch = tail
+                .read(7, 1 << 20, Duration::from_secs(10))
+                .expect("read");
             if batch.is_empty() && tail.head().is_closed() {
                 break;
             }
@@ -266,7 +268,10 @@ mod live {
             assert_eq!(*seq, i as u64 + 1);
             assert_eq!(*p, payload(*seq, 100));
         }
-        assert!(segments(dir.path()).len() > 5, "the reader crossed segments");
+        assert!(
+            segments(dir.path()).len() > 5,
+            "the reader crossed segments"
+        );
         tail.save_checkpoint(151).expect("checkpoint");
         drop(tail);
         drop(writer);
@@ -290,7 +295,9 @@ mod live {
         }
         let before = segments(dir.path()).len();
         assert!(before > 4);
-        tails[0].save_checkpoint(101).expect("fast passed everything");
+        tails[0]
+            .save_checkpoint(101)
+            .expect("fast passed everything");
         // The writer removes on its housekeeping rounds (every 500 ms): after three of them
         // the slow consumer still holds everything.
         let deadline = std::time::Instant::now() + Duration::from_millis(1500);
@@ -313,5 +320,30 @@ mod live {
             std::thread::sleep(Duration::from_millis(100));
         }
         assert!(head.disk_bytes() < 2048 * before as u64);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_tail_reading_while_the_writer_writes_never_sees_a_torn_record() {
+        // The reader keeps catching up with a writer that is mid-write: a record past the
+        // length it last saw must not look torn (it once stopped the archive under load).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (writer, _head, mut tails) = start(dir.path(), 1 << 20, &["a"]);
+        let mut tail = tails.remove(0);
+        let reader = std::thread::spawn(move || read_all(&mut tail, 4000));
+        let mut tasks = tokio::task::JoinSet::new();
+        for t in 0..4u64 {
+            let w = writer.clone();
+            tasks.spawn(async move {
+                for i in 0..1000u64 {
+                    w.append(payload(t * 1000 + i, 3000)).await.expect("append");
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.expect("writer task");
+        }
+        let got = reader.join().expect("reader");
+        let seqs: Vec<u64> = got.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, (1..=4000).collect::<Vec<_>>());
     }
 }

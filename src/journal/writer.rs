@@ -120,7 +120,10 @@ fn remove_consumed(journal: &mut Journal, head: &JournalHead) {
     match journal.remove_consumed(min) {
         Ok(0) => {}
         Ok(n) => {
-            tracing::debug!(segments = n, "journal segments every consumer passed removed");
+            tracing::debug!(
+                segments = n,
+                "journal segments every consumer passed removed"
+            );
             head.publish(journal.next_seq(), journal.disk_bytes());
         }
         Err(e) => tracing::error!(error = %e, "cannot remove consumed journal segments"),

@@ -31,14 +31,6 @@ use crate::harness::{
 /// (trace id, span id), lowercase hex.
 type SpanKey = (String, String);
 
-/// Workaround: `archive.pause_per_record` defaults to zero but its type rejects zero, so any
-/// `TOOLWATCH_*` variable (the harness always sets two) makes the effective configuration
-/// fail to read back ("a duration must be greater than zero", blamed on the first variable)
-/// unless this key is set. A millisecond per record does not change what these tests check.
-fn pause_workaround() -> (String, String) {
-    ("TOOLWATCH_ARCHIVE__PAUSE_PER_RECORD".into(), "1ms".into())
-}
-
 // ---------------------------------------------------------------------------------------
 // Shared helpers
 // ---------------------------------------------------------------------------------------
@@ -337,7 +329,6 @@ fn spans_acknowledged_before_kill_9_are_archived_exactly_once() {
                 ("TOOLWATCH_JOURNAL__SEGMENT_BYTES".into(), "256KiB".into()),
                 ("TOOLWATCH_ARCHIVE__MAX_FILE_AGE".into(), "1s".into()),
                 ("TOOLWATCH_LOG__LEVEL".into(), "info".into()),
-                pause_workaround(),
             ],
             ..Default::default()
         })
@@ -500,7 +491,6 @@ fn damaged_tail_case(damage: Damage) {
     let acked_file = dir.path().join("acked");
     let opts = || DaemonOptions {
         data_dir: Some(data.clone()),
-        env: vec![pause_workaround()],
         ..Default::default()
     };
     let mut d = Daemon::start_with(opts());

@@ -58,7 +58,16 @@ fn files_roll_by_size() {
         files.len()
     );
     let rows = read_table(&d.data_dir, "spans");
-    assert_eq!(rows.len() as u64, report["spans"].as_u64().expect("spans"));
+    assert_eq!(
+        rows.len() as u64,
+        report["spans"].as_u64().expect("spans"),
+        "{}",
+        d.log_text()
+            .lines()
+            .filter(|l| !l.contains("\"DEBUG\""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[test]
