@@ -225,3 +225,88 @@ async fn a_downstream_outage_loses_nothing() {
     let down_ids: BTreeSet<&String> = down_spans.keys().collect();
     assert_eq!(up_ids, down_ids, "every span reached the downstream once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alarms_go_downstream_too_and_a_restart_resends_what_a_dead_endpoint_did_not_take() {
+    let listen = (free_addr(), free_addr());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up_data = dir.path().join("up");
+    let down_data = dir.path().join("down");
+    let mut config = std::fs::read_to_string(upstream_config(
+        dir.path(),
+        &format!("http://{}", listen.1),
+        "http",
+    ))
+    .expect("config");
+    config.push_str(
+        "[journal]\nshutdown_deadline = \"2s\"\n[budget.request]\ntool_calls = 2\nrepeated_calls = 0\n",
+    );
+    let config = write_file(dir.path(), "alarms.toml", &config);
+    let start_up = || {
+        Daemon::start_with(DaemonOptions {
+            data_dir: Some(up_data.clone()),
+            config: Some(config.clone()),
+            ..Default::default()
+        })
+    };
+    // The downstream is not there yet: the export retries, and a stop gives up after 2 s.
+    let mut up = start_up();
+    let report = loadgen(&[
+        "--target",
+        &up.grpc_url(),
+        "--requests",
+        "20",
+        "--seed",
+        "51",
+    ]);
+    wait_for("the export retrying against the missing downstream", || {
+        up.metric(r#"toolwatch_export_requests_total{endpoint="downstream",outcome="retried"}"#)
+            .filter(|&n| n >= 1.0)
+    });
+    up.stop();
+    assert!(
+        up.log_text()
+            .contains("consumers did not catch up with the journal in time"),
+        "the shutdown deadline was reached"
+    );
+    // The downstream comes up; the upstream's next start resends from its checkpoint.
+    let mut down = Daemon::start_with(DaemonOptions {
+        data_dir: Some(down_data.clone()),
+        listen: Some(listen),
+        ..Default::default()
+    });
+    let mut up = start_up();
+    wait_for("the export to catch up", || {
+        up.metric(r#"toolwatch_export_lag_records{endpoint="downstream"}"#)
+            .filter(|&n| n == 0.0)
+    });
+    up.stop();
+    down.stop();
+
+    let key = ["trace_id", "span_id"];
+    let up_spans = rows_by_id(&up_data, "spans", &key);
+    assert_eq!(
+        up_spans.len() as u64,
+        report["spans"].as_u64().expect("spans")
+    );
+    let down_spans = rows_by_id(&down_data, "spans", &key);
+    let up_ids: BTreeSet<&String> = up_spans.keys().collect();
+    let down_ids: BTreeSet<&String> = down_spans.keys().collect();
+    assert_eq!(up_ids, down_ids, "every span reached the downstream");
+    // Every alarm the upstream archived arrived as a log record naming it.
+    let alarm_ids: BTreeSet<String> = read_table_python("duckdb", &up_data, "alarms")
+        .iter()
+        .map(|r| r["alarm_id"].as_str().expect("alarm_id").to_string())
+        .collect();
+    assert!(alarm_ids.len() >= 4, "{} alarms", alarm_ids.len());
+    let downstream_alarm_ids: BTreeSet<String> = read_table_python("duckdb", &down_data, "logs")
+        .iter()
+        .filter_map(|r| {
+            attributes(r)
+                .get("toolwatch.alarm.id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(alarm_ids, downstream_alarm_ids);
+}
