@@ -3,13 +3,14 @@
 # reporting what the receiver alone spent. Usage:
 #   benches/load.sh [loadgen flags...]      e.g. benches/load.sh --requests 40000 --batch 50
 #   LOAD_CONFIG=benches/budgets.toml benches/load.sh ...   with a configuration file
+#   TOOLWATCH_BIN=/path/to/toolwatch benches/load.sh ...   another build (e.g. an older commit's)
 # Prints: spans archived, wall time, sustained spans/s, the daemon's CPU seconds (user+sys)
 # per million acknowledged spans, and the daemon's peak RSS. The load generator runs as a
 # separate process; its CPU is reported separately and not counted for the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-bin=${CARGO_TARGET_DIR:-target}/release/toolwatch
+if [ -z "${TOOLWATCH_BIN:-}" ]; then cargo build --release --quiet; fi
+bin=${TOOLWATCH_BIN:-${CARGO_TARGET_DIR:-target}/release/toolwatch}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -28,8 +29,8 @@ for a in "$@"; do [ "$a" = "--http" ] && target="http://$http"; done
 
 admin=$(grep '"toolwatch ready"' "$work/serve.log" | sed -E 's/.*"admin":"([^"]+)".*/\1/')
 /usr/bin/time -v -o "$work/loadgen.time" "$bin" loadgen --target "$target" --json "$@" > "$work/report.json"
-# What the stages that read behind the archive skipped (they take batches with try_send).
-curl -s "http://$admin/metrics" | grep -E '^toolwatch_(assemble|budget)_skipped_batches_total' > "$work/skipped" || true
+# The journal's work (absent from builds before the journal).
+curl -s "http://$admin/metrics" | grep -E '^toolwatch_journal_(records|commits)_total|^toolwatch_otlp_rejected' > "$work/skipped" || true
 # The daemon's pid is the child of `time`.
 kill -TERM "$(pgrep -P "$serve_pid" toolwatch)"
 wait "$serve_pid"

@@ -90,6 +90,10 @@ pub struct LimitsConfig {
     pub max_request_bytes: ByteSize,
     /// Batches waiting for the journal writer; beyond this receivers answer "retry later".
     pub queue_batches: PositiveUsize,
+    /// No longer used: receivers refuse at once when the journal writer's queue is full.
+    /// Still read, so configuration files written for earlier versions load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enqueue_timeout: Option<HumanDuration>,
     /// The `Retry-After` / RetryInfo delay suggested to clients when refusing.
     pub retry_after: HumanDuration,
 }
@@ -99,6 +103,7 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_request_bytes: ByteSize(8 * 1024 * 1024),
             queue_batches: PositiveUsize(1024),
+            enqueue_timeout: None,
             retry_after: HumanDuration(Duration::from_secs(1)),
         }
     }
@@ -352,6 +357,25 @@ impl Config {
             origin: "configuration".into(),
             message: e.to_string(),
         })?;
+        let j = &self.journal;
+        if j.max_bytes.0 < j.segment_bytes.0.saturating_mul(4) {
+            return Err(ConfigError::Invalid {
+                origin: "journal.max_bytes".into(),
+                message: format!(
+                    "{} is less than 4 x journal.segment_bytes ({}): segments are removed whole, so the journal could fill for good",
+                    j.max_bytes.0, j.segment_bytes.0
+                ),
+            });
+        }
+        if j.max_bytes.0 < self.limits.max_request_bytes.0.saturating_mul(2) {
+            return Err(ConfigError::Invalid {
+                origin: "journal.max_bytes".into(),
+                message: format!(
+                    "{} is less than 2 x limits.max_request_bytes ({}): a large request could never be journalled",
+                    j.max_bytes.0, self.limits.max_request_bytes.0
+                ),
+            });
+        }
         let l = &self.listen;
         let named = [
             ("listen.otlp_grpc", l.otlp_grpc),
@@ -589,6 +613,21 @@ impl<'de> Deserialize<'de> for ZstdLevel {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_journal_too_small_for_its_segments_is_refused() {
+        let mut c = Config::default();
+        c.journal.max_bytes = ByteSize(64 << 20);
+        let err = c.validate().expect_err("max_bytes = segment_bytes");
+        assert!(
+            err.to_string()
+                .starts_with("journal.max_bytes: 67108864 is less than 4 x journal.segment_bytes"),
+            "{err}"
+        );
+        // A file written for an earlier version, with the retired key, still loads.
+        let old = Config::from_toml("[limits]\nenqueue_timeout = \"2s\"\n", "old.toml");
+        assert!(old.is_ok(), "{old:?}");
+    }
+
     #[test]
     fn every_default_survives_an_environment_override() {
         // An override round-trips the whole effective configuration through TOML, so every

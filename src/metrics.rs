@@ -138,6 +138,7 @@ pub struct JournalMetrics {
     lag: Family<Owned1, Gauge>,
     cut_bytes: Counter,
     undecodable: Family<Owned1, Counter>,
+    failed_consumers: Family<Owned1, Gauge>,
     repeated_spans: Counter,
     replayed_rows: Counter,
 }
@@ -183,6 +184,11 @@ impl JournalMetrics {
             "journal_undecodable_records",
             "Journal records a consumer could not decode and skipped, by consumer",
             self.undecodable.clone(),
+        );
+        r.register(
+            "journal_consumer_failed",
+            "1 when a consumer stopped reading the journal after an error (the journal no longer shrinks; see the daemon's log), by consumer",
+            self.failed_consumers.clone(),
         );
         r.register(
             "archive_repeated_spans",
@@ -239,6 +245,13 @@ impl JournalMetrics {
     /// Counts a damaged tail cut at start.
     pub fn cut(&self, bytes: u64) {
         self.cut_bytes.inc_by(bytes);
+    }
+
+    /// Marks a consumer that stopped after a read error.
+    pub fn consumer_failed(&self, consumer: &str) {
+        self.failed_consumers
+            .get_or_create(&[("consumer", consumer.to_string())])
+            .set(1);
     }
 
     /// Counts a record `consumer` could not decode.

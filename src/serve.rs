@@ -358,8 +358,15 @@ pub async fn run(
             abort.abort();
         }
     }
-    // Every writer handle is gone with the receivers and the budget stage.
-    let written = join(writer_thread, "journal writer").await?.1;
+    // Every writer handle goes with the receivers and the budget stage; a connection still
+    // open past the drain deadline can hold one, so the wait is bounded (all data acknowledged
+    // is durable already).
+    let written = if wait_finished(&writer_thread, DELIVERY_DEADLINE).await {
+        join(writer_thread, "journal writer").await?.1
+    } else {
+        tracing::warn!("the journal writer is still held by an open connection; exiting anyway");
+        crate::journal::writer::WriterTotals::default()
+    };
     journal_gauges.abort();
     metrics.journal.observe(&head);
     let totals = ArchiveTotals {
@@ -460,12 +467,7 @@ where
     let metrics = Arc::clone(metrics);
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || {
-            let consumer_name = tail.consumer().to_string();
-            crate::journal::consume::run(tail, consumer, stop, || {
-                metrics.journal.undecodable(&consumer_name)
-            })
-        })
+        .spawn(move || crate::journal::consume::run(tail, consumer, stop, &metrics.journal))
         .map_err(|e| ServeError::Thread(e.to_string()))
 }
 
@@ -477,6 +479,18 @@ async fn join<T: Send + 'static>(
         .await
         .map_err(|e| ServeError::Thread(e.to_string()))?
         .map_err(|_| ServeError::Thread(format!("the {what} thread panicked")))
+}
+
+/// Waits up to `limit` for a thread to finish; true if it did.
+async fn wait_finished<T>(thread: &std::thread::JoinHandle<T>, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !thread.is_finished() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
 }
 
 /// Refreshes the journal's gauges every second.

@@ -241,7 +241,9 @@ impl Consumer for ArchiveConsumer {
     }
 
     fn finish(mut self, next_seq: u64) -> (u64, ArchiveTotals) {
-        (next_seq, self.archive.close())
+        let totals = self.archive.close();
+        // Rows that failed to be written keep the checkpoint before them.
+        (self.archive.pinned_record().unwrap_or(next_seq), totals)
     }
 }
 
@@ -409,5 +411,28 @@ mod replay_tests {
 
     fn hex_of(n: u8) -> String {
         hex::encode([n; 8])
+    }
+
+    #[test]
+    fn rows_that_cannot_be_written_keep_the_checkpoint_before_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = JournalHead::new(1, 0, u64::MAX);
+        let mut c = consumer(dir.path(), 1);
+        c.record(1, batch(vec![span("a", 1, 0)]));
+        // Tenant b's partition folder cannot be made: a file stands where it would go.
+        std::fs::write(dir.path().join("spans").join("tenant=b"), b"in the way").expect("block");
+        c.record(2, batch(vec![span("b", 2, 0)]));
+        c.record(3, batch(vec![span("a", 3, 0)]));
+        let a_hour0 = PartitionKey::new(Table::Spans, "a", span("a", 0, 0).start_ns);
+        c.archive.complete(&a_hour0);
+        assert_eq!(
+            c.tick(4, &head),
+            2,
+            "record 2 failed and holds the checkpoint"
+        );
+        let (checkpoint, totals) = c.finish(4);
+        assert_eq!(checkpoint, 2);
+        assert_eq!(totals.failed_rows, 1);
+        assert_eq!(archived(dir.path()), vec![hex_of(1), hex_of(3)]);
     }
 }

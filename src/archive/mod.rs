@@ -138,6 +138,11 @@ pub struct Archive {
     due: Vec<PartitionKey>,
     /// Names the journal whose records completed files hold (see [`records_suffix`]).
     journal_id: Option<String>,
+    /// The first journal record with rows that could not be written: the checkpoint stays
+    /// before it, so a restart writes them from the journal.
+    failed_from: Option<u64>,
+    /// The journal record being added.
+    current: Option<u64>,
     metrics: Arc<Metrics>,
     totals: ArchiveTotals,
 }
@@ -181,6 +186,8 @@ impl Archive {
             open: HashMap::new(),
             due: Vec::new(),
             journal_id: None,
+            failed_from: None,
+            current: None,
             metrics,
             totals: ArchiveTotals::default(),
         })
@@ -196,6 +203,7 @@ impl Archive {
     /// are completed only between records, so a file holds all of a record's rows for its
     /// partition or none.
     pub fn append(&mut self, seq: Option<u64>, batch: &EventBatch) {
+        self.current = seq;
         for span in &batch.spans {
             let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
             self.with_partition(key, seq, |rows| match rows {
@@ -219,6 +227,7 @@ impl Archive {
         self.open
             .values()
             .filter_map(|p| p.records.map(|(first, _)| first))
+            .chain(self.failed_from)
             .min()
     }
 
@@ -304,19 +313,12 @@ impl Archive {
     /// Completes the files that became due and, beyond `max_open_partitions`, the least
     /// recently written ones.
     fn settle(&mut self) {
+        self.current = None;
         for key in std::mem::take(&mut self.due) {
             self.complete(&key);
         }
         while self.open.len() > self.max_open {
-            let Some(oldest) = self
-                .open
-                .iter()
-                .min_by_key(|(_, p)| p.writer.last_write)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            self.complete(&oldest);
+            self.evict_least_recent();
         }
     }
 
@@ -327,8 +329,13 @@ impl Archive {
         add: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
     ) {
         if !self.open.contains_key(&key) {
+            // One record may reach many partitions (hours of event time): beyond the bound,
+            // files complete even mid-record rather than hold a file per partition.
+            if self.open.len() >= self.max_open.saturating_mul(2) {
+                self.evict_least_recent();
+            }
             if let Err(e) = self.open_partition(key.clone()) {
-                self.fail(key.table, 1, &e);
+                self.fail(key.table, 1, seq.map(|s| (s, s)), &e);
                 return;
             }
         }
@@ -336,7 +343,7 @@ impl Archive {
             return;
         };
         if let Err(e) = add(&mut part.rows) {
-            self.fail(key.table, 1, &e);
+            self.fail(key.table, 1, seq.map(|s| (s, s)), &e);
             return;
         }
         if let Some(seq) = seq {
@@ -348,7 +355,8 @@ impl Archive {
         if part.rows.len() >= self.batch_rows {
             let at_stake = part.writer.rows() + part.rows.len() as u64;
             if let Err(e) = part.flush_rows() {
-                self.fail(key.table, at_stake, &e);
+                let records = part.records;
+                self.fail(key.table, at_stake, records, &e);
                 self.discard(&key);
                 return;
             }
@@ -413,10 +421,19 @@ impl Archive {
         // If the file cannot be completed, everything in it is lost, not just the last batch.
         let at_stake = part.writer.rows() + part.rows.len() as u64;
         if let Err(e) = part.flush_rows() {
-            self.fail(key.table, at_stake, &e);
+            self.fail(key.table, at_stake, part.records, &e);
             return;
         }
-        let suffix = match (&self.journal_id, part.records) {
+        // A file completed in the middle of a record holds only part of that record's rows
+        // for its partition: it claims the records before it (the rest of that record's rows
+        // there may be written twice after a crash, never lost).
+        let claimed = match (part.records, self.current) {
+            (Some((first, last)), Some(current)) if last == current => {
+                (first < current).then_some((first, current - 1))
+            }
+            (records, _) => records,
+        };
+        let suffix = match (&self.journal_id, claimed) {
             (Some(id), Some(records)) => records_suffix(id, records),
             _ => String::new(),
         };
@@ -432,7 +449,18 @@ impl Archive {
                 self.metrics.archive_file(key.table, done.rows, done.bytes);
                 tracing::debug!(path = %done.path.display(), rows = done.rows, bytes = done.bytes, "archive file complete");
             }
-            Err(e) => self.fail(key.table, at_stake, &e),
+            Err(e) => self.fail(key.table, at_stake, part.records, &e),
+        }
+    }
+
+    fn evict_least_recent(&mut self) {
+        if let Some(oldest) = self
+            .open
+            .iter()
+            .min_by_key(|(_, p)| p.writer.last_write)
+            .map(|(k, _)| k.clone())
+        {
+            self.complete(&oldest);
         }
     }
 
@@ -441,10 +469,15 @@ impl Archive {
         self.report_open(key.table);
     }
 
-    fn fail(&mut self, table: Table, rows: u64, e: &ArchiveError) {
+    /// Counts rows that could not be written. Those of journal `records` stay in the journal:
+    /// the checkpoint does not pass them, and the next start writes them.
+    fn fail(&mut self, table: Table, rows: u64, records: Option<(u64, u64)>, e: &ArchiveError) {
         self.totals.failed_rows += rows;
         self.metrics.archive_error(table, rows);
-        tracing::error!(table = table.as_str(), rows, error = %e, "archive write failed");
+        if let Some((first, _)) = records {
+            self.failed_from = Some(self.failed_from.map_or(first, |f| f.min(first)));
+        }
+        tracing::error!(table = table.as_str(), rows, error = %e, "archive write failed; the rows stay in the journal for the next start");
     }
 
     /// Completes every open file and reports what was written in total.

@@ -559,7 +559,10 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         let closed = self.archive.close();
         self.totals.request_rows = closed.request_rows;
         self.totals.files = closed.files;
-        (next_seq, self.totals)
+        (
+            self.archive.pinned_record().unwrap_or(next_seq),
+            self.totals,
+        )
     }
 }
 

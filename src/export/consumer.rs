@@ -158,7 +158,9 @@ impl ExportConsumer {
         let req = match ExportLogsServiceRequest::decode(bytes) {
             Ok(req) => req,
             Err(e) => {
-                self.metrics.journal.undecodable(self.endpoint.name());
+                self.metrics
+                    .journal
+                    .undecodable(&format!("export-{}", self.endpoint.name()));
                 tracing::error!(endpoint = self.endpoint.name(), error = %e, "journalled alarm batch cannot be decoded; skipped");
                 return;
             }

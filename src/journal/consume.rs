@@ -49,7 +49,7 @@ pub fn run<C: Consumer>(
     mut tail: Tail,
     mut consumer: C,
     stop: Stop,
-    on_undecodable: impl Fn(),
+    metrics: &crate::metrics::JournalMetrics,
 ) -> C::Totals {
     let mut last_tick = Instant::now();
     let mut saved = tail.next_seq();
@@ -63,8 +63,10 @@ pub fn run<C: Consumer>(
             Ok(r) => r,
             Err(e) => {
                 // A damaged segment: stop reading rather than skip acknowledged data; the
-                // records stay for an operator (and the next start reports them).
-                tracing::error!(consumer = tail.consumer(), error = %e, "cannot read the journal; this consumer stops");
+                // records stay for an operator (and the next start reports them). The
+                // journal stops shrinking, so this must be loud.
+                metrics.consumer_failed(tail.consumer());
+                tracing::error!(consumer = tail.consumer(), error = %e, "cannot read the journal; this consumer stops until restart");
                 break;
             }
         };
@@ -73,7 +75,7 @@ pub fn run<C: Consumer>(
             match codec::decode(&payload) {
                 Ok(entry) => consumer.record(seq, entry),
                 Err(e) => {
-                    on_undecodable();
+                    metrics.undecodable(tail.consumer());
                     tracing::error!(consumer = tail.consumer(), seq, error = %e, "journal record cannot be decoded; skipped");
                 }
             }

@@ -729,6 +729,7 @@ fn overload_is_refused_with_retryable_codes_memory_stays_bounded_and_everything_
         env: vec![
             ("TOOLWATCH_ARCHIVE__PAUSE_PER_RECORD".into(), "20ms".into()),
             ("TOOLWATCH_JOURNAL__MAX_BYTES".into(), "4MiB".into()),
+            ("TOOLWATCH_LIMITS__MAX_REQUEST_BYTES".into(), "1MiB".into()),
             ("TOOLWATCH_JOURNAL__SEGMENT_BYTES".into(), "256KiB".into()),
             ("TOOLWATCH_LOG__LEVEL".into(), "info".into()),
         ],
