@@ -3,14 +3,14 @@
 # reporting what the receiver alone spent. Usage:
 #   benches/load.sh [loadgen flags...]      e.g. benches/load.sh --requests 40000 --batch 50
 #   LOAD_CONFIG=benches/budgets.toml benches/load.sh ...   with a configuration file
-#   TOOLWATCH_BIN=/path/to/toolwatch benches/load.sh ...   another build (e.g. an older commit's)
+#   LOAD_BIN=/path/to/toolwatch benches/load.sh ...   another build (e.g. an older commit's)
 # Prints: spans archived, wall time, sustained spans/s, the daemon's CPU seconds (user+sys)
 # per million acknowledged spans, and the daemon's peak RSS. The load generator runs as a
 # separate process; its CPU is reported separately and not counted for the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -z "${TOOLWATCH_BIN:-}" ]; then cargo build --release --quiet; fi
-bin=${TOOLWATCH_BIN:-${CARGO_TARGET_DIR:-target}/release/toolwatch}
+if [ -z "${LOAD_BIN:-}" ]; then cargo build --release --quiet; fi
+bin=${LOAD_BIN:-${CARGO_TARGET_DIR:-target}/release/toolwatch}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -177,7 +177,7 @@ impl Default for JournalConfig {
         JournalConfig {
             segment_bytes: ByteSize(64 * 1024 * 1024),
             max_bytes: ByteSize(4 * 1024 * 1024 * 1024),
-            group_commit: LimitDuration(Duration::from_millis(2)),
+            group_commit: LimitDuration(Duration::ZERO),
             group_bytes: ByteSize(4 * 1024 * 1024),
             shutdown_deadline: HumanDuration(Duration::from_secs(30)),
         }
