@@ -30,7 +30,7 @@ use crate::budget::{state, BudgetConsumer, BudgetStage};
 use crate::config::Config;
 use crate::export::consumer::{ExportConsumer, ExportTotals};
 use crate::export::endpoint::Endpoint;
-use crate::journal::consume::{Consumer, Stop};
+use crate::journal::consume::{Consumer, DecodedRecords, Stop};
 use crate::journal::head::JournalHead;
 use crate::journal::tail::Tail;
 use crate::journal::writer::{GroupCommit, JournalWriter};
@@ -158,6 +158,10 @@ pub async fn run(
     )
     .map_err(|e| ServeError::Thread(e.to_string()))?;
 
+    let shared = Shared {
+        metrics: Arc::clone(&metrics),
+        decoded: Arc::new(DecodedRecords::new(DECODED_RECORDS)),
+    };
     let stop_consumers = Stop::default();
     // Export endpoints stop after the budget stage: its last alarms go out too.
     let stop_export = Stop {
@@ -196,7 +200,7 @@ pub async fn run(
         archive_tail,
         archive_consumer,
         stop_consumers.clone(),
-        &metrics,
+        &shared,
     )?;
 
     let requests_archive = Archive::open(
@@ -212,7 +216,7 @@ pub async fn run(
         assemble_tail,
         AssembleConsumer::new(assembler, requests_archive, Arc::clone(&metrics)),
         stop_consumers.clone(),
-        &metrics,
+        &shared,
     )?;
 
     let stop_delivery = CancellationToken::new();
@@ -230,7 +234,7 @@ pub async fn run(
         budget_tail,
         BudgetConsumer::new(budget_stage, skip_before, alarm_export),
         stop_consumers.clone(),
-        &metrics,
+        &shared,
     )?;
 
     let mut export_threads = Vec::new();
@@ -246,7 +250,7 @@ pub async fn run(
             tail,
             consumer,
             stop_export.clone(),
-            &metrics,
+            &shared,
         )?);
     }
 
@@ -395,6 +399,15 @@ pub async fn run(
     Ok(totals)
 }
 
+/// What every consumer thread shares.
+struct Shared {
+    metrics: Arc<Metrics>,
+    decoded: Arc<DecodedRecords>,
+}
+
+/// Decoded records the consumers share (about 1 MiB each at 500 spans per batch).
+const DECODED_RECORDS: usize = 32;
+
 /// Consumer names (checkpoint files in `journal/checkpoints/`).
 const ARCHIVE_CONSUMER: &str = "archive";
 const ASSEMBLE_CONSUMER: &str = "assemble";
@@ -458,16 +471,19 @@ fn spawn_consumer<C>(
     tail: Tail,
     consumer: C,
     stop: Stop,
-    metrics: &Arc<Metrics>,
+    shared: &Shared,
 ) -> Result<std::thread::JoinHandle<C::Totals>, ServeError>
 where
     C: Consumer + Send + 'static,
     C::Totals: Send + 'static,
 {
-    let metrics = Arc::clone(metrics);
+    let metrics = Arc::clone(&shared.metrics);
+    let decoded = Arc::clone(&shared.decoded);
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || crate::journal::consume::run(tail, consumer, stop, &metrics.journal))
+        .spawn(move || {
+            crate::journal::consume::run(tail, consumer, stop, &decoded, &metrics.journal)
+        })
         .map_err(|e| ServeError::Thread(e.to_string()))
 }
 

@@ -172,30 +172,32 @@ impl ArchiveConsumer {
         seq <= last
     }
 
-    /// Drops what is already archived (replay) and spans seen before (repeats).
-    fn filter(&mut self, seq: u64, batch: &mut EventBatch) {
+    /// Which spans and logs to write: not those already archived (replay) nor spans seen
+    /// before (repeats).
+    fn keep(&mut self, seq: u64, batch: &EventBatch) -> (Vec<bool>, Vec<bool>) {
         let mut replayed = 0u64;
         let mut repeated = 0u64;
-        let spans = std::mem::take(&mut batch.spans);
-        for span in spans {
+        let mut spans = Vec::with_capacity(batch.spans.len());
+        for span in &batch.spans {
             let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
-            if self.already_archived(key, seq) {
-                self.recent.insert(&span);
+            let keep = if self.already_archived(key, seq) {
+                self.recent.insert(span);
                 replayed += 1;
-            } else if self.recent.insert(&span) {
-                batch.spans.push(span);
+                false
+            } else if self.recent.insert(span) {
+                true
             } else {
                 repeated += 1;
-            }
+                false
+            };
+            spans.push(keep);
         }
-        let logs = std::mem::take(&mut batch.logs);
-        for log in logs {
+        let mut logs = Vec::with_capacity(batch.logs.len());
+        for log in &batch.logs {
             let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
-            if self.already_archived(key, seq) {
-                replayed += 1;
-            } else {
-                batch.logs.push(log);
-            }
+            let archived = self.already_archived(key, seq);
+            replayed += u64::from(archived);
+            logs.push(!archived);
         }
         if repeated > 0 {
             self.metrics.journal.repeated_spans(repeated);
@@ -203,6 +205,7 @@ impl ArchiveConsumer {
         if replayed > 0 {
             self.metrics.journal.replayed_rows(replayed);
         }
+        (spans, logs)
     }
 }
 
@@ -221,12 +224,12 @@ fn last_record_in_folder(dir: &Path, id: &str) -> u64 {
 impl Consumer for ArchiveConsumer {
     type Totals = ArchiveTotals;
 
-    fn record(&mut self, seq: u64, entry: JournalEntry) {
-        let JournalEntry::Events(mut batch) = entry else {
+    fn record(&mut self, seq: u64, entry: &JournalEntry) {
+        let JournalEntry::Events(batch) = entry else {
             return;
         };
-        self.filter(seq, &mut batch);
-        self.archive.append(Some(seq), &batch);
+        let (spans, logs) = self.keep(seq, batch);
+        self.archive.append_kept(Some(seq), batch, &spans, &logs);
         if !self.pause.is_zero() {
             std::thread::sleep(self.pause);
         }
@@ -385,7 +388,7 @@ mod replay_tests {
         ];
         let mut c = consumer(dir.path(), 1);
         for (i, spans) in records.iter().enumerate().take(3) {
-            c.record(i as u64 + 1, batch(spans.clone()));
+            c.record(i as u64 + 1, &batch(spans.clone()));
         }
         // Hour 1's file (records 1 and 3) completes; hour 0's (records 1..3) stays open.
         let hour1 = PartitionKey::new(Table::Spans, "a", span("a", 0, 1).start_ns);
@@ -397,10 +400,10 @@ mod replay_tests {
 
         let mut c = consumer(dir.path(), 5);
         for (i, spans) in records.iter().enumerate() {
-            c.record(i as u64 + 1, batch(spans.clone()));
+            c.record(i as u64 + 1, &batch(spans.clone()));
         }
         // A client resending span 6 after the crash: dropped as a repeat.
-        c.record(5, batch(vec![span("a", 6, 0)]));
+        c.record(5, &batch(vec![span("a", 6, 0)]));
         let (next, _) = c.finish(6);
         assert_eq!(next, 6);
         assert_eq!(
@@ -418,11 +421,11 @@ mod replay_tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let head = JournalHead::new(1, 0, u64::MAX);
         let mut c = consumer(dir.path(), 1);
-        c.record(1, batch(vec![span("a", 1, 0)]));
+        c.record(1, &batch(vec![span("a", 1, 0)]));
         // Tenant b's partition folder cannot be made: a file stands where it would go.
         std::fs::write(dir.path().join("spans").join("tenant=b"), b"in the way").expect("block");
-        c.record(2, batch(vec![span("b", 2, 0)]));
-        c.record(3, batch(vec![span("a", 3, 0)]));
+        c.record(2, &batch(vec![span("b", 2, 0)]));
+        c.record(3, &batch(vec![span("a", 3, 0)]));
         let a_hour0 = PartitionKey::new(Table::Spans, "a", span("a", 0, 0).start_ns);
         c.archive.complete(&a_hour0);
         assert_eq!(

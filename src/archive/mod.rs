@@ -203,15 +203,28 @@ impl Archive {
     /// are completed only between records, so a file holds all of a record's rows for its
     /// partition or none.
     pub fn append(&mut self, seq: Option<u64>, batch: &EventBatch) {
+        let spans = vec![true; batch.spans.len()];
+        let logs = vec![true; batch.logs.len()];
+        self.append_kept(seq, batch, &spans, &logs);
+    }
+
+    /// [`Archive::append`] of the spans and log records whose flag in `spans` and `logs` is set.
+    pub fn append_kept(
+        &mut self,
+        seq: Option<u64>,
+        batch: &EventBatch,
+        spans: &[bool],
+        logs: &[bool],
+    ) {
         self.current = seq;
-        for span in &batch.spans {
+        for (span, _) in batch.spans.iter().zip(spans).filter(|(_, &k)| k) {
             let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
             self.with_partition(key, seq, |rows| match rows {
                 Rows::Spans(r) => r.append(span).map_err(ArchiveError::from),
                 _ => unreachable_table(),
             });
         }
-        for log in &batch.logs {
+        for (log, _) in batch.logs.iter().zip(logs).filter(|(_, &k)| k) {
             let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
             self.with_partition(key, seq, |rows| match rows {
                 Rows::Logs(r) => r.append(log).map_err(ArchiveError::from),

@@ -132,14 +132,14 @@ impl BudgetConsumer {
 impl crate::journal::consume::Consumer for BudgetConsumer {
     type Totals = BudgetTotals;
 
-    fn record(&mut self, seq: u64, entry: crate::journal::codec::JournalEntry) {
+    fn record(&mut self, seq: u64, entry: &crate::journal::codec::JournalEntry) {
         let crate::journal::codec::JournalEntry::Events(batch) = entry else {
             return;
         };
         if seq < self.skip_before {
             return;
         }
-        let alarms = lock(&self.stage.evaluator).observe(&batch, now_ns());
+        let alarms = lock(&self.stage.evaluator).observe(batch, now_ns());
         self.raise(&alarms);
     }
 

@@ -184,7 +184,7 @@ impl ExportConsumer {
 impl Consumer for ExportConsumer {
     type Totals = ExportTotals;
 
-    fn record(&mut self, seq: u64, entry: JournalEntry) {
+    fn record(&mut self, seq: u64, entry: &JournalEntry) {
         if self.stopped {
             return;
         }
@@ -194,13 +194,13 @@ impl Consumer for ExportConsumer {
                     return;
                 }
                 self.mark(seq);
-                self.spans.extend(batch.spans);
-                self.logs.extend(batch.logs);
+                self.spans.extend(batch.spans.iter().cloned());
+                self.logs.extend(batch.logs.iter().cloned());
                 if self.buffered() >= self.max_items {
                     self.flush();
                 }
             }
-            JournalEntry::AlarmLogs(bytes) => self.alarms(seq, &bytes),
+            JournalEntry::AlarmLogs(bytes) => self.alarms(seq, bytes),
         }
     }
 

@@ -6,6 +6,8 @@
 //! `stop.give_up` is cancelled (the shutdown deadline passed): then what it has not read stays
 //! in the journal for the next start.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -27,12 +29,56 @@ pub trait Consumer {
     /// What the stage reports when it stops.
     type Totals;
     /// Takes journal record `seq`.
-    fn record(&mut self, seq: u64, entry: JournalEntry);
+    fn record(&mut self, seq: u64, entry: &JournalEntry);
     /// Periodic work. `next_seq` is the first record not yet handed over; returns the first
     /// record not yet durable on the stage's side (its checkpoint).
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64;
     /// Stops: makes everything taken durable where it can; returns its checkpoint and totals.
     fn finish(self, next_seq: u64) -> (u64, Self::Totals);
+}
+
+/// Records decoded lately, shared by the consumers: they read the same region of the journal
+/// at about the same time, and decoding a record (every string allocated) is most of what a
+/// consumer costs, so the first to reach a record decodes it and the others take it from here.
+pub struct DecodedRecords {
+    recent: Mutex<VecDeque<(u64, Arc<JournalEntry>)>>,
+    capacity: usize,
+}
+
+impl DecodedRecords {
+    /// Keeps the last `capacity` decoded records.
+    pub fn new(capacity: usize) -> DecodedRecords {
+        DecodedRecords {
+            recent: Mutex::new(VecDeque::with_capacity(capacity)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn find(&self, seq: u64) -> Option<Arc<JournalEntry>> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .iter()
+            .rev()
+            .find(|(s, _)| *s == seq)
+            .map(|(_, e)| Arc::clone(e))
+    }
+
+    /// Record `seq`, decoded from `payload` unless another consumer did so lately.
+    pub fn get(&self, seq: u64, payload: &[u8]) -> Result<Arc<JournalEntry>, codec::CodecError> {
+        if let Some(e) = self.find(seq) {
+            return Ok(e);
+        }
+        // Decoded outside the lock; two consumers may both decode a record now and then.
+        let entry = Arc::new(codec::decode(payload)?);
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if !recent.iter().any(|(s, _)| *s == seq) {
+            recent.push_back((seq, Arc::clone(&entry)));
+            while recent.len() > self.capacity {
+                recent.pop_front();
+            }
+        }
+        Ok(entry)
+    }
 }
 
 /// When a consumer stops.
@@ -49,6 +95,7 @@ pub fn run<C: Consumer>(
     mut tail: Tail,
     mut consumer: C,
     stop: Stop,
+    decoded: &DecodedRecords,
     metrics: &crate::metrics::JournalMetrics,
 ) -> C::Totals {
     let mut last_tick = Instant::now();
@@ -72,8 +119,8 @@ pub fn run<C: Consumer>(
         };
         let caught_up = records.is_empty();
         for (seq, payload) in records {
-            match codec::decode(&payload) {
-                Ok(entry) => consumer.record(seq, entry),
+            match decoded.get(seq, &payload) {
+                Ok(entry) => consumer.record(seq, &entry),
                 Err(e) => {
                     metrics.undecodable(tail.consumer());
                     tracing::error!(consumer = tail.consumer(), seq, error = %e, "journal record cannot be decoded; skipped");
@@ -106,5 +153,29 @@ fn save(tail: &Tail, saved: u64, durable: u64) -> u64 {
             tracing::error!(consumer = tail.consumer(), error = %e, "cannot save the journal checkpoint");
             saved
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{fixtures, EventBatch};
+
+    #[test]
+    fn consumers_share_a_record_decoded_lately_and_the_oldest_goes() {
+        let decoded = DecodedRecords::new(2);
+        let payload = codec::encode_events(&EventBatch {
+            spans: vec![fixtures::span()],
+            logs: Vec::new(),
+        });
+        let a = decoded.get(1, &payload).expect("decode");
+        let b = decoded.get(1, &payload).expect("shared");
+        assert!(Arc::ptr_eq(&a, &b));
+        decoded.get(2, &payload).expect("decode");
+        decoded.get(3, &payload).expect("decode");
+        // Record 1 fell out: a new decode, equal but not shared.
+        let c = decoded.get(1, &payload).expect("decode again");
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(decoded.get(4, b"\x01garbage").is_err());
     }
 }
