@@ -509,14 +509,22 @@ async fn wait_finished<T>(thread: &std::thread::JoinHandle<T>, limit: Duration) 
     true
 }
 
-/// Refreshes the journal's gauges every second.
+/// Refreshes the journal's gauges every second, and keeps `/readyz` at 503 while the journal
+/// is (nearly) full, not only right after a refusal.
 async fn observe_journal(head: Arc<JournalHead>, metrics: Arc<Metrics>) {
-    let mut every = tokio::time::interval(Duration::from_secs(1));
+    const EVERY: Duration = Duration::from_secs(1);
+    let mut every = tokio::time::interval(EVERY);
     loop {
         every.tick().await;
         metrics.journal.observe(&head);
+        if head.fill() >= JOURNAL_FULL {
+            metrics.refusing_for(EVERY * 2);
+        }
     }
 }
+
+/// A journal this full refuses most batches: report not ready.
+const JOURNAL_FULL: f64 = 0.98;
 
 /// The budget stage: its evaluator restored from saved window state, its archive, its
 /// delivery tasks.
