@@ -21,4 +21,5 @@ pub mod pipeline;
 pub mod protect;
 pub mod query;
 pub mod receive;
+pub mod retry;
 pub mod serve;

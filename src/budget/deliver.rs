@@ -9,6 +9,7 @@
 //! with exponential backoff (honouring `Retry-After`) up to `max_attempts`; an answer that
 //! says the request itself is wrong (4xx other than 408 and 429) is not retried.
 
+use crate::retry::{failure_kind, retry_after, Backoff};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -334,8 +335,7 @@ impl TargetSender {
     /// Posts a body of `alarms` alarms or alerts, retrying as configured.
     async fn send(&self, body: &Value, alarms: usize, stop: &CancellationToken) {
         let name = &self.target.name;
-        let mut delay = self.target.initial_backoff.0;
-        let max = self.target.max_backoff.0;
+        let mut backoff = Backoff::new(self.target.initial_backoff.0, self.target.max_backoff.0);
         for attempt in 1..=self.target.max_attempts {
             match self.attempt(body).await {
                 Attempt::Delivered => {
@@ -355,13 +355,11 @@ impl TargetSender {
                     }
                     self.metrics.budget.delivery(name, "retried", 1);
                     tracing::warn!(target_name = %name, error = %why, attempt, "alarm delivery failed; retrying");
-                    let wait = hint.unwrap_or(delay).min(max);
                     tokio::select! {
-                        _ = tokio::time::sleep(jitter(wait)) => {}
+                        _ = tokio::time::sleep(backoff.next_wait(hint)) => {}
                         // At shutdown, one last attempt rather than a long wait.
                         _ = stop.cancelled() => {}
                     }
-                    delay = (delay * 2).min(max);
                 }
             }
         }
@@ -381,12 +379,7 @@ impl TargetSender {
             Ok(r) if r.status().is_success() => Attempt::Delivered,
             Ok(r) => {
                 let status = r.status();
-                let hint = r
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
+                let hint = retry_after(r.headers());
                 let why = format!("HTTP {}", status.as_u16());
                 if status.is_server_error() || matches!(status.as_u16(), 408 | 429) {
                     Attempt::Retry(hint, why)
@@ -394,18 +387,9 @@ impl TargetSender {
                     Attempt::Rejected(why)
                 }
             }
-            // The error's text names the URL, which may hold credentials: keep only its kind.
-            Err(e) if e.is_timeout() => Attempt::Retry(None, "timed out".into()),
-            Err(e) if e.is_connect() => Attempt::Retry(None, "cannot connect".into()),
-            Err(_) => Attempt::Retry(None, "request failed".into()),
+            Err(e) => Attempt::Retry(None, failure_kind(&e).into()),
         }
     }
-}
-
-/// Up to a quarter more, so many daemons do not retry in step.
-fn jitter(d: Duration) -> Duration {
-    let extra = rand::random::<f64>() * 0.25;
-    d + d.mul_f64(extra)
 }
 
 fn rfc3339(ns: i64) -> String {

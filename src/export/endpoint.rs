@@ -12,6 +12,7 @@
 //! name only: never its URL (which may carry a token), header values, the server's messages
 //! (which may quote the payload) or payload values.
 
+use crate::retry::{failure_kind, retry_after, Backoff};
 use std::future::Future;
 use std::io::Write;
 use std::sync::Arc;
@@ -280,7 +281,7 @@ impl Endpoint {
             Transport::Http { .. } => self.http_body(&part),
             Transport::Grpc { .. } => Bytes::new(),
         };
-        let mut delay = inner.initial_backoff;
+        let mut backoff = Backoff::new(inner.initial_backoff, inner.max_backoff);
         loop {
             let attempt = tokio::select! {
                 biased;
@@ -318,7 +319,7 @@ impl Endpoint {
                 }
                 Attempt::Retry(hint, why) => {
                     metrics.request(name, "retried");
-                    let wait = jitter(hint.unwrap_or(delay).min(inner.max_backoff));
+                    let wait = backoff.next_wait(hint);
                     tracing::warn!(
                         endpoint = %name,
                         signal = signal.as_str(),
@@ -331,7 +332,6 @@ impl Endpoint {
                         _ = stop.cancelled() => return Err(SendError::Stopped),
                         _ = tokio::time::sleep(wait) => {}
                     }
-                    delay = (delay * 2).min(inner.max_backoff);
                 }
             }
         }
@@ -413,12 +413,7 @@ async fn http_outcome<P: Payload>(sent: Result<reqwest::Response, reqwest::Error
         }
         Ok(r) => {
             let status = r.status().as_u16();
-            let hint = r
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
+            let hint = retry_after(r.headers());
             let why = format!("HTTP {status}");
             if matches!(status, 429 | 502 | 503 | 504) {
                 Attempt::Retry(hint, why)
@@ -426,10 +421,7 @@ async fn http_outcome<P: Payload>(sent: Result<reqwest::Response, reqwest::Error
                 Attempt::Rejected(why)
             }
         }
-        // The error's text names the URL, which may hold credentials: keep only its kind.
-        Err(e) if e.is_timeout() => Attempt::Retry(None, "timed out".into()),
-        Err(e) if e.is_connect() => Attempt::Retry(None, "cannot connect".into()),
-        Err(_) => Attempt::Retry(None, "request failed".into()),
+        Err(e) => Attempt::Retry(None, failure_kind(&e).into()),
     }
 }
 
@@ -464,12 +456,6 @@ fn grpc_outcome(status: &Status) -> Attempt {
         Code::ResourceExhausted if hint.is_some() => Attempt::Retry(hint, why),
         _ => Attempt::Rejected(why),
     }
-}
-
-/// Up to a quarter more, so many daemons do not retry in step.
-fn jitter(d: Duration) -> Duration {
-    let extra = rand::random::<f64>() * 0.25;
-    d + d.mul_f64(extra)
 }
 
 /// The OTLP/HTTP path below an endpoint's base URL.
