@@ -156,11 +156,14 @@ impl ArchiveConsumer {
         }
     }
 
-    /// True if the rows of record `seq` for `key` are already in a completed file.
-    fn already_archived(&mut self, key: PartitionKey, seq: u64) -> bool {
+    /// True if the rows of record `seq` in `table` for `tenant` at `time_ns` are already in a
+    /// completed file. Only records read before a restart can be: for the others no partition
+    /// key is built (this runs for every row).
+    fn already_archived(&mut self, table: Table, tenant: &str, time_ns: i64, seq: u64) -> bool {
         if seq >= self.replay_before {
             return false;
         }
+        let key = PartitionKey::new(table, tenant, time_ns);
         let last = match self.completed.get(&key) {
             Some(&last) => last,
             None => {
@@ -179,8 +182,7 @@ impl ArchiveConsumer {
         let mut repeated = 0u64;
         let mut spans = Vec::with_capacity(batch.spans.len());
         for span in &batch.spans {
-            let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
-            let keep = if self.already_archived(key, seq) {
+            let keep = if self.already_archived(Table::Spans, &span.tenant, span.start_ns, seq) {
                 self.recent.insert(span);
                 replayed += 1;
                 false
@@ -194,8 +196,7 @@ impl ArchiveConsumer {
         }
         let mut logs = Vec::with_capacity(batch.logs.len());
         for log in &batch.logs {
-            let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
-            let archived = self.already_archived(key, seq);
+            let archived = self.already_archived(Table::Logs, &log.tenant, log.time_ns, seq);
             replayed += u64::from(archived);
             logs.push(!archived);
         }
