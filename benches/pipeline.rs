@@ -400,7 +400,7 @@ fn codec(c: &mut Criterion) {
         batch.spans.extend(b.spans);
     }
     batch.spans.truncate(500);
-    let bytes = encode_events(&batch);
+    let bytes = encode_events(&batch).expect("encodes");
     eprintln!(
         "codec: {} spans, {} bytes ({} bytes/span)",
         batch.spans.len(),
@@ -410,7 +410,7 @@ fn codec(c: &mut Criterion) {
     let mut g = c.benchmark_group("codec");
     g.throughput(Throughput::Elements(batch.spans.len() as u64));
     g.bench_function("encode_500_spans", |b| {
-        b.iter(|| encode_events(std::hint::black_box(&batch)))
+        b.iter(|| encode_events(std::hint::black_box(&batch)).expect("encodes"))
     });
     g.bench_function("decode_500_spans", |b| {
         b.iter(|| match decode(std::hint::black_box(&bytes)) {

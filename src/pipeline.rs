@@ -63,7 +63,13 @@ impl Intake {
         if batch.is_empty() {
             return Ok(());
         }
-        let payload = codec::encode_events(&batch);
+        let payload = match codec::encode_events(&batch) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "a protected batch cannot be journalled; refused");
+                return Err(Refusal::Unavailable);
+            }
+        };
         drop(batch);
         match self.journal.append(payload).await {
             Ok(_) => Ok(()),

@@ -36,6 +36,9 @@ pub enum JournalEntry {
 /// Why a payload cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
+    /// The batch could not be written (postcard's message, never a payload value).
+    #[error("event batch cannot be encoded: {0}")]
+    Encode(String),
     /// Nothing at all.
     #[error("journal payload is empty")]
     Empty,
@@ -108,15 +111,15 @@ impl<'a, T> Table<'a, T> {
 }
 
 /// Encodes an entry.
-pub fn encode(entry: &JournalEntry) -> Vec<u8> {
+pub fn encode(entry: &JournalEntry) -> Result<Vec<u8>, CodecError> {
     match entry {
         JournalEntry::Events(batch) => encode_events(batch),
-        JournalEntry::AlarmLogs(bytes) => encode_alarms(bytes),
+        JournalEntry::AlarmLogs(bytes) => Ok(encode_alarms(bytes)),
     }
 }
 
 /// Encodes an event batch, without the copy that building a [`JournalEntry`] would take.
-pub fn encode_events(batch: &EventBatch) -> Vec<u8> {
+pub fn encode_events(batch: &EventBatch) -> Result<Vec<u8>, CodecError> {
     let mut resources = Table::new();
     let mut scopes = Table::new();
     let spans = batch
@@ -136,9 +139,9 @@ pub fn encode_events(batch: &EventBatch) -> Vec<u8> {
         logs,
     };
     let out = vec![VERSION, KIND_EVENTS];
-    // Writing to a Vec fails only when a serializer refuses a value, and every type here
-    // is one postcard writes (sequences with known lengths, no maps with unknown ones).
-    postcard::to_extend(&wire, out).unwrap_or_else(|e| unreachable!("postcard to Vec: {e}"))
+    // Writing to a Vec fails only when a serializer refuses a value, which none of these
+    // types should; the batch is then refused, never a panic on what a sender sent.
+    postcard::to_extend(&wire, out).map_err(|e| CodecError::Encode(e.to_string()))
 }
 
 /// Encodes alarm logs (a prost-encoded `ExportLogsServiceRequest`).
@@ -375,7 +378,7 @@ mod tests {
     }
 
     fn round_trip(batch: &EventBatch) -> EventBatch {
-        match decode(&encode_events(batch)) {
+        match decode(&encode_events(batch).expect("encodes")) {
             Ok(JournalEntry::Events(b)) => b,
             other => panic!("not an event batch: {other:?}"),
         }
@@ -386,7 +389,7 @@ mod tests {
         let batch = rich_batch();
         assert_eq!(round_trip(&batch), batch);
         let entry = JournalEntry::Events(batch);
-        assert_eq!(decode(&encode(&entry)), Ok(entry));
+        assert_eq!(decode(&encode(&entry).expect("encodes")), Ok(entry));
     }
 
     #[test]
@@ -409,7 +412,7 @@ mod tests {
     #[test]
     fn alarm_logs_round_trip() {
         let entry = JournalEntry::AlarmLogs(vec![1, 2, 3]);
-        assert_eq!(decode(&encode(&entry)), Ok(entry));
+        assert_eq!(decode(&encode(&entry).expect("encodes")), Ok(entry));
         assert_eq!(
             decode(&encode_alarms(&[])),
             Ok(JournalEntry::AlarmLogs(vec![]))
@@ -440,7 +443,7 @@ mod tests {
                 .collect(),
             logs: vec![],
         };
-        let bytes = encode_events(&many);
+        let bytes = encode_events(&many).expect("encodes");
         let count = bytes
             .windows(marker.len())
             .filter(|w| *w == marker.as_bytes())
@@ -469,7 +472,7 @@ mod tests {
 
     #[test]
     fn damaged_input_is_an_error() {
-        let bytes = encode_events(&rich_batch());
+        let bytes = encode_events(&rich_batch()).expect("encodes");
         assert_eq!(decode(&[]), Err(CodecError::Empty));
         assert_eq!(
             decode(&[VERSION + 1, 0]),
@@ -511,7 +514,7 @@ mod tests {
             spans: vec![fixtures::span()],
             logs: vec![],
         };
-        let mut bytes = encode_events(&batch);
+        let mut bytes = encode_events(&batch).expect("encodes");
         // Layout: version, kind, 1 resource (service name "", 0 attrs), 1 scope ("", "", 0
         // attrs), 1 span whose resource index is at offset 10.
         assert_eq!(
@@ -574,14 +577,14 @@ mod tests {
                 spans,
                 logs: vec![LogRecord { body, ..fixtures::log() }],
             };
-            let bytes = encode_events(&batch);
+            let bytes = encode_events(&batch).expect("encodes");
             let back = match decode(&bytes) {
                 Ok(JournalEntry::Events(b)) => b,
                 other => return Err(TestCaseError::fail(format!("{other:?}"))),
             };
             // Bitwise (NaN is unequal to itself under ==): encoding what was read back
             // gives the same bytes.
-            prop_assert_eq!(encode_events(&back), bytes);
+            prop_assert_eq!(encode_events(&back).expect("encodes"), bytes);
             for (a, b) in batch.spans.iter().zip(&back.spans) {
                 for (c, d) in batch.spans.iter().zip(&back.spans) {
                     prop_assert_eq!(Arc::ptr_eq(&a.resource, &c.resource), Arc::ptr_eq(&b.resource, &d.resource));

@@ -167,7 +167,8 @@ mod tests {
         let payload = codec::encode_events(&EventBatch {
             spans: vec![fixtures::span()],
             logs: Vec::new(),
-        });
+        })
+        .expect("encodes");
         let a = decoded.get(1, &payload).expect("decode");
         let b = decoded.get(1, &payload).expect("shared");
         assert!(Arc::ptr_eq(&a, &b));
