@@ -26,7 +26,7 @@ use crate::archive::{Archive, ArchiveError, ArchiveTotals};
 use crate::assemble::{AssembleConsumer, Assembler, PricesError};
 use crate::budget::deliver::Delivery;
 use crate::budget::evaluate::BudgetEvaluator;
-use crate::budget::{state, BudgetConsumer, BudgetStage};
+use crate::budget::{state, AlarmJournal, BudgetConsumer, BudgetStage};
 use crate::config::Config;
 use crate::export::consumer::{ExportConsumer, ExportTotals};
 use crate::export::endpoint::Endpoint;
@@ -228,7 +228,10 @@ pub async fn run(
         stop_delivery.clone(),
     )?;
     let evaluator = Arc::clone(&budget_stage.evaluator);
-    let alarm_export = (!endpoints.is_empty()).then(|| (writer.clone(), runtime.clone()));
+    let alarm_export = (!endpoints.is_empty()).then(|| AlarmJournal {
+        writer: writer.clone(),
+        runtime: runtime.clone(),
+    });
     let budget_thread = spawn_consumer(
         "toolwatch-budget",
         budget_tail,

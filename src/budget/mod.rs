@@ -68,6 +68,15 @@ pub struct BudgetStage {
     pub metrics: Arc<Metrics>,
 }
 
+/// Where alarms are journalled for the export: the journal's writer, and the runtime its
+/// `append` runs on (the budget stage is a plain thread).
+pub struct AlarmJournal {
+    /// The journal writer.
+    pub writer: crate::journal::writer::JournalWriter,
+    /// The runtime.
+    pub runtime: tokio::runtime::Handle,
+}
+
 /// The budget stage as a journal consumer. Window state is saved together with the first
 /// record it does not include, only while every alarm raised so far is in a completed file; a
 /// restart skips the records the saved windows include and replays the rest.
@@ -76,10 +85,7 @@ pub struct BudgetConsumer {
     /// Records before this are counted in the restored windows.
     skip_before: u64,
     /// Appends alarm log records to the journal for the export (none without endpoints).
-    export: Option<(
-        crate::journal::writer::JournalWriter,
-        tokio::runtime::Handle,
-    )>,
+    export: Option<AlarmJournal>,
     totals: BudgetTotals,
     save_every: Duration,
     last_tick: Instant,
@@ -93,10 +99,7 @@ impl BudgetConsumer {
     pub fn new(
         stage: BudgetStage,
         skip_before: u64,
-        export: Option<(
-            crate::journal::writer::JournalWriter,
-            tokio::runtime::Handle,
-        )>,
+        export: Option<AlarmJournal>,
     ) -> BudgetConsumer {
         let save_every = lock(&stage.evaluator).config().save_interval.0;
         let now = Instant::now();
@@ -117,7 +120,7 @@ impl BudgetConsumer {
             return;
         }
         raise(&mut self.stage, alarms, &mut self.totals);
-        if let Some((writer, runtime)) = &self.export {
+        if let Some(AlarmJournal { writer, runtime }) = &self.export {
             use prost::Message;
             let request = record::export_request(alarms).encode_to_vec();
             let payload = crate::journal::codec::encode_alarms(&request);
