@@ -23,6 +23,8 @@ struct HeadState {
     /// Records and commits since start.
     records: u64,
     commits: u64,
+    /// Times the writer looked for segments to remove.
+    housekeeping: u64,
 }
 
 /// The shared head of the journal.
@@ -64,6 +66,17 @@ impl JournalHead {
         s.commits += 1;
         drop(s);
         self.publish(committed, disk_bytes);
+    }
+
+    /// Called by the writer each time it looked for segments to remove.
+    pub fn housekept(&self) {
+        self.lock().housekeeping += 1;
+        self.changed.notify_all();
+    }
+
+    /// Times the writer looked for segments to remove (tests wait on it).
+    pub fn housekeeping_rounds(&self) -> u64 {
+        self.lock().housekeeping
     }
 
     /// Records and commits since start.

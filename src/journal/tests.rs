@@ -298,27 +298,30 @@ mod live {
         tails[0]
             .save_checkpoint(101)
             .expect("fast passed everything");
-        // The writer removes on its housekeeping rounds (every 500 ms): after three of them
-        // the slow consumer still holds everything.
-        let deadline = std::time::Instant::now() + Duration::from_millis(1500);
-        while std::time::Instant::now() < deadline {
-            writer.append(payload(0, 1)).await.expect("append");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        // The writer removes on its housekeeping rounds (every 500 ms, idle or not).
+        let two_more_rounds = || {
+            let rounds = head.housekeeping_rounds() + 2;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while head.housekeeping_rounds() < rounds {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no housekeeping round"
+                );
+                // Woken by each round.
+                head.wait_past(u64::MAX, Duration::from_millis(100));
+            }
+        };
+        two_more_rounds();
+        // The slow consumer still holds everything.
         assert_eq!(segments(dir.path()).first().map(|s| s.first_seq), Some(1));
         tails[1].save_checkpoint(60).expect("slow passed some");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let first = segments(dir.path()).first().map_or(0, |s| s.first_seq);
-            if first > 1 {
-                // Only segments wholly before record 60 went.
-                assert!(first <= 60, "first kept segment starts at {first}");
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "nothing removed");
-            writer.append(payload(0, 1)).await.expect("append");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        two_more_rounds();
+        // Only segments wholly before record 60 went.
+        let first = segments(dir.path()).first().map_or(0, |s| s.first_seq);
+        assert!(
+            first > 1 && first <= 60,
+            "first kept segment starts at {first}"
+        );
         assert!(head.disk_bytes() < 2048 * before as u64);
     }
 

@@ -115,6 +115,7 @@ impl JournalWriter {
 /// Removes what every consumer has passed and tells the head.
 fn remove_consumed(journal: &mut Journal, head: &JournalHead) {
     let Some(min) = head.min_position() else {
+        head.housekept();
         return;
     };
     match journal.remove_consumed(min) {
@@ -128,6 +129,7 @@ fn remove_consumed(journal: &mut Journal, head: &JournalHead) {
         }
         Err(e) => tracing::error!(error = %e, "cannot remove consumed journal segments"),
     }
+    head.housekept();
 }
 
 fn run(

@@ -25,7 +25,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use crate::harness::{
-    free_addr, loadgen, parquet_files, python, toolwatch, try_get, wait_for, Daemon, DaemonOptions,
+    free_addr, loadgen, parquet_files, python, read_table_python, toolwatch, try_get, wait_for,
+    Daemon, DaemonOptions,
 };
 
 /// (trace id, span id), lowercase hex.
@@ -68,32 +69,11 @@ fn archived_span_ids(data_dir: &Path) -> Vec<SpanKey> {
     if parquet_files(data_dir, "spans").is_empty() {
         return Vec::new();
     }
-    const SCRIPT: &str = r#"
-import os, sys, duckdb
-glob = os.path.join(sys.argv[1], "spans", "**", "*.parquet")
-rows = duckdb.sql(
-    f"SELECT trace_id, span_id FROM read_parquet('{glob}', hive_partitioning = true)"
-).fetchall()
-for t, s in rows:
-    print(t, s)
-"#;
-    let out = Command::new(python())
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg(data_dir)
-        .output()
-        .expect("run DuckDB");
-    assert!(
-        out.status.success(),
-        "DuckDB failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| {
-            let (t, s) = l.split_once(' ').expect("two columns");
-            (t.to_string(), s.to_string())
+    read_table_python("duckdb", data_dir, "spans")
+        .iter()
+        .map(|r| {
+            let text = |k: &str| r[k].as_str().expect("hex id").to_string();
+            (text("trace_id"), text("span_id"))
         })
         .collect()
 }
