@@ -23,6 +23,8 @@ import tempfile
 import time
 import urllib.request
 
+import daemon
+
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -65,21 +67,8 @@ def main():
     args = p.parse_args()
 
     work = tempfile.mkdtemp()
-    env = dict(os.environ, TOOLWATCH_LOG__FORMAT="json")
-    log = open(os.path.join(work, "serve.log"), "w+")
-    cmd = [args.binary, "serve", "--data-dir", os.path.join(work, "data"),
-           "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
-    if args.config:
-        cmd += ["--config", args.config]
-    serve = subprocess.Popen(cmd, stderr=log, env=env)
-    ready = None
-    for _ in range(400):
-        log.seek(0)
-        ready = next((json.loads(l) for l in log if '"toolwatch ready"' in l), None)
-        if ready:
-            break
-        time.sleep(0.05)
-    assert ready, "toolwatch did not start"
+    serve, ready, _, _ = daemon.start(
+        args.binary, os.path.join(work, "data"), os.path.join(work, "serve.log"), args.config)
 
     if args.protocol == "http":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -107,6 +96,11 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
         latencies = sorted(pool.map(one, range(args.exports)))
     wall = time.perf_counter() - started
+    # The journal's counters are refreshed every second: wait for this run's records.
+    deadline = time.perf_counter() + 5
+    while (metric(ready["admin"], "toolwatch_journal_records_total") - records0 < args.exports
+           and time.perf_counter() < deadline):
+        time.sleep(0.1)
     commits = metric(ready["admin"], "toolwatch_journal_commits_total") - commits0
     records = metric(ready["admin"], "toolwatch_journal_records_total") - records0
     serve.terminate()

@@ -25,6 +25,8 @@ import threading
 import time
 import urllib.request
 
+import daemon
+
 arrivals = {}
 arrived = threading.Condition()
 
@@ -95,21 +97,8 @@ def main():
             f'[budget]\n[[budget.webhooks]]\nname = "hook"\nurl = "http://127.0.0.1:{hook.server_port}/hook"\n'
             "[budget.request]\ntool_calls = 10\nrepeated_calls = 0\n"
         )
-    env = dict(os.environ, TOOLWATCH_LOG__FORMAT="json")
-    log = open(os.path.join(work, "serve.log"), "w+")
-    serve = subprocess.Popen(
-        [args.binary, "serve", "--config", config, "--data-dir", os.path.join(work, "data"),
-         "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-        stderr=log, env=env,
-    )
-    ready = None
-    for _ in range(400):
-        log.seek(0)
-        ready = next((json.loads(l) for l in log if '"toolwatch ready"' in l), None)
-        if ready:
-            break
-        time.sleep(0.05)
-    assert ready, "toolwatch did not start"
+    serve, ready, _, _ = daemon.start(
+        args.binary, os.path.join(work, "data"), os.path.join(work, "serve.log"), config)
     http_url = "http://" + ready["otlp_http"]
     load = None
     if args.load_rate:

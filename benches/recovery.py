@@ -26,24 +26,14 @@ import threading
 import time
 import urllib.request
 
+import daemon
+
 
 def start(binary, work, config_text, tag):
     config = os.path.join(work, f"{tag}.toml")
     with open(config, "w") as f:
         f.write(config_text)
-    log = open(os.path.join(work, f"{tag}.log"), "w+")
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [binary, "serve", "--config", config, "--data-dir", os.path.join(work, "data"),
-         "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-        stderr=log, env=dict(os.environ, TOOLWATCH_LOG__FORMAT="json"))
-    while True:
-        log.seek(0)
-        ready = next((json.loads(l) for l in log if '"toolwatch ready"' in l), None)
-        if ready:
-            return proc, ready, time.perf_counter() - t0, log
-        assert proc.poll() is None, open(log.name).read()
-        time.sleep(0.01)
+    return daemon.start(binary, os.path.join(work, "data"), os.path.join(work, f"{tag}.log"), config)
 
 
 def metric(admin, name):
