@@ -32,6 +32,8 @@ pub struct Config {
     pub journal: JournalConfig,
     /// Request assembly: completion, memory limits, prices.
     pub assemble: crate::assemble::AssembleConfig,
+    /// Which tenant items without a claim of their own are filed under.
+    pub tenancy: crate::tenancy::TenancyConfig,
     /// Redaction rules applied by `protect`.
     pub redaction: crate::protect::rules::RedactionConfig,
     /// The key for idempotency-key and `hash`-action HMACs.

@@ -118,6 +118,8 @@ pub struct Metrics {
     assemble_requests: Gauge,
     assemble_spans: Gauge,
     redactions: Family<[(&'static str, String); 1], Counter>,
+    /// Tenancy metrics.
+    pub tenancy: TenancyMetrics,
     quarantined: Family<Labels2, Counter>,
     /// Budget usage, alarms and spend.
     pub budget: BudgetMetrics,
@@ -259,6 +261,59 @@ impl JournalMetrics {
         self.undecodable
             .get_or_create(&[("consumer", consumer.to_string())])
             .inc();
+    }
+}
+
+/// Tenancy: items filed under their trace's tenant (see [`crate::tenancy`]). Labels are
+/// consumer names and fixed reasons.
+#[derive(Default)]
+pub struct TenancyMetrics {
+    conflicts: Counter,
+    held: Family<Owned1, Gauge>,
+    unresolved: Family<[(&'static str, String); 2], Counter>,
+}
+
+impl TenancyMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "tenant_conflicts",
+            "Spans and log records that named another tenant than their trace's (filed under the trace's, their claim kept in claimed_tenant)",
+            self.conflicts.clone(),
+        );
+        r.register(
+            "tenant_held_items",
+            "Spans and log records a consumer holds back until their trace names its tenant, by consumer",
+            self.held.clone(),
+        );
+        r.register(
+            "tenant_unresolved_items",
+            "Held spans and log records that went on under \"default\" because their trace named no tenant in time, by consumer and reason (wait, capacity, shutdown)",
+            self.unresolved.clone(),
+        );
+    }
+
+    /// Counts items whose claim disagreed with their trace's tenant.
+    pub fn conflicts(&self, n: u64) {
+        if n > 0 {
+            self.conflicts.inc_by(n);
+        }
+    }
+
+    /// Items `consumer` holds now.
+    pub fn set_held(&self, consumer: &str, n: usize) {
+        self.held
+            .get_or_create(&[("consumer", consumer.to_string())])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Counts items `consumer` let go without a tenant, by reason.
+    pub fn unresolved(&self, consumer: &str, reason: &'static str, n: u64) {
+        self.unresolved
+            .get_or_create(&[
+                ("consumer", consumer.to_string()),
+                ("reason", reason.to_string()),
+            ])
+            .inc_by(n);
     }
 }
 
@@ -608,10 +663,12 @@ impl Metrics {
             budget: BudgetMetrics::default(),
             journal: JournalMetrics::default(),
             export: ExportMetrics::default(),
+            tenancy: TenancyMetrics::default(),
         };
         m.budget.register(&mut registry);
         m.journal.register(&mut registry);
         m.export.register(&mut registry);
+        m.tenancy.register(&mut registry);
         registry.register(
             "quarantined_items",
             "Items protect could not fully examine, by signal and reason: max_depth_exceeded and unexaminable_bytes (the value was replaced, the item kept), protect_failed (the item was dropped)",

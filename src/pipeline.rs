@@ -1,7 +1,8 @@
 //! The intake: where receivers hand normalized batches to the rest of the pipeline.
 //!
-//! `submit` runs `protect` first, so nothing unprotected goes further, then appends the
-//! protected batch to the journal and returns once it is durable: only then may a receiver
+//! `submit` files each item under its trace's tenant (see [`crate::tenancy`]), runs
+//! `protect`, so nothing unprotected goes further, then appends the protected batch to the
+//! journal and returns once it is durable: only then may a receiver
 //! answer success. A full journal or writer queue is answered with [`Refusal::Overloaded`] at
 //! once, never by waiting or growing, and `/readyz` reports not ready while refusals go on.
 
@@ -13,6 +14,7 @@ use crate::journal::codec;
 use crate::journal::writer::{AppendError, JournalWriter};
 use crate::metrics::Metrics;
 use crate::protect::Protector;
+use crate::tenancy::TraceTenants;
 
 /// Why the pipeline did not take a batch; all are worth retrying later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -31,6 +33,7 @@ pub enum Refusal {
 /// The entry to the pipeline after `receive`.
 pub struct Intake {
     protector: Protector,
+    tenants: TraceTenants,
     journal: JournalWriter,
     metrics: Arc<Metrics>,
     retry_after: Duration,
@@ -40,23 +43,29 @@ impl Intake {
     /// An intake appending to `journal`.
     pub fn new(
         protector: Protector,
+        tenants: TraceTenants,
         journal: JournalWriter,
         retry_after: Duration,
         metrics: Arc<Metrics>,
     ) -> Intake {
         Intake {
             protector,
+            tenants,
             journal,
             metrics,
             retry_after,
         }
     }
 
-    /// Protects and journals a batch; on `Ok` it is durable.
+    /// Files the batch's items under their traces' tenants, protects and journals it; on
+    /// `Ok` it is durable. Tenants come first, so each tenant's own redaction rules apply.
     pub async fn submit(&self, mut batch: EventBatch) -> Result<(), Refusal> {
         if batch.is_empty() {
             return Ok(());
         }
+        self.metrics
+            .tenancy
+            .conflicts(self.tenants.resolve(&mut batch));
         let report = self.protector.protect(&mut batch);
         self.metrics.redactions(&report.hits);
         self.metrics.quarantined(&report.quarantined);

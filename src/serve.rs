@@ -161,6 +161,7 @@ pub async fn run(
     let shared = Shared {
         metrics: Arc::clone(&metrics),
         decoded: Arc::new(DecodedRecords::new(DECODED_RECORDS)),
+        tenancy: config.tenancy.clone(),
     };
     let stop_consumers = Stop::default();
     // Export endpoints stop after the budget stage: its last alarms go out too.
@@ -259,6 +260,7 @@ pub async fn run(
 
     let intake = Arc::new(Intake::new(
         protector,
+        crate::tenancy::TraceTenants::new(config.tenancy.remembered_traces.0),
         writer,
         config.limits.retry_after.0,
         Arc::clone(&metrics),
@@ -406,6 +408,7 @@ pub async fn run(
 struct Shared {
     metrics: Arc<Metrics>,
     decoded: Arc<DecodedRecords>,
+    tenancy: crate::tenancy::TenancyConfig,
 }
 
 /// Decoded records the consumers share (about 1 MiB each at 500 spans per batch).
@@ -482,11 +485,11 @@ where
 {
     let metrics = Arc::clone(&shared.metrics);
     let decoded = Arc::clone(&shared.decoded);
+    // Records up to the head at start were read by an earlier process, or may have been.
+    let held = crate::tenancy::HeldItems::new(&shared.tenancy, tail.head().committed());
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || {
-            crate::journal::consume::run(tail, consumer, stop, &decoded, &metrics.journal)
-        })
+        .spawn(move || crate::journal::consume::run(tail, consumer, held, stop, &decoded, &metrics))
         .map_err(|e| ServeError::Thread(e.to_string()))
 }
 

@@ -12,13 +12,15 @@
 pub mod prices;
 pub mod summary;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{HumanDuration, PositiveUsize};
 use crate::event::{hex_id, EventBatch, SpanId, TraceId};
+use crate::maps::FastMap;
 use prices::PriceTable;
 use summary::{summarize, Completeness, LogFacts, RequestFacts, RequestSummary, SpanFacts};
 
@@ -119,8 +121,15 @@ enum RequestKey {
     Trace(String, TraceId),
 }
 
+/// A request's number inside the assembler (never reused).
+type RequestNo = u64;
+
+/// No deadline scheduled, no record unsummarized.
+const NEVER: u64 = u64::MAX;
+
 /// One request being assembled, or remembered after its summary for amendments.
 struct Pending {
+    key: RequestKey,
     tenant: String,
     request_id: Option<String>,
     spans: BTreeMap<SpanId, SpanFacts>,
@@ -134,13 +143,16 @@ struct Pending {
     /// A span without a parent (the root) has arrived; kept here so the per-tick check does
     /// not walk every span.
     root_ended: bool,
-    /// The first journal record with an item not yet in a summary (`u64::MAX`: none).
+    /// The first journal record with an item not yet in a summary ([`NEVER`]: none).
     unsummarized_from: u64,
+    /// The deadline this request has in the assembler's timer heap ([`NEVER`]: none).
+    scheduled_ms: u64,
 }
 
 impl Pending {
-    fn new(tenant: &str, now_ms: u64) -> Pending {
+    fn new(key: RequestKey, tenant: &str, now_ms: u64) -> Pending {
         Pending {
+            key,
             tenant: tenant.to_string(),
             request_id: None,
             spans: BTreeMap::new(),
@@ -150,7 +162,8 @@ impl Pending {
             versions: 0,
             dirty: false,
             root_ended: false,
-            unsummarized_from: u64::MAX,
+            unsummarized_from: NEVER,
+            scheduled_ms: NEVER,
         }
     }
 
@@ -164,6 +177,68 @@ impl Pending {
         self.root_ended |= other.root_ended;
         self.unsummarized_from = self.unsummarized_from.min(other.unsummarized_from);
     }
+
+    /// The earliest moment something may be due for this request, given its state now.
+    fn next_deadline(&self, limits: &Limits) -> u64 {
+        let after = |t: u64, d: u64| t.saturating_add(d);
+        if self.versions > 0 {
+            if self.dirty {
+                after(self.last_arrival_ms, limits.quiet)
+            } else {
+                after(self.last_arrival_ms, limits.window)
+            }
+        } else {
+            let timed_out = after(self.first_arrival_ms, limits.max_age);
+            if self.root_ended {
+                timed_out.min(after(self.last_arrival_ms, limits.quiet))
+            } else {
+                timed_out
+            }
+        }
+    }
+
+    /// What is due for this request at `now_ms`.
+    fn due(&self, now_ms: u64, limits: &Limits) -> Due {
+        let idle = now_ms.saturating_sub(self.last_arrival_ms);
+        let age = now_ms.saturating_sub(self.first_arrival_ms);
+        if self.versions > 0 {
+            if self.dirty && idle >= limits.quiet {
+                Due::Summary(Completeness::Amended)
+            } else if !self.dirty && idle >= limits.window {
+                Due::Forget
+            } else {
+                Due::Nothing
+            }
+        } else if self.root_ended && idle >= limits.quiet {
+            Due::Summary(Completeness::Complete)
+        } else if age >= limits.max_age {
+            Due::Summary(Completeness::TimedOut)
+        } else {
+            Due::Nothing
+        }
+    }
+}
+
+/// What a request's deadline brings.
+enum Due {
+    Summary(Completeness),
+    Forget,
+    Nothing,
+}
+
+/// The configured periods, in ms.
+struct Limits {
+    quiet: u64,
+    max_age: u64,
+    window: u64,
+}
+
+/// The requests of one tenant, found by name or by trace without building a key.
+#[derive(Default)]
+struct TenantRequests {
+    by_name: FastMap<Box<str>, RequestNo>,
+    /// Trace → the request it belongs to (named, or the trace's own).
+    by_trace: FastMap<TraceId, RequestNo>,
 }
 
 /// Counters of what assembly did, for `/metrics`.
@@ -176,13 +251,27 @@ pub struct AssembleStats {
 }
 
 /// Rebuilds requests from protected batches.
+///
+/// Per item the work does not grow with the requests held: requests are found through
+/// per-tenant maps by borrowed name or trace id, deadlines wait in a timer heap (a tick
+/// handles the requests that came due, not every request), and the oldest unsummarized
+/// journal record is kept in an ordered count.
 pub struct Assembler {
     config: AssembleConfig,
+    limits: Limits,
     prices: PriceTable,
-    traces: HashMap<(String, TraceId), RequestKey>,
-    requests: HashMap<RequestKey, Pending>,
-    /// Keys in order of first arrival (stale entries are skipped when popped).
-    order: VecDeque<(u64, RequestKey)>,
+    tenants: FastMap<Box<str>, TenantRequests>,
+    requests: FastMap<RequestNo, Pending>,
+    next_no: RequestNo,
+    /// (deadline ms, request); an entry whose deadline is not the request's `scheduled_ms`
+    /// is stale and skipped.
+    deadlines: BinaryHeap<Reverse<(u64, RequestNo)>>,
+    /// Requests in order of first arrival (stale entries are skipped when popped).
+    order: VecDeque<RequestNo>,
+    /// Requests in the order they were summarized: the first to make room.
+    remembered: VecDeque<RequestNo>,
+    /// How many requests hold each first unsummarized journal record.
+    unsummarized: BTreeMap<u64, usize>,
     spans_held: usize,
     stats: AssembleStats,
     strings: summary::Interner,
@@ -192,11 +281,20 @@ impl Assembler {
     /// An assembler with the given limits and prices.
     pub fn new(config: AssembleConfig, prices: PriceTable) -> Assembler {
         Assembler {
+            limits: Limits {
+                quiet: millis(config.quiet_period.0),
+                max_age: millis(config.max_age.0),
+                window: millis(config.amend_window.0),
+            },
             config,
             prices,
-            traces: HashMap::new(),
-            requests: HashMap::new(),
+            tenants: FastMap::default(),
+            requests: FastMap::default(),
+            next_no: 0,
+            deadlines: BinaryHeap::new(),
             order: VecDeque::new(),
+            remembered: VecDeque::new(),
+            unsummarized: BTreeMap::new(),
             spans_held: 0,
             stats: AssembleStats::default(),
             strings: summary::Interner::default(),
@@ -227,11 +325,7 @@ impl Assembler {
     /// The first journal record with an item of a request not yet summarized: replaying from
     /// there rebuilds every open request.
     pub fn oldest_unsummarized_record(&self) -> Option<u64> {
-        self.requests
-            .values()
-            .map(|p| p.unsummarized_from)
-            .filter(|&s| s != u64::MAX)
-            .min()
+        self.unsummarized.keys().next().copied()
     }
 
     /// [`Assembler::ingest`] for journal record `seq`.
@@ -242,90 +336,111 @@ impl Assembler {
         seq: u64,
     ) -> Vec<RequestSummary> {
         for span in &batch.spans {
-            let key = self.key_for(
+            let no = self.request_for(
                 &span.tenant,
                 span.trace_id,
                 span.audit.request_id.as_deref(),
                 now_ms,
             );
             let facts = SpanFacts::of(span, &mut self.strings);
-            let Some(p) = self.requests.get_mut(&key) else {
+            let root = facts.parent.is_none();
+            let Some(p) = self.requests.get_mut(&no) else {
                 continue;
             };
-            p.last_arrival_ms = now_ms;
-            p.unsummarized_from = p.unsummarized_from.min(seq);
-            p.root_ended |= facts.parent.is_none();
+            p.root_ended |= root;
             if p.spans.insert(facts.span_id, facts).is_some() {
                 self.stats.duplicate_spans += 1;
             } else {
                 self.spans_held += 1;
                 p.dirty = true;
             }
+            self.arrived(no, now_ms, seq);
         }
         for log in &batch.logs {
             let Some(facts) = LogFacts::of(log, &mut self.strings) else {
                 continue;
             };
-            let key = self.key_for(
+            let no = self.request_for(
                 &log.tenant,
                 facts.trace_id,
                 log.audit.request_id.as_deref(),
                 now_ms,
             );
-            let Some(p) = self.requests.get_mut(&key) else {
+            let Some(p) = self.requests.get_mut(&no) else {
                 continue;
             };
-            p.last_arrival_ms = now_ms;
-            p.unsummarized_from = p.unsummarized_from.min(seq);
             if p.logs.insert(facts.key, facts).is_none() {
                 // Log facts count against the same bound as span facts.
                 self.spans_held += 1;
                 p.dirty = true;
             }
+            self.arrived(no, now_ms, seq);
         }
         self.enforce_limits()
+    }
+
+    /// Something of request `no` arrived in record `seq`: its times, its unsummarized record
+    /// and, when that makes it due sooner, its deadline.
+    fn arrived(&mut self, no: RequestNo, now_ms: u64, seq: u64) {
+        let Some(p) = self.requests.get_mut(&no) else {
+            return;
+        };
+        p.last_arrival_ms = now_ms;
+        if seq < p.unsummarized_from {
+            count_down(&mut self.unsummarized, p.unsummarized_from);
+            p.unsummarized_from = seq;
+            *self.unsummarized.entry(seq).or_default() += 1;
+        }
+        let next = p.next_deadline(&self.limits);
+        if next < p.scheduled_ms {
+            p.scheduled_ms = next;
+            self.deadlines.push(Reverse((next, no)));
+        }
     }
 
     /// Summaries due at `now_ms`: requests whose root ended and that were quiet long
     /// enough, those past the maximum age, and amendments. Forgets remembered requests whose
     /// amend window passed.
     pub fn due(&mut self, now_ms: u64) -> Vec<RequestSummary> {
-        let quiet = millis(self.config.quiet_period.0);
-        let max_age = millis(self.config.max_age.0);
-        let window = millis(self.config.amend_window.0);
         let mut out = Vec::new();
-        let mut forget = Vec::new();
-        for (key, p) in &mut self.requests {
-            let idle = now_ms.saturating_sub(p.last_arrival_ms);
-            let age = now_ms.saturating_sub(p.first_arrival_ms);
-            let completeness = if p.versions > 0 {
-                if p.dirty && idle >= quiet {
-                    Some(Completeness::Amended)
-                } else {
-                    if !p.dirty && idle >= window {
-                        forget.push(key.clone());
-                    }
-                    None
-                }
-            } else if p.root_ended && idle >= quiet {
-                Some(Completeness::Complete)
-            } else if age >= max_age {
-                Some(Completeness::TimedOut)
-            } else {
-                None
-            };
-            if let Some(c) = completeness {
-                out.push(summary_of(key, p, &self.prices, c));
+        while let Some(&Reverse((at, no))) = self.deadlines.peek() {
+            if at > now_ms {
+                break;
             }
+            self.deadlines.pop();
+            let Some(p) = self.requests.get_mut(&no) else {
+                continue;
+            };
+            if p.scheduled_ms != at {
+                continue; // a stale entry: the request was rescheduled
+            }
+            match p.due(now_ms, &self.limits) {
+                Due::Forget => {
+                    self.forget(no);
+                    continue;
+                }
+                Due::Summary(c) => {
+                    count_down(&mut self.unsummarized, p.unsummarized_from);
+                    out.push(summary_of(p, &self.prices, c));
+                    self.remembered.push_back(no);
+                }
+                Due::Nothing => {}
+            }
+            p.scheduled_ms = p.next_deadline(&self.limits);
+            self.deadlines.push(Reverse((p.scheduled_ms, no)));
         }
-        for key in forget {
-            self.forget(&key);
+        // Requests forgotten or folded into another leave stale entries behind; sweep them
+        // once they are as many as the live ones, not on every tick.
+        let requests = &self.requests;
+        if self.order.len() > 2 * requests.len() {
+            self.order.retain(|k| requests.contains_key(k));
         }
-        // Keys forgotten or folded into another request leave stale entries behind; sweep
-        // them once they are as many as the live ones, not on every tick.
-        if self.order.len() > 2 * self.requests.len() {
-            let requests = &self.requests;
-            self.order.retain(|(_, k)| requests.contains_key(k));
+        if self.remembered.len() > 2 * requests.len() {
+            self.remembered.retain(|k| requests.contains_key(k));
+        }
+        if self.deadlines.len() > 2 * requests.len() + 64 {
+            self.deadlines
+                .retain(|Reverse((at, k))| requests.get(k).is_some_and(|p| p.scheduled_ms == *at));
         }
         sort_summaries(&mut out);
         out
@@ -335,7 +450,7 @@ impl Assembler {
     /// ended is `complete`, one whose root was not seen `timed_out`.
     pub fn drain(&mut self) -> Vec<RequestSummary> {
         let mut out = Vec::new();
-        for (key, p) in &mut self.requests {
+        for p in self.requests.values_mut() {
             let c = match (p.versions, p.dirty) {
                 // Shutdown comes before the quiet period could pass: an ended root is enough.
                 (0, _) if p.root_ended => Completeness::Complete,
@@ -343,80 +458,178 @@ impl Assembler {
                 (_, true) => Completeness::Amended,
                 (_, false) => continue,
             };
-            out.push(summary_of(key, p, &self.prices, c));
+            out.push(summary_of(p, &self.prices, c));
         }
         self.requests.clear();
-        self.traces.clear();
+        self.tenants.clear();
+        self.deadlines.clear();
         self.order.clear();
+        self.remembered.clear();
+        self.unsummarized.clear();
         self.spans_held = 0;
         sort_summaries(&mut out);
         out
     }
 
     /// The request a trace's item belongs to, creating or merging as needed.
-    fn key_for(
+    fn request_for(
         &mut self,
         tenant: &str,
         trace: TraceId,
         request_id: Option<&str>,
         now_ms: u64,
-    ) -> RequestKey {
-        let named = request_id
-            .filter(|r| !r.is_empty())
-            .map(|r| RequestKey::Named(tenant.to_string(), r.to_string()));
-        let trace_key = (tenant.to_string(), trace);
-        let current = self.traces.get(&trace_key).cloned();
-        let key = match (current, named) {
-            (Some(k), None) => k,
-            (Some(k), Some(n)) if k == n => k,
-            (Some(RequestKey::Trace(tn, t)), Some(n)) => {
-                // The trace learned its request: fold what it held into the request.
-                if let Some(p) = self.requests.remove(&RequestKey::Trace(tn, t)) {
-                    self.entry(&n, tenant, now_ms).absorb(p);
-                }
-                n
-            }
-            // A trace already named differently keeps its first request.
-            (Some(k), Some(_)) => k,
-            (None, Some(n)) => n,
-            (None, None) => RequestKey::Trace(tenant.to_string(), trace),
+    ) -> RequestNo {
+        let named = request_id.filter(|r| !r.is_empty());
+        if !self.tenants.contains_key(tenant) {
+            self.tenants
+                .insert(tenant.into(), TenantRequests::default());
+        }
+        let Some(t) = self.tenants.get_mut(tenant) else {
+            unreachable!("inserted above")
         };
-        self.traces.insert(trace_key, key.clone());
-        let p = self.entry(&key, tenant, now_ms);
-        if let RequestKey::Named(_, r) = &key {
-            p.request_id = Some(r.clone());
-        }
-        key
-    }
-
-    fn entry(&mut self, key: &RequestKey, tenant: &str, now_ms: u64) -> &mut Pending {
-        if !self.requests.contains_key(key) {
-            self.order.push_back((now_ms, key.clone()));
-        }
-        self.requests
-            .entry(key.clone())
-            .or_insert_with(|| Pending::new(tenant, now_ms))
-    }
-
-    fn forget(&mut self, key: &RequestKey) {
-        if let Some(p) = self.requests.remove(key) {
-            self.spans_held = self.spans_held.saturating_sub(p.spans.len() + p.logs.len());
-            let traces: Vec<(String, TraceId)> = p
-                .spans
-                .values()
-                .map(|s| s.trace_id)
-                .chain(p.logs.values().map(|l| l.trace_id))
-                .map(|t| (p.tenant.clone(), t))
-                .collect();
-            for t in &traces {
-                if self.traces.get(t) == Some(key) {
-                    self.traces.remove(t);
+        let current = t.by_trace.get(&trace).copied();
+        let by_name = |t: &TenantRequests, r: &str| t.by_name.get(r).copied();
+        match (current, named) {
+            (Some(no), None) => no,
+            (Some(no), Some(r)) => {
+                let by_trace_only = self
+                    .requests
+                    .get(&no)
+                    .is_some_and(|p| matches!(p.key, RequestKey::Trace(..)));
+                match by_trace_only {
+                    // A trace already named keeps its first request.
+                    false => no,
+                    true => {
+                        // The trace learned its request: fold what it held into the request.
+                        let target = match by_name(t, r) {
+                            Some(n) => n,
+                            None => self.create(
+                                RequestKey::Named(tenant.into(), r.into()),
+                                tenant,
+                                now_ms,
+                            ),
+                        };
+                        self.fold(no, target, trace, tenant);
+                        target
+                    }
                 }
             }
-            if let RequestKey::Trace(tenant, t) = key {
-                self.traces.remove(&(tenant.clone(), *t));
+            (None, Some(r)) => {
+                let no = match by_name(t, r) {
+                    Some(n) => n,
+                    None => self.create(RequestKey::Named(tenant.into(), r.into()), tenant, now_ms),
+                };
+                self.map_trace(tenant, trace, no);
+                no
+            }
+            (None, None) => {
+                let no = self.create(RequestKey::Trace(tenant.into(), trace), tenant, now_ms);
+                self.map_trace(tenant, trace, no);
+                no
             }
         }
+    }
+
+    fn map_trace(&mut self, tenant: &str, trace: TraceId, no: RequestNo) {
+        if let Some(t) = self.tenants.get_mut(tenant) {
+            t.by_trace.insert(trace, no);
+        }
+    }
+
+    fn create(&mut self, key: RequestKey, tenant: &str, now_ms: u64) -> RequestNo {
+        let no = self.next_no;
+        self.next_no += 1;
+        let mut p = Pending::new(key, tenant, now_ms);
+        if let RequestKey::Named(_, r) = &p.key {
+            p.request_id = Some(r.clone());
+            if let Some(t) = self.tenants.get_mut(tenant) {
+                t.by_name.insert(r.as_str().into(), no);
+            }
+        }
+        p.scheduled_ms = p.next_deadline(&self.limits);
+        self.deadlines.push(Reverse((p.scheduled_ms, no)));
+        self.requests.insert(no, p);
+        self.order.push_back(no);
+        no
+    }
+
+    /// Moves what trace-keyed request `from` held into `into`, and the trace with it.
+    fn fold(&mut self, from: RequestNo, into: RequestNo, trace: TraceId, tenant: &str) {
+        self.map_trace(tenant, trace, into);
+        let Some(p) = self.requests.remove(&from) else {
+            return;
+        };
+        count_down(&mut self.unsummarized, p.unsummarized_from);
+        let Some(target) = self.requests.get_mut(&into) else {
+            return;
+        };
+        let before = target.unsummarized_from;
+        target.absorb(p);
+        if target.unsummarized_from != before {
+            count_down(&mut self.unsummarized, before);
+            *self
+                .unsummarized
+                .entry(target.unsummarized_from)
+                .or_default() += 1;
+        }
+        let next = target.next_deadline(&self.limits);
+        if next < target.scheduled_ms {
+            target.scheduled_ms = next;
+            self.deadlines.push(Reverse((next, into)));
+        }
+    }
+
+    fn forget(&mut self, no: RequestNo) {
+        let Some(p) = self.requests.remove(&no) else {
+            return;
+        };
+        self.spans_held = self.spans_held.saturating_sub(p.spans.len() + p.logs.len());
+        count_down(&mut self.unsummarized, p.unsummarized_from);
+        let Some(t) = self.tenants.get_mut(p.tenant.as_str()) else {
+            return;
+        };
+        let traces = p.spans.values().map(|s| s.trace_id);
+        for trace in traces.chain(p.logs.values().map(|l| l.trace_id)) {
+            if t.by_trace.get(&trace) == Some(&no) {
+                t.by_trace.remove(&trace);
+            }
+        }
+        match &p.key {
+            RequestKey::Trace(_, trace) => {
+                if t.by_trace.get(trace) == Some(&no) {
+                    t.by_trace.remove(trace);
+                }
+            }
+            RequestKey::Named(_, r) => {
+                if t.by_name.get(r.as_str()) == Some(&no) {
+                    t.by_name.remove(r.as_str());
+                }
+            }
+        }
+        if t.by_name.is_empty() && t.by_trace.is_empty() {
+            self.tenants.remove(p.tenant.as_str());
+        }
+    }
+
+    /// The next request to make room: a remembered (summarized, unchanged) one first, oldest
+    /// summary first; else the oldest open one.
+    fn victim(&mut self) -> Option<RequestNo> {
+        while let Some(&no) = self.remembered.front() {
+            self.remembered.pop_front();
+            if self
+                .requests
+                .get(&no)
+                .is_some_and(|p| p.versions > 0 && !p.dirty)
+            {
+                return Some(no);
+            }
+        }
+        while let Some(no) = self.order.pop_front() {
+            if self.requests.contains_key(&no) {
+                return Some(no);
+            }
+        }
+        None
     }
 
     /// Makes room: remembered (already summarized) requests go first, oldest first; then
@@ -426,22 +639,10 @@ impl Assembler {
         while self.requests.len() > self.config.max_requests.0
             || self.spans_held > self.config.max_spans.0
         {
-            let victim = self
-                .order
-                .iter()
-                .position(|(_, k)| {
-                    self.requests
-                        .get(k)
-                        .is_some_and(|p| p.versions > 0 && !p.dirty)
-                })
-                .or_else(|| (!self.order.is_empty()).then_some(0));
-            let Some(i) = victim else {
+            let Some(no) = self.victim() else {
                 break;
             };
-            let Some((_, key)) = self.order.remove(i) else {
-                break;
-            };
-            let Some(p) = self.requests.get_mut(&key) else {
+            let Some(p) = self.requests.get_mut(&no) else {
                 continue;
             };
             if p.versions == 0 || p.dirty {
@@ -450,12 +651,26 @@ impl Assembler {
                 } else {
                     Completeness::Amended
                 };
-                out.push(summary_of(&key, p, &self.prices, c));
+                count_down(&mut self.unsummarized, p.unsummarized_from);
+                out.push(summary_of(p, &self.prices, c));
                 self.stats.evicted_requests += 1;
             }
-            self.forget(&key);
+            self.forget(no);
         }
         out
+    }
+}
+
+/// One fewer request holds record `seq` as its first unsummarized one.
+fn count_down(counts: &mut BTreeMap<u64, usize>, seq: u64) {
+    if seq == NEVER {
+        return;
+    }
+    if let Some(n) = counts.get_mut(&seq) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&seq);
+        }
     }
 }
 
@@ -575,16 +790,11 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn summary_of(
-    key: &RequestKey,
-    p: &mut Pending,
-    prices: &PriceTable,
-    completeness: Completeness,
-) -> RequestSummary {
+fn summary_of(p: &mut Pending, prices: &PriceTable, completeness: Completeness) -> RequestSummary {
     p.versions += 1;
     p.dirty = false;
-    let first_record = std::mem::replace(&mut p.unsummarized_from, u64::MAX);
-    let request_id = match key {
+    let first_record = std::mem::replace(&mut p.unsummarized_from, NEVER);
+    let request_id = match &p.key {
         RequestKey::Named(_, r) => r.clone(),
         RequestKey::Trace(_, t) => hex_id(t),
     };

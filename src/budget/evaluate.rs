@@ -6,7 +6,8 @@
 //! request budget when the request has been idle for `request_idle` (its counters only grow).
 //! The resolution carries the episode's `alarm_id`, so receivers can pair them.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -16,6 +17,7 @@ use super::digest::{call_digest, CallDigest};
 use super::window::RollingWindow;
 use crate::assemble::prices::{PriceTable, TokenCounts};
 use crate::event::{hex_id, EventBatch, SpanClass, SpanId, SpanRecord, TraceId};
+use crate::maps::{FastMap, FastSet};
 
 /// What an alarm is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -242,7 +244,7 @@ pub struct TenantTotals {
     /// Model calls.
     pub model_turns: u64,
     /// Tool calls by tool name.
-    pub tool_calls: HashMap<String, u64>,
+    pub tool_calls: FastMap<String, u64>,
 }
 
 /// One budget's usage and limit, as `/metrics` and `/v1/budgets` show it.
@@ -310,11 +312,13 @@ struct RequestSpec {
 struct RequestUsage {
     request_id: String,
     trace_id: String,
-    seen: HashSet<SpanId>,
+    seen: FastSet<SpanId>,
+    /// Traces mapped to this request in its tenant's trace map, forgotten with it.
+    traces: Vec<TraceId>,
     model_turns: u64,
     tool_calls: u64,
-    by_tool: HashMap<String, u64>,
-    repeats: HashMap<CallDigest, u64>,
+    by_tool: FastMap<String, u64>,
+    repeats: FastMap<CallDigest, u64>,
     most_repeated: u64,
     input_tokens: u64,
     output_tokens: u64,
@@ -361,12 +365,16 @@ struct TenantState {
     /// Parallel to `tenant_specs`.
     windows: Vec<WindowUsage>,
     /// By principal id; each parallel to `principal_specs`.
-    principals: HashMap<String, Vec<WindowUsage>>,
+    principals: FastMap<String, Vec<WindowUsage>>,
     /// By request id.
-    requests: HashMap<String, RequestUsage>,
+    requests: FastMap<String, RequestUsage>,
     /// Trace → request, so spans without `executor.request_id` (a downstream service's) count
     /// for the request their trace belongs to. Forgotten with the request.
-    traces: HashMap<TraceId, String>,
+    traces: FastMap<TraceId, String>,
+    /// When each request may have gone idle (earliest first): `tick` looks only at the
+    /// requests due, not at every live one. An entry whose request was active since is pushed
+    /// back to its new time; one whose request is gone is dropped.
+    idle_at: BinaryHeap<Reverse<(i64, String)>>,
 }
 
 impl TenantState {
@@ -382,19 +390,23 @@ impl TenantState {
             windows: tenant_specs.iter().map(WindowUsage::new).collect(),
             tenant_specs,
             principal_specs: config.principal_for(tenant).active().into(),
-            principals: HashMap::new(),
-            requests: HashMap::new(),
-            traces: HashMap::new(),
+            principals: FastMap::default(),
+            requests: FastMap::default(),
+            traces: FastMap::default(),
+            idle_at: BinaryHeap::new(),
         }
     }
 
     /// The request a span belongs to: the one it names, else the one its trace is known to
     /// belong to, else its trace (hex). When a trace first names its request, the usage its
     /// earlier spans gathered under the trace's own name is handed back, to be folded in.
-    fn request_of(&mut self, span: &SpanRecord) -> (String, Option<RequestUsage>) {
+    /// The third value says whether the span's trace was mapped to its request just now (the
+    /// request then remembers the trace, to forget the mapping with it).
+    fn request_of(&mut self, span: &SpanRecord) -> (String, Option<RequestUsage>, bool) {
         match span.audit.request_id.as_deref().filter(|r| !r.is_empty()) {
             Some(r) => {
                 let mut earlier = None;
+                let mut mapped = false;
                 if let std::collections::hash_map::Entry::Vacant(v) =
                     self.traces.entry(span.trace_id)
                 {
@@ -403,8 +415,9 @@ impl TenantState {
                     if by_trace != r {
                         earlier = self.requests.remove(&by_trace);
                     }
+                    mapped = true;
                 }
-                (r.to_string(), earlier)
+                (r.to_string(), earlier, mapped)
             }
             None => {
                 let r = self
@@ -412,7 +425,7 @@ impl TenantState {
                     .get(&span.trace_id)
                     .cloned()
                     .unwrap_or_else(|| hex_id(&span.trace_id));
-                (r, None)
+                (r, None, false)
             }
         }
     }
@@ -437,6 +450,42 @@ impl TenantState {
         own.chain(principals)
     }
 
+    /// Removes and returns the requests idle for `idle` ns at `now_ns`, with their trace
+    /// mappings. Costs the requests that came due, not the requests held.
+    fn take_idle(&mut self, now_ns: i64, idle: i64) -> Vec<RequestUsage> {
+        let mut done = Vec::new();
+        while let Some(Reverse((at, _))) = self.idle_at.peek() {
+            if *at > now_ns {
+                break;
+            }
+            let Some(Reverse((_, id))) = self.idle_at.pop() else {
+                break;
+            };
+            let Some(u) = self.requests.get(&id) else {
+                continue; // resolved or evicted already
+            };
+            let idle_from = u.last_arrival_ns.saturating_add(idle);
+            if idle_from > now_ns {
+                self.idle_at.push(Reverse((idle_from, id)));
+                continue;
+            }
+            if let Some(u) = self.requests.remove(&id) {
+                self.forget_traces(&u);
+                done.push(u);
+            }
+        }
+        done
+    }
+
+    /// Drops the trace mappings that point at `u`.
+    fn forget_traces(&mut self, u: &RequestUsage) {
+        for t in &u.traces {
+            if self.traces.get(t) == Some(&u.request_id) {
+                self.traces.remove(t);
+            }
+        }
+    }
+
     fn is_idle(&self) -> bool {
         self.requests.is_empty()
             && self.principals.is_empty()
@@ -448,8 +497,8 @@ impl TenantState {
 pub struct BudgetEvaluator {
     config: BudgetConfig,
     prices: PriceTable,
-    tenants: HashMap<String, TenantState>,
-    totals: HashMap<String, TenantTotals>,
+    tenants: FastMap<String, TenantState>,
+    totals: FastMap<String, TenantTotals>,
     evicted: u64,
 }
 
@@ -537,8 +586,8 @@ impl BudgetEvaluator {
         BudgetEvaluator {
             config,
             prices,
-            tenants: HashMap::new(),
-            totals: HashMap::new(),
+            tenants: FastMap::default(),
+            totals: FastMap::default(),
             evicted: 0,
         }
     }
@@ -549,7 +598,7 @@ impl BudgetEvaluator {
     }
 
     /// What each tenant spent since the last call.
-    pub fn take_totals(&mut self) -> HashMap<String, TenantTotals> {
+    pub fn take_totals(&mut self) -> FastMap<String, TenantTotals> {
         std::mem::take(&mut self.totals)
     }
 
@@ -588,7 +637,8 @@ impl BudgetEvaluator {
             return;
         }
         let ratio = state.ratio;
-        let (request_id, earlier) = state.request_of(span);
+        let (request_id, earlier, mapped) = state.request_of(span);
+        let idle = i64::try_from(config.request_idle.0.as_nanos()).unwrap_or(i64::MAX);
         let TenantState {
             request_specs,
             digest_calls,
@@ -597,19 +647,24 @@ impl BudgetEvaluator {
             windows,
             principals,
             requests,
+            idle_at,
             ..
         } = state;
-        let usage = requests
-            .entry(request_id)
-            .or_insert_with_key(|id| RequestUsage {
+        let usage = requests.entry(request_id).or_insert_with_key(|id| {
+            idle_at.push(Reverse((now_ns.saturating_add(idle), id.clone())));
+            RequestUsage {
                 request_id: id.clone(),
                 trace_id: hex_id(&span.trace_id),
                 start_ns: span.start_ns,
                 end_ns: span.end_ns,
                 tracks: vec![Track::default(); request_specs.len()],
                 ..Default::default()
-            });
+            }
+        });
         usage.last_arrival_ns = now_ns;
+        if mapped {
+            usage.traces.push(span.trace_id);
+        }
         if let Some(mut earlier) = earlier {
             // Spans of this trace that came before it named its request (a downstream
             // service's, exported first): their episodes end, their usage moves over.
@@ -661,20 +716,9 @@ impl BudgetEvaluator {
             state
                 .principals
                 .retain(|_, ws| ws.iter().any(WindowUsage::is_live));
-            let specs = Arc::clone(&state.request_specs);
-            let mut done = Vec::new();
-            state.requests.retain(|_, u| {
-                let over = now_ns.saturating_sub(u.last_arrival_ns) >= idle;
-                if over {
-                    done.push(std::mem::take(u));
-                }
-                !over
-            });
-            for u in done {
-                resolve_request(u, &specs, tenant, now_ns, &mut out);
+            for u in state.take_idle(now_ns, idle) {
+                resolve_request(u, &state.request_specs, tenant, now_ns, &mut out);
             }
-            let live: HashSet<&String> = state.requests.keys().collect();
-            state.traces.retain(|_, r| live.contains(r));
         }
         self.evict_over_limit(now_ns, &mut out);
         self.tenants.retain(|_, t| !t.is_idle());
@@ -713,11 +757,11 @@ impl BudgetEvaluator {
             let Some(state) = self.tenants.get_mut(&tenant) else {
                 continue;
             };
-            state.traces.retain(|_, r| !requests.contains(r));
             for request in requests {
                 let Some(u) = state.requests.remove(&request) else {
                     continue;
                 };
+                state.forget_traces(&u);
                 resolve_request(u, &state.request_specs, &tenant, now_ns, out);
                 self.evicted += 1;
             }
@@ -730,6 +774,7 @@ impl BudgetEvaluator {
         let mut out = Vec::new();
         for (tenant, state) in &mut self.tenants {
             state.traces.clear();
+            state.idle_at.clear();
             for (_, u) in state.requests.drain() {
                 resolve_request(u, &state.request_specs, tenant, now_ns, &mut out);
             }
@@ -948,7 +993,7 @@ fn resolve_request(
 
 /// The value under `key`, made by `make` if there is none; the key is copied only then.
 fn entry_of<'a, V>(
-    map: &'a mut HashMap<String, V>,
+    map: &'a mut FastMap<String, V>,
     key: &str,
     make: impl FnOnce() -> V,
 ) -> &'a mut V {
@@ -960,7 +1005,7 @@ fn entry_of<'a, V>(
 }
 
 /// Adds a counted span to its tenant's spend totals.
-fn add_spend(totals: &mut HashMap<String, TenantTotals>, span: &SpanRecord, a: &SpanAmounts) {
+fn add_spend(totals: &mut FastMap<String, TenantTotals>, span: &SpanRecord, a: &SpanAmounts) {
     let t = entry_of(totals, &span.tenant, TenantTotals::default);
     match span.class {
         SpanClass::Model => {
@@ -1012,6 +1057,7 @@ impl RequestUsage {
     /// Adds the usage of spans first counted under another name (their trace's).
     fn absorb(&mut self, other: RequestUsage) {
         self.seen.extend(other.seen);
+        self.traces.extend(other.traces);
         self.model_turns += other.model_turns;
         self.tool_calls += other.tool_calls;
         for (tool, n) in other.by_tool {

@@ -5,6 +5,10 @@
 //! must wait for) and it has read every durable record (a clean shutdown), or as soon as
 //! `stop.give_up` is cancelled (the shutdown deadline passed): then what it has not read stays
 //! in the journal for the next start.
+//!
+//! Between the journal and the stage sit the consumer's [`HeldItems`]: items whose trace has
+//! not named its tenant yet wait there (see [`crate::tenancy`]), and the checkpoint never
+//! passes one of them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -15,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::codec::{self, JournalEntry};
 use super::head::JournalHead;
 use super::tail::Tail;
+use crate::tenancy::{Bound, HeldItems};
 
 /// How often a consumer's `tick` runs when records keep coming, and how long it waits for one.
 pub const TICK: Duration = Duration::from_millis(250);
@@ -94,12 +99,15 @@ pub struct Stop {
 pub fn run<C: Consumer>(
     mut tail: Tail,
     mut consumer: C,
+    mut held: HeldItems,
     stop: Stop,
     decoded: &DecodedRecords,
-    metrics: &crate::metrics::JournalMetrics,
+    all_metrics: &crate::metrics::Metrics,
 ) -> C::Totals {
+    let metrics = &all_metrics.journal;
     let mut last_tick = Instant::now();
     let mut saved = tail.next_seq();
+    let mut last_seq = saved.saturating_sub(1);
     loop {
         if stop.give_up.is_cancelled() {
             break;
@@ -119,8 +127,15 @@ pub fn run<C: Consumer>(
         };
         let caught_up = records.is_empty();
         for (seq, payload) in records {
+            last_seq = seq;
             match decoded.get(seq, &payload) {
-                Ok(entry) => consumer.record(seq, &entry),
+                Ok(entry) => match &*entry {
+                    JournalEntry::Events(batch) => match held.bind(seq, batch, Instant::now()) {
+                        Bound::AsIs => consumer.record(seq, &entry),
+                        Bound::Changed(b) => consumer.record(seq, &JournalEntry::Events(b)),
+                    },
+                    JournalEntry::AlarmLogs(_) => consumer.record(seq, &entry),
+                },
                 Err(e) => {
                     metrics.undecodable(tail.consumer());
                     tracing::error!(consumer = tail.consumer(), seq, error = %e, "journal record cannot be decoded; skipped");
@@ -129,17 +144,33 @@ pub fn run<C: Consumer>(
         }
         if last_tick.elapsed() >= TICK || caught_up {
             last_tick = Instant::now();
+            if let Some(b) = held.expire(last_tick, last_seq) {
+                consumer.record(last_seq, &JournalEntry::Events(b));
+            }
+            report_held(&mut held, tail.consumer(), all_metrics);
             let durable = consumer.tick(tail.next_seq(), tail.head());
-            saved = save(&tail, saved, durable);
+            saved = save(&tail, saved, held.checkpoint(durable));
         }
         let closed = drained || tail.head().is_closed();
         if caught_up && closed && tail.next_seq() >= tail.head().committed() {
             break;
         }
     }
+    // Nothing more will come for what is still held: it goes on under the tenant it has.
+    if let Some(b) = held.release_all(last_seq) {
+        consumer.record(last_seq, &JournalEntry::Events(b));
+    }
+    report_held(&mut held, tail.consumer(), all_metrics);
     let (durable, totals) = consumer.finish(tail.next_seq());
-    save(&tail, saved, durable);
+    save(&tail, saved, held.checkpoint(durable));
     totals
+}
+
+fn report_held(held: &mut HeldItems, consumer: &str, metrics: &crate::metrics::Metrics) {
+    metrics.tenancy.set_held(consumer, held.len());
+    for (why, n) in held.take_unresolved() {
+        metrics.tenancy.unresolved(consumer, why.as_str(), n);
+    }
 }
 
 /// Writes the checkpoint when it moved; returns the one on disk.

@@ -143,7 +143,7 @@ pub struct Redactor {
     /// Some detector runs only under certain keys.
     key_scoped_detectors: bool,
     /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
-    key_cache: std::sync::RwLock<std::collections::HashMap<String, KeyVerdict>>,
+    key_cache: std::sync::RwLock<crate::maps::FastMap<String, KeyVerdict>>,
 }
 
 /// What the key rules say about one key.
@@ -369,16 +369,25 @@ impl Redactor {
                 run[i / 64] |= 1 << (i % 64);
             }
         }
+        if run.iter().all(|&w| w == 0) {
+            return Some(Vec::new());
+        }
         let digits = text.bytes().filter(u8::is_ascii_digit).count();
         let lower_key = key.map(lowercase);
-        let candidates: Vec<usize> = (0..self.detectors.len())
-            .filter(|&i| {
+        // Only the flagged detectors are visited (a few of ~70 for most strings): walking the
+        // whole catalogue per string was 5% of the daemon's CPU under load.
+        let mut candidates: Vec<usize> = Vec::new();
+        for (w, &word) in run.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
                 let d = &self.detectors[i];
-                run[i / 64] & (1 << (i % 64)) != 0
-                    && digits >= d.min_digits
-                    && d.applies_under(lower_key.as_deref())
-            })
-            .collect();
+                if digits >= d.min_digits && d.applies_under(lower_key.as_deref()) {
+                    candidates.push(i);
+                }
+            }
+        }
         let mut found = Vec::new();
         if candidates.is_empty() {
             return Some(found);

@@ -5,7 +5,7 @@
 //! entry with the lowest rank wins. An attribute whose value cannot be read as its field's
 //! type stays in the remaining attributes, so nothing the sender said is lost.
 
-use std::collections::HashMap;
+use crate::maps::FastMap;
 use std::sync::{Arc, OnceLock};
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -132,8 +132,8 @@ const OPENINFERENCE_TOOL_IO: [(&str, Field); 2] = [
 
 const OPENINFERENCE_KIND: &str = "openinference.span.kind";
 
-fn field_index() -> &'static HashMap<&'static str, (Field, u8)> {
-    static INDEX: OnceLock<HashMap<&'static str, (Field, u8)>> = OnceLock::new();
+fn field_index() -> &'static FastMap<&'static str, (Field, u8)> {
+    static INDEX: OnceLock<FastMap<&'static str, (Field, u8)>> = OnceLock::new();
     INDEX.get_or_init(|| {
         FIELD_SOURCES
             .iter()
@@ -287,8 +287,9 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
     let index = field_index();
     let mut gen_ai = GenAiFields::default();
     let mut audit = AuditFields::default();
-    // Which attribute currently fills each field, and its rank.
-    let mut held: HashMap<Field, (u8, usize)> = HashMap::new();
+    // Which attribute currently fills each field, and its rank: a handful per item, so a
+    // list searched in place (no allocation for items without typed fields, no hashing).
+    let mut held: Vec<(Field, u8, usize)> = Vec::new();
     let mut consumed = vec![false; attrs.0.len()];
     let mut sources = SourceKeys::default();
     for (i, (key, value)) in attrs.0.iter().enumerate() {
@@ -298,13 +299,18 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
         if audit_only && !field.is_audit() {
             continue;
         }
-        if held.get(&field).is_some_and(|&(r, _)| r <= rank) {
+        let slot = held.iter().position(|&(f, _, _)| f == field);
+        if slot.is_some_and(|s| held[s].1 <= rank) {
             continue;
         }
         if field.store(value, &mut gen_ai, &mut audit) {
             // A displaced lower-precedence name goes back to the attributes.
-            if let Some((_, previous)) = held.insert(field, (rank, i)) {
-                consumed[previous] = false;
+            match slot {
+                Some(s) => {
+                    consumed[held[s].2] = false;
+                    held[s] = (field, rank, i);
+                }
+                None => held.push((field, rank, i)),
             }
             consumed[i] = true;
             // Remember the name only when it is not the canonical one, so the common case

@@ -19,3 +19,4 @@ mod protect_e2e;
 mod python_sdk;
 mod query;
 mod rust_sdk;
+mod tenancy;

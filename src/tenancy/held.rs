@@ -1,0 +1,419 @@
+//! Items held back in a journal consumer until their trace names its tenant.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::traces::Remembered;
+use super::{log_unnamed, span_unnamed, TenancyConfig};
+use crate::event::{EventBatch, LogRecord, SpanRecord, TraceId};
+use crate::maps::FastMap;
+
+/// What a consumer is handed for a journal record.
+pub enum Bound {
+    /// The record as it is: every item has its tenant.
+    AsIs,
+    /// The record's items with their trace's tenant, less those held back, plus held items
+    /// of earlier records whose trace named its tenant in this one.
+    Changed(EventBatch),
+}
+
+/// Why held items went on without a tenant of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unresolved {
+    /// Held for `tenancy.wait`.
+    Wait,
+    /// More than `tenancy.max_held_items` were held.
+    Capacity,
+    /// The daemon stopped.
+    Shutdown,
+}
+
+impl Unresolved {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unresolved::Wait => "wait",
+            Unresolved::Capacity => "capacity",
+            Unresolved::Shutdown => "shutdown",
+        }
+    }
+}
+
+enum Item {
+    Span(Box<SpanRecord>),
+    Log(Box<LogRecord>),
+}
+
+/// One consumer's held items (see the module notes of [`crate::tenancy`]).
+///
+/// Exactly once across a crash: the consumer's checkpoint stays before the record of every
+/// held item, and before the record of every released item until the consumer says the
+/// record that released it is durable. Released items count as items of the releasing
+/// record. While the consumer replays records an earlier process read (before
+/// `replay_before`) nothing is released for time or room, so a release is never earlier in
+/// the journal than the one before the crash.
+pub struct HeldItems {
+    wait: Duration,
+    max: usize,
+    tenants: Remembered,
+    held: FastMap<TraceId, Vec<(u64, Item)>>,
+    /// Traces in the order their first item was held (stale entries skipped).
+    expiry: VecDeque<(Instant, TraceId)>,
+    count: usize,
+    /// How many held items come from each journal record.
+    origins: BTreeMap<u64, usize>,
+    /// (releasing record, earliest record among what it released).
+    released: VecDeque<(u64, u64)>,
+    replay_before: u64,
+    unresolved: Vec<(Unresolved, u64)>,
+}
+
+impl HeldItems {
+    /// Held items for one consumer; records before `replay_before` were read by an earlier
+    /// process.
+    pub fn new(config: &TenancyConfig, replay_before: u64) -> HeldItems {
+        HeldItems {
+            wait: config.wait.0,
+            max: config.max_held_items.0,
+            tenants: Remembered::new(config.remembered_traces.0),
+            held: FastMap::default(),
+            expiry: VecDeque::new(),
+            count: 0,
+            origins: BTreeMap::new(),
+            released: VecDeque::new(),
+            replay_before,
+            unresolved: Vec::new(),
+        }
+    }
+
+    /// Items held now.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Items that went on without a tenant since the last call, by reason.
+    pub fn take_unresolved(&mut self) -> Vec<(Unresolved, u64)> {
+        std::mem::take(&mut self.unresolved)
+    }
+
+    /// Binds journal record `seq`'s `batch`.
+    pub fn bind(&mut self, seq: u64, batch: &EventBatch, now: Instant) -> Bound {
+        if self.wait.is_zero() {
+            return Bound::AsIs;
+        }
+        // The intake filed every named item under its trace's tenant as known then: the
+        // latest is the one to follow.
+        let mut learned = Vec::new();
+        for s in batch.spans.iter().filter(|s| !span_unnamed(s)) {
+            self.tenants.learn_latest(s.trace_id, &s.tenant);
+            if self.held.contains_key(&s.trace_id) {
+                learned.push(s.trace_id);
+            }
+        }
+        for l in batch.logs.iter().filter(|l| !log_unnamed(l)) {
+            if let Some(trace) = l.trace_id {
+                self.tenants.learn_latest(trace, &l.tenant);
+                if self.held.contains_key(&trace) {
+                    learned.push(trace);
+                }
+            }
+        }
+        let unnamed = batch.spans.iter().any(span_unnamed) || batch.logs.iter().any(log_unnamed);
+        if !unnamed && learned.is_empty() {
+            return Bound::AsIs;
+        }
+        let mut out = EventBatch::default();
+        for s in &batch.spans {
+            if !span_unnamed(s) {
+                out.spans.push(s.clone());
+            } else if let Some(t) = self.tenants.get(&s.trace_id) {
+                let mut s = s.clone();
+                s.tenant = t.to_string();
+                out.spans.push(s);
+            } else {
+                self.hold(seq, s.trace_id, Item::Span(Box::new(s.clone())), now);
+            }
+        }
+        for l in &batch.logs {
+            let trace = l.trace_id.filter(|_| log_unnamed(l));
+            match trace {
+                None => out.logs.push(l.clone()),
+                Some(trace) => match self.tenants.get(&trace) {
+                    Some(t) => {
+                        let mut l = l.clone();
+                        l.tenant = t.to_string();
+                        out.logs.push(l);
+                    }
+                    None => self.hold(seq, trace, Item::Log(Box::new(l.clone())), now),
+                },
+            }
+        }
+        let mut earliest = u64::MAX;
+        for trace in learned {
+            earliest = earliest.min(self.release_trace(&trace, true, &mut out));
+        }
+        if seq >= self.replay_before {
+            while self.count > self.max {
+                let n = self.release_oldest(&mut out, &mut earliest);
+                if n == 0 {
+                    break;
+                }
+                self.count_unresolved(Unresolved::Capacity, n);
+            }
+        }
+        if earliest != u64::MAX {
+            self.released.push_back((seq, earliest));
+        }
+        Bound::Changed(out)
+    }
+
+    /// Items held for `wait` at `now`, under the tenant they have; `last_seq` is the last
+    /// record read, which they count as. `None` when nothing is due (or during replay).
+    pub fn expire(&mut self, now: Instant, last_seq: u64) -> Option<EventBatch> {
+        if self.count == 0 || last_seq < self.replay_before {
+            return None;
+        }
+        let mut out = EventBatch::default();
+        let mut earliest = u64::MAX;
+        let mut n = 0;
+        while let Some(&(at, _)) = self.expiry.front() {
+            if now.saturating_duration_since(at) < self.wait {
+                break;
+            }
+            n += self.release_oldest(&mut out, &mut earliest);
+        }
+        self.finish_release(out, earliest, last_seq, Unresolved::Wait, n)
+    }
+
+    /// Everything held, at shutdown, under the tenant it has. Not while replaying: then it
+    /// stays held, the checkpoint before it, for the next start.
+    pub fn release_all(&mut self, last_seq: u64) -> Option<EventBatch> {
+        if last_seq < self.replay_before {
+            return None;
+        }
+        let mut out = EventBatch::default();
+        let mut earliest = u64::MAX;
+        let mut n = 0;
+        while self.count > 0 {
+            let released = self.release_oldest(&mut out, &mut earliest);
+            if released == 0 {
+                break;
+            }
+            n += released;
+        }
+        self.finish_release(out, earliest, last_seq, Unresolved::Shutdown, n)
+    }
+
+    fn finish_release(
+        &mut self,
+        out: EventBatch,
+        earliest: u64,
+        seq: u64,
+        why: Unresolved,
+        n: u64,
+    ) -> Option<EventBatch> {
+        if n == 0 {
+            return None;
+        }
+        self.count_unresolved(why, n);
+        self.released.push_back((seq, earliest));
+        Some(out)
+    }
+
+    /// The consumer's checkpoint given that it has made everything before `durable` durable:
+    /// not past a held item's record, nor past an unfinished release's.
+    pub fn checkpoint(&mut self, durable: u64) -> u64 {
+        while self.released.front().is_some_and(|&(at, _)| at < durable) {
+            self.released.pop_front();
+        }
+        let held = self.origins.keys().next().copied();
+        let released = self.released.iter().map(|&(_, first)| first).min();
+        [held, released]
+            .into_iter()
+            .flatten()
+            .fold(durable, u64::min)
+    }
+
+    fn hold(&mut self, seq: u64, trace: TraceId, item: Item, now: Instant) {
+        let items = self.held.entry(trace).or_default();
+        if items.is_empty() {
+            self.expiry.push_back((now, trace));
+        }
+        items.push((seq, item));
+        self.count += 1;
+        *self.origins.entry(seq).or_default() += 1;
+    }
+
+    /// Releases the trace held longest; returns how many items went.
+    fn release_oldest(&mut self, out: &mut EventBatch, earliest: &mut u64) -> u64 {
+        while let Some((_, trace)) = self.expiry.pop_front() {
+            if self.held.contains_key(&trace) {
+                let before = out.spans.len() + out.logs.len();
+                *earliest = (*earliest).min(self.release_trace(&trace, false, out));
+                return (out.spans.len() + out.logs.len() - before) as u64;
+            }
+        }
+        0
+    }
+
+    /// Moves a trace's held items to `out`, under the trace's tenant when `named`; returns
+    /// the earliest record among them.
+    fn release_trace(&mut self, trace: &TraceId, named: bool, out: &mut EventBatch) -> u64 {
+        let Some(items) = self.held.remove(trace) else {
+            return u64::MAX;
+        };
+        let tenant = named.then(|| self.tenants.get(trace).cloned()).flatten();
+        let mut earliest = u64::MAX;
+        for (seq, item) in items {
+            earliest = earliest.min(seq);
+            self.count -= 1;
+            if let Some(n) = self.origins.get_mut(&seq) {
+                *n -= 1;
+                if *n == 0 {
+                    self.origins.remove(&seq);
+                }
+            }
+            match item {
+                Item::Span(mut s) => {
+                    if let Some(t) = &tenant {
+                        s.tenant = t.to_string();
+                    }
+                    out.spans.push(*s);
+                }
+                Item::Log(mut l) => {
+                    if let Some(t) = &tenant {
+                        l.tenant = t.to_string();
+                    }
+                    out.logs.push(*l);
+                }
+            }
+        }
+        earliest
+    }
+
+    fn count_unresolved(&mut self, why: Unresolved, n: u64) {
+        match self.unresolved.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, total)) => *total += n,
+            None => self.unresolved.push((why, n)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{HumanDuration, PositiveUsize};
+    use crate::event::{fixtures, DEFAULT_TENANT};
+
+    fn span(trace: u8, id: u8, claim: Option<&str>) -> SpanRecord {
+        let mut s = fixtures::span();
+        s.trace_id = [trace; 16];
+        s.span_id = [id; 8];
+        s.parent_span_id = claim.is_none().then_some([1; 8]);
+        s.audit.claimed_tenant = claim.map(str::to_string);
+        s.tenant = claim.unwrap_or(DEFAULT_TENANT).to_string();
+        s
+    }
+
+    fn batch(spans: Vec<SpanRecord>) -> EventBatch {
+        EventBatch {
+            spans,
+            logs: Vec::new(),
+        }
+    }
+
+    fn config(wait_s: u64, max: usize) -> TenancyConfig {
+        TenancyConfig {
+            wait: HumanDuration(Duration::from_secs(wait_s)),
+            max_held_items: PositiveUsize(max),
+            remembered_traces: PositiveUsize(100),
+        }
+    }
+
+    fn filed(b: &Bound) -> Vec<(u8, &str)> {
+        match b {
+            Bound::AsIs => vec![],
+            Bound::Changed(b) => b
+                .spans
+                .iter()
+                .map(|s| (s.span_id[0], s.tenant.as_str()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn children_before_their_root_wait_for_its_tenant_and_hold_the_checkpoint() {
+        let mut h = HeldItems::new(&config(30, 100), 0);
+        let now = Instant::now();
+        let b = h.bind(
+            1,
+            &batch(vec![span(7, 2, None), span(8, 5, Some("globex"))]),
+            now,
+        );
+        assert_eq!(filed(&b), [(5, "globex")]);
+        assert_eq!(h.len(), 1);
+        assert!(matches!(
+            h.bind(2, &batch(vec![span(9, 6, Some("x"))]), now),
+            Bound::AsIs
+        ));
+        assert_eq!(h.checkpoint(3), 1, "record 1 holds a held span");
+        let b = h.bind(
+            3,
+            &batch(vec![span(7, 3, None), span(7, 1, Some("acme"))]),
+            now,
+        );
+        assert_eq!(filed(&b), [(3, "acme"), (1, "acme"), (2, "acme")]);
+        assert!(h.is_empty());
+        // Released in record 3: the checkpoint stays at 1 until record 3 is durable.
+        assert_eq!(h.checkpoint(3), 1);
+        assert_eq!(h.checkpoint(4), 4);
+    }
+
+    #[test]
+    fn at_the_bound_held_items_go_on_as_they_are_and_are_counted() {
+        let mut h = HeldItems::new(&config(30, 2), 0);
+        let t0 = Instant::now();
+        h.bind(1, &batch(vec![span(1, 1, None)]), t0);
+        h.bind(2, &batch(vec![span(2, 2, None)]), t0);
+        // A third trace past max_held_items = 2: the oldest goes.
+        let b = h.bind(3, &batch(vec![span(3, 3, None)]), t0);
+        assert_eq!(filed(&b), [(1, DEFAULT_TENANT)]);
+        assert_eq!(h.take_unresolved(), [(Unresolved::Capacity, 1)]);
+        assert!(h.expire(t0 + Duration::from_secs(29), 3).is_none());
+        let out = h.expire(t0 + Duration::from_secs(30), 3).expect("due");
+        assert_eq!(out.spans.len(), 2);
+        assert_eq!(h.take_unresolved(), [(Unresolved::Wait, 2)]);
+        // Two releases in record 3 (trace 1 for room, from record 1; traces 2 and 3 for time).
+        assert_eq!(h.checkpoint(3), 1);
+        assert_eq!(h.checkpoint(4), 4);
+    }
+
+    #[test]
+    fn nothing_is_released_for_time_or_room_while_replaying() {
+        let mut h = HeldItems::new(&config(30, 1), 10);
+        let t0 = Instant::now();
+        h.bind(4, &batch(vec![span(1, 1, None)]), t0);
+        h.bind(5, &batch(vec![span(2, 2, None)]), t0);
+        assert_eq!(h.len(), 2);
+        assert!(h.expire(t0 + Duration::from_secs(60), 5).is_none());
+        assert!(h.release_all(5).is_none(), "kept for the next start");
+        assert_eq!(h.checkpoint(6), 4);
+        let out = h.release_all(10).expect("at shutdown, replay done");
+        assert_eq!(out.spans.len(), 2);
+        assert_eq!(h.take_unresolved(), [(Unresolved::Shutdown, 2)]);
+    }
+
+    #[test]
+    fn a_zero_wait_holds_nothing() {
+        let mut h = HeldItems::new(&config(0, 10), 0);
+        assert!(matches!(
+            h.bind(1, &batch(vec![span(1, 1, None)]), Instant::now()),
+            Bound::AsIs
+        ));
+    }
+}

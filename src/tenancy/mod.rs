@@ -1,0 +1,78 @@
+//! Tenancy: which tenant each span and log record is filed under.
+//!
+//! Promise: every item of a trace is filed under the trace's tenant, whichever item names it
+//! and in whatever order the items arrive. Multi-tenant executors usually name the tenant
+//! once, where a request enters (its root span); the model, tool and downstream spans that
+//! auto-instrumentation adds do not repeat it, and they end (and so are exported) before the
+//! root. Two places make that work:
+//!
+//! - [`TraceTenants`], at the intake before `protect` (so the tenant's own redaction rules
+//!   apply): an item with no claim takes the tenant claimed by another item of its trace in
+//!   the same request, or in an earlier one still remembered. An item that claims another
+//!   tenant than its trace's keeps its claim in `claimed_tenant` and is counted
+//!   (`toolwatch_tenant_conflicts_total`). The journal then holds the resolved tenant.
+//! - [`HeldItems`], in every journal consumer: an item that still has no tenant (it came
+//!   before any item of its trace that names one) is held back until one arrives, for at most
+//!   `tenancy.wait` and `tenancy.max_held_items`; at the bound it goes on under the tenant it
+//!   has (`default`) and is counted (`toolwatch_tenant_unresolved_items_total`). The consumer's
+//!   checkpoint stays before every held item, so a crash loses none.
+//!
+//! Only trace ids link items: request ids are chosen by executors and repeat across tenants,
+//! so linking by them would file one tenant's data under another's.
+
+mod held;
+mod traces;
+
+pub use held::{Bound, HeldItems};
+pub use traces::TraceTenants;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{HumanDuration, PositiveUsize};
+use crate::event::{LogRecord, SpanRecord, DEFAULT_TENANT};
+
+/// The `[tenancy]` section of the config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenancyConfig {
+    /// Longest a span or log record without a tenant waits in a consumer for an item of its
+    /// trace that names one; then it is filed under `default`. `"0s"`: never wait.
+    pub wait: HumanDuration,
+    /// Most items held back at once per consumer; past it the oldest go on under `default`.
+    pub max_held_items: PositiveUsize,
+    /// Traces whose tenant the intake and each consumer remember (oldest forgotten first).
+    pub remembered_traces: PositiveUsize,
+}
+
+impl Default for TenancyConfig {
+    fn default() -> Self {
+        TenancyConfig {
+            wait: HumanDuration(Duration::from_secs(30)),
+            max_held_items: PositiveUsize(200_000),
+            remembered_traces: PositiveUsize(262_144),
+        }
+    }
+}
+
+/// True when an item names no tenant anywhere (item, trace-level claim or resource) and was
+/// not given its trace's: it is filed under `default` only for want of a better answer.
+pub fn span_unnamed(span: &SpanRecord) -> bool {
+    span.audit
+        .claimed_tenant
+        .as_deref()
+        .is_none_or(str::is_empty)
+        && span.tenant == DEFAULT_TENANT
+}
+
+/// [`span_unnamed`] for a log record; one without a trace id can never learn a tenant.
+pub fn log_unnamed(log: &LogRecord) -> bool {
+    log.trace_id.is_some()
+        && log
+            .audit
+            .claimed_tenant
+            .as_deref()
+            .is_none_or(str::is_empty)
+        && log.tenant == DEFAULT_TENANT
+}
