@@ -13,6 +13,12 @@
 //! `RESOURCE_EXHAUSTED`/`UNAVAILABLE`) and transport errors (refused or reset connections, as
 //! when the daemon restarts) are retried with exponential backoff (capped at 1 s, or the
 //! server's `Retry-After`/`RetryInfo` when longer) for up to 30 s per export.
+//!
+//! [`blast`] is the other mode, for measuring the daemon rather than testing it: a handful of
+//! batches of agent requests encoded to OTLP/HTTP protobuf once, then sent over a few
+//! keep-alive connections as fast as they are answered, each send with fresh trace ids, span
+//! ids, request ids and times written over the template's bytes in place (no re-encoding),
+//! so that the client costs little CPU next to the daemon.
 
 use std::fmt;
 use std::io::Write;
@@ -100,6 +106,9 @@ pub enum LoadgenError {
         /// Why.
         detail: String,
     },
+    /// The options cannot be used together.
+    #[error("{0}")]
+    Options(String),
     /// A span-id file could not be opened.
     #[error("cannot open {path}: {detail}")]
     IdFile {
@@ -1356,6 +1365,904 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
     Ok(report)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Blast mode: pre-serialized batches at full speed, to measure the daemon's CPU per span.
+// ---------------------------------------------------------------------------------------------
+
+/// Where blast traffic names the tenant (`executor.tenant_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TenantOn {
+    /// On the `invoke_agent` root span only, as a multi-tenant executor does: its model and
+    /// tool spans carry the request id but no tenant, the downstream spans neither (as
+    /// auto-instrumented spans would); all share the trace id.
+    #[default]
+    Root,
+    /// On every span, with the request id (downstream spans included).
+    Every,
+}
+
+impl TenantOn {
+    /// The flag's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantOn::Root => "root",
+            TenantOn::Every => "every",
+        }
+    }
+}
+
+/// How long a blast lasts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BlastLength {
+    /// No batch is started after this long; one refused when the time is up is abandoned.
+    Duration(Duration),
+    /// Exactly this many batches over all connections, each resent until acknowledged.
+    Batches(u64),
+}
+
+/// What to send in blast mode.
+#[derive(Debug, Clone)]
+pub struct BlastOptions {
+    /// OTLP/HTTP base URL (`/v1/traces` is appended).
+    pub target: String,
+    /// Keep-alive connections, each with one batch in flight.
+    pub connections: usize,
+    /// For how long, or how many batches.
+    pub length: BlastLength,
+    /// Agent requests ([`BLAST_SPANS_PER_REQUEST`] spans each) per batch.
+    pub requests_per_batch: u32,
+    /// Requests are spread over `tenant-0` .. `tenant-(tenants-1)`.
+    pub tenants: u32,
+    /// Where the tenant is named.
+    pub tenant_on: TenantOn,
+    /// Seed for the content of the batch templates (ids are fresh on every run regardless).
+    pub seed: u64,
+}
+
+/// Spans per blast request: the root, 3 model turns, 3 tool calls, 3 downstream calls.
+pub const BLAST_SPANS_PER_REQUEST: u64 = 10;
+/// Batch templates at least, and at most (enough for every tenant to appear in one).
+const BLAST_MIN_TEMPLATES: usize = 8;
+const BLAST_MAX_TEMPLATES: usize = 256;
+/// The fake secrets planted in 20% of the blast's tool arguments.
+pub const BLAST_PLANTED_EMAIL: &str = "jane.doe@example.com";
+/// See [`BLAST_PLANTED_EMAIL`].
+pub const BLAST_PLANTED_KEY: &str = "sk_live_T3stOnlyN0tAR3alK3yAbCdEf012345";
+/// How long a send waits for its answer.
+const BLAST_ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+/// A refused batch is resent for this long at most in `--batches` mode.
+const MAX_BLAST_REFUSAL_TIME: Duration = Duration::from_secs(300);
+
+/// The splitmix64 finalizer: a bijection of u64 (distinct inputs, distinct outputs) that maps
+/// only 0 to 0.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Per-run random offsets from which every id of a blast is derived. Trace and span ids are
+/// `mix(salt + n)` for the request or span number `n` of the run: with a salt in [1, 2^62)
+/// and n below 2^62 the argument is never 0 and never wraps, so the ids are unique in the run
+/// and never all-zero; another run has other salts.
+#[derive(Debug, Clone, Copy)]
+struct Salt {
+    trace: u64,
+    trace_low: u64,
+    span: u64,
+    request: u64,
+}
+
+impl Salt {
+    fn random() -> Salt {
+        let small = || (rand::random::<u64>() >> 2).max(1);
+        Salt {
+            trace: small(),
+            trace_low: rand::random(),
+            span: small(),
+            request: rand::random(),
+        }
+    }
+
+    /// The high half of request `n`'s trace id: unique per request, never 0.
+    fn trace_high(&self, n: u64) -> u64 {
+        mix(self.trace.wrapping_add(n))
+    }
+
+    fn trace_id(&self, n: u64) -> [u8; 16] {
+        let high = self.trace_high(n);
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&high.to_be_bytes());
+        id[8..].copy_from_slice(&mix(high ^ self.trace_low).to_be_bytes());
+        id
+    }
+
+    fn span_id(&self, n: u64) -> [u8; 8] {
+        mix(self.span.wrapping_add(n)).to_be_bytes()
+    }
+
+    /// `req-` and 16 hex digits (as wide as the template's placeholder), unique per request.
+    fn request_id(&self, n: u64) -> [u8; REQUEST_ID_LEN] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let v = mix(self.trace_high(n) ^ self.request);
+        let mut id = [0u8; REQUEST_ID_LEN];
+        id[..4].copy_from_slice(b"req-");
+        for (k, b) in id[4..].iter_mut().enumerate() {
+            *b = HEX[((v >> (60 - 4 * k)) & 0xf) as usize];
+        }
+        id
+    }
+}
+
+/// Length of a blast request id, `req-` and 16 hex digits.
+const REQUEST_ID_LEN: usize = 20;
+/// Placeholder times are this plus the nanoseconds since the template's start (under 2^40).
+const TIME_PLACEHOLDER: u64 = 0xF7F7 << 48;
+
+/// Placeholders of fixed width, written into a template before it is encoded and found again
+/// in its protobuf bytes. Bytes 0xF5..0xFF never occur in UTF-8 text, so the id placeholders
+/// cannot be mistaken for payload; every placeholder is looked up with its field's tag in
+/// front, and the number found is checked.
+fn trace_placeholder(request: u32) -> [u8; 16] {
+    let mut id = [0xF6u8; 16];
+    id[12..].copy_from_slice(&request.to_be_bytes());
+    id
+}
+
+fn span_placeholder(span: u32) -> [u8; 8] {
+    let mut id = [0xF5u8; 8];
+    id[4..].copy_from_slice(&span.to_be_bytes());
+    id
+}
+
+fn request_id_placeholder(request: u32) -> String {
+    format!("req-~~~~{request:012}")
+}
+
+/// What a placeholder found in a template stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// The trace id of the template's nth request.
+    Trace(u32),
+    /// The span id of the nth span (request * 10 + k), as `span_id` or `parent_span_id`.
+    Span(u32),
+    /// The request id of the nth request.
+    RequestId(u32),
+    /// A start or end time, ns after the template's start.
+    Time(u64),
+}
+
+/// One batch encoded once, with the byte offsets of every id and time in it.
+struct Template {
+    body: Vec<u8>,
+    /// (offset, request) of every trace id.
+    traces: Vec<(usize, u32)>,
+    /// (offset, span) of every span id and parent span id.
+    spans: Vec<(usize, u32)>,
+    /// (offset, request) of every request id.
+    request_ids: Vec<(usize, u32)>,
+    /// (offset, ns after the start) of every start and end time.
+    times: Vec<(usize, u64)>,
+    /// From the earliest start to the latest end.
+    extent_ns: u64,
+    counts: RunCounts,
+}
+
+impl Template {
+    /// Writes batch number `batch` of the run into `out`: the template's bytes with the ids of
+    /// requests `batch * requests ..` and times that end at `now_ns`.
+    fn instantiate(&self, batch: u64, requests: u32, salt: &Salt, now_ns: u64, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.body);
+        let first_request = batch.wrapping_mul(u64::from(requests));
+        let first_span = first_request.wrapping_mul(BLAST_SPANS_PER_REQUEST);
+        for &(at, r) in &self.traces {
+            out[at..at + 16]
+                .copy_from_slice(&salt.trace_id(first_request.wrapping_add(u64::from(r))));
+        }
+        for &(at, s) in &self.spans {
+            out[at..at + 8].copy_from_slice(&salt.span_id(first_span.wrapping_add(u64::from(s))));
+        }
+        for &(at, r) in &self.request_ids {
+            out[at..at + REQUEST_ID_LEN]
+                .copy_from_slice(&salt.request_id(first_request.wrapping_add(u64::from(r))));
+        }
+        let base = now_ns.saturating_sub(self.extent_ns);
+        for &(at, rel) in &self.times {
+            out[at..at + 8].copy_from_slice(&(base + rel).to_le_bytes());
+        }
+    }
+}
+
+/// Models of the blast's chat turns: provider, request model, response model.
+const BLAST_MODELS: &[(&str, &str, &str)] = &[
+    ("openai", "gpt-4o", "gpt-4o-2024-08-06"),
+    ("openai", "gpt-4o-mini", "gpt-4o-mini-2024-07-18"),
+    ("anthropic", "claude-sonnet-4", "claude-sonnet-4-20250514"),
+];
+
+/// Builds template number `index`: `requests` agent requests with placeholder ids, request
+/// `r` under tenant `(index * requests + r) % tenants`; 20% of its tool calls plant a fake
+/// e-mail and `sk_live_` key.
+fn blast_template(
+    gen: &mut Generator,
+    index: usize,
+    requests: u32,
+    tenants: u32,
+    tenant_on: TenantOn,
+) -> Result<Template, String> {
+    const MS: u64 = 1_000_000;
+    let every = tenant_on == TenantOn::Every;
+    let mut exec = Vec::new();
+    let mut down = Vec::new();
+    let mut counts = RunCounts::default();
+    let mut request_id_spans = 0usize;
+    for r in 0..requests {
+        let n = index as u64 * u64::from(requests) + u64::from(r);
+        let tenant = format!("tenant-{}", n % u64::from(tenants.max(1)));
+        let principal = format!("user-{}", gen.rng.random_range(0..50u32));
+        let trace = trace_placeholder(r).to_vec();
+        let request_id = request_id_placeholder(r);
+        let span_id = |k: u32| span_placeholder(r * BLAST_SPANS_PER_REQUEST as u32 + k).to_vec();
+        // What the audit fields of a span are, by where the tenant is named.
+        let mut audit = |attrs: &mut Vec<KeyValue>, root: bool, downstream: bool| {
+            if every || !downstream {
+                attrs.push(s("executor.request_id", request_id.clone()));
+                request_id_spans += 1;
+            }
+            if every || root {
+                attrs.push(s("executor.tenant_id", tenant.clone()));
+            }
+        };
+        let span =
+            |id: Vec<u8>, parent: Vec<u8>, name: String, kind: SpanKind, start: u64, dur| Span {
+                trace_id: trace.clone(),
+                span_id: id,
+                parent_span_id: parent,
+                name,
+                kind: kind as i32,
+                start_time_unix_nano: TIME_PLACEHOLDER + start,
+                end_time_unix_nano: TIME_PLACEHOLDER + start + dur,
+                ..Default::default()
+            };
+        let start = u64::from(r) * MS;
+        let mut t = start + MS;
+        let mut children = Vec::new();
+        for turn in 0..3u32 {
+            let (provider, model, response_model) = BLAST_MODELS[gen.rng.random_range(0..3)];
+            let dur = gen.rng.random_range(300..1500u64) * MS;
+            let mut chat = span(
+                span_id(1 + turn),
+                span_id(0),
+                format!("chat {model}"),
+                SpanKind::Client,
+                t,
+                dur,
+            );
+            chat.attributes = vec![
+                s("gen_ai.operation.name", "chat"),
+                s("gen_ai.provider.name", provider),
+                s("gen_ai.request.model", model),
+                s("gen_ai.response.model", response_model),
+                i(
+                    "gen_ai.usage.input_tokens",
+                    gen.rng.random_range(400..4000i64),
+                ),
+                i(
+                    "gen_ai.usage.output_tokens",
+                    gen.rng.random_range(20..600i64),
+                ),
+            ];
+            audit(&mut chat.attributes, false, false);
+            children.push(chat);
+            counts.model += 1;
+            t += dur + MS;
+
+            let tool = &TOOLS[gen.rng.random_range(0..TOOLS.len())];
+            let tool_number = n * 3 + u64::from(turn);
+            let planted = tool_number.is_multiple_of(5);
+            let plant = format!("{BLAST_PLANTED_EMAIL}, api key {BLAST_PLANTED_KEY}");
+            let size = gen.rng.random_range(455..1125);
+            let args = gen.payload(tool.name, size, planted.then_some(plant.as_str()));
+            let size = gen.rng.random_range(455..1125);
+            let result = gen.payload(tool.name, size, None);
+            let dur = gen.rng.random_range(20..400u64) * MS;
+            let tool_id = span_id(4 + turn);
+            let mut call = span(
+                tool_id.clone(),
+                span_id(0),
+                format!("execute_tool {}", tool.name),
+                SpanKind::Internal,
+                t,
+                dur,
+            );
+            call.attributes = vec![
+                s("gen_ai.operation.name", "execute_tool"),
+                s("gen_ai.tool.name", tool.name),
+                s(
+                    "gen_ai.tool.call.id",
+                    format!("call_{}", hex::encode(gen.id::<6>())),
+                ),
+                s("gen_ai.tool.type", "function"),
+                s("gen_ai.tool.call.arguments", args),
+                i("executor.result_bytes", result.len() as i64),
+                s("gen_ai.tool.call.result", result),
+                s("executor.principal_id", principal.clone()),
+                s("executor.tool_version", "2.3.0"),
+                s("executor.effect_class", tool.effect),
+                s("executor.policy_decision", "allow"),
+                s("executor.result_code", "ok"),
+            ];
+            audit(&mut call.attributes, false, false);
+            children.push(call);
+            counts.tool += 1;
+            counts.planted += u64::from(planted);
+
+            let order = gen.rng.random_range(0..100_000_000u32);
+            let mut http = span(
+                span_id(7 + turn),
+                tool_id,
+                "POST /v1/orders/{id}".into(),
+                SpanKind::Client,
+                t + dur / 4,
+                dur / 2,
+            );
+            http.attributes = vec![
+                s("http.request.method", "POST"),
+                s("http.route", "/v1/orders/{id}"),
+                s(
+                    "url.full",
+                    format!("https://orders.internal.example/v1/orders/ORD-{order:08}"),
+                ),
+                s("server.address", "orders.internal.example"),
+                i("server.port", 443),
+                i("http.response.status_code", 200),
+                s("network.protocol.version", "1.1"),
+            ];
+            audit(&mut http.attributes, false, true);
+            down.push(http);
+            counts.downstream += 1;
+            t += dur + MS;
+        }
+        let mut root = span(
+            span_id(0),
+            Vec::new(),
+            "invoke_agent support-agent".into(),
+            SpanKind::Internal,
+            start,
+            t + MS - start,
+        );
+        root.attributes = vec![
+            s("gen_ai.operation.name", "invoke_agent"),
+            s("gen_ai.agent.name", "support-agent"),
+            s("gen_ai.agent.id", "agent-7"),
+            s("executor.principal_id", principal.clone()),
+            s("executor.prompt_version", "support-v12"),
+            s("executor.stop_reason", "completed"),
+        ];
+        audit(&mut root.attributes, true, false);
+        // The root ends last: an SDK's batch processor sends it after its children.
+        exec.extend(children);
+        exec.push(root);
+        counts.agent += 1;
+        counts.runs += 1;
+    }
+    let all: Vec<&Span> = exec.iter().chain(&down).collect();
+    let extent_ns = all
+        .iter()
+        .map(|s| s.end_time_unix_nano - TIME_PLACEHOLDER)
+        .max()
+        .unwrap_or(0);
+    let mut patterns: std::collections::HashMap<Vec<u8>, Slot> = Default::default();
+    let tagged = |tag: &[u8], value: &[u8]| [tag, value].concat();
+    for r in 0..requests {
+        patterns.insert(tagged(&[0x0A, 16], &trace_placeholder(r)), Slot::Trace(r));
+        let id = request_id_placeholder(r);
+        patterns.insert(
+            tagged(&[0x0A, REQUEST_ID_LEN as u8], id.as_bytes()),
+            Slot::RequestId(r),
+        );
+    }
+    for k in 0..requests * BLAST_SPANS_PER_REQUEST as u32 {
+        // Span fields 2 (span_id) and 4 (parent_span_id), 8 bytes each.
+        patterns.insert(tagged(&[0x12, 8], &span_placeholder(k)), Slot::Span(k));
+        patterns.insert(tagged(&[0x22, 8], &span_placeholder(k)), Slot::Span(k));
+    }
+    for span in &all {
+        for t in [span.start_time_unix_nano, span.end_time_unix_nano] {
+            let rel = Slot::Time(t - TIME_PLACEHOLDER);
+            // Span fields 7 and 8, fixed64.
+            patterns.insert(tagged(&[0x39], &t.to_le_bytes()), rel);
+            patterns.insert(tagged(&[0x41], &t.to_le_bytes()), rel);
+        }
+    }
+    let traces = ExportTraceServiceRequest {
+        resource_spans: vec![
+            blast_resource("agent-executor", "executor", exec),
+            blast_resource("orders-api", "orders-api", down),
+        ],
+    };
+    let body = traces.encode_to_vec();
+    let (keys, slots): (Vec<Vec<u8>>, Vec<Slot>) = patterns.into_iter().unzip();
+    let finder = aho_corasick::AhoCorasick::new(&keys).map_err(|e| e.to_string())?;
+    let mut t = Template {
+        body: Vec::new(),
+        traces: Vec::new(),
+        spans: Vec::new(),
+        request_ids: Vec::new(),
+        times: Vec::new(),
+        extent_ns,
+        counts,
+    };
+    for m in finder.find_iter(&body) {
+        let key = &keys[m.pattern().as_usize()];
+        let at = m.start()
+            + if key[0] == 0x39 || key[0] == 0x41 {
+                1
+            } else {
+                2
+            };
+        match slots[m.pattern().as_usize()] {
+            Slot::Trace(r) => t.traces.push((at, r)),
+            Slot::Span(k) => t.spans.push((at, k)),
+            Slot::RequestId(r) => t.request_ids.push((at, r)),
+            Slot::Time(rel) => t.times.push((at, rel)),
+        }
+    }
+    let spans = t.counts.spans() as usize;
+    let found = [
+        ("trace ids", t.traces.len(), spans),
+        (
+            "span and parent ids",
+            t.spans.len(),
+            2 * spans - requests as usize,
+        ),
+        ("request ids", t.request_ids.len(), request_id_spans),
+        ("times", t.times.len(), 2 * spans),
+    ];
+    for (what, got, want) in found {
+        if got != want {
+            return Err(format!(
+                "blast template {index}: found {got} {what} in the encoded batch, expected {want}"
+            ));
+        }
+    }
+    t.body = body;
+    Ok(t)
+}
+
+fn blast_resource(service: &str, scope: &str, spans: Vec<Span>) -> ResourceSpans {
+    ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![
+                s("service.name", service),
+                s("service.version", "1.4.2"),
+                s("deployment.environment.name", "loadgen"),
+            ],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            scope: Some(InstrumentationScope {
+                name: scope.into(),
+                version: "0.9.0".into(),
+                ..Default::default()
+            }),
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Templates for a blast: enough that every tenant appears in one (at least 8).
+fn blast_templates(opts: &BlastOptions) -> Result<Vec<Template>, LoadgenError> {
+    let per = opts.requests_per_batch.max(1);
+    let needed = (opts.tenants.max(1) as usize).div_ceil(per as usize);
+    if needed > BLAST_MAX_TEMPLATES {
+        return Err(LoadgenError::Options(format!(
+            "--tenants {} needs more than {BLAST_MAX_TEMPLATES} batch templates of {per} \
+             requests: at most {} tenants, or more --requests-per-batch",
+            opts.tenants,
+            BLAST_MAX_TEMPLATES * per as usize
+        )));
+    }
+    let mut gen = Generator {
+        rng: StdRng::seed_from_u64(opts.seed),
+        seed: opts.seed,
+        base_ns: 0,
+        profile: Profile::Normal,
+    };
+    (0..needed.max(BLAST_MIN_TEMPLATES))
+        .map(|index| blast_template(&mut gen, index, per, opts.tenants, opts.tenant_on))
+        .collect::<Result<_, _>>()
+        .map_err(LoadgenError::Options)
+}
+
+/// What a blast sent and had acknowledged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlastReport {
+    /// Agent requests acknowledged.
+    pub requests: u64,
+    /// Spans acknowledged (less any the daemon reported rejected in a partial success).
+    pub spans: u64,
+    /// Of the acknowledged batches' spans: agent spans.
+    pub agent_spans: u64,
+    /// Model-call spans.
+    pub model_spans: u64,
+    /// Tool-execution spans.
+    pub tool_spans: u64,
+    /// Downstream client spans.
+    pub downstream_spans: u64,
+    /// Tool spans with a planted fake e-mail and `sk_live_` key.
+    pub planted_secrets: u64,
+    /// Batches (export calls) acknowledged.
+    pub batches: u64,
+    /// Spans an acknowledgement reported as rejected (`partial_success`).
+    pub rejected_spans: u64,
+    /// Refusals (HTTP 429/502/503/504), each followed by a resend of the same batch.
+    pub refused: u64,
+    /// Transport errors (refused or reset connections), each followed by a resend.
+    pub transport_errors: u64,
+    /// Batches given up because the duration ran out while they were refused.
+    pub abandoned: u64,
+    /// Batches that failed for good (a non-retryable answer, or retries exhausted).
+    pub failed_batches: u64,
+    /// Bytes of acknowledged protobuf bodies.
+    pub bytes: u64,
+    /// Bytes of every protobuf body sent, resends included.
+    pub bytes_sent: u64,
+    /// From the first send until the last answer, ms.
+    pub elapsed_ms: u64,
+    /// Connections used.
+    pub connections: u64,
+    /// Requests per batch.
+    pub requests_per_batch: u64,
+    /// Tenants the requests were spread over.
+    pub tenants: u64,
+    /// Where the tenant was named.
+    pub tenant_on: TenantOn,
+    /// Distinct batch templates.
+    pub templates: u64,
+}
+
+impl BlastReport {
+    fn seconds(&self) -> f64 {
+        (self.elapsed_ms as f64 / 1000.0).max(0.001)
+    }
+
+    /// The report as one JSON object. `exports` repeats `batches` under the name the
+    /// other mode's report uses.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "mode": "blast",
+            "requests": self.requests,
+            "spans": self.spans,
+            "agent_spans": self.agent_spans,
+            "model_spans": self.model_spans,
+            "tool_spans": self.tool_spans,
+            "downstream_spans": self.downstream_spans,
+            "planted_secrets": self.planted_secrets,
+            "batches": self.batches,
+            "exports": self.batches,
+            "rejected_spans": self.rejected_spans,
+            "refused": self.refused,
+            "transport_errors": self.transport_errors,
+            "abandoned": self.abandoned,
+            "failed_batches": self.failed_batches,
+            "bytes": self.bytes,
+            "bytes_sent": self.bytes_sent,
+            "bytes_per_span": self.bytes.checked_div(self.spans).unwrap_or(0),
+            "elapsed_ms": self.elapsed_ms,
+            "seconds": self.seconds(),
+            "spans_per_s": (self.spans as f64 / self.seconds()).round(),
+            "connections": self.connections,
+            "requests_per_batch": self.requests_per_batch,
+            "tenants": self.tenants,
+            "tenant_on": self.tenant_on.as_str(),
+            "templates": self.templates,
+        })
+        .to_string()
+    }
+
+    fn merge(&mut self, o: &BlastReport) {
+        self.requests += o.requests;
+        self.spans += o.spans;
+        self.agent_spans += o.agent_spans;
+        self.model_spans += o.model_spans;
+        self.tool_spans += o.tool_spans;
+        self.downstream_spans += o.downstream_spans;
+        self.planted_secrets += o.planted_secrets;
+        self.batches += o.batches;
+        self.rejected_spans += o.rejected_spans;
+        self.refused += o.refused;
+        self.transport_errors += o.transport_errors;
+        self.abandoned += o.abandoned;
+        self.failed_batches += o.failed_batches;
+        self.bytes += o.bytes;
+        self.bytes_sent += o.bytes_sent;
+    }
+
+    fn acked(&mut self, counts: &RunCounts, bytes: u64, rejected: u64) {
+        self.batches += 1;
+        self.requests += counts.runs;
+        self.spans += counts.spans().saturating_sub(rejected);
+        self.rejected_spans += rejected;
+        self.agent_spans += counts.agent;
+        self.model_spans += counts.model;
+        self.tool_spans += counts.tool;
+        self.downstream_spans += counts.downstream;
+        self.planted_secrets += counts.planted;
+        self.bytes += bytes;
+    }
+}
+
+impl fmt::Display for BlastReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.seconds();
+        writeln!(
+            f,
+            "blast: batches {}  requests {}  spans {} (agent {}, model {}, tool {}, downstream {})",
+            self.batches,
+            self.requests,
+            self.spans,
+            self.agent_spans,
+            self.model_spans,
+            self.tool_spans,
+            self.downstream_spans
+        )?;
+        writeln!(
+            f,
+            "{} connections, {} requests a batch, {} tenants named on {} spans, {} templates",
+            self.connections,
+            self.requests_per_batch,
+            self.tenants,
+            self.tenant_on.as_str(),
+            self.templates
+        )?;
+        writeln!(
+            f,
+            "bytes {} ({} a span), sent {}  refused {}  transport errors {}  abandoned {}  \
+             failed {}  rejected spans {}  planted secrets {}",
+            self.bytes,
+            self.bytes.checked_div(self.spans).unwrap_or(0),
+            self.bytes_sent,
+            self.refused,
+            self.transport_errors,
+            self.abandoned,
+            self.failed_batches,
+            self.rejected_spans,
+            self.planted_secrets
+        )?;
+        write!(
+            f,
+            "elapsed {:.1}s  {:.0} spans/s  {:.1} MiB/s",
+            secs,
+            self.spans as f64 / secs,
+            self.bytes as f64 / secs / (1024.0 * 1024.0)
+        )
+    }
+}
+
+/// Outcome of one blast POST.
+enum BlastSent {
+    /// Acknowledged; spans the answer reported rejected.
+    Acked(u64),
+    /// Refused with a retryable status, with the server's Retry-After if it gave one.
+    Refused(Option<Duration>, String),
+    /// The connection failed (refused, reset, closed).
+    Transport(String),
+    /// A final answer other than success.
+    Fail(String),
+}
+
+async fn blast_post(client: &reqwest::Client, url: &reqwest::Url, body: bytes::Bytes) -> BlastSent {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+    let resp = client
+        .post(url.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+        .body(body)
+        .send()
+        .await;
+    match resp {
+        Ok(r) if r.status().is_success() => {
+            // The status alone is the acknowledgement; the body may report rejected spans.
+            let rejected = r
+                .bytes()
+                .await
+                .ok()
+                .and_then(|b| ExportTraceServiceResponse::decode(b).ok())
+                .and_then(|m| m.partial_success)
+                .map_or(0, |p| u64::try_from(p.rejected_spans).unwrap_or(0));
+            BlastSent::Acked(rejected)
+        }
+        Ok(r) if matches!(r.status().as_u16(), 429 | 502 | 503 | 504) => {
+            let after = retry_after(&r);
+            let why = format!("HTTP {}", r.status());
+            // Read the answer to the end, so that the connection is kept.
+            let _ = r.bytes().await;
+            BlastSent::Refused(after, why)
+        }
+        Ok(r) => {
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            let text: String = text.chars().take(300).collect();
+            BlastSent::Fail(format!("HTTP {status}: {text}"))
+        }
+        Err(e) if e.is_builder() => BlastSent::Fail(e.to_string()),
+        Err(e) => BlastSent::Transport(transport_error(&e)),
+    }
+}
+
+/// What every blast connection shares.
+struct BlastRun {
+    templates: Vec<Template>,
+    url: reqwest::Url,
+    salt: Salt,
+    requests_per_batch: u32,
+    next_batch: std::sync::atomic::AtomicU64,
+    deadline: Option<Instant>,
+    batches: Option<u64>,
+}
+
+/// How one batch ended.
+enum BatchEnd {
+    Acked(u64),
+    Abandoned,
+    Failed(String),
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Sends one batch until it is acknowledged, abandoned at the deadline, or fails.
+async fn blast_batch(
+    client: &reqwest::Client,
+    run: &BlastRun,
+    body: bytes::Bytes,
+    report: &mut BlastReport,
+) -> BatchEnd {
+    let first = Instant::now();
+    let mut transport_since: Option<Instant> = None;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        report.bytes_sent += body.len() as u64;
+        let wait = match blast_post(client, &run.url, body.clone()).await {
+            BlastSent::Acked(rejected) => return BatchEnd::Acked(rejected),
+            BlastSent::Refused(after, why) => {
+                report.refused += 1;
+                transport_since = None;
+                if first.elapsed() > MAX_BLAST_REFUSAL_TIME {
+                    return BatchEnd::Failed(format!(
+                        "still refused after {:.0}s: {why}",
+                        first.elapsed().as_secs_f64()
+                    ));
+                }
+                after.unwrap_or(backoff).min(MAX_SUGGESTED_DELAY)
+            }
+            BlastSent::Transport(why) => {
+                report.transport_errors += 1;
+                let since = *transport_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > MAX_RETRY_TIME {
+                    return BatchEnd::Failed(format!(
+                        "no connection for {:.0}s: {why}",
+                        since.elapsed().as_secs_f64()
+                    ));
+                }
+                backoff
+            }
+            BlastSent::Fail(why) => return BatchEnd::Failed(why),
+        };
+        if run.deadline.is_some_and(|d| Instant::now() + wait >= d) {
+            return BatchEnd::Abandoned;
+        }
+        tokio::time::sleep(wait).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One connection: the next batch as soon as the previous one is answered.
+async fn blast_connection(run: Arc<BlastRun>, client: reqwest::Client) -> BlastReport {
+    use std::sync::atomic::Ordering;
+    let mut report = BlastReport::default();
+    let mut buf = Vec::new();
+    loop {
+        if run.deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let batch = run.next_batch.fetch_add(1, Ordering::Relaxed);
+        if run.batches.is_some_and(|n| batch >= n) {
+            break;
+        }
+        let template = &run.templates[(batch % run.templates.len() as u64) as usize];
+        template.instantiate(batch, run.requests_per_batch, &run.salt, now_ns(), &mut buf);
+        let body = bytes::Bytes::from(std::mem::take(&mut buf));
+        let len = body.len() as u64;
+        match blast_batch(&client, &run, body, &mut report).await {
+            BatchEnd::Acked(rejected) => report.acked(&template.counts, len, rejected),
+            BatchEnd::Abandoned => {
+                report.abandoned += 1;
+                break;
+            }
+            BatchEnd::Failed(why) => {
+                report.failed_batches += 1;
+                eprintln!("toolwatch loadgen: blast batch {batch} failed: {why}");
+                break;
+            }
+        }
+    }
+    report
+}
+
+/// Sends the blast and reports what was acknowledged.
+pub async fn blast(opts: BlastOptions) -> Result<BlastReport, LoadgenError> {
+    if opts.connections == 0 || opts.requests_per_batch == 0 || opts.tenants == 0 {
+        return Err(LoadgenError::Options(
+            "--connections, --requests-per-batch and --tenants must be at least 1".into(),
+        ));
+    }
+    let url = reqwest::Url::parse(&format!("{}/v1/traces", opts.target.trim_end_matches('/')))
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .ok_or_else(|| LoadgenError::Target(opts.target.clone()))?;
+    let templates = blast_templates(&opts)?;
+    let template_count = templates.len() as u64;
+    let mut clients = Vec::new();
+    for _ in 0..opts.connections {
+        // One client per connection, one batch in flight on it: one keep-alive connection.
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .tcp_nodelay(true)
+            // An answer this late counts as a transport error: the batch is sent again.
+            .timeout(BLAST_ANSWER_TIMEOUT)
+            .build()
+            .map_err(|e| LoadgenError::Connect {
+                target: opts.target.clone(),
+                detail: e.to_string(),
+            })?;
+        clients.push(client);
+    }
+    let started = Instant::now();
+    let run = Arc::new(BlastRun {
+        templates,
+        url,
+        salt: Salt::random(),
+        requests_per_batch: opts.requests_per_batch,
+        next_batch: std::sync::atomic::AtomicU64::new(0),
+        deadline: match opts.length {
+            BlastLength::Duration(d) => Some(started + d),
+            BlastLength::Batches(_) => None,
+        },
+        batches: match opts.length {
+            BlastLength::Batches(n) => Some(n),
+            BlastLength::Duration(_) => None,
+        },
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in clients {
+        tasks.spawn(blast_connection(Arc::clone(&run), client));
+    }
+    let mut report = BlastReport {
+        connections: opts.connections as u64,
+        requests_per_batch: u64::from(opts.requests_per_batch),
+        tenants: u64::from(opts.tenants),
+        tenant_on: opts.tenant_on,
+        templates: template_count,
+        ..Default::default()
+    };
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(r) => report.merge(&r),
+            Err(_) => report.failed_batches += 1,
+        }
+    }
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1432,5 +2339,193 @@ mod tests {
                 .sum();
             assert_eq!(logs as u64, run.counts.logs);
         }
+    }
+
+    fn blast_opts(tenants: u32, tenant_on: TenantOn) -> BlastOptions {
+        BlastOptions {
+            target: "http://127.0.0.1:4318".into(),
+            connections: 2,
+            length: BlastLength::Batches(1),
+            requests_per_batch: 40,
+            tenants,
+            tenant_on,
+            seed: 1,
+        }
+    }
+
+    fn all_spans(req: &ExportTraceServiceRequest) -> Vec<&Span> {
+        req.resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .collect()
+    }
+
+    fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(
+                |kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(any_value::Value::StringValue(s)) => Some(s.as_str()),
+                    _ => None,
+                },
+            )
+    }
+
+    #[test]
+    fn blast_sends_carry_fresh_consistent_ids_and_times() {
+        use std::collections::{HashMap, HashSet};
+        const NOW: u64 = 1_800_000_000_000_000_000;
+        for tenant_on in [TenantOn::Root, TenantOn::Every] {
+            let templates = blast_templates(&blast_opts(20, tenant_on)).expect("templates");
+            let salt = Salt::random();
+            let (mut span_ids, mut trace_ids, mut request_ids) =
+                (HashSet::new(), HashSet::new(), HashSet::new());
+            let mut buf = Vec::new();
+            // Two rounds over the templates: the same bytes again get other ids.
+            for batch in 0..2 * templates.len() as u64 {
+                let t = &templates[(batch % templates.len() as u64) as usize];
+                t.instantiate(batch, 40, &salt, NOW, &mut buf);
+                assert_eq!(buf.len(), t.body.len());
+                assert!(!buf.windows(4).any(|w| w == [0xF5; 4] || w == [0xF6; 4]));
+                assert!(!buf.windows(8).any(|w| w == b"req-~~~~"));
+                let req = ExportTraceServiceRequest::decode(&buf[..]).expect("decodes");
+                let spans = all_spans(&req);
+                assert_eq!(spans.len(), 400);
+                let mut by_trace: HashMap<&[u8], Vec<&Span>> = HashMap::new();
+                for span in &spans {
+                    assert_eq!((span.trace_id.len(), span.span_id.len()), (16, 8));
+                    assert!(span.trace_id.iter().any(|b| *b != 0));
+                    assert!(span.span_id.iter().any(|b| *b != 0));
+                    assert!(span_ids.insert(span.span_id.clone()), "span id reused");
+                    assert!(span.start_time_unix_nano <= span.end_time_unix_nano);
+                    assert!(span.end_time_unix_nano <= NOW);
+                    assert!(span.start_time_unix_nano >= NOW - t.extent_ns);
+                    by_trace.entry(&span.trace_id).or_default().push(span);
+                }
+                assert_eq!(by_trace.len(), 40);
+                for (trace, spans) in by_trace {
+                    assert!(trace_ids.insert(trace.to_vec()), "trace id reused");
+                    assert_eq!(spans.len(), 10);
+                    let roots: Vec<&&Span> = spans
+                        .iter()
+                        .filter(|s| s.parent_span_id.is_empty())
+                        .collect();
+                    assert_eq!(roots.len(), 1);
+                    let root = roots[0];
+                    assert_eq!(attr(root, "gen_ai.operation.name"), Some("invoke_agent"));
+                    let request_id = attr(root, "executor.request_id").expect("request id");
+                    assert_eq!(request_id.len(), REQUEST_ID_LEN);
+                    assert!(request_id.starts_with("req-"));
+                    assert!(
+                        request_ids.insert(request_id.to_string()),
+                        "request id reused"
+                    );
+                    let tenant = attr(root, "executor.tenant_id").expect("tenant on the root");
+                    assert!(tenant.starts_with("tenant-"));
+                    let ids: HashMap<&[u8], &Span> =
+                        spans.iter().map(|s| (&s.span_id[..], *s)).collect();
+                    for span in spans.iter().filter(|s| !s.parent_span_id.is_empty()) {
+                        let parent = ids[&span.parent_span_id[..]];
+                        let op = attr(span, "gen_ai.operation.name");
+                        let downstream = op.is_none();
+                        if downstream {
+                            assert_eq!(span.kind, SpanKind::Client as i32);
+                            assert_eq!(attr(parent, "gen_ai.operation.name"), Some("execute_tool"));
+                            assert!(attr(span, "http.request.method").is_some());
+                        } else {
+                            assert_eq!(parent.span_id, root.span_id);
+                        }
+                        let (want_request, want_tenant) = match tenant_on {
+                            TenantOn::Every => (Some(request_id), Some(tenant)),
+                            TenantOn::Root if downstream => (None, None),
+                            TenantOn::Root => (Some(request_id), None),
+                        };
+                        assert_eq!(attr(span, "executor.request_id"), want_request);
+                        assert_eq!(attr(span, "executor.tenant_id"), want_tenant);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blast_batches_have_the_issue_shape() {
+        use std::collections::BTreeMap;
+        let templates = blast_templates(&blast_opts(20, TenantOn::Root)).expect("templates");
+        assert_eq!(templates.len(), 8);
+        let mut roots_by_tenant: BTreeMap<String, u64> = BTreeMap::new();
+        for t in &templates {
+            let c = t.counts;
+            assert_eq!(
+                (c.runs, c.agent, c.model, c.tool, c.downstream, c.planted),
+                (40, 40, 120, 120, 120, 24)
+            );
+            let per_span = t.body.len() as u64 / c.spans();
+            assert!((900..=1000).contains(&per_span), "{per_span} bytes a span");
+            let req = ExportTraceServiceRequest::decode(&t.body[..]).expect("decodes");
+            let services: Vec<&str> = req
+                .resource_spans
+                .iter()
+                .filter_map(|r| {
+                    let res = r.resource.as_ref()?;
+                    res.attributes.iter().find(|kv| kv.key == "service.name")?;
+                    Some(match &res.attributes[0].value.as_ref()?.value {
+                        Some(any_value::Value::StringValue(s)) => s.as_str(),
+                        _ => "",
+                    })
+                })
+                .collect();
+            assert_eq!(services, ["agent-executor", "orders-api"]);
+            let mut planted = 0;
+            for span in all_spans(&req) {
+                if let Some(args) = attr(span, "gen_ai.tool.call.arguments") {
+                    let len =
+                        args.len() + attr(span, "gen_ai.tool.call.result").map_or(0, str::len);
+                    assert!((1000..=3072).contains(&len), "{len} bytes of JSON");
+                    assert!(serde_json::from_str::<serde_json::Value>(args).is_ok());
+                    let both =
+                        args.contains(BLAST_PLANTED_EMAIL) && args.contains(BLAST_PLANTED_KEY);
+                    planted += u64::from(both);
+                }
+                if attr(span, "gen_ai.operation.name") == Some("chat") {
+                    assert!(attr(span, "gen_ai.request.model").is_some());
+                }
+                if let Some(tenant) = attr(span, "executor.tenant_id") {
+                    *roots_by_tenant.entry(tenant.to_string()).or_default() += 1;
+                }
+            }
+            assert_eq!(planted, 24);
+        }
+        // 320 requests over 20 tenants.
+        assert_eq!(roots_by_tenant.len(), 20);
+        assert!(roots_by_tenant.values().all(|n| *n == 16));
+
+        // Enough templates for every tenant to be named; too many tenants are refused.
+        let many = blast_templates(&blast_opts(1000, TenantOn::Every)).expect("templates");
+        assert_eq!(many.len(), 25);
+        assert!(matches!(
+            blast_templates(&blast_opts(40 * 256 + 1, TenantOn::Root)),
+            Err(LoadgenError::Options(_))
+        ));
+    }
+
+    #[test]
+    fn blast_ids_are_unique_and_never_zero() {
+        let salt = Salt {
+            trace: 1,
+            trace_low: 0,
+            span: 1,
+            request: 0,
+        };
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..10_000 {
+            let id = salt.span_id(n);
+            assert_ne!(id, [0; 8]);
+            assert!(seen.insert(id));
+            assert_ne!(salt.trace_id(n)[..8], [0; 8]);
+        }
+        assert_eq!(&salt.request_id(0)[..4], b"req-");
     }
 }

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use toolwatch::config::{Config, LogFormat};
-use toolwatch::loadgen::{self, LoadgenOptions, Protocol};
+use toolwatch::loadgen::{
+    self, BlastLength, BlastOptions, LoadgenError, LoadgenOptions, Protocol, TenantOn,
+};
 
 /// Audit daemon for LLM tool-call executors: OTLP in, protected Parquet archive out.
 #[derive(Parser)]
@@ -142,9 +144,10 @@ struct LoadgenArgs {
     /// Requests per second; 0 sends as fast as toolwatch accepts.
     #[arg(long, default_value_t = 0, value_name = "N")]
     rate: u64,
-    /// Tenants the requests are spread over.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    tenants: u32,
+    /// Tenants the requests are spread over (tenant-0 .. tenant-(N-1)) [default: 1; 20 with
+    /// --blast].
+    #[arg(long, value_name = "N")]
+    tenants: Option<u32>,
     /// Seed: the same seed sends the same traffic.
     #[arg(long, default_value_t = 1, value_name = "N")]
     seed: u64,
@@ -172,6 +175,63 @@ struct LoadgenArgs {
     /// `<trace_id_hex> <span_id_hex>`, to FILE: every span that toolwatch may have stored.
     #[arg(long, value_name = "FILE")]
     sent_file: Option<PathBuf>,
+    /// Blast mode, to measure the daemon's CPU per span: OTLP/HTTP protobuf batches of
+    /// --requests-per-batch agent requests of 10 spans each (an `invoke_agent` root; 3 `chat`
+    /// turns with token counts and model names; 3 `execute_tool` calls with 1-2.4 KiB of JSON
+    /// arguments and results together, 20% of them with a planted fake e-mail and `sk_live_` key; 3
+    /// downstream HTTP client spans under the tool calls, from a second service), about 950
+    /// protobuf bytes a span. Each of --connections keep-alive connections sends the next
+    /// batch as soon as the previous one is answered, for --duration or --batches. A few
+    /// batch templates are encoded once; every send overwrites their trace ids, span ids,
+    /// request ids and times in place (fresh for every send and every run, whatever the
+    /// --seed), so the client costs little CPU. A refusal (HTTP 429/502/503/504) waits for
+    /// its Retry-After and resends the same batch. --target is the OTLP/HTTP base URL
+    /// [default: http://127.0.0.1:4318]; --seed fixes the content; --requests, --rate,
+    /// --concurrency, --batch, --profile, --acked-file and --sent-file do not apply.
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "requests", "rate", "concurrency", "batch", "profile", "acked_file", "sent_file",
+        ]
+    )]
+    blast: bool,
+    /// With --blast: keep-alive connections, each with one batch in flight.
+    #[arg(long, default_value_t = 2, value_name = "N", requires = "blast")]
+    connections: usize,
+    /// With --blast: send for this many seconds (no batch starts later; one still refused
+    /// then is abandoned) [default: 10, unless --batches].
+    #[arg(
+        long,
+        value_name = "SECS",
+        requires = "blast",
+        conflicts_with = "batches",
+        value_parser = seconds
+    )]
+    duration: Option<std::time::Duration>,
+    /// With --blast: send exactly N batches over all connections, each resent until it is
+    /// acknowledged (exit status 1 if any fails for good).
+    #[arg(long, value_name = "N", requires = "blast")]
+    batches: Option<u64>,
+    /// With --blast: agent requests (10 spans each) per batch.
+    #[arg(long, default_value_t = 40, value_name = "N", requires = "blast")]
+    requests_per_batch: u32,
+    /// With --blast: where the tenant (`executor.tenant_id`) is named: `root`, on the
+    /// `invoke_agent` span only (its model and tool spans carry the request id but no tenant,
+    /// the downstream spans neither, as auto-instrumented spans would; all share the trace
+    /// id); or `every` span, each with the request id too.
+    #[arg(long, value_enum, default_value_t = TenantOn::Root, requires = "blast")]
+    tenant_on: TenantOn,
+}
+
+/// A positive number of seconds, e.g. `10` or `2.5`.
+fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{s:?}: the duration must be more than 0 seconds"))
 }
 
 fn main() -> ExitCode {
@@ -461,6 +521,9 @@ fn check_config(args: ConfigArg) -> ExitCode {
 }
 
 fn run_loadgen(args: LoadgenArgs) -> ExitCode {
+    if args.blast {
+        return run_blast(args);
+    }
     let protocol = if args.http {
         Protocol::Http
     } else {
@@ -475,7 +538,7 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
         protocol,
         requests: args.requests,
         rate: args.rate,
-        tenants: args.tenants.max(1),
+        tenants: args.tenants.unwrap_or(1).max(1),
         seed: args.seed,
         concurrency: args.concurrency.max(1),
         batch: args.batch.max(1),
@@ -499,6 +562,51 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
             } else {
                 ExitCode::SUCCESS
             }
+        }
+        Err(e) => {
+            eprintln!("toolwatch loadgen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_blast(args: LoadgenArgs) -> ExitCode {
+    let length = match (args.batches, args.duration) {
+        (Some(n), _) => BlastLength::Batches(n),
+        (None, d) => BlastLength::Duration(d.unwrap_or(std::time::Duration::from_secs(10))),
+    };
+    let options = BlastOptions {
+        target: args
+            .target
+            .unwrap_or_else(|| "http://127.0.0.1:4318".to_string()),
+        connections: args.connections,
+        length,
+        requests_per_batch: args.requests_per_batch,
+        tenants: args.tenants.unwrap_or(20),
+        tenant_on: args.tenant_on,
+        seed: args.seed,
+    };
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    match runtime.block_on(loadgen::blast(options)) {
+        Ok(report) => {
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                println!("{report}");
+            }
+            let short = matches!(length, BlastLength::Batches(n) if report.batches != n);
+            if report.failed_batches > 0 || short {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(LoadgenError::Options(e)) => {
+            eprintln!("toolwatch loadgen: {e}");
+            ExitCode::from(2)
         }
         Err(e) => {
             eprintln!("toolwatch loadgen: {e}");

@@ -104,3 +104,137 @@ fn archive_counts_equal_what_loadgen_sent() {
         .iter()
         .all(|l| l["trace_id"].is_string() && l["policy_decision"].is_string()));
 }
+
+/// `loadgen --blast` for a fixed number of batches: exactly what it reports acknowledged is
+/// archived, each span once; the spans of a request share its trace id.
+fn blast(d: &Daemon, tenant_on: &str, batches: u64, per_batch: u64) -> Value {
+    let report = loadgen(&[
+        "--blast",
+        "--target",
+        &d.http_url(),
+        "--batches",
+        &batches.to_string(),
+        "--requests-per-batch",
+        &per_batch.to_string(),
+        "--connections",
+        "2",
+        "--tenants",
+        "3",
+        "--tenant-on",
+        tenant_on,
+    ]);
+    assert_eq!(report["mode"], "blast");
+    assert_eq!(n(&report, "failed_batches"), 0);
+    assert_eq!(n(&report, "rejected_spans"), 0);
+    assert_eq!(n(&report, "batches"), batches);
+    assert_eq!(n(&report, "requests"), batches * per_batch);
+    assert_eq!(n(&report, "spans"), batches * per_batch * 10);
+    assert_eq!(n(&report, "tool_spans"), batches * per_batch * 3);
+    assert!(n(&report, "planted_secrets") > 0);
+    report
+}
+
+/// Spans by trace id, asserting every (trace_id, span_id) is archived once.
+fn spans_by_trace(
+    spans: &[serde_json::Map<String, Value>],
+) -> std::collections::BTreeMap<&str, Vec<&serde_json::Map<String, Value>>> {
+    let ids: BTreeSet<(&str, &str)> = spans
+        .iter()
+        .map(|r| {
+            (
+                r["trace_id"].as_str().unwrap_or(""),
+                r["span_id"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(ids.len(), spans.len(), "no duplicate spans");
+    let mut by_trace = std::collections::BTreeMap::<&str, Vec<_>>::new();
+    for r in spans {
+        by_trace
+            .entry(r["trace_id"].as_str().unwrap_or(""))
+            .or_default()
+            .push(r);
+    }
+    by_trace
+}
+
+#[test]
+fn blast_with_the_tenant_on_the_root_is_archived_exactly() {
+    let mut d = Daemon::start();
+    // 6 batches of 5 requests: templates 0..5, requests spread evenly over 3 tenants.
+    let report = blast(&d, "root", 6, 5);
+    assert_eq!(
+        d.metric("toolwatch_received_items_total{signal=\"traces\"}"),
+        Some(300.0)
+    );
+    d.stop();
+
+    let spans = read_table(&d.data_dir, "spans");
+    assert_eq!(spans.len() as u64, n(&report, "spans"));
+    let by_trace = spans_by_trace(&spans);
+    assert_eq!(by_trace.len(), 30);
+    let mut roots_by_tenant = std::collections::BTreeMap::<&str, u64>::new();
+    let mut request_ids = BTreeSet::new();
+    for spans in by_trace.values() {
+        assert_eq!(spans.len(), 10);
+        let roots: Vec<_> = spans
+            .iter()
+            .filter(|r| r["span_class"] == "agent")
+            .collect();
+        assert_eq!(roots.len(), 1);
+        let root = roots[0];
+        // The root names its tenant; where its children are filed is another stage's business.
+        let tenant = root["tenant"].as_str().expect("tenant");
+        *roots_by_tenant.entry(tenant).or_default() += 1;
+        assert!(request_ids.insert(root["request_id"].as_str().expect("request id")));
+        let classes: BTreeSet<&str> = spans
+            .iter()
+            .filter_map(|r| r["span_class"].as_str())
+            .collect();
+        assert_eq!(
+            classes,
+            BTreeSet::from(["agent", "downstream", "model", "tool"])
+        );
+    }
+    assert_eq!(
+        roots_by_tenant,
+        [("tenant-0", 10), ("tenant-1", 10), ("tenant-2", 10)].into()
+    );
+    let services: BTreeSet<&str> = spans
+        .iter()
+        .filter_map(|r| r["service_name"].as_str())
+        .collect();
+    assert_eq!(services, BTreeSet::from(["agent-executor", "orders-api"]));
+    for r in &spans {
+        let text = serde_json::to_string(r).expect("json");
+        assert!(
+            !text.contains(toolwatch::loadgen::BLAST_PLANTED_KEY),
+            "{text}"
+        );
+        assert!(
+            !text.contains(toolwatch::loadgen::BLAST_PLANTED_EMAIL),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn blast_with_the_tenant_on_every_span_files_each_request_under_it() {
+    let mut d = Daemon::start();
+    let report = blast(&d, "every", 4, 3);
+    d.stop();
+
+    let spans = read_table(&d.data_dir, "spans");
+    assert_eq!(spans.len() as u64, n(&report, "spans"));
+    let by_trace = spans_by_trace(&spans);
+    assert_eq!(by_trace.len(), 12);
+    for spans in by_trace.values() {
+        assert_eq!(spans.len(), 10);
+        let tenants: BTreeSet<&str> = spans.iter().filter_map(|r| r["tenant"].as_str()).collect();
+        let requests: BTreeSet<&str> = spans
+            .iter()
+            .filter_map(|r| r["request_id"].as_str())
+            .collect();
+        assert_eq!((tenants.len(), requests.len()), (1, 1), "{spans:?}");
+    }
+}
