@@ -5,6 +5,8 @@
 #                    [--requests-per-batch N] [--threads] [--keep] [-- extra loadgen flags]
 #   LOAD_BIN=/path/to/toolwatch benches/blast.sh ...   another build [default:
 #                                  ${CARGO_TARGET_DIR:-target}/release/toolwatch; not built here]
+#   LOADGEN_BIN=/path/to/toolwatch benches/blast.sh ...  the load client from another build (to
+#                                  measure a daemon older than `loadgen --blast`) [default: LOAD_BIN]
 #   LOAD_CONFIG=file.toml benches/blast.sh ...          a configuration file [default: none, the
 #                                  embedded defaults; only ports and data dir are set here]
 # Defaults: --duration 15 --tenants 20 --tenant-on root --connections 2 --requests-per-batch 40.
@@ -68,7 +70,7 @@ http=$(sed -E 's/.*"otlp_http":"([^"]+)".*/\1/' <<< "$ready")
 daemon_pid=$(pgrep -P "$time_pid")
 
 rc=0
-/usr/bin/time -v -o "$work/loadgen.time" "$bin" loadgen --blast --json --target "http://$http" \
+/usr/bin/time -v -o "$work/loadgen.time" "${LOADGEN_BIN:-$bin}" loadgen --blast --json --target "http://$http" \
   --duration "$duration" --tenants "$tenants" --tenant-on "$tenant_on" \
   --connections "$connections" --requests-per-batch "$per_batch" ${extra[@]+"${extra[@]}"} \
   > "$work/report.json" || rc=$?
@@ -99,7 +101,7 @@ if [ "$serve_rc" != 0 ]; then
 fi
 
 "$bin" query --data-dir "$work/data" --format json \
-  "SELECT count(*) AS written, count(DISTINCT trace_id || span_id) AS distinct_written FROM spans" \
+  "SELECT count(*) AS written, count(DISTINCT trace_id || span_id) AS distinct_written, count(*) FILTER (WHERE tenant = 'default') AS default_tenant FROM spans" \
   > "$work/written.json" 2> "$work/query.err" || echo '[]' > "$work/written.json"
 files=$(find "$work/data/spans" -name '*.parquet' 2>/dev/null | wc -l)
 
@@ -117,6 +119,7 @@ except ValueError:
 rows = json.load(open(f"{work}/written.json"))
 written = rows[0]["written"] if rows else 0
 distinct = rows[0]["distinct_written"] if rows else 0
+default_tenant = rows[0]["default_tenant"] if rows else 0
 if not rows:
     print("blast.sh: counting the archive failed: " + open(f"{work}/query.err").read().strip(), file=sys.stderr)
 user, sys_s, rss = time_v(f"{work}/serve.time")
@@ -130,6 +133,7 @@ out = {
     "distinct_written_spans": distinct,
     "all_acked_written": written == acked and distinct == acked,
     "span_files": int(files),
+    "spans_under_default_tenant": default_tenant,
     "daemon_cpu_s": round(cpu, 2),
     "daemon_user_s": user,
     "daemon_sys_s": sys_s,
@@ -157,7 +161,8 @@ if threads == "1":
 e = sys.stderr
 print(f"acked {acked:,} spans ({report['spans_per_s']:,.0f}/s over {report['seconds']:.1f} s, "
       f"{report['bytes_per_span']} bytes a span, {report['refused']} refusals); written {written:,} "
-      f"({'all' if out['all_acked_written'] else 'NOT all'} acknowledged), {files} Parquet files", file=e)
+      f"({'all' if out['all_acked_written'] else 'NOT all'} acknowledged), {files} Parquet files, "
+      f"{default_tenant:,} spans under 'default'", file=e)
 per_m = out["cpu_s_per_million_written"]
 print(f"daemon CPU {cpu:.1f} s = {per_m if per_m is not None else '-'} CPU s per million spans written; "
       f"peak RSS {out['peak_rss_mib']} MiB; SIGTERM to exit {out['shutdown_s']} s; "
