@@ -441,6 +441,9 @@ impl Archive {
         let buffer = match self.buffers.entry(key.clone()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
+                // The folder appears with the partition's first rows, as readers and
+                // operators have come to expect; a failure here shows again when written.
+                let _ = std::fs::create_dir_all(e.key().dir(&self.data_dir));
                 self.per_table[table_index(table)] += 1;
                 self.metrics
                     .set_open_files(table, self.per_table[table_index(table)]);

@@ -13,8 +13,9 @@ use crate::harness::{
 };
 
 /// Counts rows and distinct (trace_id, span_id) of `spans` with DuckDB and pyarrow in a
-/// loop, until `<control>/stop` exists; one JSON line per read. A read that fails (a file
-/// listed before a swap and gone when opened) is reported as an error and retried.
+/// loop, until `<control>/stop` exists; one JSON line per read, with the test's phase (the
+/// content of `<control>/phase`) before and after the read. A read that fails (a file listed
+/// before a swap and gone when opened) is reported as an error and retried.
 const READER: &str = r#"
 import json, os, sys
 import duckdb
@@ -25,20 +26,39 @@ part = ds.partitioning(pa.schema([("tenant", pa.string()), ("date", pa.string())
 con = duckdb.connect()
 glob = os.path.join(spans, "**", "*.parquet")
 def duck():
-    return con.sql(f"SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet('{glob}', hive_partitioning = true, hive_types_autocast = false)").fetchone()
+    return con.sql(f"SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet('{glob}', hive_partitioning = true, hive_types_autocast = false)").fetchall()[0]
 def arrow():
     t = ds.dataset(spans, format="parquet", partitioning=part).to_table(columns=["trace_id", "span_id"])
     keys = pc.binary_join_element_wise(t.column("trace_id"), t.column("span_id"), "/")
     return (t.num_rows, len(pc.unique(keys)))
+def phase():
+    try:
+        with open(os.path.join(control, "phase")) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
 print(json.dumps({"ready": True}), flush=True)
 while not os.path.exists(os.path.join(control, "stop")):
     for engine, read in (("duckdb", duck), ("pyarrow", arrow)):
         try:
+            before = phase()
             n, distinct = read()
-            print(json.dumps({"engine": engine, "rows": n, "distinct": distinct}), flush=True)
+            after = phase()
+            print(json.dumps({"engine": engine, "rows": n, "distinct": distinct, "before": before, "after": after}), flush=True)
         except Exception as e:
             print(json.dumps({"engine": engine, "error": type(e).__name__ + ": " + str(e)[:200]}), flush=True)
 "#;
+
+/// One successful read.
+#[derive(Debug)]
+struct Read {
+    engine: String,
+    rows: u64,
+    distinct: u64,
+    /// The phase before and after the read.
+    before: String,
+    after: String,
+}
 
 struct Reader {
     child: Child,
@@ -80,20 +100,29 @@ impl Reader {
         r
     }
 
-    /// Successful reads so far (engine, rows, distinct).
-    fn reads(&self) -> Vec<(String, u64, u64)> {
+    /// Successful reads so far.
+    fn reads(&self) -> Vec<Read> {
         self.lines
             .lock()
             .expect("lock")
             .iter()
             .filter_map(|v| {
-                Some((
-                    v["engine"].as_str()?.to_string(),
-                    v["rows"].as_u64()?,
-                    v["distinct"].as_u64()?,
-                ))
+                Some(Read {
+                    engine: v["engine"].as_str()?.to_string(),
+                    rows: v["rows"].as_u64()?,
+                    distinct: v["distinct"].as_u64()?,
+                    before: v["before"].as_str()?.to_string(),
+                    after: v["after"].as_str()?.to_string(),
+                })
             })
             .collect()
+    }
+
+    /// Sets the phase the reads are labelled with.
+    fn phase(&self, text: &str) {
+        let tmp = self.control.path().join("phase.tmp");
+        std::fs::write(&tmp, text).expect("phase");
+        std::fs::rename(&tmp, self.control.path().join("phase")).expect("phase");
     }
 
     fn errors(&self) -> Vec<String> {
@@ -105,7 +134,7 @@ impl Reader {
             .collect()
     }
 
-    fn stop(mut self) -> (Vec<(String, u64, u64)>, Vec<String>) {
+    fn stop(mut self) -> (Vec<Read>, Vec<String>) {
         std::fs::write(self.control.path().join("stop"), b"").expect("stop file");
         let status = self.child.wait().expect("reader exit");
         assert!(status.success(), "reader failed: {status}");
@@ -172,18 +201,21 @@ fn readers_see_every_row_once_while_compaction_runs() {
         ],
         ..Default::default()
     });
-    let reader = Reader::start(&d.data_dir);
+    let mut reader: Option<Reader> = None;
     let mut expected = 0u64;
     let mut compacted = 0u64;
-    for round in 0..8u64 {
+    for round in 0..6u64 {
+        if let Some(r) = &reader {
+            r.phase(&format!("ingest {round}"));
+        }
         let seed = (round + 1).to_string();
         let report = crate::harness::loadgen(&[
             "--target",
             &d.grpc_url(),
             "--requests",
-            "12",
+            "40",
             "--tenants",
-            "3",
+            "12",
             "--seed",
             &seed,
         ]);
@@ -192,8 +224,21 @@ fn readers_see_every_row_once_while_compaction_runs() {
             let archived = d.metric("toolwatch_archive_rows_total{table=\"spans\"}")?;
             (archived as u64 == expected).then_some(())
         });
-        // Each round's files are merged with the earlier rounds' while the reader reads.
-        for _ in 0..3 {
+        // Started once there are files (an empty archive is an error to DuckDB).
+        let r = reader.get_or_insert_with(|| Reader::start(&d.data_dir));
+        // From here until the next round every read must count exactly `expected`, while
+        // this round's files are merged with the earlier rounds' (by the CLI, and by the
+        // daemon's own compaction).
+        let phase = format!("compact {round} {expected}");
+        r.phase(&phase);
+        let in_phase = |r: &Reader, engine: &str| {
+            r.reads()
+                .iter()
+                .filter(|x| x.engine == engine && x.before == phase && x.after == phase)
+                .count()
+        };
+        let mut runs = 0;
+        while runs < 2 || in_phase(r, "duckdb") < 2 || in_phase(r, "pyarrow") < 2 {
             let out = compact(&d.data_dir, &[]);
             assert!(
                 out.status.success(),
@@ -208,31 +253,51 @@ fn readers_see_every_row_once_while_compaction_runs() {
                 .and_then(|s| s.split_whitespace().next())
                 .and_then(|n| n.parse::<u64>().ok())
                 .expect("a report line");
+            runs += 1;
         }
     }
-    // Until the reader has read the final state a few times with each engine.
-    let settled = reader.reads().len();
-    wait_for("reads of the final state", || {
-        (reader.reads().len() >= settled + 4).then_some(())
-    });
+    let reader = reader.expect("started");
     let (reads, errors) = reader.stop();
     let background = d
         .metric("toolwatch_archive_compactions_total{table=\"spans\"}")
         .unwrap_or(0.0) as u64;
     d.stop();
-    assert!(compacted + background > 0, "nothing was compacted");
+    eprintln!(
+        "compaction under readers: {} reads, {} read errors (vanished files), {compacted} CLI and {background} daemon compactions",
+        reads.len(),
+        errors.len()
+    );
+    assert!(
+        compacted + background >= 6,
+        "{compacted} + {background} compactions"
+    );
     for engine in ["duckdb", "pyarrow"] {
-        let mine: Vec<&(String, u64, u64)> = reads.iter().filter(|r| r.0 == engine).collect();
-        assert!(mine.len() >= 4, "{engine}: {} reads", mine.len());
+        let mine: Vec<&Read> = reads.iter().filter(|r| r.engine == engine).collect();
+        let mut exact = 0;
         let mut last = 0;
-        for (_, rows, distinct) in &mine {
-            // A duplicate shows as more rows than distinct ids; a missed row as a count that
-            // goes down (rows are only ever added).
-            assert_eq!(rows, distinct, "{engine} read a row twice");
-            assert!(*rows >= last, "{engine} read {rows} rows after {last}");
-            assert!(*rows <= expected, "{engine} read {rows} > {expected}");
-            last = *rows;
+        for r in &mine {
+            // A duplicate shows as more rows than distinct ids; a missed row as a count below
+            // what the phase says, or one that goes down (rows are only ever added).
+            assert_eq!(r.rows, r.distinct, "{engine} read a row twice: {r:?}");
+            assert!(r.rows >= last, "{engine} read {} rows after {last}", r.rows);
+            assert!(r.rows <= expected, "{engine} read {} > {expected}", r.rows);
+            if r.before == r.after && r.before.starts_with("compact ") {
+                let want: u64 = r
+                    .before
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("phase count");
+                assert_eq!(r.rows, want, "{engine} during compaction: {r:?}");
+                exact += 1;
+            }
+            last = r.rows;
         }
+        assert!(
+            exact >= 12,
+            "{engine}: {exact} reads during compaction; errors: {:?}",
+            &errors[errors.len().saturating_sub(4)..]
+        );
         assert_eq!(last, expected, "{engine}'s last read");
     }
     // Errors are only files that vanished between listing and opening.
