@@ -50,6 +50,10 @@ struct CompactArgs {
     /// Merge files older than this, e.g. "10m" or "0s" [default: archive.compact_after].
     #[arg(long, value_name = "DUR")]
     older_than: Option<String>,
+    /// Merge once this many small files have aged, even in an hour still being written
+    /// (at least 2) [default: archive.compact_min_files; 2 in an hour that has ended].
+    #[arg(long, value_name = "N")]
+    min_files: Option<usize>,
     /// Print what would be merged without changing anything.
     #[arg(long)]
     dry_run: bool,
@@ -308,6 +312,12 @@ fn compact(args: CompactArgs) -> ExitCode {
             Ok(d) => policy.older_than = d,
             Err(e) => return usage_error(format!("--older-than {d:?}: {e}")),
         }
+    }
+    if let Some(n) = args.min_files {
+        if n < 2 {
+            return usage_error("--min-files must be at least 2");
+        }
+        policy.min_files = n;
     }
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
     let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());

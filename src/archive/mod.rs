@@ -619,7 +619,15 @@ impl Archive {
         if let Some(c) = self.compactor.take() {
             c.stop();
         }
+        let (files, started) = (self.buffers.len(), Instant::now());
         self.complete_all();
+        if files > 0 {
+            tracing::info!(
+                files,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "archive buffers written at close"
+            );
+        }
         self.totals
     }
 }
