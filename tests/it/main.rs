@@ -5,6 +5,7 @@ mod assemble;
 mod bad_input;
 mod budget;
 mod cli;
+mod compaction;
 mod corpora;
 mod dashboards;
 mod durability;
