@@ -37,28 +37,6 @@ enum Command {
     /// Show one request (by request id or trace id) as a tree of agent, model turns, tool
     /// calls and downstream calls, with its summary.
     Trace(TraceArgs),
-    /// Merge each partition's small archive files into one sorted file, atomically for
-    /// readers; safe while the daemon runs (it waits for a partition the daemon is writing).
-    Compact(CompactArgs),
-}
-
-#[derive(Args)]
-struct CompactArgs {
-    #[command(flatten)]
-    data_dir: DataDirArg,
-    /// Only this table (spans, logs, requests, alarms) [default: all].
-    #[arg(long, value_name = "T")]
-    table: Option<String>,
-    /// Merge files older than this, e.g. "10m" or "0s" [default: archive.compact_after].
-    #[arg(long, value_name = "DUR")]
-    older_than: Option<String>,
-    /// Merge once this many small files have aged, even in an hour still being written
-    /// (at least 2) [default: archive.compact_min_files; 2 in an hour that has ended].
-    #[arg(long, value_name = "N")]
-    min_files: Option<usize>,
-    /// Print what would be merged without changing anything.
-    #[arg(long)]
-    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -267,7 +245,6 @@ fn main() -> ExitCode {
         Command::HashKey(args) => hash_key(args),
         Command::Query(args) => query(args),
         Command::Trace(args) => trace(args),
-        Command::Compact(args) => compact(args),
     }
 }
 
@@ -329,69 +306,6 @@ fn query(args: QueryArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     match toolwatch::query::output::write(&mut out, args.format, &schema, &batches) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("toolwatch: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn compact(args: CompactArgs) -> ExitCode {
-    use toolwatch::archive::compact::{Compactor, Policy};
-    use toolwatch::archive::partition::Table;
-    let config = match Config::load(None, std::env::vars()) {
-        Ok(c) => c,
-        Err(e) => return usage_error(e),
-    };
-    let dir = args
-        .data_dir
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| config.storage.data_dir.clone());
-    if !dir.is_dir() {
-        return usage_error(format!(
-            "data directory {} does not exist (set --data-dir)",
-            dir.display()
-        ));
-    }
-    let all = [Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
-    let tables: Vec<Table> = match args.table.as_deref() {
-        None => all.to_vec(),
-        Some(t) => match all.iter().find(|x| x.as_str() == t) {
-            Some(&x) => vec![x],
-            None => {
-                return usage_error(format!(
-                    "unknown table {t:?} (spans, logs, requests or alarms)"
-                ))
-            }
-        },
-    };
-    let mut policy = Policy::from_config(&config.archive);
-    if let Some(d) = args.older_than.as_deref() {
-        match humantime::parse_duration(d) {
-            Ok(d) => policy.older_than = d,
-            Err(e) => return usage_error(format!("--older-than {d:?}: {e}")),
-        }
-    }
-    if let Some(n) = args.min_files {
-        if n < 2 {
-            return usage_error("--min-files must be at least 2");
-        }
-        policy.min_files = n;
-    }
-    let instance_id = hex::encode(rand::random::<[u8; 4]>());
-    let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
-    let mut compactor = Compactor::new(&dir, policy, instance_id, metrics).dry_run(args.dry_run);
-    match compactor.run(&tables, std::time::SystemTime::now(), &|| false) {
-        Ok(report) => {
-            let verb = if args.dry_run {
-                "would compact"
-            } else {
-                "compacted"
-            };
-            println!("{verb}: {report}");
-            ExitCode::SUCCESS
-        }
         Err(e) => {
             eprintln!("toolwatch: {e}");
             ExitCode::FAILURE

@@ -5,7 +5,6 @@ mod assemble;
 mod bad_input;
 mod budget;
 mod cli;
-mod compaction;
 mod corpora;
 mod dashboards;
 mod durability;
