@@ -25,3 +25,4 @@ pub mod receive;
 pub mod retry;
 pub mod serve;
 pub mod tenancy;
+pub mod units;

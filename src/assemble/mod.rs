@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{HumanDuration, PositiveUsize};
 use crate::event::{hex_id, EventBatch, SpanId, TraceId};
 use crate::maps::FastMap;
+use crate::units::{HumanDuration, PositiveUsize};
 use prices::PriceTable;
 use summary::{summarize, Completeness, LogFacts, RequestFacts, RequestSummary, SpanFacts};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::HumanDuration;
+use crate::units::HumanDuration;
 
 /// Limits on one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,7 +50,7 @@ impl Default for RequestBudgets {
     }
 }
 
-pub use crate::config::LimitDuration;
+pub use crate::units::LimitDuration;
 
 /// Limits over rolling windows for one tenant or one principal.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -1159,8 +1159,8 @@ fn request_specs(limits: &RequestBudgets) -> Arc<[RequestSpec]> {
 mod tests {
     use super::super::config::{TenantBudgets, WindowBudgets};
     use super::*;
-    use crate::config::HumanDuration;
     use crate::event::fixtures;
+    use crate::units::HumanDuration;
     use std::collections::BTreeMap;
     use std::time::Duration;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{HumanDuration, PositiveUsize};
+use crate::units::{HumanDuration, PositiveUsize};
 
 /// The `[export]` section.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

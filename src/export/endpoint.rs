@@ -635,7 +635,7 @@ mod tests {
     use tonic_types::ErrorDetails;
 
     use super::*;
-    use crate::config::{HumanDuration, PositiveUsize};
+    use crate::units::{HumanDuration, PositiveUsize};
 
     /// Long enough for any awaited condition on a loaded 2-core machine.
     const DEADLINE: Duration = Duration::from_secs(20);

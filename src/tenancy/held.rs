@@ -307,8 +307,8 @@ impl HeldItems {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{HumanDuration, PositiveUsize};
     use crate::event::{fixtures, DEFAULT_TENANT};
+    use crate::units::{HumanDuration, PositiveUsize};
 
     fn span(trace: u8, id: u8, claim: Option<&str>) -> SpanRecord {
         let mut s = fixtures::span();

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{HumanDuration, PositiveUsize};
 use crate::event::{LogRecord, SpanRecord, DEFAULT_TENANT};
+use crate::units::{HumanDuration, PositiveUsize};
 
 /// The `[tenancy]` section of the config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
