@@ -1,5 +1,7 @@
-//! Admin HTTP: `/healthz`, `/readyz`, `/metrics` (Prometheus text format) and
-//! `GET /v1/budgets[?tenant=T]` (current usage and limits as JSON).
+//! Admin HTTP: `/healthz`, `/readyz`, `/metrics` (Prometheus text format),
+//! `GET /v1/budgets[?tenant=T]` (current usage and limits as JSON) and
+//! `GET /v1/live/{table}` (the rows the archive holds in memory, with the completed files;
+//! see [`live_ipc`]).
 //!
 //! `/healthz` answers 200 while the process serves at all; `/readyz` answers 200 only while
 //! the daemon accepts data (not during start-up or shutdown), so a load balancer can drain it.
@@ -18,9 +20,21 @@ use std::sync::PoisonError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::archive::live::{LiveSnapshot, LiveTables};
+use crate::archive::partition::Table;
 use crate::budget::evaluate::{BudgetEvaluator, BudgetUsage};
 use crate::budget::SharedEvaluator;
 use crate::metrics::Metrics;
+
+/// Content type of an Arrow IPC stream.
+pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+/// Schema metadata of `/v1/live/{table}`: the completed files (JSON array of paths relative to
+/// the table's folder) at the moment of the rows.
+pub const META_FILES: &str = "toolwatch.completed_files";
+/// Schema metadata of `/v1/live/{table}`: the daemon's data directory (canonical).
+pub const META_DATA_DIR: &str = "toolwatch.data_dir";
+/// Schema metadata of `/v1/live/{table}`: the writer's publication counter.
+pub const META_GENERATION: &str = "toolwatch.generation";
 
 /// Content type of the exposition `prometheus-client` writes.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -32,6 +46,8 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// The budget evaluator.
     pub budgets: SharedEvaluator,
+    /// What the archive writers hold and have not completed into files.
+    pub live: LiveTables,
 }
 
 /// The admin routes.
@@ -41,6 +57,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/v1/budgets", get(budgets))
+        .route("/v1/live/{table}", get(live))
         .with_state(state)
 }
 
@@ -120,4 +137,96 @@ pub fn budget_report(e: &mut BudgetEvaluator, tenant: Option<&str>, now_ns: i64)
         "warning_ratio": config.warning_ratio,
         "tenants": tenants,
     })
+}
+
+async fn live(
+    State(s): State<AdminState>,
+    axum::extract::Path(table): axum::extract::Path<String>,
+) -> axum::response::Response {
+    let Some(table) = crate::query::TABLES
+        .iter()
+        .copied()
+        .find(|t| t.as_str() == table)
+    else {
+        return (
+            StatusCode::NOT_FOUND,
+            "unknown table (spans, logs, requests or alarms)\n",
+        )
+            .into_response();
+    };
+    let Some(cell) = s.live.cell(table).cloned() else {
+        return (StatusCode::NOT_FOUND, "no archive writer for this table\n").into_response();
+    };
+    // Listing the files is file-system work: off the async workers.
+    let body = tokio::task::spawn_blocking(move || {
+        let snapshot = cell.snapshot(table).map_err(|e| e.to_string())?;
+        live_ipc(&snapshot).map_err(|e| e.to_string())
+    })
+    .await;
+    match body {
+        Ok(Ok(bytes)) => ([(header::CONTENT_TYPE, ARROW_STREAM)], bytes).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(table = table.as_str(), error = %e, "live rows unavailable");
+            (StatusCode::INTERNAL_SERVER_ERROR, "live rows unavailable\n").into_response()
+        }
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "live rows unavailable\n").into_response(),
+    }
+}
+
+/// The table's schema with the partition columns `tenant`, `date` and `hour` (as a reader of
+/// the partition folders sees them) appended.
+pub fn live_schema(table: Table) -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = crate::archive::table_schema(table);
+    let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+    for name in ["tenant", "date", "hour"] {
+        fields.push(Arc::new(Field::new(name, DataType::Utf8, false)));
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// An Arrow IPC stream of `snapshot`'s rows of its table, in [`live_schema`]; the schema's
+/// metadata names the completed files at that moment ([`META_FILES`]), so a reader that
+/// reads exactly those files and these rows sees every row once.
+pub fn live_ipc(snapshot: &LiveSnapshot) -> Result<Vec<u8>, arrow::error::ArrowError> {
+    use arrow::array::{ArrayRef, StringArray};
+    let base = live_schema(snapshot.table);
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert(
+        META_FILES.to_string(),
+        serde_json::to_string(&snapshot.files).unwrap_or_else(|_| "[]".to_string()),
+    );
+    metadata.insert(
+        META_DATA_DIR.to_string(),
+        snapshot.data_dir.display().to_string(),
+    );
+    metadata.insert(
+        META_GENERATION.to_string(),
+        snapshot.rows.generation.to_string(),
+    );
+    let schema = Arc::new(base.as_ref().clone().with_metadata(metadata));
+    let mut out = Vec::new();
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &schema)?;
+    for part in snapshot
+        .rows
+        .partitions
+        .iter()
+        .filter(|p| p.table == snapshot.table)
+    {
+        for batch in &part.batches {
+            let n = batch.num_rows();
+            let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+            for v in [&part.tenant, &part.date, &part.hour] {
+                columns.push(Arc::new(StringArray::from_iter_values(
+                    std::iter::repeat_n(v.as_str(), n),
+                )));
+            }
+            let with_parts =
+                arrow::record_batch::RecordBatch::try_new(Arc::clone(&schema), columns)?;
+            writer.write(&with_parts)?;
+        }
+    }
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
 }

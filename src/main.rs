@@ -70,9 +70,39 @@ struct DataDirArg {
 }
 
 #[derive(Args)]
+struct LiveArg {
+    /// Admin address of the running daemon (e.g. 127.0.0.1:9464) whose rows not yet in
+    /// completed files are read too; an error if it does not answer. Without it, the
+    /// configured admin address (listen.admin) is tried, and used only when a daemon answers
+    /// there for the same data directory.
+    #[arg(long, value_name = "ADDR", conflicts_with = "no_live")]
+    live: Option<SocketAddr>,
+    /// Completed files only: do not ask a running daemon.
+    #[arg(long)]
+    no_live: bool,
+}
+
+/// Where `query` and `trace` get the running daemon's live rows.
+fn live_source(arg: &LiveArg) -> toolwatch::query::live::LiveSource {
+    use toolwatch::query::live::LiveSource;
+    if arg.no_live {
+        return LiveSource::Off;
+    }
+    if let Some(a) = arg.live {
+        return LiveSource::Require(a);
+    }
+    match Config::load(None, std::env::vars()) {
+        Ok(c) => LiveSource::Try(c.listen.admin),
+        Err(_) => LiveSource::Off,
+    }
+}
+
+#[derive(Args)]
 struct QueryArgs {
     #[command(flatten)]
     data_dir: DataDirArg,
+    #[command(flatten)]
+    live: LiveArg,
     /// Output format.
     #[arg(long, value_enum, default_value_t = toolwatch::query::output::Format::Table)]
     format: toolwatch::query::output::Format,
@@ -85,6 +115,8 @@ struct QueryArgs {
 struct TraceArgs {
     #[command(flatten)]
     data_dir: DataDirArg,
+    #[command(flatten)]
+    live: LiveArg,
     /// Print the request as one JSON document instead of a tree.
     #[arg(long)]
     json: bool,
@@ -310,15 +342,18 @@ fn query(args: QueryArgs) -> ExitCode {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let result = runtime.block_on(async {
-        let ctx = toolwatch::query::session(&dir).await?;
-        toolwatch::query::run(&ctx, &args.sql, |rows| {
-            if let Some(bar) = &progress {
-                bar.set_message(format!("scanning the archive: {rows} result rows"));
-            }
-        })
-        .await
-    });
+    let source = live_source(&args.live);
+    let result = runtime.block_on(toolwatch::query::with_session(&dir, &source, |ctx| {
+        let (sql, progress) = (&args.sql, &progress);
+        async move {
+            toolwatch::query::run(&ctx, sql, |rows| {
+                if let Some(bar) = progress {
+                    bar.set_message(format!("scanning the archive: {rows} result rows"));
+                }
+            })
+            .await
+        }
+    }));
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
@@ -408,10 +443,11 @@ fn trace(args: TraceArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let view = runtime.block_on(async {
-        let ctx = toolwatch::query::session(&dir).await?;
-        toolwatch::query::trace::find(&ctx, &args.id, args.tenant.as_deref()).await
-    });
+    let source = live_source(&args.live);
+    let view = runtime.block_on(toolwatch::query::with_session(&dir, &source, |ctx| {
+        let (id, tenant) = (&args.id, args.tenant.as_deref());
+        async move { toolwatch::query::trace::find(&ctx, id, tenant).await }
+    }));
     match view {
         Ok(v) if args.json => {
             println!("{}", v.to_json());

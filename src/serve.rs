@@ -187,6 +187,7 @@ pub async fn run(
             "replaying journal records the archive had not completed"
         );
     }
+    let mut live_cells = vec![archive.live_cell()];
     let archive_consumer = ArchiveConsumer::new(
         archive,
         &data_dir,
@@ -211,6 +212,7 @@ pub async fn run(
         instance_id.clone(),
         Arc::clone(&metrics),
     )?;
+    live_cells.push(requests_archive.live_cell());
     let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?);
     let assemble_thread = spawn_consumer(
         "toolwatch-assemble",
@@ -229,6 +231,7 @@ pub async fn run(
         stop_delivery.clone(),
     )?;
     let evaluator = Arc::clone(&budget_stage.evaluator);
+    live_cells.push(budget_stage.archive.live_cell());
     let alarm_export = (!endpoints.is_empty()).then(|| AlarmJournal {
         writer: writer.clone(),
         runtime: runtime.clone(),
@@ -298,6 +301,7 @@ pub async fn run(
         crate::admin::router(AdminState {
             metrics: Arc::clone(&metrics),
             budgets: evaluator,
+            live: crate::archive::live::LiveTables::new(live_cells),
         }),
         stop_admin.clone(),
     ));

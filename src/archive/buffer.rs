@@ -27,6 +27,8 @@ pub struct PartitionBuffer {
     pub records: Option<(u64, u64)>,
     /// When the first row arrived: the buffer is written out at `max_file_age` after this.
     pub created: Instant,
+    /// The rows as last published for readers; cleared when rows are added.
+    published: Option<Arc<super::live::LivePartition>>,
 }
 
 impl PartitionBuffer {
@@ -38,6 +40,7 @@ impl PartitionBuffer {
             bytes: 0,
             records: None,
             created: now,
+            published: None,
         }
     }
 
@@ -56,6 +59,20 @@ impl PartitionBuffer {
         &self.chunks
     }
 
+    /// The rows for readers (see [`super::live`]): shared with this buffer, rebuilt only
+    /// after rows were added.
+    pub fn live(
+        &mut self,
+        key: &super::partition::PartitionKey,
+    ) -> Arc<super::live::LivePartition> {
+        let chunks = &self.chunks;
+        Arc::clone(
+            self.published.get_or_insert_with(|| {
+                Arc::new(super::live::LivePartition::new(key, chunks.clone()))
+            }),
+        )
+    }
+
     /// Adds a batch of rows of journal record `seq` (if any); returns the change of the
     /// memory held (it can shrink: merging frees the small batches' overhead). Consecutive
     /// batches are merged while the newer one is at least half the older one's rows and
@@ -69,6 +86,7 @@ impl PartitionBuffer {
         merge_rows: usize,
     ) -> Result<isize, ArchiveError> {
         let before = self.bytes;
+        self.published = None;
         self.rows += batch.num_rows();
         self.bytes += batch.get_array_memory_size();
         self.chunks.push(batch);

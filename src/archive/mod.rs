@@ -13,6 +13,7 @@
 pub mod buffer;
 pub mod compact;
 pub mod consumer;
+pub mod live;
 pub mod lock;
 pub mod partition;
 pub mod schema;
@@ -169,6 +170,11 @@ pub struct Archive {
     metrics: Arc<Metrics>,
     totals: ArchiveTotals,
     compactor: Option<compact::Background>,
+    /// Where the buffered rows are published for readers.
+    live: Arc<live::LiveCell>,
+    /// When they were last published, and how often so far.
+    published_at: Instant,
+    generation: u64,
 }
 
 fn table_index(t: Table) -> usize {
@@ -251,6 +257,9 @@ impl Archive {
             metrics,
             totals: ArchiveTotals::default(),
             compactor: compactor.flatten(),
+            live: live::LiveCell::new(data_dir, tables),
+            published_at: Instant::now(),
+            generation: 0,
         })
     }
 
@@ -474,6 +483,31 @@ impl Archive {
         }
         self.relieve_budget();
         self.report_buffered();
+        if self.published_at.elapsed() >= live::PUBLISH_EVERY {
+            self.publish();
+        }
+    }
+
+    /// Where this writer publishes the rows it holds (see [`live`]).
+    pub fn live_cell(&self) -> Arc<live::LiveCell> {
+        Arc::clone(&self.live)
+    }
+
+    /// Publishes the rows held now.
+    pub fn publish(&mut self) {
+        let cell = Arc::clone(&self.live);
+        let mut guard = cell.lock();
+        *guard = self.live_rows();
+    }
+
+    fn live_rows(&mut self) -> Arc<live::LiveRows> {
+        self.generation += 1;
+        self.published_at = Instant::now();
+        let partitions = self.buffers.iter_mut().map(|(k, b)| b.live(k)).collect();
+        Arc::new(live::LiveRows {
+            generation: self.generation,
+            partitions,
+        })
     }
 
     /// Writes out the largest buffers until the shared budget is back to its low-water
@@ -521,6 +555,7 @@ impl Archive {
         }
         self.relieve_budget();
         self.report_buffered();
+        self.publish();
     }
 
     /// Writes out `key`'s buffer now (tests).
@@ -555,7 +590,14 @@ impl Archive {
         self.held = self.held.saturating_sub(buf.bytes());
         self.budget.change(-(buf.bytes() as isize));
         let rows = buf.rows() as u64;
-        match self.write_file(key, &buf) {
+        let cell = Arc::clone(&self.live);
+        let (written, guard) = self.write_file(key, &buf, &cell);
+        // Still under the lock taken before the file appeared: readers see its rows in
+        // the file or in the buffer, never in both.
+        let mut guard = guard.unwrap_or_else(|| cell.lock());
+        *guard = self.live_rows();
+        drop(guard);
+        match written {
             Ok(done) => {
                 match key.table {
                     Table::Spans => self.totals.span_rows += done.rows,
@@ -573,11 +615,35 @@ impl Archive {
         true
     }
 
-    fn write_file(
+    /// Writes the file; the live cell's lock is taken before the completed file appears
+    /// and returned held (unless the write failed before).
+    fn write_file<'c>(
         &mut self,
         key: &PartitionKey,
         buf: &PartitionBuffer,
-    ) -> Result<CompletedFile, ArchiveError> {
+        cell: &'c live::LiveCell,
+    ) -> (
+        Result<CompletedFile, ArchiveError>,
+        Option<std::sync::MutexGuard<'c, Arc<live::LiveRows>>>,
+    ) {
+        match self.write_file_unlocked(key, buf) {
+            Ok(writer) => {
+                let suffix = match (&self.journal_id, buf.records) {
+                    (Some(id), Some(records)) => records_suffix(id, records),
+                    _ => String::new(),
+                };
+                let guard = cell.lock();
+                (writer.complete(&suffix), Some(guard))
+            }
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    fn write_file_unlocked(
+        &mut self,
+        key: &PartitionKey,
+        buf: &PartitionBuffer,
+    ) -> Result<PartitionWriter, ArchiveError> {
         self.sequence += 1;
         let stem = format!(
             "part-{}-{}-{:06}",
@@ -595,11 +661,7 @@ impl Archive {
         for chunk in buf.chunks() {
             writer.write(chunk)?;
         }
-        let suffix = match (&self.journal_id, buf.records) {
-            (Some(id), Some(records)) => records_suffix(id, records),
-            _ => String::new(),
-        };
-        writer.complete(&suffix)
+        Ok(writer)
     }
 
     /// Counts rows that could not be written. Those of journal `records` stay in the journal:

@@ -5,8 +5,12 @@
 //! `hour`, so a predicate on them skips whole folders; row-group statistics and the bloom
 //! filters on `trace_id` and `request_id` skip the rest. Only completed files are read (their
 //! names end in `.parquet`; files being written end in `.parquet.inprogress`), so reading
-//! while the daemon writes never sees a partial file. Everything here is read-only.
+//! while the daemon writes never sees a partial file. With the running daemon's live rows
+//! ([`live`]), each table is the union of the completed files the daemon listed and the rows
+//! it holds in memory, so what it acknowledged seconds ago is visible too. Everything here
+//! is read-only.
 
+pub mod live;
 pub mod output;
 pub mod trace;
 
@@ -42,6 +46,9 @@ pub enum QueryError {
     /// No request matches the id.
     #[error("no request or trace {0:?} in the archive")]
     NotFound(String),
+    /// The running daemon's live rows could not be fetched.
+    #[error("live rows: {0}")]
+    Live(String),
 }
 
 impl From<datafusion::error::DataFusionError> for QueryError {
@@ -63,8 +70,41 @@ fn table_schema(table: Table) -> SchemaRef {
     }
 }
 
-/// A DataFusion session with the archive under `data_dir` registered.
+/// A DataFusion session with the archive under `data_dir` registered (completed files only).
 pub async fn session(data_dir: &Path) -> Result<SessionContext, QueryError> {
+    session_with(data_dir, None).await
+}
+
+/// Runs `work` on a session over the archive under `data_dir` and, per `source`, the running
+/// daemon's live rows. A file that vanished between listing and reading (a compaction
+/// swapped its partition) makes it start over once, with a fresh listing and fresh rows.
+pub async fn with_session<T, F, Fut>(
+    data_dir: &Path,
+    source: &live::LiveSource,
+    mut work: F,
+) -> Result<T, QueryError>
+where
+    F: FnMut(SessionContext) -> Fut,
+    Fut: std::future::Future<Output = Result<T, QueryError>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let live = live::fetch_all(source, data_dir, TABLES).await?;
+        let ctx = session_with(data_dir, live.as_ref()).await?;
+        match work(ctx).await {
+            Err(e) if tries < 2 && live::is_vanished_file(&e) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// A DataFusion session with the archive under `data_dir` registered; with `live`, each
+/// table listed there is its completed files as listed plus its live rows.
+pub async fn session_with(
+    data_dir: &Path,
+    live: Option<&std::collections::HashMap<Table, live::LiveTable>>,
+) -> Result<SessionContext, QueryError> {
     if !data_dir.is_dir() {
         return Err(QueryError::NoDataDir(data_dir.to_path_buf()));
     }
@@ -73,10 +113,69 @@ pub async fn session(data_dir: &Path) -> Result<SessionContext, QueryError> {
     config.options_mut().execution.parquet.pushdown_filters = true;
     config.options_mut().execution.parquet.reorder_filters = true;
     let ctx = SessionContext::new_with_config(config);
+    let Some(live) = live else {
+        for &table in TABLES {
+            register(&ctx, data_dir, table)?;
+        }
+        return Ok(ctx);
+    };
+    let mut store = live::ListedFiles::new();
+    for (&table, rows) in live {
+        let dir = data_dir.join(table.as_str());
+        if dir.is_dir() {
+            store.add(table_url(&dir)?.prefix().clone(), &rows.files);
+        }
+    }
+    let url = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
+    ctx.register_object_store(url.as_ref(), Arc::new(store));
     for &table in TABLES {
-        register(&ctx, data_dir, table)?;
+        match live.get(&table) {
+            Some(rows) => register_live(&ctx, data_dir, table, rows)?,
+            None => register(&ctx, data_dir, table)?,
+        }
     }
     Ok(ctx)
+}
+
+fn table_url(dir: &Path) -> Result<ListingTableUrl, QueryError> {
+    Ok(ListingTableUrl::parse(format!("{}/", dir.display()))?)
+}
+
+/// `table` as the union of its listed files and its live rows.
+fn register_live(
+    ctx: &SessionContext,
+    data_dir: &Path,
+    table: Table,
+    rows: &live::LiveTable,
+) -> Result<(), QueryError> {
+    use datafusion::datasource::{provider_as_source, ViewTable};
+    use datafusion::logical_expr::LogicalPlanBuilder;
+    let name = table.as_str();
+    let mem = MemTable::try_new(
+        with_partition_columns(&table_schema(table)),
+        vec![rows.batches.clone()],
+    )?;
+    let dir = data_dir.join(name);
+    let live_scan = LogicalPlanBuilder::scan(name, provider_as_source(Arc::new(mem)), None)?;
+    let plan = if dir.is_dir() {
+        LogicalPlanBuilder::scan(name, provider_as_source(listing(&dir, table)?), None)?
+            .union(live_scan.build()?)?
+            .build()?
+    } else {
+        live_scan.build()?
+    };
+    ctx.register_table(name, Arc::new(ViewTable::new(plan, None)))?;
+    Ok(())
+}
+
+fn listing(dir: &Path, table: Table) -> Result<Arc<ListingTable>, QueryError> {
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(".parquet")
+        .with_table_partition_cols(partition_columns());
+    let config = ListingTableConfig::new(table_url(dir)?)
+        .with_listing_options(options)
+        .with_schema(table_schema(table));
+    Ok(Arc::new(ListingTable::try_new(config)?))
 }
 
 fn register(ctx: &SessionContext, data_dir: &Path, table: Table) -> Result<(), QueryError> {
@@ -88,14 +187,7 @@ fn register(ctx: &SessionContext, data_dir: &Path, table: Table) -> Result<(), Q
         ctx.register_table(table.as_str(), Arc::new(empty))?;
         return Ok(());
     }
-    let url = ListingTableUrl::parse(format!("{}/", dir.display()))?;
-    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-        .with_file_extension(".parquet")
-        .with_table_partition_cols(partition_columns());
-    let config = ListingTableConfig::new(url)
-        .with_listing_options(options)
-        .with_schema(schema);
-    ctx.register_table(table.as_str(), Arc::new(ListingTable::try_new(config)?))?;
+    ctx.register_table(table.as_str(), listing(&dir, table)?)?;
     Ok(())
 }
 
