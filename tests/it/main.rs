@@ -13,6 +13,7 @@ mod export;
 mod harness;
 mod hashing;
 mod lifecycle;
+mod live;
 mod loadgen;
 mod monitoring;
 mod otlp_json;
