@@ -982,6 +982,32 @@ mod tests {
     }
 
     #[test]
+    fn live_rows_and_the_file_list_never_both_hold_a_row() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = archive(dir.path(), usize::MAX / 2);
+        let cell = a.live_cell();
+        a.append(Some(1), &spans("a", 3, 0));
+        a.append(Some(2), &spans("b", 2, 100));
+        a.publish();
+        let live_rows = |s: &live::LiveSnapshot| -> usize {
+            s.rows
+                .partitions
+                .iter()
+                .filter(|p| p.table == Table::Spans)
+                .map(|p| p.rows())
+                .sum()
+        };
+        let snap = cell.snapshot(Table::Spans).expect("snapshot");
+        assert_eq!((live_rows(&snap), snap.files.len()), (5, 0));
+        a.complete(&PartitionKey::new(Table::Spans, "a", T0));
+        let snap = cell.snapshot(Table::Spans).expect("snapshot");
+        assert_eq!((live_rows(&snap), snap.files.len()), (2, 1));
+        a.close();
+        let snap = cell.snapshot(Table::Spans).expect("snapshot");
+        assert_eq!((live_rows(&snap), snap.files.len()), (0, 2));
+    }
+
+    #[test]
     fn compacted_names_keep_every_journal_range() {
         let name = "part-20261130T120000000Z-0a0b0c0d-c000001_j0000aaaa_3-9_jfeedf00d_1-42.parquet";
         assert_eq!(last_record_in(name, "feedf00d"), Some(42));
