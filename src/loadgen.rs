@@ -1144,12 +1144,7 @@ fn grpc_outcome(r: Result<(), tonic::Status>, bytes: u64) -> Sent {
 
 /// The delay in a `Retry-After` header given in seconds (the form toolwatch sends).
 fn retry_after(r: &reqwest::Response) -> Option<Duration> {
-    let v = r
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?;
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+    crate::retry::retry_after(r.headers())
 }
 
 async fn http_send(c: &reqwest::Client, url: &str, body: Vec<u8>) -> Sent {
@@ -2127,7 +2122,7 @@ async fn blast_batch(
 ) -> BatchEnd {
     let first = Instant::now();
     let mut transport_since: Option<Instant> = None;
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = crate::retry::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     loop {
         report.bytes_sent += body.len() as u64;
         let wait = match blast_post(client, &run.url, body.clone()).await {
@@ -2141,7 +2136,10 @@ async fn blast_batch(
                         first.elapsed().as_secs_f64()
                     ));
                 }
-                after.unwrap_or(backoff).min(MAX_SUGGESTED_DELAY)
+                match after {
+                    Some(after) => after.min(MAX_SUGGESTED_DELAY),
+                    None => backoff.next_wait(None),
+                }
             }
             BlastSent::Transport(why) => {
                 report.transport_errors += 1;
@@ -2152,7 +2150,7 @@ async fn blast_batch(
                         since.elapsed().as_secs_f64()
                     ));
                 }
-                backoff
+                backoff.next_wait(None)
             }
             BlastSent::Fail(why) => return BatchEnd::Failed(why),
         };
@@ -2160,7 +2158,6 @@ async fn blast_batch(
             return BatchEnd::Abandoned;
         }
         tokio::time::sleep(wait).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
