@@ -638,7 +638,7 @@ impl BudgetEvaluator {
         }
         let ratio = state.ratio;
         let (request_id, earlier, mapped) = state.request_of(span);
-        let idle = i64::try_from(config.request_idle.0.as_nanos()).unwrap_or(i64::MAX);
+        let idle = idle_ns(config);
         let TenantState {
             request_specs,
             digest_calls,
@@ -704,7 +704,7 @@ impl BudgetEvaluator {
     /// `request_idle` resolve and are forgotten, and so are windows that are empty and quiet.
     pub fn tick(&mut self, now_ns: i64) -> Vec<Alarm> {
         let mut out = Vec::new();
-        let idle = i64::try_from(self.config.request_idle.0.as_nanos()).unwrap_or(i64::MAX);
+        let idle = idle_ns(&self.config);
         for (tenant, state) in &mut self.tenants {
             let ratio = state.ratio;
             for (scope, id, spec, w) in state.windows_mut(tenant) {
@@ -989,6 +989,11 @@ fn resolve_request(
     for (spec, track) in specs.iter().zip(&mut tracks) {
         track.resolve(spec, u.observed(&spec.measure), &ctx, out);
     }
+}
+
+/// `request_idle` in ns: how long a request with nothing new stays tracked.
+fn idle_ns(config: &BudgetConfig) -> i64 {
+    i64::try_from(config.request_idle.0.as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// The value under `key`, made by `make` if there is none; the key is copied only then.

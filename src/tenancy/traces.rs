@@ -96,13 +96,17 @@ impl Remembered {
 
     /// Remembers `tenant` for `trace`, whatever it had.
     pub(super) fn learn_latest(&mut self, trace: TraceId, tenant: &str) {
-        if self.get(&trace).is_some_and(|t| **t == *tenant) {
-            return;
-        }
-        self.learn(trace, tenant, Claim::Resource);
-        let name = self.intern(tenant);
-        if let Some(slot) = self.tenants.get_mut(&trace) {
-            slot.0 = name;
+        match self.get(&trace) {
+            None => {
+                self.learn(trace, tenant, Claim::Resource);
+            }
+            Some(t) if **t == *tenant => {}
+            Some(_) => {
+                let name = self.intern(tenant);
+                if let Some(slot) = self.tenants.get_mut(&trace) {
+                    slot.0 = name;
+                }
+            }
         }
     }
 
