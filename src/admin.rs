@@ -1,5 +1,6 @@
-//! Admin HTTP: `/healthz`, `/readyz`, `/metrics` (Prometheus text format) and
-//! `GET /v1/budgets[?tenant=T]` (current usage and limits as JSON).
+//! Admin HTTP: `/healthz`, `/readyz`, `/metrics` (Prometheus text format),
+//! `GET /v1/budgets[?tenant=T]` (current usage and limits as JSON) and
+//! `POST /v1/archive/flush` (write out what the archive buffers; see `archive::flush`).
 //!
 //! `/healthz` answers 200 while the process serves at all; `/readyz` answers 200 only while
 //! the daemon accepts data (not during start-up or shutdown), so a load balancer can drain it.
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 
 use std::collections::BTreeMap;
@@ -18,8 +19,12 @@ use std::sync::PoisonError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use std::time::Duration;
+
+use crate::archive::flush::FlushPoint;
 use crate::budget::evaluate::{BudgetEvaluator, BudgetUsage};
 use crate::budget::SharedEvaluator;
+use crate::journal::head::JournalHead;
 use crate::metrics::Metrics;
 
 /// Content type of the exposition `prometheus-client` writes.
@@ -32,6 +37,61 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// The budget evaluator.
     pub budgets: SharedEvaluator,
+    /// The archive writers' flush points (none: flush answers 404).
+    pub flush: Option<FlushPoints>,
+}
+
+/// The flush points of the daemon's archive writers.
+#[derive(Clone)]
+pub struct FlushPoints {
+    /// Spans and logs.
+    pub archive: Arc<FlushPoint>,
+    /// Request summaries.
+    pub requests: Arc<FlushPoint>,
+    /// Alarms.
+    pub alarms: Arc<FlushPoint>,
+    /// The journal, for the records committed when a flush is asked.
+    pub head: Arc<JournalHead>,
+}
+
+/// How long a flush request waits for the writers.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Asks every archive writer to write out the records committed so far and waits for them:
+/// 200 when all did, 504 when one did not within 10 s (the rows are safe in the journal and
+/// will be written as usual). The answer names no data, only journal positions.
+async fn flush(State(state): State<AdminState>) -> axum::response::Response {
+    let Some(points) = state.flush else {
+        return json_response(StatusCode::NOT_FOUND, json!({"error": "no archive here"}));
+    };
+    let records = points.head.committed();
+    let all = [&points.archive, &points.requests, &points.alarms];
+    let asked: Vec<u64> = all.iter().map(|p| p.want(records)).collect();
+    let mut writers = Vec::new();
+    let mut ok = true;
+    for (p, n) in all.into_iter().zip(asked) {
+        let done = p.wait(n, FLUSH_TIMEOUT).await;
+        ok &= done;
+        writers.push(json!({"writer": p.name, "flushed": done}));
+    }
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::GATEWAY_TIMEOUT
+    };
+    json_response(
+        status,
+        json!({"flushed": ok, "records": records, "writers": writers}),
+    )
+}
+
+fn json_response(status: StatusCode, v: Value) -> axum::response::Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{v}\n"),
+    )
+        .into_response()
 }
 
 /// The admin routes.
@@ -41,6 +101,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/v1/budgets", get(budgets))
+        .route("/v1/archive/flush", post(flush))
         .with_state(state)
 }
 

@@ -37,6 +37,37 @@ enum Command {
     /// Show one request (by request id or trace id) as a tree of agent, model turns, tool
     /// calls and downstream calls, with its summary.
     Trace(TraceArgs),
+    /// Merge each partition's small archive files into one sorted file, atomically for
+    /// readers; safe while the daemon runs (it waits for a partition the daemon is writing).
+    Compact(CompactArgs),
+}
+
+#[derive(Args)]
+struct CompactArgs {
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    /// Only this table (spans, logs, requests, alarms) [default: all].
+    #[arg(long, value_name = "T")]
+    table: Option<String>,
+    /// Merge files older than this, e.g. "10m" or "0s" [default: archive.compact_after].
+    #[arg(long, value_name = "DUR")]
+    older_than: Option<String>,
+    /// Merge once this many small files have aged, even in an hour still being written
+    /// (at least 2) [default: archive.compact_min_files; 2 in an hour that has ended].
+    #[arg(long, value_name = "N")]
+    min_files: Option<usize>,
+    /// Print what would be merged without changing anything.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Args)]
+struct FreshArg {
+    /// Read the archive as it is on disk: do not first ask the daemon serving the data
+    /// directory to write out the rows it buffers (by default it is asked, and what it
+    /// acknowledged up to now is read).
+    #[arg(long)]
+    no_flush: bool,
 }
 
 #[derive(Args)]
@@ -51,6 +82,8 @@ struct DataDirArg {
 struct QueryArgs {
     #[command(flatten)]
     data_dir: DataDirArg,
+    #[command(flatten)]
+    fresh: FreshArg,
     /// Output format.
     #[arg(long, value_enum, default_value_t = toolwatch::query::output::Format::Table)]
     format: toolwatch::query::output::Format,
@@ -63,6 +96,8 @@ struct QueryArgs {
 struct TraceArgs {
     #[command(flatten)]
     data_dir: DataDirArg,
+    #[command(flatten)]
+    fresh: FreshArg,
     /// Print the request as one JSON document instead of a tree.
     #[arg(long)]
     json: bool,
@@ -245,6 +280,7 @@ fn main() -> ExitCode {
         Command::HashKey(args) => hash_key(args),
         Command::Query(args) => query(args),
         Command::Trace(args) => trace(args),
+        Command::Compact(args) => compact(args),
     }
 }
 
@@ -288,10 +324,16 @@ fn query(args: QueryArgs) -> ExitCode {
         bar
     });
     let result = runtime.block_on(async {
-        let ctx = toolwatch::query::session(&dir).await?;
-        toolwatch::query::run(&ctx, &args.sql, |rows| {
-            if let Some(bar) = &progress {
-                bar.set_message(format!("scanning the archive: {rows} result rows"));
+        flush_first(&dir, &args.fresh).await;
+        toolwatch::query::with_session(&dir, |ctx| {
+            let (sql, progress) = (&args.sql, &progress);
+            async move {
+                toolwatch::query::run(&ctx, sql, |rows| {
+                    if let Some(bar) = progress {
+                        bar.set_message(format!("scanning the archive: {rows} result rows"));
+                    }
+                })
+                .await
             }
         })
         .await
@@ -313,6 +355,83 @@ fn query(args: QueryArgs) -> ExitCode {
     }
 }
 
+fn compact(args: CompactArgs) -> ExitCode {
+    use toolwatch::archive::compact::{Compactor, Policy};
+    use toolwatch::archive::partition::Table;
+    let config = match Config::load(None, std::env::vars()) {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
+    let dir = args
+        .data_dir
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| config.storage.data_dir.clone());
+    if !dir.is_dir() {
+        return usage_error(format!(
+            "data directory {} does not exist (set --data-dir)",
+            dir.display()
+        ));
+    }
+    let all = [Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
+    let tables: Vec<Table> = match args.table.as_deref() {
+        None => all.to_vec(),
+        Some(t) => match all.iter().find(|x| x.as_str() == t) {
+            Some(&x) => vec![x],
+            None => {
+                return usage_error(format!(
+                    "unknown table {t:?} (spans, logs, requests or alarms)"
+                ))
+            }
+        },
+    };
+    let mut policy = Policy::from_config(&config.archive);
+    if let Some(d) = args.older_than.as_deref() {
+        match humantime::parse_duration(d) {
+            Ok(d) => policy.older_than = d,
+            Err(e) => return usage_error(format!("--older-than {d:?}: {e}")),
+        }
+    }
+    if let Some(n) = args.min_files {
+        if n < 2 {
+            return usage_error("--min-files must be at least 2");
+        }
+        policy.min_files = n;
+    }
+    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
+    let mut compactor = Compactor::new(&dir, policy, instance_id, metrics).dry_run(args.dry_run);
+    match compactor.run(&tables, std::time::SystemTime::now(), &|| false) {
+        Ok(report) => {
+            let verb = if args.dry_run {
+                "would compact"
+            } else {
+                "compacted"
+            };
+            println!("{verb}: {report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolwatch: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Asks the daemon serving `dir` to write out what it buffers, unless told not to; a
+/// daemon that does not get there in time is a warning, not an error (the rows are safe in
+/// its journal).
+async fn flush_first(dir: &std::path::Path, fresh: &FreshArg) {
+    if fresh.no_flush {
+        return;
+    }
+    if let toolwatch::query::fresh::Freshness::Partial(why) =
+        toolwatch::query::fresh::flush_daemon(dir).await
+    {
+        eprintln!("warning: {why}; rows acknowledged in the last seconds may be missing");
+    }
+}
+
 fn trace(args: TraceArgs) -> ExitCode {
     let dir = match data_dir(&args.data_dir) {
         Ok(d) => d,
@@ -323,8 +442,12 @@ fn trace(args: TraceArgs) -> ExitCode {
         Err(code) => return code,
     };
     let view = runtime.block_on(async {
-        let ctx = toolwatch::query::session(&dir).await?;
-        toolwatch::query::trace::find(&ctx, &args.id, args.tenant.as_deref()).await
+        flush_first(&dir, &args.fresh).await;
+        toolwatch::query::with_session(&dir, |ctx| {
+            let (id, tenant) = (&args.id, args.tenant.as_deref());
+            async move { toolwatch::query::trace::find(&ctx, id, tenant).await }
+        })
+        .await
     });
     match view {
         Ok(v) if args.json => {

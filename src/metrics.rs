@@ -113,6 +113,11 @@ pub struct Metrics {
     archive_failed_rows: Family<Labels1, Counter>,
     archive_abandoned: Family<Labels1, Counter>,
     open_files: Family<Labels1, Gauge>,
+    archive_buffered: Gauge,
+    /// Compactions by table; files and bytes merged (`in`) and written (`out`).
+    compactions: Family<Labels1, Counter>,
+    compaction_files: Family<Labels2, Counter>,
+    compaction_bytes: Family<Labels2, Counter>,
     summaries: Family<Labels1, Counter>,
     assemble_duplicates: Counter,
     assemble_requests: Gauge,
@@ -654,6 +659,10 @@ impl Metrics {
             archive_failed_rows: Family::default(),
             archive_abandoned: Family::default(),
             open_files: Family::default(),
+            archive_buffered: Gauge::default(),
+            compactions: Family::default(),
+            compaction_files: Family::default(),
+            compaction_bytes: Family::default(),
             summaries: Family::default(),
             assemble_duplicates: Counter::default(),
             assemble_requests: Gauge::default(),
@@ -726,8 +735,28 @@ impl Metrics {
         );
         registry.register(
             "archive_open_files",
-            "Archive files currently being written, by table",
+            "Partitions with rows buffered for their next archive file, by table",
             m.open_files.clone(),
+        );
+        registry.register(
+            "archive_buffered_bytes",
+            "Memory held by archive rows not yet in a completed file (bounded by archive.buffer_bytes)",
+            m.archive_buffered.clone(),
+        );
+        registry.register(
+            "archive_compactions",
+            "Compactions (one partition's small files merged into one), by table",
+            m.compactions.clone(),
+        );
+        registry.register(
+            "archive_compaction_files",
+            "Files merged by compaction (direction in) and written by it (out), by table",
+            m.compaction_files.clone(),
+        );
+        registry.register(
+            "archive_compaction_bytes",
+            "Bytes of files merged by compaction (direction in) and written by it (out), by table",
+            m.compaction_bytes.clone(),
         );
         registry.register(
             "request_summaries",
@@ -845,6 +874,29 @@ impl Metrics {
             self.quarantined
                 .get_or_create(&[("signal", *signal), ("reason", *reason)])
                 .inc_by(*n);
+        }
+    }
+
+    /// Memory held by archive buffers.
+    pub fn set_archive_buffered_bytes(&self, bytes: usize) {
+        self.archive_buffered
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// One compaction of `table`: `files_in` files of `bytes_in` bytes merged into
+    /// `files_out` of `bytes_out`.
+    pub fn archive_compaction(
+        &self,
+        table: Table,
+        (files_in, bytes_in): (u64, u64),
+        (files_out, bytes_out): (u64, u64),
+    ) {
+        let t = table.as_str();
+        self.compactions.get_or_create(&[("table", t)]).inc();
+        for (dir, files, bytes) in [("in", files_in, bytes_in), ("out", files_out, bytes_out)] {
+            let l = [("table", t), ("direction", dir)];
+            self.compaction_files.get_or_create(&l).inc_by(files);
+            self.compaction_bytes.get_or_create(&l).inc_by(bytes);
         }
     }
 

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminState;
 use crate::archive::consumer::{ArchiveConsumer, RecentSpans};
+use crate::archive::flush::FlushPoint;
 use crate::archive::partition::Table;
 use crate::archive::{Archive, ArchiveError, ArchiveTotals};
 use crate::assemble::{AssembleConsumer, Assembler, PricesError};
@@ -172,13 +173,20 @@ pub async fn run(
 
     let mut recent = RecentSpans::new(config.archive.dedup_spans.0);
     let seeded = recent.seed_from_journal(&journal.dir, archive_tail.next_seq());
+    let flush_points = crate::admin::FlushPoints {
+        archive: FlushPoint::new("spans and logs"),
+        requests: FlushPoint::new("requests"),
+        alarms: FlushPoint::new("alarms"),
+        head: Arc::clone(&head),
+    };
     let archive = Archive::open(
         &data_dir,
         &[Table::Spans, Table::Logs],
         &config.archive,
         instance_id.clone(),
         Arc::clone(&metrics),
-    )?;
+    )?
+    .with_flush(Arc::clone(&flush_points.archive));
     let replay = head.committed().saturating_sub(archive_tail.next_seq());
     if replay > 0 {
         tracing::info!(
@@ -210,7 +218,8 @@ pub async fn run(
         &config.archive,
         instance_id.clone(),
         Arc::clone(&metrics),
-    )?;
+    )?
+    .with_flush(Arc::clone(&flush_points.requests));
     let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?);
     let assemble_thread = spawn_consumer(
         "toolwatch-assemble",
@@ -221,13 +230,16 @@ pub async fn run(
     )?;
 
     let stop_delivery = CancellationToken::new();
-    let (budget_stage, skip_before, delivery_tasks) = budget_stage(
+    let (mut budget_stage, skip_before, delivery_tasks) = budget_stage(
         &config,
         &data_dir,
         instance_id.clone(),
         Arc::clone(&metrics),
         stop_delivery.clone(),
     )?;
+    budget_stage.archive = budget_stage
+        .archive
+        .with_flush(Arc::clone(&flush_points.alarms));
     let evaluator = Arc::clone(&budget_stage.evaluator);
     let alarm_export = (!endpoints.is_empty()).then(|| AlarmJournal {
         writer: writer.clone(),
@@ -298,6 +310,7 @@ pub async fn run(
         crate::admin::router(AdminState {
             metrics: Arc::clone(&metrics),
             budgets: evaluator,
+            flush: Some(flush_points),
         }),
         stop_admin.clone(),
     ));
@@ -305,6 +318,14 @@ pub async fn run(
     drop(ctx);
     let journal_gauges = tokio::spawn(observe_journal(Arc::clone(&head), Arc::clone(&metrics)));
 
+    // Readers of this data directory (`query`, `trace`) find the daemon here to flush.
+    let _address_file = match crate::archive::flush::publish_address(&data_dir, addrs.admin) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!(error = %e, "admin address not recorded in the data directory; query and trace will not flush first");
+            None
+        }
+    };
     metrics.set_ready(true);
     tracing::info!(
         otlp_grpc = %addrs.otlp_grpc,

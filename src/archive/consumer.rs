@@ -239,6 +239,7 @@ impl Consumer for ArchiveConsumer {
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64 {
         let now = Instant::now();
         self.archive.complete_due(now);
+        self.archive.flush_if_asked(next_seq);
         self.archive
             .relieve_journal(head, "archive", next_seq, &mut self.last_pressure);
         self.archive.pinned_record().unwrap_or(next_seq)

@@ -2,11 +2,19 @@
 //!
 //! Owns everything under `spans/`, `logs/`, `requests/` and `alarms/` in the data directory. Promises: rows are
 //! written to `table/tenant=T/date=YYYY-MM-DD/hour=HH/part-….parquet` (zstd, page statistics,
-//! bloom filters on `trace_id` and `request_id`); a file becomes visible only when complete;
-//! files roll by size and age; everything handed to the archive is in a completed file once
-//! [`Archive::close`] returns. It receives protected events only.
+//! bloom filters on `trace_id` and `request_id`); a file becomes visible only when complete.
+//! Rows wait in per-partition memory buffers under one budget (`archive.buffer_bytes`) for
+//! the whole archive; a buffer becomes one completed file when it reaches its age or size,
+//! or, largest first, when the archive is over its budget. Small files are later merged by
+//! compaction ([`compact`]) without a reader ever seeing a row twice or missing one.
+//! Everything handed to the archive is in a completed file once [`Archive::close`] returns.
+//! It receives protected events only.
 
+pub mod buffer;
+pub mod compact;
 pub mod consumer;
+pub mod flush;
+pub mod lock;
 pub mod partition;
 pub mod schema;
 
@@ -19,8 +27,11 @@ use crate::assemble::summary::RequestSummary;
 use crate::config::ArchiveConfig;
 use crate::event::EventBatch;
 use crate::metrics::Metrics;
-use partition::{FileSettings, PartitionKey, PartitionWriter, Table, IN_PROGRESS_SUFFIX};
-use schema::{AlarmRows, LogRows, RequestRows, SpanRows};
+use buffer::{PartitionBuffer, Rows, SharedBudget};
+use parquet::file::properties::WriterProperties;
+use partition::{
+    writer_properties, CompletedFile, FileSettings, PartitionKey, Table, IN_PROGRESS_SUFFIX,
+};
 
 /// What went wrong writing the archive.
 #[derive(Debug, thiserror::Error)]
@@ -50,63 +61,17 @@ impl ArchiveError {
     }
 }
 
-enum Rows {
-    Spans(Box<SpanRows>),
-    Logs(Box<LogRows>),
-    Requests(Box<RequestRows>),
-    Alarms(Box<AlarmRows>),
-}
-
-impl Rows {
-    fn for_table(t: Table) -> Rows {
-        match t {
-            Table::Spans => Rows::Spans(Box::default()),
-            Table::Logs => Rows::Logs(Box::default()),
-            Table::Requests => Rows::Requests(Box::default()),
-            Table::Alarms => Rows::Alarms(Box::default()),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Rows::Spans(r) => r.len(),
-            Rows::Logs(r) => r.len(),
-            Rows::Requests(r) => r.len(),
-            Rows::Alarms(r) => r.len(),
-        }
-    }
-
-    fn finish(&mut self) -> Result<arrow::record_batch::RecordBatch, ArchiveError> {
-        Ok(match self {
-            Rows::Spans(r) => r.finish()?,
-            Rows::Logs(r) => r.finish()?,
-            Rows::Requests(r) => r.finish()?,
-            Rows::Alarms(r) => r.finish()?,
-        })
-    }
-}
-
-struct OpenPartition {
-    writer: PartitionWriter,
-    rows: Rows,
-    /// First and last journal record with rows in this file.
-    records: Option<(u64, u64)>,
-}
-
-impl OpenPartition {
-    fn flush_rows(&mut self) -> Result<(), ArchiveError> {
-        if self.rows.len() > 0 {
-            let batch = self.rows.finish()?;
-            self.writer.write(&batch)?;
-        }
-        Ok(())
-    }
-}
-
-/// Above this share of the journal's bound, files holding the journal back complete early.
+/// Above this share of the journal's bound, buffers holding the journal back are written early.
 pub const PRESSURE: f64 = 0.5;
-/// Early completions happen at most this often.
+/// Early write-outs happen at most this often.
 pub const PRESSURE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+const HOUR_NS: i64 = 3_600_000_000_000;
+
+/// A partition's newest rows are encoded once their builders hold this much (or
+/// `batch_rows` rows): small enough that a thousand quiet partitions hold little raw data,
+/// large enough that encoding is done in batches, not row by row.
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// Totals of what the archive wrote, reported when it closes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -125,31 +90,79 @@ pub struct ArchiveTotals {
     pub failed_rows: u64,
 }
 
+/// Whether writing a buffer out may wait for a compaction holding its partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Skip the partition for now if it is being compacted.
+    No,
+    /// Wait for the compaction (the rows must be out: shutdown, journal pressure).
+    Yes,
+}
+
 /// The partitioned Parquet writer for all tables.
 pub struct Archive {
     data_dir: PathBuf,
     settings: FileSettings,
     batch_rows: usize,
-    max_open: usize,
     instance_id: String,
     sequence: u64,
-    open: HashMap<PartitionKey, OpenPartition>,
-    /// Partitions whose file reached its size during the current record.
+    /// Rows not yet in a completed file, by partition.
+    buffers: HashMap<PartitionKey, PartitionBuffer>,
+    /// Buffers per table, for the metric.
+    per_table: [usize; 4],
+    /// Bytes this writer holds in `buffers`; also counted in `budget`.
+    held: usize,
+    budget: Arc<SharedBudget>,
+    /// Parquet writer settings per table (by [`table_index`]).
+    props: [WriterProperties; 4],
+    /// Partitions whose buffer reached `max_file_bytes` during the current call.
     due: Vec<PartitionKey>,
     /// Names the journal whose records completed files hold (see [`records_suffix`]).
     journal_id: Option<String>,
     /// The first journal record with rows that could not be written: the checkpoint stays
     /// before it, so a restart writes them from the journal.
     failed_from: Option<u64>,
-    /// The journal record being added.
-    current: Option<u64>,
     metrics: Arc<Metrics>,
     totals: ArchiveTotals,
+    compactor: Option<compact::Background>,
+    /// Flush requests of readers (see [`flush`]).
+    flush: Option<flush::FlushDue>,
+}
+
+fn table_index(t: Table) -> usize {
+    match t {
+        Table::Spans => 0,
+        Table::Logs => 1,
+        Table::Requests => 2,
+        Table::Alarms => 3,
+    }
+}
+
+/// The Arrow schema of a table.
+pub fn table_schema(t: Table) -> arrow::datatypes::SchemaRef {
+    match t {
+        Table::Spans => schema::spans_schema(),
+        Table::Logs => schema::logs_schema(),
+        Table::Requests => schema::requests_schema(),
+        Table::Alarms => schema::alarms_schema(),
+    }
+}
+
+/// The file settings of an archive configuration.
+pub fn file_settings(config: &ArchiveConfig) -> FileSettings {
+    FileSettings {
+        max_bytes: config.max_file_bytes.0,
+        max_age: config.max_file_age.0,
+        row_group_rows: config.row_group_rows.0,
+        row_group_bytes: config.row_group_bytes.as_usize(),
+        zstd_level: config.zstd_level.0,
+    }
 }
 
 impl Archive {
     /// Prepares the archive's `tables` under `data_dir`. Files a previous process left
-    /// half-written are removed: without the journal their rows cannot be completed.
+    /// half-written are removed: without the journal their rows cannot be completed. Starts
+    /// the background compaction of these tables when `compact_every` is not `0s`.
     pub fn open(
         data_dir: &Path,
         tables: &[Table],
@@ -170,32 +183,71 @@ impl Archive {
                 metrics.archive_abandoned_files(table, removed);
             }
         }
+        let compactor = (!config.compact_every.0.is_zero()).then(|| {
+            compact::Background::start(
+                data_dir,
+                tables,
+                compact::Policy::from_config(config),
+                instance_id.clone(),
+                Arc::clone(&metrics),
+            )
+        });
         Ok(Archive {
             data_dir: data_dir.to_path_buf(),
-            settings: FileSettings {
-                max_bytes: config.max_file_bytes.0,
-                max_age: config.max_file_age.0,
-                row_group_rows: config.row_group_rows.0,
-                row_group_bytes: config.row_group_bytes.as_usize(),
-                zstd_level: config.zstd_level.0,
-            },
+            settings: file_settings(config),
             batch_rows: config.batch_rows.0,
-            max_open: config.max_open_partitions.0,
             instance_id,
             sequence: 0,
-            open: HashMap::new(),
+            buffers: HashMap::new(),
+            per_table: [0; 4],
+            held: 0,
+            budget: SharedBudget::for_data_dir(data_dir, config.buffer_bytes.as_usize()),
+            props: [Table::Spans, Table::Logs, Table::Requests, Table::Alarms]
+                .map(|t| writer_properties(&file_settings(config), t))
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+                .try_into()
+                .map_err(|_| unreachable_props())?,
             due: Vec::new(),
             journal_id: None,
             failed_from: None,
-            current: None,
             metrics,
             totals: ArchiveTotals::default(),
+            compactor: compactor.flatten(),
+            flush: None,
         })
     }
 
     /// Names completed files after the journal records they hold, for exactly-once replay.
     pub fn with_journal_id(mut self, journal_id: &str) -> Archive {
         self.journal_id = Some(journal_id.to_string());
+        self
+    }
+
+    /// Takes readers' flush requests from `point` (see [`flush`]).
+    pub fn with_flush(mut self, point: Arc<flush::FlushPoint>) -> Archive {
+        self.flush = Some(flush::FlushDue::new(point));
+        self
+    }
+
+    /// Writes out every buffer when a reader asked for it and the consumer has read what the
+    /// reader asked for (`next_seq`: the first record not yet handed over). Between records.
+    pub fn flush_if_asked(&mut self, next_seq: u64) {
+        let now = Instant::now();
+        let Some(n) = self.flush.as_ref().and_then(|f| f.due(next_seq, now)) else {
+            return;
+        };
+        self.complete_all();
+        if let Some(f) = &mut self.flush {
+            f.flushed(n, now);
+        }
+    }
+
+    /// Uses `budget` for the buffered rows instead of the data directory's (tests, tools).
+    pub fn with_budget(mut self, budget: Arc<SharedBudget>) -> Archive {
+        self.budget.change(-(self.held as isize));
+        budget.change(self.held as isize);
+        self.budget = budget;
         self
     }
 
@@ -216,35 +268,52 @@ impl Archive {
         spans: &[bool],
         logs: &[bool],
     ) {
-        self.current = seq;
-        for (span, _) in batch.spans.iter().zip(spans).filter(|(_, &k)| k) {
-            let key = PartitionKey::new(Table::Spans, &span.tenant, span.start_ns);
-            self.with_partition(key, seq, |rows| match rows {
-                Rows::Spans(r) => r.append(span).map_err(ArchiveError::from),
+        let kept_spans = batch
+            .spans
+            .iter()
+            .zip(spans)
+            .filter(|(_, &k)| k)
+            .map(|(s, _)| s);
+        for group in group_by_partition(kept_spans, |s| (s.tenant.as_str(), s.start_ns)) {
+            let key = PartitionKey::new(Table::Spans, &group[0].tenant, group[0].start_ns);
+            self.add(key, seq, group.len(), |rows| match rows {
+                Rows::Spans(r) => group
+                    .iter()
+                    .try_for_each(|s| r.append(s))
+                    .map_err(ArchiveError::from),
                 _ => unreachable_table(),
             });
         }
-        for (log, _) in batch.logs.iter().zip(logs).filter(|(_, &k)| k) {
-            let key = PartitionKey::new(Table::Logs, &log.tenant, log.time_ns);
-            self.with_partition(key, seq, |rows| match rows {
-                Rows::Logs(r) => r.append(log).map_err(ArchiveError::from),
+        let kept_logs = batch
+            .logs
+            .iter()
+            .zip(logs)
+            .filter(|(_, &k)| k)
+            .map(|(l, _)| l);
+        for group in group_by_partition(kept_logs, |l| (l.tenant.as_str(), l.time_ns)) {
+            let key = PartitionKey::new(Table::Logs, &group[0].tenant, group[0].time_ns);
+            self.add(key, seq, group.len(), |rows| match rows {
+                Rows::Logs(r) => group
+                    .iter()
+                    .try_for_each(|l| r.append(l))
+                    .map_err(ArchiveError::from),
                 _ => unreachable_table(),
             });
         }
         self.settle();
     }
 
-    /// The first journal record with rows in a file not yet complete: everything before it
+    /// The first journal record with rows not yet in a completed file: everything before it
     /// is in completed files (or was never for this archive).
     pub fn pinned_record(&self) -> Option<u64> {
-        self.open
+        self.buffers
             .values()
             .filter_map(|p| p.records.map(|(first, _)| first))
             .chain(self.failed_from)
             .min()
     }
 
-    /// When the journal is over half full, completes the open files that hold it back rather
+    /// When the journal is over half full, writes out the buffers that hold it back rather
     /// than let receivers refuse data; at most every [`PRESSURE_EVERY`], since each time makes
     /// small files. (Whether another consumer is further behind does not matter: waiting for
     /// each other, two consumers could hold the journal full for good.)
@@ -269,30 +338,38 @@ impl Archive {
         self.complete_records_before(next_seq);
     }
 
-    /// Completes every open file.
+    /// Writes every buffer out as a completed file.
     pub fn complete_all(&mut self) {
-        let keys: Vec<PartitionKey> = self.open.keys().cloned().collect();
+        let keys: Vec<PartitionKey> = self.buffers.keys().cloned().collect();
         for key in keys {
-            self.complete(&key);
+            self.write_out(&key, Wait::Yes);
         }
+        self.report_buffered();
     }
 
-    /// Files open (not yet complete).
+    /// Partitions with rows not yet in a completed file (each becomes a file when written
+    /// out). Zero means everything added is in completed files.
     pub fn open_files(&self) -> usize {
-        self.open.len()
+        self.buffers.len()
     }
 
-    /// Completes every open file holding a journal record before `seq`.
+    /// Bytes of rows this writer holds in memory.
+    pub fn buffered_bytes(&self) -> usize {
+        self.held
+    }
+
+    /// Writes out every buffer holding a journal record before `seq`.
     pub fn complete_records_before(&mut self, seq: u64) {
         let keys: Vec<PartitionKey> = self
-            .open
+            .buffers
             .iter()
             .filter(|(_, p)| p.records.is_some_and(|(first, _)| first < seq))
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            self.complete(&key);
+            self.write_out(&key, Wait::Yes);
         }
+        self.report_buffered();
     }
 
     /// Adds request summaries, partitioned by tenant and the request's start.
@@ -300,7 +377,7 @@ impl Archive {
         for s in summaries {
             let key = PartitionKey::new(Table::Requests, &s.tenant, s.start_ns);
             let seq = (s.first_record > 0).then_some(s.first_record);
-            self.with_partition(key, seq, |rows| match rows {
+            self.add(key, seq, 1, |rows| match rows {
                 Rows::Requests(r) => r.append(s).map_err(ArchiveError::from),
                 _ => unreachable_table(),
             });
@@ -312,7 +389,7 @@ impl Archive {
     pub fn append_alarms(&mut self, alarms: &[crate::budget::evaluate::Alarm]) {
         for a in alarms {
             let key = PartitionKey::new(Table::Alarms, &a.tenant, a.time_ns);
-            self.with_partition(key, None, |rows| match rows {
+            self.add(key, None, 1, |rows| match rows {
                 Rows::Alarms(r) => {
                     r.append(a);
                     Ok(())
@@ -323,134 +400,150 @@ impl Archive {
         self.settle();
     }
 
-    /// Completes the files that became due and, beyond `max_open_partitions`, the least
-    /// recently written ones.
-    fn settle(&mut self) {
-        self.current = None;
-        for key in std::mem::take(&mut self.due) {
-            self.complete(&key);
-        }
-        while self.open.len() > self.max_open {
-            self.evict_least_recent();
-        }
-    }
-
-    fn with_partition(
+    /// Adds `n` rows (filled into the partition's builders by `fill`) to `key`'s buffer.
+    fn add(
         &mut self,
         key: PartitionKey,
         seq: Option<u64>,
-        add: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
+        n: usize,
+        fill: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
     ) {
-        if !self.open.contains_key(&key) {
-            // One record may reach many partitions (hours of event time): beyond the bound,
-            // files complete even mid-record rather than hold a file per partition.
-            if self.open.len() >= self.max_open.saturating_mul(2) {
-                self.evict_least_recent();
+        let now = Instant::now();
+        let table = key.table;
+        let buffer = match self.buffers.entry(key.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                // The folder appears with the partition's first rows, as readers and
+                // operators have come to expect; a failure here shows again when written.
+                let _ = std::fs::create_dir_all(e.key().dir(&self.data_dir));
+                self.per_table[table_index(table)] += 1;
+                self.metrics
+                    .set_open_files(table, self.per_table[table_index(table)]);
+                e.insert(PartitionBuffer::new(table, now))
             }
-            if let Err(e) = self.open_partition(key.clone()) {
-                self.fail(key.table, 1, seq.map(|s| (s, s)), &e);
+        };
+        let batch = (self.batch_rows, BATCH_BYTES);
+        match buffer.add(seq, fill, batch, &self.props[table_index(table)]) {
+            Ok(delta) => {
+                let full = buffer.bytes() as u64 >= self.settings.max_bytes;
+                self.held = self.held.saturating_add_signed(delta);
+                self.budget.change(delta);
+                if full && !self.due.contains(&key) {
+                    self.due.push(key);
+                }
+            }
+            Err(e) => {
+                // The builders may be out of step: the buffer goes, and its rows stay in the
+                // journal for the next start.
+                let at_stake = buffer.rows().max(n) as u64;
+                let records = buffer.records.or(seq.map(|s| (s, s)));
+                self.drop_buffer(&key);
+                self.fail(table, at_stake, records, &e);
+            }
+        }
+    }
+
+    /// Forgets `key`'s buffer without writing it.
+    fn drop_buffer(&mut self, key: &PartitionKey) {
+        if let Some(buf) = self.buffers.remove(key) {
+            let i = table_index(key.table);
+            self.per_table[i] = self.per_table[i].saturating_sub(1);
+            self.metrics.set_open_files(key.table, self.per_table[i]);
+            self.held = self.held.saturating_sub(buf.bytes());
+            self.budget.change(-(buf.bytes() as isize));
+        }
+    }
+
+    /// Between records: writes out the buffers that reached their size, then, while the
+    /// archive holds more than its budget, the largest buffers.
+    fn settle(&mut self) {
+        for key in std::mem::take(&mut self.due) {
+            self.write_out(&key, Wait::No);
+        }
+        self.relieve_budget();
+        self.report_buffered();
+    }
+
+    /// Writes out the largest buffers until the shared budget is back to its low-water
+    /// mark (or this writer has nothing left). Partitions being compacted are skipped first,
+    /// then waited for if the budget is still exceeded.
+    fn relieve_budget(&mut self) {
+        for wait in [Wait::No, Wait::Yes] {
+            if !self.budget.over() || self.held == 0 {
                 return;
             }
-        }
-        let Some(part) = self.open.get_mut(&key) else {
-            return;
-        };
-        if let Err(e) = add(&mut part.rows) {
-            self.fail(key.table, 1, seq.map(|s| (s, s)), &e);
-            return;
-        }
-        if let Some(seq) = seq {
-            part.records = Some(
-                part.records
-                    .map_or((seq, seq), |(first, last)| (first.min(seq), last.max(seq))),
-            );
-        }
-        if part.rows.len() >= self.batch_rows {
-            let at_stake = part.writer.rows() + part.rows.len() as u64;
-            if let Err(e) = part.flush_rows() {
-                let records = part.records;
-                self.fail(key.table, at_stake, records, &e);
-                self.discard(&key);
-                return;
-            }
-            // Size is checked as rows are encoded, so a busy partition rolls on time.
-            if part.writer.is_due(Instant::now()) && !self.due.contains(&key) {
-                self.due.push(key);
+            let excess = self.budget.used().saturating_sub(self.budget.low_water());
+            let target = self.held.saturating_sub(excess);
+            let sizes: Vec<(PartitionKey, usize)> = self
+                .buffers
+                .iter()
+                .map(|(k, b)| (k.clone(), b.bytes()))
+                .collect();
+            for key in buffer::largest_first(&sizes, self.held, 0) {
+                if self.held <= target {
+                    break;
+                }
+                self.write_out(&key, wait);
             }
         }
     }
 
-    fn open_partition(&mut self, key: PartitionKey) -> Result<(), ArchiveError> {
-        self.sequence += 1;
-        let stem = format!(
-            "part-{}-{}-{:06}",
-            chrono::Utc::now().format("%Y%m%dT%H%M%S%3fZ"),
-            self.instance_id,
-            self.sequence
-        );
-        let schema = match key.table {
-            Table::Spans => schema::spans_schema(),
-            Table::Logs => schema::logs_schema(),
-            Table::Requests => schema::requests_schema(),
-            Table::Alarms => schema::alarms_schema(),
-        };
-        let writer =
-            PartitionWriter::open(&self.data_dir, key.clone(), schema, &self.settings, &stem)?;
-        self.open.insert(
-            key.clone(),
-            OpenPartition {
-                writer,
-                rows: Rows::for_table(key.table),
-                records: None,
-            },
-        );
-        self.report_open(key.table);
-        Ok(())
+    fn report_buffered(&self) {
+        self.metrics.set_archive_buffered_bytes(self.budget.used());
     }
 
-    fn report_open(&self, table: Table) {
-        let n = self.open.keys().filter(|k| k.table == table).count();
-        self.metrics.set_open_files(table, n);
-    }
-
-    /// Completes files that reached their size or age.
+    /// Writes out the buffers that reached their age or size.
     pub fn complete_due(&mut self, now: Instant) {
+        let max_age = self.settings.max_age;
+        let max_bytes = self.settings.max_bytes;
         let due: Vec<PartitionKey> = self
-            .open
+            .buffers
             .iter()
-            .filter(|(_, p)| p.writer.is_due(now))
+            .filter(|(_, b)| {
+                now.duration_since(b.created) >= max_age || b.bytes() as u64 >= max_bytes
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for key in due {
-            self.complete(&key);
+            self.write_out(&key, Wait::No);
         }
+        self.relieve_budget();
+        self.report_buffered();
     }
 
+    /// Writes out `key`'s buffer now (tests).
+    #[cfg(test)]
     fn complete(&mut self, key: &PartitionKey) {
-        let Some(mut part) = self.open.remove(key) else {
-            return;
-        };
-        self.report_open(key.table);
-        // If the file cannot be completed, everything in it is lost, not just the last batch.
-        let at_stake = part.writer.rows() + part.rows.len() as u64;
-        if let Err(e) = part.flush_rows() {
-            self.fail(key.table, at_stake, part.records, &e);
-            return;
+        self.write_out(key, Wait::Yes);
+    }
+
+    /// Writes `key`'s buffer as one completed file named after its journal records. With
+    /// [`Wait::No`], a partition being compacted keeps its buffer for later; false then.
+    fn write_out(&mut self, key: &PartitionKey, wait: Wait) -> bool {
+        if !self.buffers.contains_key(key) {
+            return true;
         }
-        // A file completed in the middle of a record holds only part of that record's rows
-        // for its partition: it claims the records before it (the rest of that record's rows
-        // there may be written twice after a crash, never lost).
-        let claimed = match (part.records, self.current) {
-            (Some((first, last)), Some(current)) if last == current => {
-                (first < current).then_some((first, current - 1))
+        let part = lock::PartitionDir::of(key);
+        let lock = match lock::PartitionLock::acquire(&self.data_dir, &part, wait == Wait::Yes) {
+            Ok(Some(l)) => Some(l),
+            Ok(None) => return false,
+            // Without the lock file the write can still go ahead: only a compaction of
+            // this partition could conflict, and it cannot take the lock either.
+            Err(e) => {
+                tracing::warn!(error = %e, "archive partition lock unavailable; writing without it");
+                None
             }
-            (records, _) => records,
         };
-        let suffix = match (&self.journal_id, claimed) {
-            (Some(id), Some(records)) => records_suffix(id, records),
-            _ => String::new(),
+        let Some(buf) = self.buffers.remove(key) else {
+            return true;
         };
-        match part.writer.complete(&suffix) {
+        let i = table_index(key.table);
+        self.per_table[i] = self.per_table[i].saturating_sub(1);
+        self.metrics.set_open_files(key.table, self.per_table[i]);
+        self.held = self.held.saturating_sub(buf.bytes());
+        self.budget.change(-(buf.bytes() as isize));
+        let (rows, records) = (buf.rows() as u64, buf.records);
+        match self.write_file(key, buf) {
             Ok(done) => {
                 match key.table {
                     Table::Spans => self.totals.span_rows += done.rows,
@@ -462,24 +555,36 @@ impl Archive {
                 self.metrics.archive_file(key.table, done.rows, done.bytes);
                 tracing::debug!(path = %done.path.display(), rows = done.rows, bytes = done.bytes, "archive file complete");
             }
-            Err(e) => self.fail(key.table, at_stake, part.records, &e),
+            Err(e) => self.fail(key.table, rows, records, &e),
         }
+        drop(lock);
+        true
     }
 
-    fn evict_least_recent(&mut self) {
-        if let Some(oldest) = self
-            .open
-            .iter()
-            .min_by_key(|(_, p)| p.writer.last_write)
-            .map(|(k, _)| k.clone())
-        {
-            self.complete(&oldest);
-        }
-    }
-
-    fn discard(&mut self, key: &PartitionKey) {
-        self.open.remove(key);
-        self.report_open(key.table);
+    fn write_file(
+        &mut self,
+        key: &PartitionKey,
+        buf: PartitionBuffer,
+    ) -> Result<CompletedFile, ArchiveError> {
+        self.sequence += 1;
+        let stem = format!(
+            "part-{}-{}-{:06}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S%3fZ"),
+            self.instance_id,
+            self.sequence
+        );
+        let suffix = match (&self.journal_id, buf.records) {
+            (Some(id), Some(records)) => records_suffix(id, records),
+            _ => String::new(),
+        };
+        let rows = buf.rows() as u64;
+        let bytes = buf.into_file(&self.props[table_index(key.table)])?;
+        partition::write_completed(
+            &key.dir(&self.data_dir),
+            &format!("{stem}{suffix}"),
+            &bytes,
+            rows,
+        )
     }
 
     /// Counts rows that could not be written. Those of journal `records` stay in the journal:
@@ -493,14 +598,55 @@ impl Archive {
         tracing::error!(table = table.as_str(), rows, error = %e, "archive write failed; the rows stay in the journal for the next start");
     }
 
-    /// Completes every open file and reports what was written in total.
+    /// Stops the background compaction, writes every buffer out and reports what was
+    /// written in total.
     pub fn close(&mut self) -> ArchiveTotals {
-        let keys: Vec<PartitionKey> = self.open.keys().cloned().collect();
-        for key in keys {
-            self.complete(&key);
+        if let Some(c) = self.compactor.take() {
+            c.stop();
+        }
+        let (files, started) = (self.buffers.len(), Instant::now());
+        self.complete_all();
+        if files > 0 {
+            tracing::info!(
+                files,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "archive buffers written at close"
+            );
         }
         self.totals
     }
+}
+
+impl Drop for Archive {
+    fn drop(&mut self) {
+        // Rows never written (a test's crash, or a writer dropped without close) no longer
+        // count against the shared budget.
+        self.budget.change(-(self.held as isize));
+        if let Some(c) = self.compactor.take() {
+            c.signal_stop();
+        }
+    }
+}
+
+/// Groups items by partition (tenant and hour of `at`), in the order partitions first
+/// appear; each group keeps the items' order.
+fn group_by_partition<'a, T: 'a>(
+    items: impl Iterator<Item = &'a T>,
+    at: impl Fn(&'a T) -> (&'a str, i64),
+) -> Vec<Vec<&'a T>> {
+    let mut index: HashMap<(&'a str, i64), usize> = HashMap::new();
+    let mut groups: Vec<Vec<&'a T>> = Vec::new();
+    for item in items {
+        let (tenant, ns) = at(item);
+        let slot = *index
+            .entry((tenant, ns.div_euclid(HOUR_NS)))
+            .or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+        groups[slot].push(item);
+    }
+    groups
 }
 
 /// The file-name suffix of a file holding journal `records` (first, last) of journal `id`:
@@ -510,11 +656,48 @@ pub fn records_suffix(id: &str, (first, last): (u64, u64)) -> String {
 }
 
 /// The last journal record of journal `id` in a completed file named `name`, if it has one.
+/// A compacted file names each journal its rows came from: `_j<id>_<first>-<last>` once per
+/// journal id, with the first and last record of its inputs.
 pub fn last_record_in(name: &str, id: &str) -> Option<u64> {
     let stem = name.strip_suffix(".parquet")?;
-    let (_, range) = stem.rsplit_once(&format!("_j{id}_"))?;
-    let (_, last) = range.split_once('-')?;
-    last.parse().ok()
+    let marker = format!("_j{id}_");
+    stem.match_indices(&marker)
+        .filter_map(|(at, _)| {
+            let range = &stem[at + marker.len()..];
+            let range = range.split('_').next()?;
+            let (_, last) = range.split_once('-')?;
+            last.parse::<u64>().ok()
+        })
+        .max()
+}
+
+/// Every `(journal id, first, last)` a completed file's name claims (journal ids never hold
+/// `_`: they are hex).
+pub fn record_ranges(name: &str) -> Vec<(String, u64, u64)> {
+    let Some(stem) = name.strip_suffix(".parquet") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut parts = stem.split('_').skip(1);
+    while let (Some(j), Some(range)) = (parts.next(), parts.next()) {
+        let Some(id) = j.strip_prefix('j') else {
+            break;
+        };
+        let Some((first, last)) = range.split_once('-') else {
+            break;
+        };
+        match (first.parse(), last.parse()) {
+            (Ok(f), Ok(l)) => out.push((id.to_string(), f, l)),
+            _ => break,
+        }
+    }
+    out
+}
+
+fn unreachable_props() -> ArchiveError {
+    ArchiveError::Arrow(arrow::error::ArrowError::InvalidArgumentError(
+        "writer settings for four tables expected".into(),
+    ))
 }
 
 fn unreachable_table() -> Result<(), ArchiveError> {
@@ -545,4 +728,188 @@ fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{fixtures, SpanRecord};
+
+    const T0: i64 = 1_800_000_000_000_000_000;
+
+    fn archive(dir: &Path, budget: usize) -> Archive {
+        let config = ArchiveConfig {
+            compact_every: crate::config::LimitDuration(std::time::Duration::ZERO),
+            ..ArchiveConfig::default()
+        };
+        Archive::open(
+            dir,
+            &[Table::Spans, Table::Logs],
+            &config,
+            "0a0b0c0d".into(),
+            Arc::new(Metrics::new()),
+        )
+        .expect("archive")
+        .with_journal_id("feedf00d")
+        .with_budget(SharedBudget::new(budget))
+    }
+
+    fn spans(tenant: &str, n: usize, first_id: u64) -> EventBatch {
+        EventBatch {
+            spans: (0..n as u64)
+                .map(|i| SpanRecord {
+                    tenant: tenant.into(),
+                    span_id: (first_id + i).to_be_bytes(),
+                    start_ns: T0,
+                    ..fixtures::span()
+                })
+                .collect(),
+            logs: Vec::new(),
+        }
+    }
+
+    /// The completed spans files of `tenant`, by name.
+    fn files(dir: &Path, tenant: &str) -> Vec<String> {
+        let key = PartitionKey::new(Table::Spans, tenant, T0);
+        let mut names: Vec<String> = std::fs::read_dir(key.dir(dir))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                    .filter(|n| n.ends_with(".parquet"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Memory of one record of `n` spans in a partition buffer.
+    fn bytes_of(n: usize) -> usize {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = archive(dir.path(), usize::MAX / 2);
+        a.append(Some(1), &spans("x", n, 0));
+        a.buffered_bytes()
+    }
+
+    #[test]
+    fn over_budget_the_largest_buffers_are_written_first_and_the_pin_is_exact() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (big, mid, small) = (bytes_of(60), bytes_of(20), bytes_of(5));
+        assert!(big > mid && mid > small, "{big} {mid} {small}");
+        // Room for all three, not for one more record of the big tenant.
+        let budget = big + mid + small + small / 2;
+        let mut a = archive(dir.path(), budget);
+        a.append(Some(1), &spans("big", 60, 0));
+        a.append(Some(2), &spans("mid", 20, 1000));
+        a.append(Some(3), &spans("small", 5, 2000));
+        assert_eq!(a.open_files(), 3);
+        assert!(files(dir.path(), "big").is_empty());
+        assert_eq!(a.pinned_record(), Some(1));
+        // Over the budget: only the largest goes, which is enough to get under 7/8 of it.
+        a.append(Some(4), &spans("mid", 20, 3000));
+        assert_eq!(files(dir.path(), "big").len(), 1);
+        assert_eq!(
+            files(dir.path(), "big")[0]
+                .rsplit_once("_jfeedf00d_")
+                .map(|(_, r)| r),
+            Some("1-1.parquet")
+        );
+        assert!(files(dir.path(), "mid").is_empty() && files(dir.path(), "small").is_empty());
+        assert!(
+            a.buffered_bytes() <= budget,
+            "{} > {budget}",
+            a.buffered_bytes()
+        );
+        assert_eq!(a.open_files(), 2);
+        // Record 1 is in a completed file; mid's buffer holds records 2 and 4.
+        assert_eq!(a.pinned_record(), Some(2));
+        // Far over: the new largest goes at once, and the total is back under 7/8 of it.
+        a.append(Some(5), &spans("big", 80, 4000));
+        assert!(
+            a.buffered_bytes() <= budget - budget / 8,
+            "{}",
+            a.buffered_bytes()
+        );
+        assert_eq!(files(dir.path(), "big").len(), 2);
+        assert_eq!(
+            files(dir.path(), "big")[1]
+                .rsplit_once("_jfeedf00d_")
+                .map(|(_, r)| r),
+            Some("5-5.parquet")
+        );
+        assert!(files(dir.path(), "mid").is_empty());
+        // What is still buffered pins exactly its first record.
+        let pinned = a.pinned_record();
+        let expected = a
+            .buffers
+            .values()
+            .filter_map(|b| b.records.map(|r| r.0))
+            .min();
+        assert_eq!(pinned, expected);
+        assert!(pinned.is_some());
+        let totals = a.close();
+        assert_eq!(totals.span_rows, 60 + 20 + 5 + 20 + 80);
+        assert_eq!(a.pinned_record(), None);
+        assert_eq!(a.buffered_bytes(), 0);
+    }
+
+    #[test]
+    fn buffers_go_out_at_their_age_and_size_and_close_writes_everything() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = archive(dir.path(), usize::MAX / 2);
+        a.settings.max_age = std::time::Duration::from_secs(60);
+        a.append(Some(1), &spans("a", 3, 0));
+        let created = Instant::now();
+        a.append(Some(2), &spans("b", 3, 100));
+        a.complete_due(created + std::time::Duration::from_secs(59));
+        assert_eq!(a.open_files(), 2);
+        a.complete_due(created + std::time::Duration::from_secs(61));
+        assert_eq!(a.open_files(), 0);
+        assert_eq!(files(dir.path(), "a").len(), 1);
+        // Size: a buffer reaching max_file_bytes is written at the end of its record.
+        a.settings.max_bytes = 1;
+        a.append(Some(3), &spans("a", 1, 200));
+        assert_eq!(a.open_files(), 0);
+        assert_eq!(files(dir.path(), "a").len(), 2);
+        a.settings.max_bytes = u64::MAX;
+        a.append(Some(4), &spans("c", 2, 300));
+        assert_eq!(a.pinned_record(), Some(4));
+        assert_eq!(a.close().span_rows, 3 + 3 + 1 + 2);
+        assert_eq!(files(dir.path(), "c").len(), 1);
+    }
+
+    #[test]
+    fn a_partition_being_compacted_keeps_its_rows_until_forced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = archive(dir.path(), usize::MAX / 2);
+        a.settings.max_age = std::time::Duration::ZERO;
+        a.append(Some(1), &spans("a", 3, 0));
+        let part = lock::PartitionDir::of(&PartitionKey::new(Table::Spans, "a", T0));
+        let held = lock::PartitionLock::acquire(dir.path(), &part, true)
+            .expect("lock")
+            .expect("free");
+        a.complete_due(Instant::now());
+        assert_eq!(a.open_files(), 1, "skipped while locked");
+        assert_eq!(a.pinned_record(), Some(1));
+        drop(held);
+        a.complete_due(Instant::now());
+        assert_eq!(a.open_files(), 0);
+        assert_eq!(files(dir.path(), "a").len(), 1);
+    }
+
+    #[test]
+    fn compacted_names_keep_every_journal_range() {
+        let name = "part-20261130T120000000Z-0a0b0c0d-c000001_j0000aaaa_3-9_jfeedf00d_1-42.parquet";
+        assert_eq!(last_record_in(name, "feedf00d"), Some(42));
+        assert_eq!(last_record_in(name, "0000aaaa"), Some(9));
+        assert_eq!(last_record_in(name, "ffffffff"), None);
+        assert_eq!(
+            record_ranges(name),
+            vec![
+                ("0000aaaa".to_string(), 3, 9),
+                ("feedf00d".to_string(), 1, 42)
+            ]
+        );
+        assert!(record_ranges("part-x-y-000001.parquet").is_empty());
+    }
 }

@@ -1,16 +1,13 @@
-//! One open Parquet file of one partition (`table/tenant=T/date=D/hour=H/`).
+//! Partitions of the archive tables (`table/tenant=T/date=D/hour=H/`) and their completed files.
 //!
 //! A file is written under a hidden temporary name (`.part-….parquet.inprogress`, which no
 //! reader's `*.parquet` glob matches), then closed, fsynced and renamed to its final name,
 //! so a reader sees a whole file or none.
 
 use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
-use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -166,9 +163,18 @@ pub fn writer_properties(
         b = b
             .set_column_bloom_filter_enabled(path.clone(), true)
             .set_column_bloom_filter_fpp(path.clone(), 0.01)
-            .set_column_bloom_filter_max_ndv(path, settings.row_group_rows as u64);
+            .set_column_bloom_filter_max_ndv(path, bloom_ndv(settings.row_group_rows));
     }
     Ok(b.build())
+}
+
+/// Distinct values a row group's bloom filter is sized for: a quarter of its rows (agent
+/// traces and requests have several spans each). The filter is allocated at that size while
+/// its row group is built, for every buffered partition, so sizing it for all rows would
+/// cost 128 KiB a column a partition; more distinct values than this only raise its
+/// false-positive rate (the writer folds it down to 1% where it can), never hide a row.
+pub fn bloom_ndv(row_group_rows: usize) -> u64 {
+    (row_group_rows as u64 / 4).max(1024)
 }
 
 /// A completed file.
@@ -182,98 +188,36 @@ pub struct CompletedFile {
     pub bytes: u64,
 }
 
-/// The open file of one partition.
-pub struct PartitionWriter {
-    key: PartitionKey,
-    temp_path: PathBuf,
-    dir: PathBuf,
-    stem: String,
-    writer: ArrowWriter<File>,
-    opened: Instant,
+/// Writes a complete Parquet file's `bytes` (of `rows` rows) into partition folder `dir` as
+/// `<stem>.parquet`: under a hidden temporary name first, fsynced, then renamed, and the
+/// folder fsynced, so a reader sees the whole file or none and a crash leaves no half file
+/// under a name readers list.
+pub fn write_completed(
+    dir: &Path,
+    stem: &str,
+    bytes: &[u8],
     rows: u64,
-    max_bytes: u64,
-    max_age: std::time::Duration,
-    /// Last time a row arrived, for least-recently-written eviction.
-    pub last_write: Instant,
-}
-
-impl PartitionWriter {
-    /// Opens a new temporary file for `key`; `file_stem` makes the name unique.
-    pub fn open(
-        data_dir: &Path,
-        key: PartitionKey,
-        schema: SchemaRef,
-        settings: &FileSettings,
-        file_stem: &str,
-    ) -> Result<PartitionWriter, ArchiveError> {
-        let dir = key.dir(data_dir);
-        std::fs::create_dir_all(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
-        let temp_path = dir.join(format!(".{file_stem}{IN_PROGRESS_SUFFIX}"));
-        let file = File::create(&temp_path).map_err(|e| ArchiveError::io(&temp_path, e))?;
-        let props = writer_properties(settings, key.table)?;
-        let writer =
-            ArrowWriter::try_new(file, schema, Some(props)).map_err(ArchiveError::Parquet)?;
-        let now = Instant::now();
-        Ok(PartitionWriter {
-            key,
-            temp_path,
-            dir,
-            stem: file_stem.to_string(),
-            writer,
-            opened: now,
-            rows: 0,
-            max_bytes: settings.max_bytes,
-            max_age: settings.max_age,
-            last_write: now,
-        })
-    }
-
-    /// The partition.
-    pub fn key(&self) -> &PartitionKey {
-        &self.key
-    }
-
-    /// Rows encoded into the file so far.
-    pub fn rows(&self) -> u64 {
-        self.rows
-    }
-
-    /// Encodes a batch into the file.
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), ArchiveError> {
-        self.writer.write(batch).map_err(ArchiveError::Parquet)?;
-        self.rows += batch.num_rows() as u64;
-        self.last_write = Instant::now();
-        Ok(())
-    }
-
-    /// True when the file has reached its size or age.
-    pub fn is_due(&self, now: Instant) -> bool {
-        let size = self.writer.bytes_written() + self.writer.in_progress_size();
-        size as u64 >= self.max_bytes || now.duration_since(self.opened) >= self.max_age
-    }
-
-    /// Finishes the file, makes it durable and gives it its final name: the stem, then
-    /// `suffix`, then `.parquet`.
-    pub fn complete(self, suffix: &str) -> Result<CompletedFile, ArchiveError> {
-        let final_path = self.dir.join(format!("{}{suffix}.parquet", self.stem));
-        let file = self.writer.into_inner().map_err(ArchiveError::Parquet)?;
+) -> Result<CompletedFile, ArchiveError> {
+    std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(dir, e))?;
+    let temp_path = dir.join(format!(".{stem}{IN_PROGRESS_SUFFIX}"));
+    let final_path = dir.join(format!("{stem}.parquet"));
+    let write = || -> std::io::Result<()> {
+        let mut file = File::create(&temp_path)?;
+        file.write_all(bytes)?;
         file.sync_all()
-            .map_err(|e| ArchiveError::io(&self.temp_path, e))?;
-        let bytes = file
-            .metadata()
-            .map(|m| m.len())
-            .map_err(|e| ArchiveError::io(&self.temp_path, e))?;
-        drop(file);
-        std::fs::rename(&self.temp_path, &final_path)
-            .map_err(|e| ArchiveError::io(&final_path, e))?;
-        // The rename is durable only once the folder itself is synced.
-        crate::durable::sync_dir(&self.dir).map_err(|e| ArchiveError::io(&self.dir, e))?;
-        Ok(CompletedFile {
-            path: final_path,
-            rows: self.rows,
-            bytes,
-        })
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&temp_path);
+        return Err(ArchiveError::io(&temp_path, e));
     }
+    std::fs::rename(&temp_path, &final_path).map_err(|e| ArchiveError::io(&final_path, e))?;
+    // The rename is durable only once the folder itself is synced.
+    crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
+    Ok(CompletedFile {
+        path: final_path,
+        rows,
+        bytes: bytes.len() as u64,
+    })
 }
 
 #[cfg(test)]

@@ -22,6 +22,45 @@ use crate::event::{
     SCHEMA_VERSION,
 };
 
+/// Rows a fresh builder has room for. Arrow's default (1024 a column, some 300 KiB for the
+/// span builders) would make every buffered partition hold that much however few its rows;
+/// builders grow by doubling, so starting small costs a few reallocations on busy ones.
+const INITIAL_ROWS: usize = 16;
+
+/// Builders created with room for [`INITIAL_ROWS`].
+trait Small {
+    fn small() -> Self;
+}
+
+impl Small for StringBuilder {
+    fn small() -> Self {
+        StringBuilder::with_capacity(INITIAL_ROWS, INITIAL_ROWS * 16)
+    }
+}
+
+macro_rules! small_primitive {
+    ($($t:ty),*) => {$(
+        impl Small for $t {
+            fn small() -> Self {
+                <$t>::with_capacity(INITIAL_ROWS)
+            }
+        }
+    )*};
+}
+small_primitive!(
+    Int32Builder,
+    Int64Builder,
+    Float64Builder,
+    BooleanBuilder,
+    TimestampNanosecondBuilder
+);
+
+impl<T: Small, const N: usize> Small for [T; N] {
+    fn small() -> Self {
+        std::array::from_fn(|_| T::small())
+    }
+}
+
 const UTC: &str = "UTC";
 
 fn ts() -> DataType {
@@ -216,11 +255,20 @@ fn json_text<'b, T: Serialize + ?Sized>(v: &T, buf: &'b mut Vec<u8>) -> &'b str 
     std::str::from_utf8(buf).unwrap_or("{}")
 }
 
-#[derive(Default)]
 struct GenAiColumns {
     text1: [StringBuilder; 6],
     tokens: [Int64Builder; 4],
     text2: [StringBuilder; 10],
+}
+
+impl Default for GenAiColumns {
+    fn default() -> Self {
+        GenAiColumns {
+            text1: Small::small(),
+            tokens: Small::small(),
+            text2: Small::small(),
+        }
+    }
 }
 
 impl GenAiColumns {
@@ -281,7 +329,6 @@ impl GenAiColumns {
     }
 }
 
-#[derive(Default)]
 struct AuditColumns {
     text: [StringBuilder; 11],
     retry_attempt: Int64Builder,
@@ -293,6 +340,23 @@ struct AuditColumns {
     cancelled: BooleanBuilder,
     stop_reason: StringBuilder,
     claimed_cost_usd: Float64Builder,
+}
+
+impl Default for AuditColumns {
+    fn default() -> Self {
+        AuditColumns {
+            text: Small::small(),
+            retry_attempt: Small::small(),
+            timeout_ms: Small::small(),
+            result_code: Small::small(),
+            result_bytes: Small::small(),
+            confirmation_status: Small::small(),
+            confirmation_digest: Small::small(),
+            cancelled: Small::small(),
+            stop_reason: Small::small(),
+            claimed_cost_usd: Small::small(),
+        }
+    }
 }
 
 impl AuditColumns {
@@ -351,8 +415,8 @@ impl Default for CountsColumn {
     fn default() -> Self {
         CountsColumn(MapBuilder::new(
             Some(map_field_names()),
-            StringBuilder::new(),
-            Int64Builder::new(),
+            StringBuilder::small(),
+            Int64Builder::small(),
         ))
     }
 }
@@ -419,17 +483,17 @@ impl Default for SpanRows {
         SpanRows {
             schema: spans_schema(),
             len: 0,
-            head: Default::default(),
-            schema_version: Int32Builder::new(),
-            start_time: TimestampNanosecondBuilder::new().with_timezone(UTC),
-            end_time: TimestampNanosecondBuilder::new().with_timezone(UTC),
-            duration_ns: Int64Builder::new(),
-            status_code: StringBuilder::new(),
-            status_message: StringBuilder::new(),
+            head: Small::small(),
+            schema_version: Int32Builder::small(),
+            start_time: TimestampNanosecondBuilder::small().with_timezone(UTC),
+            end_time: TimestampNanosecondBuilder::small().with_timezone(UTC),
+            duration_ns: Int64Builder::small(),
+            status_code: StringBuilder::small(),
+            status_message: StringBuilder::small(),
             gen_ai: GenAiColumns::default(),
             audit: AuditColumns::default(),
-            json: Default::default(),
-            dropped: Default::default(),
+            json: Small::small(),
+            dropped: Small::small(),
             redactions: CountsColumn::default(),
             scratch: Vec::new(),
         }
@@ -445,6 +509,19 @@ impl SpanRows {
     /// True when no rows are collected.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// About the memory the collected rows hold: their JSON, name and status text, and a
+    /// fixed share for the other columns.
+    pub fn approx_bytes(&self) -> usize {
+        let text: usize = self
+            .json
+            .iter()
+            .map(|b| b.values_slice().len())
+            .sum::<usize>()
+            + self.head[10].values_slice().len()
+            + self.status_message.values_slice().len();
+        text + self.len * 400
     }
 
     /// Adds one span.
@@ -560,15 +637,15 @@ impl Default for LogRows {
         LogRows {
             schema: logs_schema(),
             len: 0,
-            schema_version: Int32Builder::new(),
-            time: TimestampNanosecondBuilder::new().with_timezone(UTC),
-            observed_time: TimestampNanosecondBuilder::new().with_timezone(UTC),
-            ids: Default::default(),
-            severity_number: Int32Builder::new(),
-            text: Default::default(),
+            schema_version: Int32Builder::small(),
+            time: TimestampNanosecondBuilder::small().with_timezone(UTC),
+            observed_time: TimestampNanosecondBuilder::small().with_timezone(UTC),
+            ids: Small::small(),
+            severity_number: Int32Builder::small(),
+            text: Small::small(),
             audit: AuditColumns::default(),
-            json: Default::default(),
-            dropped: Int64Builder::new(),
+            json: Small::small(),
+            dropped: Int64Builder::small(),
             redactions: CountsColumn::default(),
             scratch: Vec::new(),
         }
@@ -584,6 +661,18 @@ impl LogRows {
     /// True when no rows are collected.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// About the memory the collected rows hold: their text and JSON, and a fixed share for
+    /// the other columns.
+    pub fn approx_bytes(&self) -> usize {
+        let text: usize = self
+            .text
+            .iter()
+            .chain(&self.json)
+            .map(|b| b.values_slice().len())
+            .sum();
+        text + self.len * 300
     }
 
     /// Adds one log record.
@@ -726,13 +815,13 @@ impl Default for AlarmRows {
         AlarmRows {
             schema: alarms_schema(),
             len: 0,
-            schema_version: Int32Builder::new(),
-            time: TimestampNanosecondBuilder::new().with_timezone(UTC),
-            text: Default::default(),
-            observed: Float64Builder::new(),
-            limit_value: Float64Builder::new(),
-            request_id: StringBuilder::new(),
-            trace_id: StringBuilder::new(),
+            schema_version: Int32Builder::small(),
+            time: TimestampNanosecondBuilder::small().with_timezone(UTC),
+            text: Small::small(),
+            observed: Float64Builder::small(),
+            limit_value: Float64Builder::small(),
+            request_id: StringBuilder::small(),
+            trace_id: StringBuilder::small(),
         }
     }
 }
@@ -821,25 +910,25 @@ impl Default for RequestRows {
         RequestRows {
             schema: requests_schema(),
             len: 0,
-            schema_version: Int32Builder::new(),
-            request_id: StringBuilder::new(),
-            trace_ids: ListBuilder::new(StringBuilder::new()),
-            principal_id: StringBuilder::new(),
-            start_time: TimestampNanosecondBuilder::new().with_timezone(UTC),
-            end_time: TimestampNanosecondBuilder::new().with_timezone(UTC),
-            duration_ns: Int64Builder::new(),
-            completeness: StringBuilder::new(),
-            summary_version: Int32Builder::new(),
-            counts_before_tools: Default::default(),
+            schema_version: Int32Builder::small(),
+            request_id: StringBuilder::small(),
+            trace_ids: ListBuilder::new(StringBuilder::small()),
+            principal_id: StringBuilder::small(),
+            start_time: TimestampNanosecondBuilder::small().with_timezone(UTC),
+            end_time: TimestampNanosecondBuilder::small().with_timezone(UTC),
+            duration_ns: Int64Builder::small(),
+            completeness: StringBuilder::small(),
+            summary_version: Int32Builder::small(),
+            counts_before_tools: Small::small(),
             tool_calls_by_tool: CountsColumn::default(),
-            counts_after_tools: Default::default(),
-            cost_usd: Float64Builder::new(),
-            unpriced_model_turns: Int64Builder::new(),
-            claimed_cost_usd: Float64Builder::new(),
-            cost_disagrees: BooleanBuilder::new(),
-            decisions: Default::default(),
-            stop_reason: StringBuilder::new(),
-            outcome: StringBuilder::new(),
+            counts_after_tools: Small::small(),
+            cost_usd: Float64Builder::small(),
+            unpriced_model_turns: Int64Builder::small(),
+            claimed_cost_usd: Float64Builder::small(),
+            cost_disagrees: BooleanBuilder::small(),
+            decisions: Small::small(),
+            stop_reason: StringBuilder::small(),
+            outcome: StringBuilder::small(),
         }
     }
 }

@@ -742,6 +742,7 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         let out = self.assembler.due(self.now_ms());
         self.write(out);
         self.archive.complete_due(std::time::Instant::now());
+        self.archive.flush_if_asked(next_seq);
         self.archive
             .relieve_journal(head, "assemble", next_seq, &mut self.last_pressure);
         self.metrics.assemble_state(

@@ -154,6 +154,7 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
             self.raise(&alarms);
             self.stage.archive.complete_due(now);
         }
+        self.stage.archive.flush_if_asked(next_seq);
         if now.duration_since(self.last_gauges) >= GAUGES_EVERY {
             self.last_gauges = now;
             refresh_metrics(&self.stage);

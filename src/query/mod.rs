@@ -7,6 +7,7 @@
 //! names end in `.parquet`; files being written end in `.parquet.inprogress`), so reading
 //! while the daemon writes never sees a partial file. Everything here is read-only.
 
+pub mod fresh;
 pub mod output;
 pub mod trace;
 
@@ -48,6 +49,39 @@ impl From<datafusion::error::DataFusionError> for QueryError {
     fn from(e: datafusion::error::DataFusionError) -> Self {
         // DataFusion wraps errors in context layers; the innermost message says what is wrong.
         QueryError::Sql(e.find_root().to_string())
+    }
+}
+
+impl QueryError {
+    /// True when a file listed for the query was gone when it was read: a compaction swapped
+    /// its partition folder in between (see `archive::compact`). Listing again finds the
+    /// merged file; a query failing so is worth one retry.
+    pub fn is_vanished_file(&self) -> bool {
+        match self {
+            QueryError::Sql(m) => {
+                let m = m.to_ascii_lowercase();
+                m.contains("not found") || m.contains("no such file")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Runs `work` on a fresh session over the archive under `data_dir`, once more (with a fresh
+/// listing) if a file vanished under it.
+pub async fn with_session<T, F, Fut>(data_dir: &Path, mut work: F) -> Result<T, QueryError>
+where
+    F: FnMut(SessionContext) -> Fut,
+    Fut: std::future::Future<Output = Result<T, QueryError>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let ctx = session(data_dir).await?;
+        match work(ctx).await {
+            Err(e) if tries < 2 && e.is_vanished_file() => continue,
+            r => return r,
+        }
     }
 }
 

@@ -1,0 +1,313 @@
+//! Rows waiting in memory for their partition's next file, under one budget for the archive.
+//!
+//! Each partition with rows not yet in a completed file has a [`PartitionBuffer`]: the
+//! table's Arrow builders collecting its newest rows and, once they hold a batch, a Parquet
+//! writer encoding into memory. A partition's file is thus built as rows come (zstd pages
+//! take a fraction of the rows' memory) and written out in one piece when it completes: no
+//! file is open between records, however many partitions there are. The memory each buffer
+//! holds (its builders' values, the encoder's buffered pages and the encoded bytes) is added
+//! to a [`SharedBudget`] that every [`super::Archive`] of one data directory shares, so the
+//! archive as a whole holds at most about `archive.buffer_bytes`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Instant;
+
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
+
+use super::partition::Table;
+use super::schema::{AlarmRows, LogRows, RequestRows, SpanRows};
+use super::{table_schema, ArchiveError};
+
+/// The builders of one table's rows.
+pub enum Rows {
+    /// `spans`
+    Spans(Box<SpanRows>),
+    /// `logs`
+    Logs(Box<LogRows>),
+    /// `requests`
+    Requests(Box<RequestRows>),
+    /// `alarms`
+    Alarms(Box<AlarmRows>),
+}
+
+impl Rows {
+    /// Empty builders for table `t`.
+    pub fn for_table(t: Table) -> Rows {
+        match t {
+            Table::Spans => Rows::Spans(Box::default()),
+            Table::Logs => Rows::Logs(Box::default()),
+            Table::Requests => Rows::Requests(Box::default()),
+            Table::Alarms => Rows::Alarms(Box::default()),
+        }
+    }
+
+    /// Rows collected.
+    pub fn len(&self) -> usize {
+        match self {
+            Rows::Spans(r) => r.len(),
+            Rows::Logs(r) => r.len(),
+            Rows::Requests(r) => r.len(),
+            Rows::Alarms(r) => r.len(),
+        }
+    }
+
+    /// True when no rows are collected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// About the memory the collected rows hold.
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            Rows::Spans(r) => r.approx_bytes(),
+            Rows::Logs(r) => r.approx_bytes(),
+            Rows::Requests(r) => r.len() * 768,
+            Rows::Alarms(r) => r.len() * 512,
+        }
+    }
+
+    /// The collected rows as one record batch; the builders start over empty.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArchiveError> {
+        Ok(match self {
+            Rows::Spans(r) => r.finish()?,
+            Rows::Logs(r) => r.finish()?,
+            Rows::Requests(r) => r.finish()?,
+            Rows::Alarms(r) => r.finish()?,
+        })
+    }
+}
+
+/// The rows of one partition not yet in a completed file.
+pub struct PartitionBuffer {
+    table: Table,
+    /// The newest rows, not yet encoded; `None` once encoded, so an idle partition holds no
+    /// builders.
+    rows: Option<Rows>,
+    /// The partition's file so far, encoded in memory (created with the first batch).
+    writer: Option<ArrowWriter<Vec<u8>>>,
+    /// Memory of `rows` at the last count.
+    rows_bytes: usize,
+    /// Memory of `writer` (buffered pages and encoded bytes) after its last batch.
+    encoded_bytes: usize,
+    /// Rows in this buffer, encoded or not.
+    total_rows: usize,
+    /// First and last journal record with rows here.
+    pub records: Option<(u64, u64)>,
+    /// When the first row arrived: the buffer is written out at `max_file_age` after this.
+    pub created: Instant,
+}
+
+impl PartitionBuffer {
+    /// An empty buffer of `table`, created now.
+    pub fn new(table: Table, now: Instant) -> PartitionBuffer {
+        PartitionBuffer {
+            table,
+            rows: None,
+            writer: None,
+            rows_bytes: 0,
+            encoded_bytes: 0,
+            total_rows: 0,
+            records: None,
+            created: now,
+        }
+    }
+
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.total_rows
+    }
+
+    /// Memory held, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.rows_bytes + self.encoded_bytes
+    }
+
+    /// Adds rows with `fill` (journal record `seq`, if any) and returns the change of the
+    /// memory held. When the builders hold `batch_rows` rows or `batch_bytes` bytes, they are
+    /// encoded. On an error the whole buffer is unusable (its builders may be out of step):
+    /// the caller drops it and counts its rows as failed.
+    pub fn add(
+        &mut self,
+        seq: Option<u64>,
+        fill: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
+        batch: (usize, usize),
+        props: &WriterProperties,
+    ) -> Result<isize, ArchiveError> {
+        let before = self.bytes();
+        let table = self.table;
+        let rows = self.rows.get_or_insert_with(|| Rows::for_table(table));
+        let had = rows.len();
+        fill(rows)?;
+        self.total_rows += rows.len() - had;
+        self.rows_bytes = rows.approx_bytes();
+        if let Some(seq) = seq {
+            self.records = Some(
+                self.records
+                    .map_or((seq, seq), |(first, last)| (first.min(seq), last.max(seq))),
+            );
+        }
+        let (batch_rows, batch_bytes) = batch;
+        if rows.len() >= batch_rows || self.rows_bytes >= batch_bytes {
+            self.encode(props)?;
+        }
+        Ok(self.bytes() as isize - before as isize)
+    }
+
+    /// Encodes the builders' rows into the in-memory file.
+    fn encode(&mut self, props: &WriterProperties) -> Result<(), ArchiveError> {
+        let Some(mut rows) = self.rows.take() else {
+            return Ok(());
+        };
+        self.rows_bytes = 0;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let batch = rows.finish()?;
+        let writer = match &mut self.writer {
+            Some(w) => w,
+            slot => slot.insert(
+                ArrowWriter::try_new(Vec::new(), table_schema(self.table), Some(props.clone()))
+                    .map_err(ArchiveError::Parquet)?,
+            ),
+        };
+        writer.write(&batch).map_err(ArchiveError::Parquet)?;
+        self.encoded_bytes = writer.memory_size() + writer.inner().capacity();
+        Ok(())
+    }
+
+    /// The whole file: the remaining rows encoded, the footer written.
+    pub fn into_file(mut self, props: &WriterProperties) -> Result<Vec<u8>, ArchiveError> {
+        self.encode(props)?;
+        match self.writer.take() {
+            Some(w) => w.into_inner().map_err(ArchiveError::Parquet),
+            // Only reached for a buffer that never got a row: an empty, valid file.
+            None => ArrowWriter::try_new(Vec::new(), table_schema(self.table), Some(props.clone()))
+                .and_then(ArrowWriter::into_inner)
+                .map_err(ArchiveError::Parquet),
+        }
+    }
+}
+
+/// The memory budget shared by every archive writer of one data directory.
+#[derive(Debug)]
+pub struct SharedBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl SharedBudget {
+    /// A budget of `limit` bytes of its own (not shared), for tests and tools.
+    pub fn new(limit: usize) -> Arc<SharedBudget> {
+        Arc::new(SharedBudget {
+            limit,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// The budget of the archive under `data_dir` in this process: the writers of spans and
+    /// logs, requests and alarms share it. The first writer's `limit` holds while any writer
+    /// of that directory is alive.
+    pub fn for_data_dir(data_dir: &Path, limit: usize) -> Arc<SharedBudget> {
+        static BUDGETS: Mutex<Vec<(PathBuf, Weak<SharedBudget>)>> = Mutex::new(Vec::new());
+        let key = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+        let mut all = BUDGETS.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(b) = all
+            .iter()
+            .find(|(p, _)| *p == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return b;
+        }
+        let b = SharedBudget::new(limit);
+        all.push((key, Arc::downgrade(&b)));
+        b
+    }
+
+    /// The budget in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes buffered by all writers.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Records a change of one writer's buffered bytes.
+    pub fn change(&self, delta: isize) {
+        if delta >= 0 {
+            self.used.fetch_add(delta as usize, Ordering::Relaxed);
+        } else {
+            let d = delta.unsigned_abs();
+            // Never below zero, whatever the order of updates.
+            let _ = self
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    Some(u.saturating_sub(d))
+                });
+        }
+    }
+
+    /// True when the writers hold more than the budget.
+    pub fn over(&self) -> bool {
+        self.used() > self.limit
+    }
+
+    /// The level written-out buffers bring the total down to once it is over: a little
+    /// under the budget, so that one write-out is not followed by another at the next record.
+    pub fn low_water(&self) -> usize {
+        self.limit - self.limit / 8
+    }
+}
+
+/// Which buffers to write out to bring `total` down to `target`: the largest first.
+/// `sizes` are (key, bytes); returns the keys in the order to write them.
+pub fn largest_first<K: Clone>(sizes: &[(K, usize)], total: usize, target: usize) -> Vec<K> {
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by(|&a, &b| sizes[b].1.cmp(&sizes[a].1));
+    let mut out = Vec::new();
+    let mut left = total;
+    for i in order {
+        if left <= target {
+            break;
+        }
+        left = left.saturating_sub(sizes[i].1);
+        out.push(sizes[i].0.clone());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn the_largest_go_first_until_the_target_is_reached() {
+        let sizes = vec![("a", 10), ("b", 50), ("c", 30), ("d", 20)];
+        assert_eq!(largest_first(&sizes, 110, 100), vec!["b"]);
+        assert_eq!(largest_first(&sizes, 110, 40), vec!["b", "c"]);
+        assert_eq!(largest_first(&sizes, 110, 0), vec!["b", "c", "d", "a"]);
+        assert!(largest_first(&sizes, 110, 110).is_empty());
+    }
+
+    #[test]
+    fn writers_of_one_data_dir_share_a_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let other = tempfile::tempdir().expect("tempdir");
+        let a = SharedBudget::for_data_dir(dir.path(), 1000);
+        let b = SharedBudget::for_data_dir(dir.path(), 5);
+        let c = SharedBudget::for_data_dir(other.path(), 1000);
+        a.change(700);
+        b.change(400);
+        assert_eq!(a.used(), 1100);
+        assert!(b.over());
+        assert_eq!(b.limit(), 1000);
+        assert_eq!(c.used(), 0);
+        a.change(-2000);
+        assert_eq!(b.used(), 0);
+    }
+}

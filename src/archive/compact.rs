@@ -1,0 +1,687 @@
+//! Compaction: a partition's small files merged into one sorted file, atomically.
+//!
+//! A partition's files are *small* when under half of `archive.compact_max_bytes`; once they
+//! are older than `compact_after` they are merged: in an hour still being written once
+//! `compact_min_files` of them have aged, in an hour that ended `compact_after` ago as soon as
+//! there are two. Merged rows are sorted (spans and logs by trace id then time, requests and
+//! alarms by time), so a trace's rows sit together and row-group statistics prune by trace.
+//!
+//! Atomic for every reader of `<table>/**/*.parquet` (DataFusion, DuckDB, pyarrow):
+//! 1. lock the partition (see [`super::lock`]: the daemon writes no file into it meanwhile);
+//! 2. build the new folder in `.compact/work/` (outside every table): the merged file plus a
+//!    hard link of each file that is not merged; fsync the file and the folder;
+//! 3. swap it with the live folder in one `renameat2(RENAME_EXCHANGE)`; fsync the parents;
+//! 4. remove the old folder, now in the work area.
+//!
+//! A reader lists one folder or the other, never a mix: it sees every row once, or (when it
+//! listed the old folder and opens a file after the swap) fails to open a file and can retry.
+//! A crash at any step leaves the live folder whole (old or new) and, at most, a folder in
+//! the work area, removed by the next compaction (daemon or `toolwatch compact`) under the
+//! partition's lock. The merged file's name carries, per journal id, the first and the last
+//! journal record of its inputs, so replay after a crash skips exactly what it skipped before.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use arrow::array::ArrayRef;
+use arrow::compute::SortColumn;
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+
+use super::lock::{self, PartitionDir, PartitionLock};
+use super::partition::{writer_properties, FileSettings, Table, IN_PROGRESS_SUFFIX};
+use super::{file_settings, record_ranges, table_schema, ArchiveError};
+use crate::config::ArchiveConfig;
+use crate::metrics::Metrics;
+
+/// Environment variable (a testing aid, not a configuration key): `<step>:<file>` makes a
+/// compaction write `<file>` and stop for good at `<step>` (`built`: the new folder is
+/// complete, not yet swapped; `swapped`: swapped, the old folder not yet removed), so a test
+/// can kill the process there.
+pub const PAUSE_ENV: &str = "_TOOLWATCH_COMPACT_PAUSE";
+
+/// When files are merged.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Files younger than this are left alone.
+    pub older_than: Duration,
+    /// Aged small files needed to merge in an hour still being written.
+    pub min_files: usize,
+    /// Most input bytes merged into one file; files of half this or more are not small.
+    pub max_bytes: u64,
+    /// How often the daemon looks (background only).
+    pub every: Duration,
+    /// Writer settings for the merged files.
+    pub settings: FileSettings,
+}
+
+impl Policy {
+    /// The policy of an archive configuration.
+    pub fn from_config(c: &ArchiveConfig) -> Policy {
+        Policy {
+            older_than: c.compact_after.0,
+            min_files: c.compact_min_files.0.max(2),
+            max_bytes: c.compact_max_bytes.0,
+            every: c.compact_every.0,
+            settings: file_settings(c),
+        }
+    }
+}
+
+/// What a compaction run did (or, dry, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Partitions looked at.
+    pub partitions: u64,
+    /// Partitions rewritten.
+    pub compacted: u64,
+    /// Files merged.
+    pub files_in: u64,
+    /// Their bytes.
+    pub bytes_in: u64,
+    /// Files written.
+    pub files_out: u64,
+    /// Their bytes (0 in a dry run).
+    pub bytes_out: u64,
+    /// Rows in the merged files (0 in a dry run).
+    pub rows: u64,
+    /// Left-over folders of interrupted compactions removed.
+    pub cleaned: u64,
+    /// Partitions skipped because another process held them.
+    pub busy: u64,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} partitions looked at, {} compacted: {} files ({} bytes) merged into {} ({} bytes, {} rows); {} interrupted compactions cleaned up; {} partitions busy",
+            self.partitions,
+            self.compacted,
+            self.files_in,
+            self.bytes_in,
+            self.files_out,
+            self.bytes_out,
+            self.rows,
+            self.cleaned,
+            self.busy
+        )
+    }
+}
+
+/// A completed file of a partition folder.
+#[derive(Debug, Clone)]
+struct FileInfo {
+    name: String,
+    path: PathBuf,
+    bytes: u64,
+    modified: SystemTime,
+}
+
+/// Merges small files of the partitions under a data directory.
+pub struct Compactor {
+    data_dir: PathBuf,
+    policy: Policy,
+    instance_id: String,
+    sequence: u64,
+    /// Wait for a partition the daemon is writing (the CLI) or skip it (the daemon).
+    wait: bool,
+    dry_run: bool,
+    metrics: Arc<Metrics>,
+}
+
+impl Compactor {
+    /// A compactor of the archive under `data_dir`; its files carry `instance_id`.
+    pub fn new(
+        data_dir: &Path,
+        policy: Policy,
+        instance_id: String,
+        metrics: Arc<Metrics>,
+    ) -> Compactor {
+        Compactor {
+            data_dir: data_dir.to_path_buf(),
+            policy,
+            instance_id,
+            sequence: 0,
+            wait: true,
+            dry_run: false,
+            metrics,
+        }
+    }
+
+    /// Skips partitions another process holds instead of waiting for them.
+    pub fn without_waiting(mut self) -> Compactor {
+        self.wait = false;
+        self
+    }
+
+    /// Only reports what would be merged.
+    pub fn dry_run(mut self, dry: bool) -> Compactor {
+        self.dry_run = dry;
+        self
+    }
+
+    /// One pass over `tables` at `now`; `stop` is asked between partitions.
+    pub fn run(
+        &mut self,
+        tables: &[Table],
+        now: SystemTime,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Report, ArchiveError> {
+        let mut report = Report::default();
+        for &table in tables {
+            if !self.dry_run {
+                self.clean_up(table, &mut report)?;
+            }
+            for part in partitions(&self.data_dir, table)? {
+                if stop() {
+                    return Ok(report);
+                }
+                report.partitions += 1;
+                match self.partition(&part, now, &mut report) {
+                    Ok(()) => {}
+                    // One unreadable partition does not stop the others.
+                    Err(e) => {
+                        tracing::error!(table = table.as_str(), error = %e, "compaction of a partition failed; its files are unchanged")
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Removes the folders interrupted compactions left in the work area.
+    fn clean_up(&self, table: Table, report: &mut Report) -> Result<(), ArchiveError> {
+        for part in lock::staged(&self.data_dir, table) {
+            let Some(_lock) = PartitionLock::acquire(&self.data_dir, &part, self.wait)? else {
+                report.busy += 1;
+                continue;
+            };
+            let staging = part.staging(&self.data_dir);
+            if staging.exists() {
+                remove_dir(&staging)?;
+                report.cleaned += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Which files of a partition to merge, in groups of one output file each.
+    fn plan(
+        &self,
+        part: &PartitionDir,
+        now: SystemTime,
+    ) -> Result<Vec<Vec<FileInfo>>, ArchiveError> {
+        let Some(files) = list(&part.dir(&self.data_dir))? else {
+            return Ok(Vec::new());
+        };
+        let aged_before = now
+            .checked_sub(self.policy.older_than)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let small = self.policy.max_bytes / 2;
+        let mut candidates: Vec<FileInfo> = files
+            .into_iter()
+            .filter(|f| {
+                f.name.ends_with(".parquet")
+                    && !f.name.starts_with('.')
+                    && f.modified <= aged_before
+                    && f.bytes < small
+            })
+            .collect();
+        candidates.sort_by(|a, b| a.name.cmp(&b.name));
+        let hour_closed = part.hour_start_ns().is_some_and(|start| {
+            let end = SystemTime::UNIX_EPOCH
+                + Duration::from_nanos(u64::try_from(start).unwrap_or(0))
+                + Duration::from_secs(3600);
+            end <= aged_before
+        });
+        let needed = if hour_closed {
+            2
+        } else {
+            self.policy.min_files
+        };
+        if candidates.len() < needed {
+            return Ok(Vec::new());
+        }
+        let mut groups: Vec<Vec<FileInfo>> = Vec::new();
+        let mut current: Vec<FileInfo> = Vec::new();
+        let mut bytes = 0u64;
+        for f in candidates {
+            if !current.is_empty() && bytes + f.bytes > self.policy.max_bytes {
+                groups.push(std::mem::take(&mut current));
+                bytes = 0;
+            }
+            bytes += f.bytes;
+            current.push(f);
+        }
+        groups.push(current);
+        groups.retain(|g| g.len() >= 2);
+        Ok(groups)
+    }
+
+    fn partition(
+        &mut self,
+        part: &PartitionDir,
+        now: SystemTime,
+        report: &mut Report,
+    ) -> Result<(), ArchiveError> {
+        // A look without the lock first: most partitions need nothing.
+        if self.plan(part, now)?.is_empty() {
+            return Ok(());
+        }
+        if self.dry_run {
+            for g in self.plan(part, now)? {
+                report.compacted += 1;
+                report.files_in += g.len() as u64;
+                report.bytes_in += g.iter().map(|f| f.bytes).sum::<u64>();
+                report.files_out += 1;
+            }
+            return Ok(());
+        }
+        let Some(_lock) = PartitionLock::acquire(&self.data_dir, part, self.wait)? else {
+            report.busy += 1;
+            return Ok(());
+        };
+        // Again under the lock: the daemon may have written files since.
+        let groups = self.plan(part, now)?;
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let live = part.dir(&self.data_dir);
+        let Some(files) = list(&live)? else {
+            return Ok(());
+        };
+        let staging = part.staging(&self.data_dir);
+        if staging.exists() {
+            remove_dir(&staging)?;
+            report.cleaned += 1;
+        }
+        std::fs::create_dir_all(&staging).map_err(|e| ArchiveError::io(&staging, e))?;
+        let result = self.build(part, &groups, &files, &staging);
+        let (merged_in, written) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // Nothing live changed; the half-built folder goes.
+                let _ = remove_dir(&staging);
+                return Err(e);
+            }
+        };
+        pause_for_test("built");
+        lock::exchange(&live, &staging)?;
+        for dir in [live.parent(), staging.parent()].into_iter().flatten() {
+            crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
+        }
+        pause_for_test("swapped");
+        remove_dir(&staging)?;
+        let bytes_in: u64 = merged_in.iter().map(|f| f.bytes).sum();
+        let bytes_out: u64 = written.iter().map(|(b, _)| *b).sum();
+        let rows: u64 = written.iter().map(|(_, r)| *r).sum();
+        report.compacted += 1;
+        report.files_in += merged_in.len() as u64;
+        report.bytes_in += bytes_in;
+        report.files_out += written.len() as u64;
+        report.bytes_out += bytes_out;
+        report.rows += rows;
+        self.metrics.archive_compaction(
+            part.table,
+            (merged_in.len() as u64, bytes_in),
+            (written.len() as u64, bytes_out),
+        );
+        tracing::info!(
+            table = part.table.as_str(),
+            files_in = merged_in.len(),
+            bytes_in,
+            files_out = written.len(),
+            bytes_out,
+            rows,
+            "archive partition compacted"
+        );
+        Ok(())
+    }
+
+    /// Fills `staging` with the merged files and links to the others; returns the files
+    /// merged and, per file written, its bytes and rows.
+    #[allow(clippy::type_complexity)]
+    fn build(
+        &mut self,
+        part: &PartitionDir,
+        groups: &[Vec<FileInfo>],
+        files: &[FileInfo],
+        staging: &Path,
+    ) -> Result<(Vec<FileInfo>, Vec<(u64, u64)>), ArchiveError> {
+        let schema = table_schema(part.table);
+        let mut merged_in = Vec::new();
+        let mut written = Vec::new();
+        for group in groups {
+            // Files of another schema (an older release) stay as they are.
+            let mut batches = Vec::new();
+            let mut inputs = Vec::new();
+            for f in group {
+                match read_file(&f.path, &schema)? {
+                    Some(b) => {
+                        batches.extend(b);
+                        inputs.push(f.clone());
+                    }
+                    None => {
+                        tracing::warn!(path = %f.path.display(), "archive file of another schema not compacted")
+                    }
+                }
+            }
+            if inputs.len() < 2 {
+                continue;
+            }
+            let name = self.merged_name(&inputs);
+            let path = staging.join(&name);
+            let (bytes, rows) = write_sorted(&path, part.table, &batches, &self.policy.settings)?;
+            written.push((bytes, rows));
+            merged_in.extend(inputs);
+        }
+        for f in files {
+            if merged_in.iter().any(|m| m.name == f.name) {
+                continue;
+            }
+            let to = staging.join(&f.name);
+            std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e))?;
+        }
+        crate::durable::sync_dir(staging).map_err(|e| ArchiveError::io(staging, e))?;
+        Ok((merged_in, written))
+    }
+
+    /// `part-<time>-<instance>-c<n>` then, per journal id of the inputs, `_j<id>_<first>-<last>`.
+    fn merged_name(&mut self, inputs: &[FileInfo]) -> String {
+        self.sequence += 1;
+        let mut ranges: Vec<(String, u64, u64)> = Vec::new();
+        for f in inputs {
+            for (id, first, last) in record_ranges(&f.name) {
+                match ranges.iter_mut().find(|(i, _, _)| *i == id) {
+                    Some(r) => {
+                        r.1 = r.1.min(first);
+                        r.2 = r.2.max(last);
+                    }
+                    None => ranges.push((id, first, last)),
+                }
+            }
+        }
+        ranges.sort();
+        let mut name = format!(
+            "part-{}-{}-c{:06}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S%3fZ"),
+            self.instance_id,
+            self.sequence
+        );
+        for (id, first, last) in ranges {
+            name.push_str(&super::records_suffix(&id, (first, last)));
+        }
+        name.push_str(".parquet");
+        name
+    }
+}
+
+/// The partition folders of `table`, sorted.
+fn partitions(data_dir: &Path, table: Table) -> Result<Vec<PartitionDir>, ArchiveError> {
+    let mut out = Vec::new();
+    let root = data_dir.join(table.as_str());
+    for tenant in subdirs(&root, "tenant=")? {
+        for date in subdirs(&root.join(format!("tenant={tenant}")), "date=")? {
+            let d = root
+                .join(format!("tenant={tenant}"))
+                .join(format!("date={date}"));
+            for hour in subdirs(&d, "hour=")? {
+                out.push(PartitionDir {
+                    table,
+                    tenant: tenant.clone(),
+                    date: date.clone(),
+                    hour,
+                });
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The values of the `<prefix><value>` folders in `dir`.
+fn subdirs(dir: &Path, prefix: &str) -> Result<Vec<String>, ArchiveError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ArchiveError::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.map_err(|err| ArchiveError::io(dir, err))?;
+        if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            continue;
+        }
+        if let Some(v) = e.file_name().to_str().and_then(|n| n.strip_prefix(prefix)) {
+            if !v.is_empty() && !v.contains('@') {
+                out.push(v.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The completed files of a partition folder; `None` when it holds anything else than files
+/// (a folder inside is not ours to move) or is gone.
+fn list(dir: &Path) -> Result<Option<Vec<FileInfo>>, ArchiveError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ArchiveError::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.map_err(|err| ArchiveError::io(dir, err))?;
+        let meta = e
+            .metadata()
+            .map_err(|err| ArchiveError::io(&e.path(), err))?;
+        if meta.is_dir() {
+            return Ok(None);
+        }
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            return Ok(None);
+        };
+        // A dead writer's unfinished file is not data: it is left out of the new folder.
+        if name.ends_with(IN_PROGRESS_SUFFIX) {
+            continue;
+        }
+        out.push(FileInfo {
+            path: e.path(),
+            bytes: meta.len(),
+            modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            name,
+        });
+    }
+    // Only completed Parquet files are merged; any other file is linked across unchanged.
+    Ok(Some(out))
+}
+
+/// The batches of one file, or `None` if its schema is not the table's.
+fn read_file(
+    path: &Path,
+    schema: &arrow::datatypes::SchemaRef,
+) -> Result<Option<Vec<RecordBatch>>, ArchiveError> {
+    if !path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".parquet") && !n.starts_with('.'))
+    {
+        return Ok(None);
+    }
+    let file = File::open(path).map_err(|e| ArchiveError::io(path, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(ArchiveError::Parquet)?;
+    if builder.schema().fields() != schema.fields() {
+        return Ok(None);
+    }
+    let reader = builder
+        .with_batch_size(8192)
+        .build()
+        .map_err(ArchiveError::Parquet)?;
+    let mut out = Vec::new();
+    for b in reader {
+        out.push(b?);
+    }
+    Ok(Some(out))
+}
+
+/// The sort key of a table's rows.
+fn sort_columns(table: Table) -> &'static [&'static str] {
+    match table {
+        Table::Spans => &["trace_id", "start_time"],
+        Table::Logs => &["trace_id", "time"],
+        Table::Requests => &["start_time", "request_id"],
+        Table::Alarms => &["time", "alarm_id"],
+    }
+}
+
+/// Writes `batches` to `path` sorted by the table's key, fsynced; returns (bytes, rows).
+fn write_sorted(
+    path: &Path,
+    table: Table,
+    batches: &[RecordBatch],
+    settings: &FileSettings,
+) -> Result<(u64, u64), ArchiveError> {
+    let schema = table_schema(table);
+    let mut keys = Vec::new();
+    for name in sort_columns(table) {
+        let idx = schema.index_of(name)?;
+        let parts: Vec<&dyn arrow::array::Array> =
+            batches.iter().map(|b| b.column(idx).as_ref()).collect();
+        let values: ArrayRef = if parts.is_empty() {
+            arrow::array::new_empty_array(schema.field(idx).data_type())
+        } else {
+            arrow::compute::concat(&parts)?
+        };
+        keys.push(SortColumn {
+            values,
+            options: None,
+        });
+    }
+    let order = arrow::compute::lexsort_to_indices(&keys, None)?;
+    // Global row number to (batch, row).
+    let mut starts = Vec::with_capacity(batches.len());
+    let mut n = 0usize;
+    for b in batches {
+        starts.push(n);
+        n += b.num_rows();
+    }
+    let locate = |global: usize| -> (usize, usize) {
+        let b = starts.partition_point(|&s| s <= global) - 1;
+        (b, global - starts[b])
+    };
+    let file = File::create(path).map_err(|e| ArchiveError::io(path, e))?;
+    let props = writer_properties(settings, table)?;
+    let mut writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props))
+        .map_err(ArchiveError::Parquet)?;
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    let chunk = settings.row_group_rows.clamp(1, 65536);
+    for slice in order.values().chunks(chunk) {
+        let indices: Vec<(usize, usize)> = slice.iter().map(|&g| locate(g as usize)).collect();
+        let out = arrow::compute::interleave_record_batch(&refs, &indices)?;
+        writer.write(&out).map_err(ArchiveError::Parquet)?;
+    }
+    let file = writer.into_inner().map_err(ArchiveError::Parquet)?;
+    file.sync_all().map_err(|e| ArchiveError::io(path, e))?;
+    let bytes = file
+        .metadata()
+        .map(|m| m.len())
+        .map_err(|e| ArchiveError::io(path, e))?;
+    Ok((bytes, n as u64))
+}
+
+fn remove_dir(dir: &Path) -> Result<(), ArchiveError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ArchiveError::io(dir, e)),
+    }
+}
+
+/// See [`PAUSE_ENV`].
+fn pause_for_test(step: &str) {
+    let Ok(v) = std::env::var(PAUSE_ENV) else {
+        return;
+    };
+    let Some((at, marker)) = v.split_once(':') else {
+        return;
+    };
+    if at != step {
+        return;
+    }
+    let _ = std::fs::write(marker, step);
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// The daemon's compaction thread for some tables.
+pub struct Background {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Starts compacting `tables` now and every `policy.every`, skipping partitions another
+    /// process holds; `None` if the thread cannot start (logged: the archive works without).
+    pub fn start(
+        data_dir: &Path,
+        tables: &[Table],
+        policy: Policy,
+        instance_id: String,
+        metrics: Arc<Metrics>,
+    ) -> Option<Background> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let every = policy.every;
+        let mut compactor =
+            Compactor::new(data_dir, policy, instance_id, metrics).without_waiting();
+        let tables = tables.to_vec();
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("toolwatch-compact".into())
+            .spawn(move || loop {
+                let stopped = || *flag.0.lock().unwrap_or_else(PoisonError::into_inner);
+                if stopped() {
+                    return;
+                }
+                if let Err(e) = compactor.run(&tables, SystemTime::now(), &stopped) {
+                    tracing::error!(error = %e, "archive compaction failed");
+                }
+                let guard = flag.0.lock().unwrap_or_else(PoisonError::into_inner);
+                let (guard, _) = flag
+                    .1
+                    .wait_timeout_while(guard, every, |s| !*s)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if *guard {
+                    return;
+                }
+            });
+        match thread {
+            Ok(t) => Some(Background {
+                stop,
+                thread: Some(t),
+            }),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start archive compaction");
+                None
+            }
+        }
+    }
+
+    /// Asks the thread to stop after the partition it is on.
+    pub fn signal_stop(&self) {
+        *self.stop.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.stop.1.notify_all();
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.signal_stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Flush on read: a reader asks the running daemon to write out what it buffers, so a span
+//! acknowledged a moment ago is in a completed file by the time `toolwatch query` or
+//! `toolwatch trace` reads the archive.
+//!
+//! Each archive writer of the daemon (spans and logs; requests; alarms) has a [`FlushPoint`].
+//! `POST /v1/archive/flush` asks every point for the journal records committed so far; each
+//! writer's consumer, at its next tick (every 250 ms, or as soon as it has caught up), writes
+//! out every buffer once it has read past them, and reports how far it got. Flushes of one
+//! writer are at least [`FLUSH_EVERY`] apart, and every request waiting shares the next one,
+//! so a reader polling in a loop costs one small file per partition per second at most
+//! (compaction merges them). Items whose trace has named no tenant yet are held back by the
+//! consumer (see `tenancy`) and are not written by a flush.
+//!
+//! The daemon records its admin address in `<data_dir>/state/admin.addr` while it serves,
+//! so a reader of a data directory can find the daemon writing it.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+/// Flushes of one writer are at least this far apart.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// Where one archive writer takes flush requests and reports them done.
+#[derive(Debug)]
+pub struct FlushPoint {
+    /// Which writer (for logs and answers).
+    pub name: &'static str,
+    /// Requests not yet served: (request number, records before this to be written out),
+    /// oldest first; both grow, since the journal only grows.
+    asked: Mutex<VecDeque<(u64, u64)>>,
+    /// The last request number handed out.
+    issued: AtomicU64,
+    /// Requests up to this number are served.
+    done: watch::Sender<u64>,
+}
+
+impl FlushPoint {
+    /// A point for the writer called `name`.
+    pub fn new(name: &'static str) -> Arc<FlushPoint> {
+        Arc::new(FlushPoint {
+            name,
+            asked: Mutex::new(VecDeque::new()),
+            issued: AtomicU64::new(0),
+            done: watch::Sender::new(0),
+        })
+    }
+
+    /// Asks for the records before `seq` (and whatever the writer holds by then) to be
+    /// written out; returns the request's number, for [`FlushPoint::wait`].
+    pub fn want(&self, seq: u64) -> u64 {
+        let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = self.issued.fetch_add(1, Ordering::Relaxed) + 1;
+        let seq = asked.back().map_or(seq, |&(_, s)| s.max(seq));
+        asked.push_back((n, seq));
+        n
+    }
+
+    /// Waits until request `n` was served, at most `timeout`; true when it was.
+    pub async fn wait(&self, n: u64, timeout: Duration) -> bool {
+        let mut rx = self.done.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|&done| done >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// The last request served.
+    pub fn done(&self) -> u64 {
+        *self.done.borrow()
+    }
+
+    /// The newest request whose records are all read (`next_seq`: the first not yet read).
+    fn servable(&self, next_seq: u64) -> Option<u64> {
+        let asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+        asked
+            .iter()
+            .rev()
+            .find(|&&(_, seq)| seq <= next_seq)
+            .map(|&(n, _)| n)
+    }
+
+    fn served(&self, n: u64) {
+        let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+        while asked.front().is_some_and(|&(m, _)| m <= n) {
+            asked.pop_front();
+        }
+        drop(asked);
+        self.done.send_replace(n);
+    }
+}
+
+/// The consumer's side of a [`FlushPoint`]: decides when to flush.
+#[derive(Debug)]
+pub struct FlushDue {
+    point: Arc<FlushPoint>,
+    last: Option<Instant>,
+}
+
+impl FlushDue {
+    /// Flushes asked of `point`.
+    pub fn new(point: Arc<FlushPoint>) -> FlushDue {
+        FlushDue { point, last: None }
+    }
+
+    /// The request to serve now, if one is asked for, the consumer has read every record it
+    /// covers (`next_seq` is the first not yet read) and the last flush is [`FLUSH_EVERY`]
+    /// ago.
+    pub fn due(&self, next_seq: u64, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) < FLUSH_EVERY)
+        {
+            return None;
+        }
+        self.point.servable(next_seq)
+    }
+
+    /// Reports request `n` (and every one before it) served: what the writer held is in
+    /// completed files.
+    pub fn flushed(&mut self, n: u64, now: Instant) {
+        self.last = Some(now);
+        self.point.served(n);
+    }
+}
+
+/// The file naming the admin address of the daemon serving `data_dir`.
+pub fn address_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("state").join("admin.addr")
+}
+
+/// Records `addr` for readers of `data_dir`; removed by dropping the returned guard.
+pub fn publish_address(data_dir: &Path, addr: SocketAddr) -> std::io::Result<AddressFile> {
+    let path = address_file(data_dir);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temp = path.with_extension("addr.tmp");
+    std::fs::write(&temp, format!("{addr}\n"))?;
+    std::fs::rename(&temp, &path)?;
+    Ok(AddressFile { path })
+}
+
+/// The admin address a daemon recorded under `data_dir`, if one did (it may be gone since).
+pub fn recorded_address(data_dir: &Path) -> Option<SocketAddr> {
+    std::fs::read_to_string(address_file(data_dir))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Removes the address file when dropped.
+#[derive(Debug)]
+pub struct AddressFile {
+    path: PathBuf,
+}
+
+impl Drop for AddressFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flush_waits_for_the_records_and_for_its_interval() {
+        let point = FlushPoint::new("archive");
+        let mut due = FlushDue::new(Arc::clone(&point));
+        let t0 = Instant::now();
+        assert_eq!(due.due(100, t0), None, "nothing asked");
+        let first = point.want(50);
+        assert_eq!(due.due(49, t0), None, "record 49 not read yet");
+        assert_eq!(due.due(50, t0), Some(first));
+        due.flushed(first, t0);
+        assert_eq!(point.done(), first);
+        assert_eq!(due.due(60, t0), None, "served");
+        // No new record since, but the writer may hold new rows (summaries): served again.
+        let again = point.want(50);
+        assert_eq!(
+            due.due(50, t0 + Duration::from_millis(999)),
+            None,
+            "too soon"
+        );
+        assert_eq!(due.due(50, t0 + FLUSH_EVERY), Some(again));
+        // Two waiting, the later one not yet readable: the earlier one is served alone.
+        let a = point.want(60);
+        let b = point.want(70);
+        let t1 = t0 + FLUSH_EVERY * 3;
+        assert_eq!(due.due(65, t1), Some(a));
+        due.flushed(a, t1);
+        assert_eq!(due.due(70, t1 + FLUSH_EVERY), Some(b));
+    }
+
+    #[test]
+    fn waiting_ends_when_the_request_is_served_or_at_the_timeout() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let point = FlushPoint::new("archive");
+        let mut due = FlushDue::new(Arc::clone(&point));
+        rt.block_on(async {
+            let n = point.want(10);
+            assert!(!point.wait(n, Duration::from_millis(20)).await);
+            due.flushed(n, Instant::now());
+            assert!(point.wait(n, Duration::from_millis(20)).await);
+        });
+    }
+
+    #[test]
+    fn the_address_file_comes_and_goes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(recorded_address(dir.path()), None);
+        let addr: SocketAddr = "127.0.0.1:4319".parse().expect("addr");
+        let guard = publish_address(dir.path(), addr).expect("publish");
+        assert_eq!(recorded_address(dir.path()), Some(addr));
+        drop(guard);
+        assert_eq!(recorded_address(dir.path()), None);
+    }
+}

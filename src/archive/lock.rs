@@ -1,0 +1,236 @@
+//! Partition locks and the compaction work area, both outside the tables' folders.
+//!
+//! The daemon writing a file into a partition folder and a compaction rewriting that folder
+//! exclude each other with an exclusive `flock` on one lock file per partition, in
+//! `<data_dir>/.compact/locks/<table>/`. The kernel drops a lock when its holder dies, so a
+//! `kill -9` never leaves a partition locked. A compaction builds the new folder in
+//! `<data_dir>/.compact/work/<table>/` and swaps it with the live one: nothing a reader of
+//! `<table>/**/*.parquet` lists ever lives there (DuckDB's `**` glob does descend into
+//! hidden folders, so a hidden name inside the table would not be enough).
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::partition::{encode_partition_value, PartitionKey, Table};
+use super::ArchiveError;
+
+/// Folder of the data directory holding partition locks and compaction work.
+pub const WORK_DIR: &str = ".compact";
+
+/// One partition folder, named as on disk (the tenant already encoded).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionDir {
+    /// Table.
+    pub table: Table,
+    /// The `tenant=` value as in the folder name.
+    pub tenant: String,
+    /// The `date=` value.
+    pub date: String,
+    /// The `hour=` value.
+    pub hour: String,
+}
+
+impl PartitionDir {
+    /// The folder of a partition key.
+    pub fn of(key: &PartitionKey) -> PartitionDir {
+        PartitionDir {
+            table: key.table,
+            tenant: encode_partition_value(&key.tenant),
+            date: key.date.clone(),
+            hour: key.hour.clone(),
+        }
+    }
+
+    /// The live folder.
+    pub fn dir(&self, data_dir: &Path) -> PathBuf {
+        data_dir
+            .join(self.table.as_str())
+            .join(format!("tenant={}", self.tenant))
+            .join(format!("date={}", self.date))
+            .join(format!("hour={}", self.hour))
+    }
+
+    /// One path segment naming the partition within its table (`@` is never in an encoded
+    /// tenant, a date or an hour).
+    fn name(&self) -> String {
+        format!("{}@{}@{}", self.tenant, self.date, self.hour)
+    }
+
+    /// Parses [`PartitionDir::name`] back.
+    fn from_name(table: Table, name: &str) -> Option<PartitionDir> {
+        let mut parts = name.split('@');
+        let (tenant, date, hour) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || tenant.is_empty() {
+            return None;
+        }
+        Some(PartitionDir {
+            table,
+            tenant: tenant.to_string(),
+            date: date.to_string(),
+            hour: hour.to_string(),
+        })
+    }
+
+    /// Where a compaction of this partition builds the new folder (and where the old one
+    /// is while it is removed).
+    pub fn staging(&self, data_dir: &Path) -> PathBuf {
+        work_dir(data_dir, self.table).join(self.name())
+    }
+
+    /// The hour's start, ns since the epoch, if the folder names parse.
+    pub fn hour_start_ns(&self) -> Option<i64> {
+        let date = chrono::NaiveDate::parse_from_str(&self.date, "%Y-%m-%d").ok()?;
+        let hour: u32 = self.hour.parse().ok()?;
+        date.and_hms_opt(hour, 0, 0)?
+            .and_utc()
+            .timestamp_nanos_opt()
+    }
+}
+
+/// The compaction work folder of `table`.
+pub fn work_dir(data_dir: &Path, table: Table) -> PathBuf {
+    data_dir.join(WORK_DIR).join("work").join(table.as_str())
+}
+
+/// Compaction folders left in the work area of `table` (by a process that died).
+pub fn staged(data_dir: &Path, table: Table) -> Vec<PartitionDir> {
+    let Ok(entries) = std::fs::read_dir(work_dir(data_dir, table)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| PartitionDir::from_name(table, n))
+        })
+        .collect()
+}
+
+/// An exclusive lock on one partition, released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct PartitionLock {
+    _file: File,
+}
+
+impl PartitionLock {
+    /// Locks `part`; with `wait` false, gives `None` at once if another holds it.
+    pub fn acquire(
+        data_dir: &Path,
+        part: &PartitionDir,
+        wait: bool,
+    ) -> Result<Option<PartitionLock>, ArchiveError> {
+        let dir = data_dir
+            .join(WORK_DIR)
+            .join("locks")
+            .join(part.table.as_str());
+        let path = dir.join(format!("{}.lock", part.name()));
+        let file = match OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| ArchiveError::io(&path, e))?
+            }
+            Err(e) => return Err(ArchiveError::io(&path, e)),
+        };
+        let op = if wait {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_EX | libc::LOCK_NB
+        };
+        loop {
+            // SAFETY: flock on a descriptor this function owns; no memory is passed.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+            if rc == 0 {
+                return Ok(Some(PartitionLock { _file: file }));
+            }
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) if !wait => return Ok(None),
+                _ => return Err(ArchiveError::io(&path, err)),
+            }
+        }
+    }
+}
+
+/// Swaps two folders in one step (`renameat2(RENAME_EXCHANGE)`): a reader resolving either
+/// path sees the old folder or the new one, never neither or a mix.
+pub fn exchange(a: &Path, b: &Path) -> Result<(), ArchiveError> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let ca = CString::new(a.as_os_str().as_bytes())
+        .map_err(|_| ArchiveError::io(a, std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    let cb = CString::new(b.as_os_str().as_bytes())
+        .map_err(|_| ArchiveError::io(b, std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: both paths are NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(ArchiveError::io(a, std::io::Error::last_os_error()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_excludes_another_holder_until_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let part = PartitionDir::of(&PartitionKey::new(Table::Spans, "a b", 0));
+        let held = PartitionLock::acquire(dir.path(), &part, true).expect("lock");
+        assert!(held.is_some());
+        assert!(PartitionLock::acquire(dir.path(), &part, false)
+            .expect("try")
+            .is_none());
+        drop(held);
+        assert!(PartitionLock::acquire(dir.path(), &part, false)
+            .expect("try")
+            .is_some());
+    }
+
+    #[test]
+    fn exchange_swaps_two_folders() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a"), dir.path().join("x").join("b"));
+        std::fs::create_dir_all(&a).expect("a");
+        std::fs::create_dir_all(&b).expect("b");
+        std::fs::write(a.join("1"), b"").expect("1");
+        std::fs::write(b.join("2"), b"").expect("2");
+        exchange(&a, &b).expect("exchange");
+        assert!(a.join("2").exists() && b.join("1").exists());
+        assert!(!a.join("1").exists());
+    }
+
+    #[test]
+    fn staging_names_round_trip() {
+        let part = PartitionDir::of(&PartitionKey::new(Table::Logs, "t/1", 0));
+        let name = part.name();
+        assert_eq!(
+            PartitionDir::from_name(Table::Logs, &name),
+            Some(part.clone())
+        );
+        assert_eq!(part.hour_start_ns(), Some(0));
+    }
+}

@@ -1,0 +1,92 @@
+//! Fresh reads: before reading the archive, ask the daemon serving the data directory (if one
+//! does) to write out what it buffers, so what it acknowledged a moment ago is in completed
+//! files (`POST /v1/archive/flush`; see `archive::flush`).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::archive::flush::recorded_address;
+
+/// How long to try reaching the daemon: it is local, so a refusal comes at once.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// The daemon waits up to 10 s for its writers; a little more here.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(12);
+
+/// What asking the daemon gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Freshness {
+    /// No daemon recorded its address in the data directory, or it does not answer: the
+    /// archive is read as it is on disk.
+    NoDaemon,
+    /// Every writer wrote out what the journal held when asked.
+    Flushed,
+    /// The daemon answered, but not every writer got there in time (or the answer was not
+    /// understood); the reason, for a warning.
+    Partial(String),
+}
+
+/// Asks the daemon serving `data_dir` to flush, and waits for it.
+pub async fn flush_daemon(data_dir: &Path) -> Freshness {
+    let Some(addr) = recorded_address(data_dir) else {
+        return Freshness::NoDaemon;
+    };
+    let client = match reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(ANSWER_TIMEOUT)
+        .no_proxy()
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => return Freshness::Partial(format!("no HTTP client: {e}")),
+    };
+    let url = format!("http://{}/v1/archive/flush", reachable(addr));
+    match client.post(url).send().await {
+        Ok(r) if r.status().is_success() => Freshness::Flushed,
+        Ok(r) => Freshness::Partial(format!("the daemon answered {}", r.status())),
+        // A daemon killed without cleaning up leaves its file: nothing listens there.
+        Err(e) if e.is_connect() => Freshness::NoDaemon,
+        Err(e) => Freshness::Partial(format!("the daemon did not answer: {e}")),
+    }
+}
+
+/// Where to reach a listener bound to `addr`: a wildcard address is reached on loopback.
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr.ip() {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_listeners_are_reached_on_loopback() {
+        let a: SocketAddr = "0.0.0.0:4319".parse().expect("addr");
+        assert_eq!(reachable(a), "127.0.0.1:4319".parse().expect("addr"));
+        let a: SocketAddr = "[::]:4319".parse().expect("addr");
+        assert_eq!(reachable(a), "[::1]:4319".parse().expect("addr"));
+        let a: SocketAddr = "10.1.2.3:4319".parse().expect("addr");
+        assert_eq!(reachable(a), a);
+    }
+
+    #[test]
+    fn without_a_daemon_the_archive_is_read_as_it_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        assert_eq!(rt.block_on(flush_daemon(dir.path())), Freshness::NoDaemon);
+        // A stale address: nothing listens on it.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        let _f = crate::archive::flush::publish_address(dir.path(), addr).expect("publish");
+        assert_eq!(rt.block_on(flush_daemon(dir.path())), Freshness::NoDaemon);
+    }
+}

@@ -1,0 +1,169 @@
+//! Freshness: while the daemon serves on its defaults (files complete after 5 minutes),
+//! `toolwatch query` and `toolwatch trace` first ask it to write out what it buffers, so what
+//! it acknowledged is read at once; `--no-flush` reads the disk as it is. The flush answer
+//! and the address file carry no data.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::harness::{loadgen, parquet_files, toolwatch, wait_for, Daemon, DaemonOptions};
+use crate::protect_e2e::{assert_clean, canary_request};
+
+fn query(data: &Path, extra: &[&str], sql: &str) -> Vec<Value> {
+    let out = toolwatch()
+        .arg("query")
+        .arg("--data-dir")
+        .arg(data)
+        .args(extra)
+        .args(["--format", "json", sql])
+        .output()
+        .expect("run toolwatch query");
+    assert!(
+        out.status.success(),
+        "query failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "no warning expected: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON rows")
+}
+
+fn count(data: &Path, extra: &[&str], sql: &str) -> u64 {
+    query(data, extra, sql)
+        .first()
+        .and_then(|r| r["n"].as_u64())
+        .expect("a count")
+}
+
+fn trace(data: &Path, id: &str) -> Output {
+    toolwatch()
+        .arg("trace")
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--json", id])
+        .output()
+        .expect("run toolwatch trace")
+}
+
+async fn post(url: &str, body: Option<&Value>) -> (u16, String) {
+    let client = reqwest::Client::new();
+    let mut req = client.post(url);
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let resp = req.send().await.expect("post");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_acknowledged_is_read_at_once_while_serving() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![
+            ("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "300ms".into()),
+            ("TOOLWATCH_ARCHIVE__COMPACT_EVERY".into(), "0s".into()),
+        ],
+        ..Default::default()
+    });
+    let data = d.data_dir.clone();
+    let address_file = std::fs::read_to_string(data.join("state/admin.addr")).expect("address");
+    assert_eq!(address_file.trim(), d.admin.to_string());
+    let (canary_spans, canary_logs) =
+        canary_request("0af7651916cd43dd8448eb211c80319d", "canary-fresh");
+    assert_eq!(
+        post(&format!("{}/v1/traces", d.http_url()), Some(&canary_spans))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        post(&format!("{}/v1/logs", d.http_url()), Some(&canary_logs))
+            .await
+            .0,
+        200
+    );
+    let target = d.grpc_url();
+    let admin = d.admin;
+    tokio::task::spawn_blocking(move || {
+        let sent = loadgen(&[
+            "--target", &target, "--requests", "30", "--tenants", "2", "--seed", "71",
+        ]);
+        let spans = sent["spans"].as_u64().expect("spans sent") + 1;
+        // Nothing completed yet on disk: the files wait for their age (5 minutes).
+        assert_eq!(
+            count(&data, &["--no-flush"], "SELECT count(*) AS n FROM spans"),
+            0
+        );
+        assert!(parquet_files(&data, "spans").is_empty());
+        // The first query asks the daemon to write out, and reads every span, once.
+        let sql = "SELECT count(*) AS n FROM spans";
+        assert_eq!(count(&data, &[], sql), spans);
+        assert_eq!(
+            count(&data, &["--no-flush"], "SELECT count(DISTINCT trace_id || span_id) AS n FROM spans"),
+            spans
+        );
+        assert_eq!(
+            count(
+                &data,
+                &["--no-flush"],
+                "SELECT count(*) AS n FROM logs WHERE trace_id = '0af7651916cd43dd8448eb211c80319d'"
+            ),
+            1
+        );
+
+        // A request's spans at once; its summary once the quiet period has passed.
+        let id = query(
+            &data,
+            &["--no-flush"],
+            "SELECT request_id FROM spans WHERE request_id LIKE 'req-%' ORDER BY request_id LIMIT 1",
+        )[0]["request_id"]
+            .as_str()
+            .expect("a request id")
+            .to_string();
+        let out = trace(&data, &id);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let view: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(view["request_id"], id.as_str());
+        let summaries = wait_for("every request summarized and readable", || {
+            let n = count(
+                &data,
+                &[],
+                "SELECT count(DISTINCT request_id) AS n FROM requests WHERE request_id LIKE 'req-%'",
+            );
+            (n >= 30).then_some(n)
+        });
+        assert_eq!(summaries, 30);
+        // Flushes are one file per partition at most, not one per query: nothing new to write.
+        let files = parquet_files(&data, "spans").len();
+        assert_eq!(count(&data, &[], sql), spans);
+        assert_eq!(parquet_files(&data, "spans").len(), files);
+
+        // The flush answer names journal positions, never data.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (status, body) = rt.block_on(post(&format!("http://{admin}/v1/archive/flush"), None));
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(answer["flushed"], true);
+        assert_eq!(answer["writers"].as_array().map(Vec::len), Some(3));
+        assert_clean(&body, "the flush answer");
+        assert_clean(&address_file, "the address file");
+    })
+    .await
+    .expect("checks");
+    d.stop();
+    assert!(
+        !d.data_dir.join("state/admin.addr").exists(),
+        "the address file goes with the daemon"
+    );
+    assert_clean(&d.log_text(), "the daemon's log");
+}
