@@ -9,6 +9,7 @@
 #                                  measure a daemon older than `loadgen --blast`) [default: LOAD_BIN]
 #   LOAD_CONFIG=file.toml benches/blast.sh ...          a configuration file [default: none, the
 #                                  embedded defaults; only ports and data dir are set here]
+#   PERF_OUT=perf.data benches/blast.sh ...             also sample the daemon with perf, start to exit
 # Defaults: --duration 15 --tenants 20 --tenant-on root --connections 2 --requests-per-batch 40.
 #
 # Starts `serve` under `/usr/bin/time -v` (start to exit) on free ports with a fresh data
@@ -68,6 +69,11 @@ ready=$(grep -m1 '"toolwatch ready"' "$work/serve.log") || {
 http=$(sed -E 's/.*"otlp_http":"([^"]+)".*/\1/' <<< "$ready")
 # The daemon is the child of `time`.
 daemon_pid=$(pgrep -P "$time_pid")
+# PERF_OUT=file: sample the daemon from here to its exit (perf record -F 499 -g; per thread
+# with `perf report --sort comm,sym`).
+if [ -n "${PERF_OUT:-}" ]; then
+  perf record -q -F 499 -g -p "$daemon_pid" -o "$PERF_OUT" 2>/dev/null &
+fi
 
 rc=0
 /usr/bin/time -v -o "$work/loadgen.time" "${LOADGEN_BIN:-$bin}" loadgen --blast --json --target "http://$http" \

@@ -10,6 +10,12 @@ use toolwatch::loadgen::{
     self, BlastLength, BlastOptions, LoadgenError, LoadgenOptions, Protocol, TenantOn,
 };
 
+/// mimalloc rather than glibc's malloc: the daemon allocates and frees many small strings per
+/// span on several threads (decoding, builders), where glibc spent a fifth of the archive
+/// thread in its free lists under a thousand tenants (BENCHMARKS.md, "Blast").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Audit daemon for LLM tool-call executors: OTLP in, protected Parquet archive out.
 #[derive(Parser)]
 #[command(name = "toolwatch", version, about, long_about = None)]

@@ -493,6 +493,9 @@ fn export_endpoints(config: &Config, metrics: &Arc<Metrics>) -> Result<Vec<Endpo
         .collect()
 }
 
+/// Starts `consumer` on its own thread. The archive, assembly and budgets are paced to share
+/// decoded records (see `DecodedRecords`); export endpoints are not, since one that cannot
+/// reach its collector falls behind for good.
 fn spawn_consumer<C>(
     name: &str,
     tail: Tail,
@@ -506,11 +509,14 @@ where
 {
     let metrics = Arc::clone(&shared.metrics);
     let decoded = Arc::clone(&shared.decoded);
+    let paced = name != "toolwatch-export";
     // Records up to the head at start were read by an earlier process, or may have been.
     let held = crate::tenancy::HeldItems::new(&shared.tenancy, tail.head().committed());
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || crate::journal::consume::run(tail, consumer, held, stop, &decoded, &metrics))
+        .spawn(move || {
+            crate::journal::consume::run(tail, consumer, held, stop, &decoded, paced, &metrics)
+        })
         .map_err(|e| ServeError::Thread(e.to_string()))
 }
 

@@ -11,6 +11,7 @@
 //! passes one of them.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,9 +46,59 @@ pub trait Consumer {
 /// Records decoded lately, shared by the consumers: they read the same region of the journal
 /// at about the same time, and decoding a record (every string allocated) is most of what a
 /// consumer costs, so the first to reach a record decodes it and the others take it from here.
+///
+/// Sharing only works while the consumers stay within `capacity` records of each other. Under
+/// a load that keeps the CPU busy, the fastest would run ahead, the others would decode for
+/// themselves and fall further behind, so consumers that [`DecodedRecords::join`] are paced:
+/// one more than half the window ahead of the slowest other waits for it, at most
+/// [`PACE_MAX_WAIT`] a record (so a consumer that stalls slows the others to some 50 records a
+/// second, never stops them), and only while the gap is one the wait can close (under
+/// [`PACE_MAX_GAP`] windows; after a restart consumers can start far apart).
 pub struct DecodedRecords {
     recent: Mutex<VecDeque<(u64, Arc<JournalEntry>)>>,
     capacity: usize,
+    /// The next record of each paced consumer (`u64::MAX` once it stopped).
+    lanes: Mutex<Vec<Arc<AtomicU64>>>,
+}
+
+/// The longest a paced consumer waits for the others before one record.
+pub const PACE_MAX_WAIT: Duration = Duration::from_millis(20);
+/// Beyond this many windows ahead of the slowest, a consumer does not wait.
+pub const PACE_MAX_GAP: u64 = 4;
+
+/// A paced consumer's place (see [`DecodedRecords::join`]); leaves when dropped.
+pub struct Lane<'a> {
+    records: &'a DecodedRecords,
+    next: Arc<AtomicU64>,
+}
+
+impl Lane<'_> {
+    /// Waits, within the bounds above, until the other paced consumers are close enough
+    /// behind record `seq` for it to be decoded once for all.
+    pub fn pace(&self, seq: u64) {
+        self.next.store(seq, Ordering::Relaxed);
+        let window = self.records.capacity as u64;
+        let started = Instant::now();
+        loop {
+            let slowest = self.records.slowest_but(&self.next);
+            let gap = seq.saturating_sub(slowest);
+            if gap <= window / 2 || gap > window * PACE_MAX_GAP {
+                return;
+            }
+            if started.elapsed() >= PACE_MAX_WAIT {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        self.next.store(u64::MAX, Ordering::Relaxed);
+        let mut lanes = self.records.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        lanes.retain(|l| !Arc::ptr_eq(l, &self.next));
+    }
 }
 
 impl DecodedRecords {
@@ -56,7 +107,32 @@ impl DecodedRecords {
         DecodedRecords {
             recent: Mutex::new(VecDeque::with_capacity(capacity)),
             capacity: capacity.max(1),
+            lanes: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Paces the caller with the other consumers that joined (see above).
+    pub fn join(&self) -> Lane<'_> {
+        let next = Arc::new(AtomicU64::new(u64::MAX));
+        self.lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&next));
+        Lane {
+            records: self,
+            next,
+        }
+    }
+
+    /// The next record of the slowest paced consumer other than `me` (`u64::MAX`: none).
+    fn slowest_but(&self, me: &Arc<AtomicU64>) -> u64 {
+        let lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        lanes
+            .iter()
+            .filter(|l| !Arc::ptr_eq(l, me))
+            .map(|l| l.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     fn find(&self, seq: u64) -> Option<Arc<JournalEntry>> {
@@ -102,9 +178,11 @@ pub fn run<C: Consumer>(
     mut held: HeldItems,
     stop: Stop,
     decoded: &DecodedRecords,
+    paced: bool,
     all_metrics: &crate::metrics::Metrics,
 ) -> C::Totals {
     let metrics = &all_metrics.journal;
+    let lane = paced.then(|| decoded.join());
     let mut last_tick = Instant::now();
     let mut saved = tail.next_seq();
     let mut last_seq = saved.saturating_sub(1);
@@ -128,6 +206,9 @@ pub fn run<C: Consumer>(
         let caught_up = records.is_empty();
         for (seq, payload) in records {
             last_seq = seq;
+            if let Some(lane) = &lane {
+                lane.pace(seq);
+            }
             match decoded.get(seq, &payload) {
                 Ok(entry) => match &*entry {
                     JournalEntry::Events(batch) => match held.bind(seq, batch, Instant::now()) {
@@ -156,6 +237,8 @@ pub fn run<C: Consumer>(
             break;
         }
     }
+    // The others no longer wait for this one.
+    drop(lane);
     // Nothing more will come for what is still held: it goes on under the tenant it has.
     if let Some(b) = held.release_all(last_seq) {
         consumer.record(last_seq, &JournalEntry::Events(b));
@@ -191,6 +274,31 @@ fn save(tail: &Tail, saved: u64, durable: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::event::{fixtures, EventBatch};
+
+    #[test]
+    fn paced_consumers_see_each_other_until_they_leave() {
+        let decoded = DecodedRecords::new(32);
+        let a = decoded.join();
+        let b = decoded.join();
+        assert_eq!(
+            decoded.slowest_but(&a.next),
+            u64::MAX,
+            "b has read nothing yet"
+        );
+        b.pace(7);
+        a.pace(10);
+        assert_eq!(decoded.slowest_but(&a.next), 7);
+        assert_eq!(decoded.slowest_but(&b.next), 10);
+        drop(b);
+        assert_eq!(decoded.slowest_but(&a.next), u64::MAX);
+        assert_eq!(decoded.lanes.lock().expect("lanes").len(), 1);
+        // Alone, or far ahead of a consumer that restarted behind: no wait at all.
+        a.pace(1_000);
+        let c = decoded.join();
+        c.pace(0);
+        a.pace(1_000);
+        assert_eq!(a.next.load(Ordering::Relaxed), 1_000);
+    }
 
     #[test]
     fn consumers_share_a_record_decoded_lately_and_the_oldest_goes() {
