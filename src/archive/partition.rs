@@ -188,6 +188,56 @@ pub struct CompletedFile {
     pub bytes: u64,
 }
 
+/// A complete file written under its temporary name, not yet durable nor visible: several are
+/// made durable by one [`crate::durable::sync_filesystem`], then [`StagedFile::publish`]ed.
+#[derive(Debug)]
+pub struct StagedFile {
+    temp_path: PathBuf,
+    final_path: PathBuf,
+    rows: u64,
+    bytes: u64,
+}
+
+impl StagedFile {
+    /// Writes `bytes` (of `rows` rows) into partition folder `dir` as `.<stem>.parquet.inprogress`.
+    pub fn write(
+        dir: &Path,
+        stem: &str,
+        bytes: &[u8],
+        rows: u64,
+    ) -> Result<StagedFile, ArchiveError> {
+        std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(dir, e))?;
+        let temp_path = dir.join(format!(".{stem}{IN_PROGRESS_SUFFIX}"));
+        if let Err(e) = File::create(&temp_path).and_then(|mut f| f.write_all(bytes)) {
+            let _ = std::fs::remove_file(&temp_path);
+            return Err(ArchiveError::io(&temp_path, e));
+        }
+        Ok(StagedFile {
+            final_path: dir.join(format!("{stem}.parquet")),
+            temp_path,
+            rows,
+            bytes: bytes.len() as u64,
+        })
+    }
+
+    /// Gives the file its final name (call once its bytes are durable; the rename itself is
+    /// durable once the filesystem or the folder is synced).
+    pub fn publish(self) -> Result<CompletedFile, ArchiveError> {
+        std::fs::rename(&self.temp_path, &self.final_path)
+            .map_err(|e| ArchiveError::io(&self.final_path, e))?;
+        Ok(CompletedFile {
+            path: self.final_path,
+            rows: self.rows,
+            bytes: self.bytes,
+        })
+    }
+
+    /// Removes the temporary file (its rows stay in the journal).
+    pub fn discard(self) {
+        let _ = std::fs::remove_file(&self.temp_path);
+    }
+}
+
 /// Writes a complete Parquet file's `bytes` (of `rows` rows) into partition folder `dir` as
 /// `<stem>.parquet`: under a hidden temporary name first, fsynced, then renamed, and the
 /// folder fsynced, so a reader sees the whole file or none and a crash leaves no half file
