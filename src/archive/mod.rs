@@ -61,9 +61,7 @@ impl ArchiveError {
     }
 }
 
-/// Above this share of the journal's bound, buffers holding the journal back are written early.
-pub const PRESSURE: f64 = 0.5;
-/// Early write-outs happen at most this often.
+/// Early write-outs under journal pressure happen at most this often.
 pub const PRESSURE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 const HOUR_NS: i64 = 3_600_000_000_000;
@@ -332,7 +330,7 @@ impl Archive {
         last: &mut Instant,
     ) {
         if self.pinned_record().is_none()
-            || head.fill() <= PRESSURE
+            || !head.under_pressure()
             || last.elapsed() < PRESSURE_EVERY
         {
             return;

@@ -754,7 +754,7 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         // gets its root span: until `max_age`). When the journal fills up, assembly lets go of
         // them rather than make receivers refuse data: a crash then loses those requests'
         // earlier spans for their summaries (the spans themselves are archived).
-        let open = if head.fill() > crate::archive::PRESSURE {
+        let open = if head.under_pressure() {
             None
         } else {
             self.assembler.oldest_unsummarized_record()

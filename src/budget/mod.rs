@@ -162,7 +162,7 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         // Saved only while no alarm waits in an open file: a restart replays from here, and
         // an alarm raised before it must already be durable. When the journal fills up, the
         // alarm files are completed early so the stage can save and let go of it.
-        if head.fill() > crate::archive::PRESSURE
+        if head.under_pressure()
             && self.stage.archive.open_files() > 0
             && now.duration_since(self.last_save) >= self.save_every
         {

@@ -155,7 +155,18 @@ impl JournalHead {
         }
         (self.disk_bytes() as f64 / self.max_bytes as f64).min(1.0)
     }
+
+    /// True when the journal is over [`PRESSURE`] of its bound: consumers that hold it back
+    /// (open archive buffers, unsummarized requests, unsaved budget windows) let go early
+    /// rather than make receivers refuse data.
+    pub fn under_pressure(&self) -> bool {
+        self.fill() > PRESSURE
+    }
 }
+
+/// The share of `journal.max_bytes` above which the journal is under pressure (see
+/// [`JournalHead::under_pressure`]).
+pub const PRESSURE: f64 = 0.5;
 
 #[cfg(test)]
 mod tests {
