@@ -8,7 +8,7 @@
 //!
 //! Atomic for every reader of `<table>/**/*.parquet` (DataFusion, DuckDB, pyarrow):
 //! 1. lock the partition (see [`super::lock`]: the daemon writes no file into it meanwhile);
-//! 2. build the new folder in `.compact/work/` (outside every table): the merged file plus a
+//! 2. build the new folder in `.compact/staging/` (outside every table): the merged file plus a
 //!    hard link of each file that is not merged; fsync the file and the folder;
 //! 3. swap it with the live folder in one `renameat2(RENAME_EXCHANGE)`; fsync the parents;
 //! 4. remove the old folder, now in the work area.

@@ -4,7 +4,7 @@
 //! exclude each other with an exclusive `flock` on one lock file per partition, in
 //! `<data_dir>/.compact/locks/<table>/`. The kernel drops a lock when its holder dies, so a
 //! `kill -9` never leaves a partition locked. A compaction builds the new folder in
-//! `<data_dir>/.compact/work/<table>/` and swaps it with the live one: nothing a reader of
+//! `<data_dir>/.compact/staging/<table>/` and swaps it with the live one: nothing a reader of
 //! `<table>/**/*.parquet` lists ever lives there (DuckDB's `**` glob does descend into
 //! hidden folders, so a hidden name inside the table would not be enough).
 
@@ -90,7 +90,7 @@ impl PartitionDir {
 
 /// The compaction work folder of `table`.
 pub fn work_dir(data_dir: &Path, table: Table) -> PathBuf {
-    data_dir.join(WORK_DIR).join("work").join(table.as_str())
+    data_dir.join(WORK_DIR).join("staging").join(table.as_str())
 }
 
 /// Compaction folders left in the work area of `table` (by a process that died).

@@ -184,7 +184,7 @@ fn assert_exactly(data_dir: &Path, expected: u64) {
 }
 
 fn work_area(data_dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(data_dir.join(".compact/work/spans"))
+    std::fs::read_dir(data_dir.join(".compact/staging/spans"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
 }
