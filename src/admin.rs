@@ -67,10 +67,12 @@ async fn flush(State(state): State<AdminState>) -> axum::response::Response {
     let records = points.head.committed();
     let all = [&points.archive, &points.requests, &points.alarms];
     let asked: Vec<u64> = all.iter().map(|p| p.want(records)).collect();
+    // One deadline for all: the answer comes within FLUSH_TIMEOUT, before the client gives up.
+    let deadline = tokio::time::Instant::now() + FLUSH_TIMEOUT;
     let mut writers = Vec::new();
     let mut ok = true;
     for (p, n) in all.into_iter().zip(asked) {
-        let done = p.wait(n, FLUSH_TIMEOUT).await;
+        let done = p.wait(n, deadline).await;
         ok &= done;
         writers.push(json!({"writer": p.name, "flushed": done}));
     }
@@ -136,11 +138,7 @@ async fn budgets(
     })
     .await;
     match body {
-        Ok(v) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            format!("{v}\n"),
-        )
-            .into_response(),
+        Ok(v) => json_response(StatusCode::OK, v),
         Err(_) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "budget state unavailable\n",

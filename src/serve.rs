@@ -209,6 +209,7 @@ pub async fn run(
         archive_tail,
         archive_consumer,
         stop_consumers.clone(),
+        true,
         &shared,
     )?;
 
@@ -226,6 +227,7 @@ pub async fn run(
         assemble_tail,
         AssembleConsumer::new(assembler, requests_archive, Arc::clone(&metrics)),
         stop_consumers.clone(),
+        true,
         &shared,
     )?;
 
@@ -250,6 +252,7 @@ pub async fn run(
         budget_tail,
         BudgetConsumer::new(budget_stage, skip_before, alarm_export),
         stop_consumers.clone(),
+        true,
         &shared,
     )?;
 
@@ -266,6 +269,7 @@ pub async fn run(
             tail,
             consumer,
             stop_export.clone(),
+            false,
             &shared,
         )?);
     }
@@ -501,6 +505,7 @@ fn spawn_consumer<C>(
     tail: Tail,
     consumer: C,
     stop: Stop,
+    paced: bool,
     shared: &Shared,
 ) -> Result<std::thread::JoinHandle<C::Totals>, ServeError>
 where
@@ -509,7 +514,6 @@ where
 {
     let metrics = Arc::clone(&shared.metrics);
     let decoded = Arc::clone(&shared.decoded);
-    let paced = name != "toolwatch-export";
     // Records up to the head at start were read by an earlier process, or may have been.
     let held = crate::tenancy::HeldItems::new(&shared.tenancy, tail.head().committed());
     std::thread::Builder::new()

@@ -126,23 +126,24 @@ impl PartitionBuffer {
         self.rows_bytes + self.encoded_bytes
     }
 
-    /// Adds rows with `fill` (journal record `seq`, if any) and returns the change of the
+    /// Adds `n` rows with `fill` (journal record `seq`, if any) and returns the change of the
     /// memory held. When the builders hold `batch_rows` rows or `batch_bytes` bytes, they are
     /// encoded. On an error the whole buffer is unusable (its builders may be out of step):
     /// the caller drops it and counts its rows as failed.
     pub fn add(
         &mut self,
         seq: Option<u64>,
+        n: usize,
         fill: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
         batch: (usize, usize),
         props: &WriterProperties,
     ) -> Result<isize, ArchiveError> {
         let before = self.bytes();
         let table = self.table;
+        // Counted first, so that after an error `rows` says how many rows were at stake.
+        self.total_rows += n;
         let rows = self.rows.get_or_insert_with(|| Rows::for_table(table));
-        let had = rows.len();
         fill(rows)?;
-        self.total_rows += rows.len() - had;
         self.rows_bytes = rows.approx_bytes();
         if let Some(seq) = seq {
             self.records = Some(
@@ -169,10 +170,7 @@ impl PartitionBuffer {
         let batch = rows.finish()?;
         let writer = match &mut self.writer {
             Some(w) => w,
-            slot => slot.insert(
-                ArrowWriter::try_new(Vec::new(), table_schema(self.table), Some(props.clone()))
-                    .map_err(ArchiveError::Parquet)?,
-            ),
+            slot => slot.insert(new_writer(self.table, props)?),
         };
         writer.write(&batch).map_err(ArchiveError::Parquet)?;
         self.encoded_bytes = writer.memory_size() + writer.inner().capacity();
@@ -185,11 +183,20 @@ impl PartitionBuffer {
         match self.writer.take() {
             Some(w) => w.into_inner().map_err(ArchiveError::Parquet),
             // Only reached for a buffer that never got a row: an empty, valid file.
-            None => ArrowWriter::try_new(Vec::new(), table_schema(self.table), Some(props.clone()))
-                .and_then(ArrowWriter::into_inner)
+            None => new_writer(self.table, props)?
+                .into_inner()
                 .map_err(ArchiveError::Parquet),
         }
     }
+}
+
+/// A Parquet writer of `table` encoding into memory.
+fn new_writer(
+    table: Table,
+    props: &WriterProperties,
+) -> Result<ArrowWriter<Vec<u8>>, ArchiveError> {
+    ArrowWriter::try_new(Vec::new(), table_schema(table), Some(props.clone()))
+        .map_err(ArchiveError::Parquet)
 }
 
 /// The memory budget shared by every archive writer of one data directory.

@@ -17,7 +17,6 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -26,16 +25,23 @@ use tokio::sync::watch;
 /// Flushes of one writer are at least this far apart.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
+/// Flush requests of one writer.
+#[derive(Debug, Default)]
+struct Asked {
+    /// The last request number handed out.
+    issued: u64,
+    /// Requests not yet served: (request number, records before this to be written out),
+    /// oldest first; both grow, since the journal only grows.
+    pending: VecDeque<(u64, u64)>,
+}
+
 /// Where one archive writer takes flush requests and reports them done.
 #[derive(Debug)]
 pub struct FlushPoint {
     /// Which writer (for logs and answers).
     pub name: &'static str,
-    /// Requests not yet served: (request number, records before this to be written out),
-    /// oldest first; both grow, since the journal only grows.
-    asked: Mutex<VecDeque<(u64, u64)>>,
-    /// The last request number handed out.
-    issued: AtomicU64,
+    /// The requests asked for.
+    asked: Mutex<Asked>,
     /// Requests up to this number are served.
     done: watch::Sender<u64>,
 }
@@ -45,8 +51,7 @@ impl FlushPoint {
     pub fn new(name: &'static str) -> Arc<FlushPoint> {
         Arc::new(FlushPoint {
             name,
-            asked: Mutex::new(VecDeque::new()),
-            issued: AtomicU64::new(0),
+            asked: Mutex::new(Asked::default()),
             done: watch::Sender::new(0),
         })
     }
@@ -55,22 +60,24 @@ impl FlushPoint {
     /// written out; returns the request's number, for [`FlushPoint::wait`].
     pub fn want(&self, seq: u64) -> u64 {
         let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = self.issued.fetch_add(1, Ordering::Relaxed) + 1;
-        let seq = asked.back().map_or(seq, |&(_, s)| s.max(seq));
-        asked.push_back((n, seq));
+        asked.issued += 1;
+        let n = asked.issued;
+        let seq = asked.pending.back().map_or(seq, |&(_, s)| s.max(seq));
+        asked.pending.push_back((n, seq));
         n
     }
 
-    /// Waits until request `n` was served, at most `timeout`; true when it was.
-    pub async fn wait(&self, n: u64, timeout: Duration) -> bool {
+    /// Waits until request `n` was served, at most until `deadline`; true when it was.
+    pub async fn wait(&self, n: u64, deadline: tokio::time::Instant) -> bool {
         let mut rx = self.done.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|&done| done >= n))
+        tokio::time::timeout_at(deadline, rx.wait_for(|&done| done >= n))
             .await
             .is_ok_and(|r| r.is_ok())
     }
 
     /// The last request served.
-    pub fn done(&self) -> u64 {
+    #[cfg(test)]
+    fn done(&self) -> u64 {
         *self.done.borrow()
     }
 
@@ -78,6 +85,7 @@ impl FlushPoint {
     fn servable(&self, next_seq: u64) -> Option<u64> {
         let asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
         asked
+            .pending
             .iter()
             .rev()
             .find(|&&(_, seq)| seq <= next_seq)
@@ -86,8 +94,8 @@ impl FlushPoint {
 
     fn served(&self, n: u64) {
         let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
-        while asked.front().is_some_and(|&(m, _)| m <= n) {
-            asked.pop_front();
+        while asked.pending.front().is_some_and(|&(m, _)| m <= n) {
+            asked.pending.pop_front();
         }
         drop(asked);
         self.done.send_replace(n);
@@ -139,9 +147,7 @@ pub fn publish_address(data_dir: &Path, addr: SocketAddr) -> std::io::Result<Add
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let temp = path.with_extension("addr.tmp");
-    std::fs::write(&temp, format!("{addr}\n"))?;
-    std::fs::rename(&temp, &path)?;
+    crate::durable::replace_file(&path, format!("{addr}\n").as_bytes())?;
     Ok(AddressFile { path })
 }
 
@@ -209,9 +215,10 @@ mod tests {
         let mut due = FlushDue::new(Arc::clone(&point));
         rt.block_on(async {
             let n = point.want(10);
-            assert!(!point.wait(n, Duration::from_millis(20)).await);
+            let soon = || tokio::time::Instant::now() + Duration::from_millis(20);
+            assert!(!point.wait(n, soon()).await);
             due.flushed(n, Instant::now());
-            assert!(point.wait(n, Duration::from_millis(20)).await);
+            assert!(point.wait(n, soon()).await);
         });
     }
 

@@ -197,9 +197,9 @@ impl Archive {
                 Arc::clone(&metrics),
             )
         });
+        let settings = file_settings(config);
         Ok(Archive {
             data_dir: data_dir.to_path_buf(),
-            settings: file_settings(config),
             batch_rows: config.batch_rows.0,
             instance_id,
             sequence: 0,
@@ -207,12 +207,13 @@ impl Archive {
             per_table: [0; 4],
             held: 0,
             budget: SharedBudget::for_data_dir(data_dir, config.buffer_bytes.as_usize()),
-            props: [Table::Spans, Table::Logs, Table::Requests, Table::Alarms]
-                .map(|t| writer_properties(&file_settings(config), t))
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?
-                .try_into()
-                .map_err(|_| unreachable_props())?,
+            props: [
+                writer_properties(&settings, Table::Spans)?,
+                writer_properties(&settings, Table::Logs)?,
+                writer_properties(&settings, Table::Requests)?,
+                writer_properties(&settings, Table::Alarms)?,
+            ],
+            settings,
             due: Vec::new(),
             journal_id: None,
             failed_from: None,
@@ -405,7 +406,7 @@ impl Archive {
                 continue;
             };
             let (rows, records) = (buf.rows() as u64, buf.records);
-            match self.stage_file(key, buf) {
+            match self.stage_file(key, buf, partition::Durability::Later) {
                 Ok(file) => staged.push((key.clone(), lock, file, rows, records)),
                 Err(e) => self.fail(key.table, rows, records, &e),
             }
@@ -517,7 +518,7 @@ impl Archive {
             }
         };
         let batch = (self.batch_rows, BATCH_BYTES);
-        match buffer.add(seq, fill, batch, &self.props[table_index(table)]) {
+        match buffer.add(seq, n, fill, batch, &self.props[table_index(table)]) {
             Ok(delta) => {
                 let full = buffer.bytes() as u64 >= self.settings.max_bytes;
                 self.held = self.held.saturating_add_signed(delta);
@@ -529,22 +530,11 @@ impl Archive {
             Err(e) => {
                 // The builders may be out of step: the buffer goes, and its rows stay in the
                 // journal for the next start.
-                let at_stake = buffer.rows().max(n) as u64;
+                let at_stake = buffer.rows() as u64;
                 let records = buffer.records.or(seq.map(|s| (s, s)));
-                self.drop_buffer(&key);
+                self.take_buffer(&key);
                 self.fail(table, at_stake, records, &e);
             }
-        }
-    }
-
-    /// Forgets `key`'s buffer without writing it.
-    fn drop_buffer(&mut self, key: &PartitionKey) {
-        if let Some(buf) = self.buffers.remove(key) {
-            let i = table_index(key.table);
-            self.per_table[i] = self.per_table[i].saturating_sub(1);
-            self.metrics.set_open_files(key.table, self.per_table[i]);
-            self.held = self.held.saturating_sub(buf.bytes());
-            self.budget.change(-(buf.bytes() as isize));
         }
     }
 
@@ -656,26 +646,32 @@ impl Archive {
         format!("{stem}{suffix}")
     }
 
+    /// Encodes `buf`'s file and writes it under its temporary name.
     fn stage_file(
         &mut self,
         key: &PartitionKey,
         buf: PartitionBuffer,
+        durability: partition::Durability,
     ) -> Result<partition::StagedFile, ArchiveError> {
         let stem = self.file_stem(&buf);
         let rows = buf.rows() as u64;
         let bytes = buf.into_file(&self.props[table_index(key.table)])?;
-        partition::StagedFile::write(&key.dir(&self.data_dir), &stem, &bytes, rows)
+        partition::StagedFile::write(&key.dir(&self.data_dir), &stem, &bytes, rows, durability)
     }
 
+    /// Writes `buf`'s file durably under its final name.
     fn write_file(
         &mut self,
         key: &PartitionKey,
         buf: PartitionBuffer,
     ) -> Result<CompletedFile, ArchiveError> {
-        let name = self.file_stem(&buf);
-        let rows = buf.rows() as u64;
-        let bytes = buf.into_file(&self.props[table_index(key.table)])?;
-        partition::write_completed(&key.dir(&self.data_dir), &name, &bytes, rows)
+        let done = self
+            .stage_file(key, buf, partition::Durability::Now)?
+            .publish()?;
+        let dir = key.dir(&self.data_dir);
+        // The rename is durable only once the folder itself is synced.
+        crate::durable::sync_dir(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
+        Ok(done)
     }
 
     /// Counts rows that could not be written. Those of journal `records` stay in the journal:
@@ -783,12 +779,6 @@ pub fn record_ranges(name: &str) -> Vec<(String, u64, u64)> {
         }
     }
     out
-}
-
-fn unreachable_props() -> ArchiveError {
-    ArchiveError::Arrow(arrow::error::ArrowError::InvalidArgumentError(
-        "writer settings for four tables expected".into(),
-    ))
 }
 
 fn unreachable_table() -> Result<(), ArchiveError> {

@@ -188,14 +188,24 @@ pub struct CompletedFile {
     pub bytes: u64,
 }
 
-/// A complete file written under its temporary name, not yet durable nor visible: several are
-/// made durable by one [`crate::durable::sync_filesystem`], then [`StagedFile::publish`]ed.
+/// A complete file written under its temporary name, not yet visible. Written with
+/// [`Durability::Later`], several are made durable by one [`crate::durable::sync_filesystem`]
+/// before they are [`StagedFile::publish`]ed.
 #[derive(Debug)]
 pub struct StagedFile {
     temp_path: PathBuf,
     final_path: PathBuf,
     rows: u64,
     bytes: u64,
+}
+
+/// When a staged file's bytes are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsynced as it is written.
+    Now,
+    /// By the caller, for several files at once.
+    Later,
 }
 
 impl StagedFile {
@@ -205,10 +215,19 @@ impl StagedFile {
         stem: &str,
         bytes: &[u8],
         rows: u64,
+        durability: Durability,
     ) -> Result<StagedFile, ArchiveError> {
         std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(dir, e))?;
         let temp_path = dir.join(format!(".{stem}{IN_PROGRESS_SUFFIX}"));
-        if let Err(e) = File::create(&temp_path).and_then(|mut f| f.write_all(bytes)) {
+        let write = || -> std::io::Result<()> {
+            let mut file = File::create(&temp_path)?;
+            file.write_all(bytes)?;
+            if durability == Durability::Now {
+                file.sync_all()?;
+            }
+            Ok(())
+        };
+        if let Err(e) = write() {
             let _ = std::fs::remove_file(&temp_path);
             return Err(ArchiveError::io(&temp_path, e));
         }
@@ -236,38 +255,6 @@ impl StagedFile {
     pub fn discard(self) {
         let _ = std::fs::remove_file(&self.temp_path);
     }
-}
-
-/// Writes a complete Parquet file's `bytes` (of `rows` rows) into partition folder `dir` as
-/// `<stem>.parquet`: under a hidden temporary name first, fsynced, then renamed, and the
-/// folder fsynced, so a reader sees the whole file or none and a crash leaves no half file
-/// under a name readers list.
-pub fn write_completed(
-    dir: &Path,
-    stem: &str,
-    bytes: &[u8],
-    rows: u64,
-) -> Result<CompletedFile, ArchiveError> {
-    std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(dir, e))?;
-    let temp_path = dir.join(format!(".{stem}{IN_PROGRESS_SUFFIX}"));
-    let final_path = dir.join(format!("{stem}.parquet"));
-    let write = || -> std::io::Result<()> {
-        let mut file = File::create(&temp_path)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&temp_path);
-        return Err(ArchiveError::io(&temp_path, e));
-    }
-    std::fs::rename(&temp_path, &final_path).map_err(|e| ArchiveError::io(&final_path, e))?;
-    // The rename is durable only once the folder itself is synced.
-    crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
-    Ok(CompletedFile {
-        path: final_path,
-        rows,
-        bytes: bytes.len() as u64,
-    })
 }
 
 #[cfg(test)]

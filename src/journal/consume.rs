@@ -74,20 +74,22 @@ pub struct Lane<'a> {
 
 impl Lane<'_> {
     /// Waits, within the bounds above, until the other paced consumers are close enough
-    /// behind record `seq` for it to be decoded once for all.
-    pub fn pace(&self, seq: u64) {
+    /// behind record `seq` for it to be decoded once for all; true when it waited.
+    pub fn pace(&self, seq: u64) -> bool {
         self.next.store(seq, Ordering::Relaxed);
         let window = self.records.capacity as u64;
         let started = Instant::now();
+        let mut waited = false;
         loop {
             let slowest = self.records.slowest_but(&self.next);
             let gap = seq.saturating_sub(slowest);
             if gap <= window / 2 || gap > window * PACE_MAX_GAP {
-                return;
+                return waited;
             }
             if started.elapsed() >= PACE_MAX_WAIT {
-                return;
+                return waited;
             }
+            waited = true;
             std::thread::sleep(Duration::from_micros(200));
         }
     }
@@ -95,7 +97,6 @@ impl Lane<'_> {
 
 impl Drop for Lane<'_> {
     fn drop(&mut self) {
-        self.next.store(u64::MAX, Ordering::Relaxed);
         let mut lanes = self.records.lanes.lock().unwrap_or_else(|p| p.into_inner());
         lanes.retain(|l| !Arc::ptr_eq(l, &self.next));
     }
@@ -293,11 +294,21 @@ mod tests {
         assert_eq!(decoded.slowest_but(&a.next), u64::MAX);
         assert_eq!(decoded.lanes.lock().expect("lanes").len(), 1);
         // Alone, or far ahead of a consumer that restarted behind: no wait at all.
-        a.pace(1_000);
+        assert!(!a.pace(1_000));
         let c = decoded.join();
-        c.pace(0);
-        a.pace(1_000);
-        assert_eq!(a.next.load(Ordering::Relaxed), 1_000);
+        assert!(!c.pace(0), "c is the slowest");
+        assert!(!a.pace(1_000), "more than 4 windows ahead");
+        // Within half a window: no wait; beyond it but within reach: a bounded wait.
+        assert!(!a.pace(16));
+        let started = Instant::now();
+        assert!(a.pace(17));
+        assert!(
+            started.elapsed() >= PACE_MAX_WAIT,
+            "waited its bound, c never moved"
+        );
+        // The slowest catching up ends the wait (here before it starts).
+        assert!(!c.pace(10));
+        assert!(!a.pace(17));
     }
 
     #[test]

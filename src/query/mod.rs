@@ -58,9 +58,12 @@ impl QueryError {
     /// merged file; a query failing so is worth one retry.
     pub fn is_vanished_file(&self) -> bool {
         match self {
+            // The local object store's NotFound ("Object at location … not found: No such
+            // file or directory"), not a planning error such as "table 'x' not found".
             QueryError::Sql(m) => {
                 let m = m.to_ascii_lowercase();
-                m.contains("not found") || m.contains("no such file")
+                m.contains("no such file or directory")
+                    || (m.contains("object at location") && m.contains("not found"))
             }
             _ => false,
         }
@@ -173,4 +176,17 @@ pub async fn run(
 /// Escapes a value for a SQL string literal.
 pub fn sql_string(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod vanished_tests {
+    use super::QueryError;
+
+    #[test]
+    fn only_a_missing_file_is_worth_a_retry() {
+        let gone = QueryError::Sql("Object at location /d/spans/tenant=a/p.parquet not found: No such file or directory (os error 2)".into());
+        assert!(gone.is_vanished_file());
+        assert!(!QueryError::Sql("table 'nope' not found".into()).is_vanished_file());
+        assert!(!QueryError::NotFound("req-1".into()).is_vanished_file());
+    }
 }

@@ -238,7 +238,13 @@ fn readers_see_every_row_once_while_compaction_runs() {
                 .count()
         };
         let mut runs = 0;
+        let started = std::time::Instant::now();
         while runs < 2 || in_phase(r, "duckdb") < 2 || in_phase(r, "pyarrow") < 2 {
+            assert!(
+                started.elapsed() < crate::harness::DEADLINE,
+                "timed out waiting for two reads per engine during round {round}: {:?}",
+                r.errors()
+            );
             let out = compact(&d.data_dir, &[]);
             assert!(
                 out.status.success(),
