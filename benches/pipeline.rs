@@ -8,6 +8,7 @@ use parquet::arrow::ArrowWriter;
 use prost::Message;
 
 use toolwatch::archive::partition::{writer_properties, FileSettings, Table};
+use toolwatch::archive::rows::TableRows;
 use toolwatch::archive::schema::{spans_schema, SpanRows};
 use toolwatch::event::EventBatch;
 use toolwatch::loadgen::generate;

@@ -1,8 +1,8 @@
 //! Rows waiting in memory for their partition's next file, under one budget for the archive.
 //!
 //! Each partition with rows not yet in a completed file has a [`PartitionBuffer`]: the
-//! table's Arrow builders collecting its newest rows and, once they hold a batch, a Parquet
-//! writer encoding into memory. A partition's file is thus built as rows come (zstd pages
+//! table's Arrow builders (the [`TableRows`] of the stage owning the table) collecting its
+//! newest rows and, once they hold a batch, a Parquet writer encoding into memory. A partition's file is thus built as rows come (zstd pages
 //! take a fraction of the rows' memory) and written out in one piece when it completes: no
 //! file is open between records, however many partitions there are. The memory each buffer
 //! holds (its builders' values, the encoder's buffered pages and the encoded bytes) is added
@@ -14,79 +14,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
-use arrow::record_batch::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
-use super::partition::Table;
-use super::schema::{AlarmRows, LogRows, RequestRows, SpanRows};
-use super::{table_schema, ArchiveError};
-
-/// The builders of one table's rows.
-pub enum Rows {
-    /// `spans`
-    Spans(Box<SpanRows>),
-    /// `logs`
-    Logs(Box<LogRows>),
-    /// `requests`
-    Requests(Box<RequestRows>),
-    /// `alarms`
-    Alarms(Box<AlarmRows>),
-}
-
-impl Rows {
-    /// Empty builders for table `t`.
-    pub fn for_table(t: Table) -> Rows {
-        match t {
-            Table::Spans => Rows::Spans(Box::default()),
-            Table::Logs => Rows::Logs(Box::default()),
-            Table::Requests => Rows::Requests(Box::default()),
-            Table::Alarms => Rows::Alarms(Box::default()),
-        }
-    }
-
-    /// Rows collected.
-    pub fn len(&self) -> usize {
-        match self {
-            Rows::Spans(r) => r.len(),
-            Rows::Logs(r) => r.len(),
-            Rows::Requests(r) => r.len(),
-            Rows::Alarms(r) => r.len(),
-        }
-    }
-
-    /// True when no rows are collected.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// About the memory the collected rows hold.
-    pub fn approx_bytes(&self) -> usize {
-        match self {
-            Rows::Spans(r) => r.approx_bytes(),
-            Rows::Logs(r) => r.approx_bytes(),
-            Rows::Requests(r) => r.len() * 768,
-            Rows::Alarms(r) => r.len() * 512,
-        }
-    }
-
-    /// The collected rows as one record batch; the builders start over empty.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArchiveError> {
-        Ok(match self {
-            Rows::Spans(r) => r.finish()?,
-            Rows::Logs(r) => r.finish()?,
-            Rows::Requests(r) => r.finish()?,
-            Rows::Alarms(r) => r.finish()?,
-        })
-    }
-}
+use super::rows::TableRows;
+use super::ArchiveError;
 
 /// The rows of one partition not yet in a completed file.
 pub struct PartitionBuffer {
-    table: Table,
+    /// Makes the table's empty builders.
+    new_rows: fn() -> Box<dyn TableRows>,
     /// The newest rows, not yet encoded; `None` once encoded, so an idle partition holds no
     /// builders.
-    rows: Option<Rows>,
+    rows: Option<Box<dyn TableRows>>,
     /// The partition's file so far, encoded in memory (created with the first batch).
     writer: Option<ArrowWriter<Vec<u8>>>,
     /// Memory of `rows` at the last count.
@@ -102,10 +43,10 @@ pub struct PartitionBuffer {
 }
 
 impl PartitionBuffer {
-    /// An empty buffer of `table`, created now.
-    pub fn new(table: Table, now: Instant) -> PartitionBuffer {
+    /// An empty buffer whose rows `new_rows` collects, created now.
+    pub fn new(new_rows: fn() -> Box<dyn TableRows>, now: Instant) -> PartitionBuffer {
         PartitionBuffer {
-            table,
+            new_rows,
             rows: None,
             writer: None,
             rows_bytes: 0,
@@ -126,31 +67,25 @@ impl PartitionBuffer {
         self.rows_bytes + self.encoded_bytes
     }
 
-    /// Adds `n` rows with `fill` (journal record `seq`, if any) and returns the change of the
-    /// memory held. When the builders hold `batch_rows` rows or `batch_bytes` bytes, they are
-    /// encoded. On an error the whole buffer is unusable (its builders may be out of step):
-    /// the caller drops it and counts its rows as failed.
+    /// Adds `n` rows with `fill` (of journal `records`, first and last, if any) and returns
+    /// the change of the memory held. When the builders hold `batch_rows` rows or
+    /// `batch_bytes` bytes, they are encoded. On an error the whole buffer is unusable (its
+    /// builders may be out of step): the caller drops it and counts its rows as failed.
     pub fn add(
         &mut self,
-        seq: Option<u64>,
+        records: Option<(u64, u64)>,
         n: usize,
-        fill: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
+        fill: impl FnOnce(&mut dyn TableRows) -> Result<(), ArchiveError>,
         batch: (usize, usize),
         props: &WriterProperties,
     ) -> Result<isize, ArchiveError> {
         let before = self.bytes();
-        let table = self.table;
-        // Counted first, so that after an error `rows` says how many rows were at stake.
+        // Counted first, so that after an error `rows` and `records` say what was at stake.
         self.total_rows += n;
-        let rows = self.rows.get_or_insert_with(|| Rows::for_table(table));
-        fill(rows)?;
+        self.records = merge_records(self.records, records);
+        let rows = self.rows.get_or_insert_with(self.new_rows);
+        fill(rows.as_mut())?;
         self.rows_bytes = rows.approx_bytes();
-        if let Some(seq) = seq {
-            self.records = Some(
-                self.records
-                    .map_or((seq, seq), |(first, last)| (first.min(seq), last.max(seq))),
-            );
-        }
         let (batch_rows, batch_bytes) = batch;
         if rows.len() >= batch_rows || self.rows_bytes >= batch_bytes {
             self.encode(props)?;
@@ -170,7 +105,7 @@ impl PartitionBuffer {
         let batch = rows.finish()?;
         let writer = match &mut self.writer {
             Some(w) => w,
-            slot => slot.insert(new_writer(self.table, props)?),
+            slot => slot.insert(new_writer(batch.schema(), props)?),
         };
         writer.write(&batch).map_err(ArchiveError::Parquet)?;
         self.encoded_bytes = writer.memory_size() + writer.inner().capacity();
@@ -183,20 +118,27 @@ impl PartitionBuffer {
         match self.writer.take() {
             Some(w) => w.into_inner().map_err(ArchiveError::Parquet),
             // Only reached for a buffer that never got a row: an empty, valid file.
-            None => new_writer(self.table, props)?
+            None => new_writer((self.new_rows)().schema(), props)?
                 .into_inner()
                 .map_err(ArchiveError::Parquet),
         }
     }
 }
 
-/// A Parquet writer of `table` encoding into memory.
+/// The journal records of `a` and `b` together (first, last).
+fn merge_records(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A Parquet writer of files of `schema`, encoding into memory.
 fn new_writer(
-    table: Table,
+    schema: SchemaRef,
     props: &WriterProperties,
 ) -> Result<ArrowWriter<Vec<u8>>, ArchiveError> {
-    ArrowWriter::try_new(Vec::new(), table_schema(table), Some(props.clone()))
-        .map_err(ArchiveError::Parquet)
+    ArrowWriter::try_new(Vec::new(), schema, Some(props.clone())).map_err(ArchiveError::Parquet)
 }
 
 /// The memory budget shared by every archive writer of one data directory.

@@ -33,7 +33,7 @@ use parquet::arrow::ArrowWriter;
 
 use super::lock::{self, PartitionDir, PartitionLock};
 use super::partition::{writer_properties, FileSettings, Table, IN_PROGRESS_SUFFIX};
-use super::{file_settings, record_ranges, table_schema, ArchiveError};
+use super::{file_settings, record_ranges, ArchiveError};
 use crate::config::ArchiveConfig;
 use crate::metrics::Metrics;
 
@@ -224,12 +224,7 @@ impl Compactor {
         let small = self.policy.max_bytes / 2;
         let mut candidates: Vec<FileInfo> = files
             .into_iter()
-            .filter(|f| {
-                f.name.ends_with(".parquet")
-                    && !f.name.starts_with('.')
-                    && f.modified <= aged_before
-                    && f.bytes < small
-            })
+            .filter(|f| is_completed(&f.name) && f.modified <= aged_before && f.bytes < small)
             .collect();
         candidates.sort_by(|a, b| a.name.cmp(&b.name));
         let hour_closed = part.hour_start_ns().is_some_and(|start| {
@@ -352,7 +347,11 @@ impl Compactor {
         files: &[FileInfo],
         staging: &Path,
     ) -> Result<(Vec<FileInfo>, Vec<(u64, u64)>), ArchiveError> {
-        let schema = table_schema(part.table);
+        // The table's schema is that of its newest file: the running release's (the stage
+        // owning the table defines it; the archive does not know it).
+        let Some(schema) = newest_schema(files)? else {
+            return Ok((Vec::new(), Vec::new()));
+        };
         let mut merged_in = Vec::new();
         let mut written = Vec::new();
         for group in groups {
@@ -375,7 +374,8 @@ impl Compactor {
             }
             let name = self.merged_name(&inputs);
             let path = staging.join(&name);
-            let (bytes, rows) = write_sorted(&path, part.table, &batches, &self.policy.settings)?;
+            let (bytes, rows) =
+                write_sorted(&path, part.table, &schema, &batches, &self.policy.settings)?;
             written.push((bytes, rows));
             merged_in.extend(inputs);
         }
@@ -500,6 +500,35 @@ fn list(dir: &Path) -> Result<Option<Vec<FileInfo>>, ArchiveError> {
     Ok(Some(out))
 }
 
+/// True for a completed Parquet file's name.
+fn is_completed(name: &str) -> bool {
+    name.ends_with(".parquet") && !name.starts_with('.')
+}
+
+/// The Arrow schema of the newest completed file of `files` whose footer can be read (by
+/// modification time, then name); `None` if there is none.
+fn newest_schema(files: &[FileInfo]) -> Result<Option<arrow::datatypes::SchemaRef>, ArchiveError> {
+    let mut newest: Vec<&FileInfo> = files.iter().filter(|f| is_completed(&f.name)).collect();
+    newest.sort_by(|a, b| (b.modified, &b.name).cmp(&(a.modified, &a.name)));
+    let mut first_error = None;
+    for f in newest {
+        let opened = File::open(&f.path)
+            .map_err(|e| ArchiveError::io(&f.path, e))
+            .and_then(|file| {
+                ParquetRecordBatchReaderBuilder::try_new(file).map_err(ArchiveError::Parquet)
+            });
+        match opened {
+            Ok(builder) => return Ok(Some(Arc::clone(builder.schema()))),
+            // A damaged file does not decide the schema; the next newest does.
+            Err(e) => {
+                tracing::warn!(path = %f.path.display(), error = %e, "archive file unreadable");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(None), Err)
+}
+
 /// The batches of one file, or `None` if its schema is not the table's.
 fn read_file(
     path: &Path,
@@ -508,7 +537,7 @@ fn read_file(
     if !path
         .file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(|n| n.ends_with(".parquet") && !n.starts_with('.'))
+        .is_some_and(is_completed)
     {
         return Ok(None);
     }
@@ -538,14 +567,15 @@ fn sort_columns(table: Table) -> &'static [&'static str] {
     }
 }
 
-/// Writes `batches` to `path` sorted by the table's key, fsynced; returns (bytes, rows).
+/// Writes `batches` (of `schema`) to `path` sorted by the table's key, fsynced; returns
+/// (bytes, rows).
 fn write_sorted(
     path: &Path,
     table: Table,
+    schema: &arrow::datatypes::SchemaRef,
     batches: &[RecordBatch],
     settings: &FileSettings,
 ) -> Result<(u64, u64), ArchiveError> {
-    let schema = table_schema(table);
     let mut keys = Vec::new();
     for name in sort_columns(table) {
         let idx = schema.index_of(name)?;
@@ -575,7 +605,7 @@ fn write_sorted(
     };
     let file = File::create(path).map_err(|e| ArchiveError::io(path, e))?;
     let props = writer_properties(settings, table)?;
-    let mut writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props))
+    let mut writer = ArrowWriter::try_new(file, Arc::clone(schema), Some(props))
         .map_err(ArchiveError::Parquet)?;
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     let chunk = settings.row_group_rows.clamp(1, 65536);

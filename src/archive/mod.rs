@@ -9,6 +9,12 @@
 //! compaction ([`compact`]) without a reader ever seeing a row twice or missing one.
 //! Everything handed to the archive is in a completed file once [`Archive::close`] returns.
 //! It receives protected events only.
+//!
+//! The archive is a sink: it writes the rows of `spans` and `logs` itself (the journal's
+//! events, [`Archive::append_kept`]), and every other stage hands it rows of a table it owns
+//! through one interface, [`rows::ArchiveRow`] ([`Archive::append_rows`]): the stage defines
+//! the table's schema and builders, the archive partitions, buffers and writes them, and
+//! never imports the stage.
 
 pub mod buffer;
 pub mod compact;
@@ -16,6 +22,7 @@ pub mod consumer;
 pub mod flush;
 pub mod lock;
 pub mod partition;
+pub mod rows;
 pub mod schema;
 
 use std::collections::HashMap;
@@ -23,15 +30,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::assemble::summary::RequestSummary;
 use crate::config::ArchiveConfig;
 use crate::event::EventBatch;
 use crate::metrics::Metrics;
-use buffer::{PartitionBuffer, Rows, SharedBudget};
+use buffer::{PartitionBuffer, SharedBudget};
 use parquet::file::properties::WriterProperties;
 use partition::{
     writer_properties, CompletedFile, FileSettings, PartitionKey, Table, IN_PROGRESS_SUFFIX,
 };
+use rows::{downcast, new_rows, ArchiveRow, TableRows};
+use schema::{LogRows, SpanRows};
 
 /// What went wrong writing the archive.
 #[derive(Debug, thiserror::Error)]
@@ -140,16 +148,6 @@ fn table_index(t: Table) -> usize {
         Table::Logs => 1,
         Table::Requests => 2,
         Table::Alarms => 3,
-    }
-}
-
-/// The Arrow schema of a table.
-pub fn table_schema(t: Table) -> arrow::datatypes::SchemaRef {
-    match t {
-        Table::Spans => schema::spans_schema(),
-        Table::Logs => schema::logs_schema(),
-        Table::Requests => schema::requests_schema(),
-        Table::Alarms => schema::alarms_schema(),
     }
 }
 
@@ -280,14 +278,13 @@ impl Archive {
             .zip(spans)
             .filter(|(_, &k)| k)
             .map(|(s, _)| s);
+        let records = seq.map(|s| (s, s));
         for group in group_by_partition(kept_spans, |s| (s.tenant.as_str(), s.start_ns)) {
             let key = PartitionKey::new(Table::Spans, &group[0].tenant, group[0].start_ns);
-            self.add(key, seq, group.len(), |rows| match rows {
-                Rows::Spans(r) => group
-                    .iter()
-                    .try_for_each(|s| r.append(s))
-                    .map_err(ArchiveError::from),
-                _ => unreachable_table(),
+            self.add(key, records, new_rows::<SpanRows>, group.len(), |rows| {
+                let rows = downcast::<SpanRows>(rows)?;
+                group.iter().try_for_each(|s| rows.append(s))?;
+                Ok(())
             });
         }
         let kept_logs = batch
@@ -298,12 +295,10 @@ impl Archive {
             .map(|(l, _)| l);
         for group in group_by_partition(kept_logs, |l| (l.tenant.as_str(), l.time_ns)) {
             let key = PartitionKey::new(Table::Logs, &group[0].tenant, group[0].time_ns);
-            self.add(key, seq, group.len(), |rows| match rows {
-                Rows::Logs(r) => group
-                    .iter()
-                    .try_for_each(|l| r.append(l))
-                    .map_err(ArchiveError::from),
-                _ => unreachable_table(),
+            self.add(key, records, new_rows::<LogRows>, group.len(), |rows| {
+                let rows = downcast::<LogRows>(rows)?;
+                group.iter().try_for_each(|l| rows.append(l))?;
+                Ok(())
             });
         }
         self.settle();
@@ -467,41 +462,32 @@ impl Archive {
         tracing::debug!(path = %done.path.display(), rows = done.rows, bytes = done.bytes, "archive file complete");
     }
 
-    /// Adds request summaries, partitioned by tenant and the request's start.
-    pub fn append_summaries(&mut self, summaries: &[RequestSummary]) {
-        for s in summaries {
-            let key = PartitionKey::new(Table::Requests, &s.tenant, s.start_ns);
-            let seq = (s.first_record > 0).then_some(s.first_record);
-            self.add(key, seq, 1, |rows| match rows {
-                Rows::Requests(r) => r.append(s).map_err(ArchiveError::from),
-                _ => unreachable_table(),
+    /// Adds a stage's rows, each to the partition of its tenant and hour. Files are completed
+    /// only between calls, so a file holds all of a call's rows for its partition or none.
+    pub fn append_rows<R: ArchiveRow>(&mut self, rows: &[R]) {
+        for group in group_by_partition(rows.iter(), |r| (r.tenant(), r.time_ns())) {
+            let key = PartitionKey::new(R::TABLE, group[0].tenant(), group[0].time_ns());
+            let seqs = || group.iter().filter_map(|r| r.record());
+            let records = seqs().min().zip(seqs().max());
+            self.add(key, records, new_rows::<R::Rows>, group.len(), |rows| {
+                // Once per partition of the call, not once per row.
+                let rows = downcast::<R::Rows>(rows)?;
+                group.iter().try_for_each(|r| r.append_to(rows))?;
+                Ok(())
             });
         }
         self.settle();
     }
 
-    /// Adds alarms, partitioned by tenant and the time they fired.
-    pub fn append_alarms(&mut self, alarms: &[crate::budget::evaluate::Alarm]) {
-        for a in alarms {
-            let key = PartitionKey::new(Table::Alarms, &a.tenant, a.time_ns);
-            self.add(key, None, 1, |rows| match rows {
-                Rows::Alarms(r) => {
-                    r.append(a);
-                    Ok(())
-                }
-                _ => unreachable_table(),
-            });
-        }
-        self.settle();
-    }
-
-    /// Adds `n` rows (filled into the partition's builders by `fill`) to `key`'s buffer.
+    /// Adds `n` rows of journal `records` (filled into the partition's builders, made by
+    /// `new_rows`, by `fill`) to `key`'s buffer.
     fn add(
         &mut self,
         key: PartitionKey,
-        seq: Option<u64>,
+        records: Option<(u64, u64)>,
+        new_rows: fn() -> Box<dyn TableRows>,
         n: usize,
-        fill: impl FnOnce(&mut Rows) -> Result<(), ArchiveError>,
+        fill: impl FnOnce(&mut dyn TableRows) -> Result<(), ArchiveError>,
     ) {
         let now = Instant::now();
         let table = key.table;
@@ -514,11 +500,11 @@ impl Archive {
                 self.per_table[table_index(table)] += 1;
                 self.metrics
                     .set_open_files(table, self.per_table[table_index(table)]);
-                e.insert(PartitionBuffer::new(table, now))
+                e.insert(PartitionBuffer::new(new_rows, now))
             }
         };
         let batch = (self.batch_rows, BATCH_BYTES);
-        match buffer.add(seq, n, fill, batch, &self.props[table_index(table)]) {
+        match buffer.add(records, n, fill, batch, &self.props[table_index(table)]) {
             Ok(delta) => {
                 let full = buffer.bytes() as u64 >= self.settings.max_bytes;
                 self.held = self.held.saturating_add_signed(delta);
@@ -530,8 +516,7 @@ impl Archive {
             Err(e) => {
                 // The builders may be out of step: the buffer goes, and its rows stay in the
                 // journal for the next start.
-                let at_stake = buffer.rows() as u64;
-                let records = buffer.records.or(seq.map(|s| (s, s)));
+                let (at_stake, records) = (buffer.rows() as u64, buffer.records);
                 self.take_buffer(&key);
                 self.fail(table, at_stake, records, &e);
             }
@@ -779,13 +764,6 @@ pub fn record_ranges(name: &str) -> Vec<(String, u64, u64)> {
         }
     }
     out
-}
-
-fn unreachable_table() -> Result<(), ArchiveError> {
-    // Partition keys carry their table, so rows always match; this is a defect if reached.
-    Err(ArchiveError::Arrow(
-        arrow::error::ArrowError::InvalidArgumentError("row sent to the wrong table".into()),
-    ))
 }
 
 fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {

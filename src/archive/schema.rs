@@ -1,4 +1,6 @@
-//! Arrow schemas of the archive tables, and the column builders that fill them.
+//! Arrow schemas of the `spans` and `logs` tables, the column builders that fill them, and
+//! the builder helpers the stages owning the other tables share (`requests`: `assemble::rows`;
+//! `alarms`: `budget::rows`).
 //!
 //! Column names are a contract with responders' saved queries: they are documented one per
 //! line in `schemas/archive.md` and only ever added to. The partition columns `tenant`,
@@ -7,7 +9,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, MapBuilder,
+    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, MapBuilder,
     MapFieldNames, StringBuilder, TimestampNanosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -15,12 +17,13 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use serde::Serialize;
 
-use crate::assemble::summary::RequestSummary;
-use crate::budget::evaluate::Alarm;
+use super::rows::TableRows;
 use crate::event::{
     hex_id, AttrValue, Attributes, AuditFields, GenAiFields, LogRecord, Redactions, SpanRecord,
-    SCHEMA_VERSION,
 };
+
+/// Written into every row's `schema_version` column (the event contract's version).
+pub use crate::event::SCHEMA_VERSION;
 
 /// Rows a fresh builder has room for. Arrow's default (1024 a column, some 300 KiB for the
 /// span builders) would make every buffered partition hold that much however few its rows;
@@ -28,7 +31,8 @@ use crate::event::{
 const INITIAL_ROWS: usize = 16;
 
 /// Builders created with room for [`INITIAL_ROWS`].
-trait Small {
+pub trait Small {
+    /// An empty builder with room for a few rows.
     fn small() -> Self;
 }
 
@@ -61,13 +65,16 @@ impl<T: Small, const N: usize> Small for [T; N] {
     }
 }
 
-const UTC: &str = "UTC";
+/// The time zone of every timestamp column.
+pub const UTC: &str = "UTC";
 
-fn ts() -> DataType {
+/// The type of every timestamp column: ns, UTC.
+pub fn ts() -> DataType {
     DataType::Timestamp(TimeUnit::Nanosecond, Some(UTC.into()))
 }
 
-fn utf8(name: &str, nullable: bool) -> Field {
+/// A text column.
+pub fn utf8(name: &str, nullable: bool) -> Field {
     Field::new(name, DataType::Utf8, nullable)
 }
 
@@ -76,7 +83,7 @@ fn redactions_field() -> Field {
 }
 
 /// A `Map<Utf8, Int64>` column (rule or tool name to a count).
-fn counts_map_field(name: &str) -> Field {
+pub fn counts_map_field(name: &str) -> Field {
     let entries = Field::new(
         "entries",
         DataType::Struct(
@@ -408,8 +415,8 @@ impl AuditColumns {
     }
 }
 
-/// A `Map<Utf8, Int64>` column: rule id or tool name to a count.
-struct CountsColumn(MapBuilder<StringBuilder, Int64Builder>);
+/// The builder of a [`counts_map_field`] column: rule id or tool name to a count.
+pub struct CountsColumn(MapBuilder<StringBuilder, Int64Builder>);
 
 impl Default for CountsColumn {
     fn default() -> Self {
@@ -422,7 +429,8 @@ impl Default for CountsColumn {
 }
 
 impl CountsColumn {
-    fn append<'a>(
+    /// Adds one row's map.
+    pub fn append<'a>(
         &mut self,
         entries: impl IntoIterator<Item = (&'a str, i64)>,
     ) -> Result<(), ArrowError> {
@@ -438,7 +446,8 @@ impl CountsColumn {
         self.append(r.iter().map(|(rule, n)| (rule.as_str(), i64::from(*n))))
     }
 
-    fn finish(&mut self) -> ArrayRef {
+    /// The column so far; the builder starts over empty.
+    pub fn finish(&mut self) -> ArrayRef {
         Arc::new(self.0.finish())
     }
 }
@@ -500,20 +509,14 @@ impl Default for SpanRows {
     }
 }
 
-impl SpanRows {
-    /// Rows collected so far.
-    pub fn len(&self) -> usize {
+impl TableRows for SpanRows {
+    fn len(&self) -> usize {
         self.len
-    }
-
-    /// True when no rows are collected.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// About the memory the collected rows hold: their JSON, name and status text, and a
     /// fixed share for the other columns.
-    pub fn approx_bytes(&self) -> usize {
+    fn approx_bytes(&self) -> usize {
         let text: usize = self
             .json
             .iter()
@@ -524,6 +527,46 @@ impl SpanRows {
         text + self.len * 400
     }
 
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        cols.push(Arc::new(self.schema_version.finish()));
+        cols.extend(
+            self.head
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.start_time.finish()));
+        cols.push(Arc::new(self.end_time.finish()));
+        cols.push(Arc::new(self.duration_ns.finish()));
+        cols.push(Arc::new(self.status_code.finish()));
+        cols.push(Arc::new(self.status_message.finish()));
+        self.gen_ai.finish(&mut cols);
+        self.audit.finish(&mut cols);
+        cols.extend(
+            self.json
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.extend(
+            self.dropped
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(self.redactions.finish());
+        self.len = 0;
+        RecordBatch::try_new(Arc::clone(&self.schema), cols)
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+impl SpanRows {
     /// Adds one span.
     pub fn append(&mut self, s: &SpanRecord) -> Result<(), ArrowError> {
         self.schema_version.append_value(SCHEMA_VERSION);
@@ -582,37 +625,6 @@ impl SpanRows {
         self.len += 1;
         Ok(())
     }
-
-    /// The collected rows as a record batch; the builders start over empty.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        cols.push(Arc::new(self.schema_version.finish()));
-        cols.extend(
-            self.head
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.push(Arc::new(self.start_time.finish()));
-        cols.push(Arc::new(self.end_time.finish()));
-        cols.push(Arc::new(self.duration_ns.finish()));
-        cols.push(Arc::new(self.status_code.finish()));
-        cols.push(Arc::new(self.status_message.finish()));
-        self.gen_ai.finish(&mut cols);
-        self.audit.finish(&mut cols);
-        cols.extend(
-            self.json
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.extend(
-            self.dropped
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.push(self.redactions.finish());
-        self.len = 0;
-        RecordBatch::try_new(Arc::clone(&self.schema), cols)
-    }
 }
 
 /// Rows of the `logs` table being collected for one record batch.
@@ -652,20 +664,14 @@ impl Default for LogRows {
     }
 }
 
-impl LogRows {
-    /// Rows collected so far.
-    pub fn len(&self) -> usize {
+impl TableRows for LogRows {
+    fn len(&self) -> usize {
         self.len
-    }
-
-    /// True when no rows are collected.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// About the memory the collected rows hold: their text and JSON, and a fixed share for
     /// the other columns.
-    pub fn approx_bytes(&self) -> usize {
+    fn approx_bytes(&self) -> usize {
         let text: usize = self
             .text
             .iter()
@@ -675,6 +681,44 @@ impl LogRows {
         text + self.len * 300
     }
 
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        cols.push(Arc::new(self.schema_version.finish()));
+        cols.push(Arc::new(self.time.finish()));
+        cols.push(Arc::new(self.observed_time.finish()));
+        cols.extend(
+            self.ids
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.severity_number.finish()));
+        cols.extend(
+            self.text
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        self.audit.finish(&mut cols);
+        cols.extend(
+            self.json
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.dropped.finish()));
+        cols.push(self.redactions.finish());
+        self.len = 0;
+        RecordBatch::try_new(Arc::clone(&self.schema), cols)
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+impl LogRows {
     /// Adds one log record.
     pub fn append(&mut self, r: &LogRecord) -> Result<(), ArrowError> {
         self.schema_version.append_value(SCHEMA_VERSION);
@@ -704,370 +748,5 @@ impl LogRows {
         self.redactions.append_redactions(&r.redactions)?;
         self.len += 1;
         Ok(())
-    }
-
-    /// The collected rows as a record batch; the builders start over empty.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        cols.push(Arc::new(self.schema_version.finish()));
-        cols.push(Arc::new(self.time.finish()));
-        cols.push(Arc::new(self.observed_time.finish()));
-        cols.extend(
-            self.ids
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.push(Arc::new(self.severity_number.finish()));
-        cols.extend(
-            self.text
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        self.audit.finish(&mut cols);
-        cols.extend(
-            self.json
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.push(Arc::new(self.dropped.finish()));
-        cols.push(self.redactions.finish());
-        self.len = 0;
-        RecordBatch::try_new(Arc::clone(&self.schema), cols)
-    }
-}
-
-/// Schema of the `requests` table: one row per version of a request's summary.
-pub fn requests_schema() -> SchemaRef {
-    let int = |n: &str| Field::new(n, DataType::Int64, false);
-    Arc::new(Schema::new(vec![
-        Field::new("schema_version", DataType::Int32, false),
-        utf8("request_id", false),
-        Field::new(
-            "trace_ids",
-            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
-            false,
-        ),
-        utf8("principal_id", true),
-        Field::new("start_time", ts(), false),
-        Field::new("end_time", ts(), false),
-        int("duration_ns"),
-        utf8("completeness", false),
-        Field::new("summary_version", DataType::Int32, false),
-        int("span_count"),
-        int("orphan_count"),
-        int("model_turns"),
-        int("tool_calls"),
-        counts_map_field("tool_calls_by_tool"),
-        int("downstream_calls"),
-        int("input_tokens"),
-        int("output_tokens"),
-        int("cache_read_tokens"),
-        int("cache_creation_tokens"),
-        Field::new("cost_usd", DataType::Float64, false),
-        int("unpriced_model_turns"),
-        Field::new("claimed_cost_usd", DataType::Float64, true),
-        Field::new("cost_disagrees", DataType::Boolean, false),
-        int("denials"),
-        int("confirmations_requested"),
-        int("confirmations_approved"),
-        int("retries"),
-        int("timeouts"),
-        int("errors"),
-        utf8("stop_reason", true),
-        utf8("outcome", false),
-    ]))
-}
-
-/// The `alarms` table: one row per alarm and resolution.
-pub fn alarms_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("schema_version", DataType::Int32, false),
-        Field::new("time", ts(), false),
-        utf8("alarm_id", false),
-        utf8("scope", false),
-        utf8("scope_id", false),
-        utf8("budget", false),
-        utf8("level", false),
-        utf8("reason", false),
-        Field::new("observed", DataType::Float64, false),
-        Field::new("limit_value", DataType::Float64, false),
-        utf8("request_id", true),
-        utf8("trace_id", true),
-    ]))
-}
-
-/// Rows of the `alarms` table being collected for one record batch.
-pub struct AlarmRows {
-    schema: SchemaRef,
-    len: usize,
-    schema_version: Int32Builder,
-    time: TimestampNanosecondBuilder,
-    /// alarm_id, scope, scope_id, budget, level, reason.
-    text: [StringBuilder; 6],
-    observed: Float64Builder,
-    limit_value: Float64Builder,
-    request_id: StringBuilder,
-    trace_id: StringBuilder,
-}
-
-impl Default for AlarmRows {
-    fn default() -> Self {
-        AlarmRows {
-            schema: alarms_schema(),
-            len: 0,
-            schema_version: Int32Builder::small(),
-            time: TimestampNanosecondBuilder::small().with_timezone(UTC),
-            text: Small::small(),
-            observed: Float64Builder::small(),
-            limit_value: Float64Builder::small(),
-            request_id: StringBuilder::small(),
-            trace_id: StringBuilder::small(),
-        }
-    }
-}
-
-impl AlarmRows {
-    /// Rows collected so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when no rows are collected.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Adds one alarm.
-    pub fn append(&mut self, a: &Alarm) {
-        self.schema_version.append_value(SCHEMA_VERSION);
-        self.time.append_value(a.time_ns);
-        let values = [
-            a.alarm_id.as_str(),
-            a.scope.as_str(),
-            a.scope_id.as_str(),
-            a.budget.as_str(),
-            a.level.as_str(),
-            a.reason.as_str(),
-        ];
-        for (b, v) in self.text.iter_mut().zip(values) {
-            b.append_value(v);
-        }
-        self.observed.append_value(a.observed);
-        self.limit_value.append_value(a.limit);
-        self.request_id.append_option(a.request_id.as_deref());
-        self.trace_id.append_option(a.trace_id.as_deref());
-        self.len += 1;
-    }
-
-    /// Builds the record batch and resets the builders.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(self.schema_version.finish()),
-            Arc::new(self.time.finish()),
-        ];
-        for b in &mut self.text {
-            columns.push(Arc::new(b.finish()));
-        }
-        columns.push(Arc::new(self.observed.finish()));
-        columns.push(Arc::new(self.limit_value.finish()));
-        columns.push(Arc::new(self.request_id.finish()));
-        columns.push(Arc::new(self.trace_id.finish()));
-        self.len = 0;
-        RecordBatch::try_new(Arc::clone(&self.schema), columns)
-    }
-}
-
-/// Rows of the `requests` table being collected for one record batch.
-pub struct RequestRows {
-    schema: SchemaRef,
-    len: usize,
-    schema_version: Int32Builder,
-    request_id: StringBuilder,
-    trace_ids: ListBuilder<StringBuilder>,
-    principal_id: StringBuilder,
-    start_time: TimestampNanosecondBuilder,
-    end_time: TimestampNanosecondBuilder,
-    duration_ns: Int64Builder,
-    completeness: StringBuilder,
-    summary_version: Int32Builder,
-    /// span_count … tool_calls, in schema order.
-    counts_before_tools: [Int64Builder; 4],
-    tool_calls_by_tool: CountsColumn,
-    /// downstream_calls … cache_creation_tokens.
-    counts_after_tools: [Int64Builder; 5],
-    cost_usd: Float64Builder,
-    unpriced_model_turns: Int64Builder,
-    claimed_cost_usd: Float64Builder,
-    cost_disagrees: BooleanBuilder,
-    /// denials … errors.
-    decisions: [Int64Builder; 6],
-    stop_reason: StringBuilder,
-    outcome: StringBuilder,
-}
-
-impl Default for RequestRows {
-    fn default() -> Self {
-        RequestRows {
-            schema: requests_schema(),
-            len: 0,
-            schema_version: Int32Builder::small(),
-            request_id: StringBuilder::small(),
-            trace_ids: ListBuilder::new(StringBuilder::small()),
-            principal_id: StringBuilder::small(),
-            start_time: TimestampNanosecondBuilder::small().with_timezone(UTC),
-            end_time: TimestampNanosecondBuilder::small().with_timezone(UTC),
-            duration_ns: Int64Builder::small(),
-            completeness: StringBuilder::small(),
-            summary_version: Int32Builder::small(),
-            counts_before_tools: Small::small(),
-            tool_calls_by_tool: CountsColumn::default(),
-            counts_after_tools: Small::small(),
-            cost_usd: Float64Builder::small(),
-            unpriced_model_turns: Int64Builder::small(),
-            claimed_cost_usd: Float64Builder::small(),
-            cost_disagrees: BooleanBuilder::small(),
-            decisions: Small::small(),
-            stop_reason: StringBuilder::small(),
-            outcome: StringBuilder::small(),
-        }
-    }
-}
-
-fn count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-impl RequestRows {
-    /// Rows collected so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when no rows are collected.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Adds one summary.
-    pub fn append(&mut self, r: &RequestSummary) -> Result<(), ArrowError> {
-        self.schema_version.append_value(SCHEMA_VERSION);
-        self.request_id.append_value(&r.request_id);
-        for t in &r.trace_ids {
-            self.trace_ids.values().append_value(t);
-        }
-        self.trace_ids.append(true);
-        self.principal_id.append_option(r.principal_id.as_deref());
-        self.start_time.append_value(r.start_ns);
-        self.end_time.append_value(r.end_ns);
-        self.duration_ns.append_value(r.duration_ns());
-        self.completeness.append_value(r.completeness.as_str());
-        self.summary_version
-            .append_value(i32::try_from(r.summary_version).unwrap_or(i32::MAX));
-        let [spans, orphans, turns, tools] = &mut self.counts_before_tools;
-        spans.append_value(count(r.span_count));
-        orphans.append_value(count(r.orphan_count));
-        turns.append_value(count(r.model_turns));
-        tools.append_value(count(r.tool_calls));
-        self.tool_calls_by_tool.append(
-            r.tool_calls_by_tool
-                .iter()
-                .map(|(tool, n)| (tool.as_str(), count(*n))),
-        )?;
-        let [downstream, input, output, cache_read, cache_creation] = &mut self.counts_after_tools;
-        downstream.append_value(count(r.downstream_calls));
-        input.append_value(r.input_tokens);
-        output.append_value(r.output_tokens);
-        cache_read.append_value(r.cache_read_tokens);
-        cache_creation.append_value(r.cache_creation_tokens);
-        self.cost_usd.append_value(r.cost_usd);
-        self.unpriced_model_turns
-            .append_value(count(r.unpriced_model_turns));
-        self.claimed_cost_usd.append_option(r.claimed_cost_usd);
-        self.cost_disagrees.append_value(r.cost_disagrees);
-        let values = [
-            r.denials,
-            r.confirmations_requested,
-            r.confirmations_approved,
-            r.retries,
-            r.timeouts,
-            r.errors,
-        ];
-        for (b, v) in self.decisions.iter_mut().zip(values) {
-            b.append_value(count(v));
-        }
-        self.stop_reason.append_option(r.stop_reason.as_deref());
-        self.outcome.append_value(r.outcome);
-        self.len += 1;
-        Ok(())
-    }
-
-    /// The collected rows as a record batch; the builders start over empty.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        let mut cols: Vec<ArrayRef> = vec![
-            Arc::new(self.schema_version.finish()),
-            Arc::new(self.request_id.finish()),
-            Arc::new(self.trace_ids.finish()),
-            Arc::new(self.principal_id.finish()),
-            Arc::new(self.start_time.finish()),
-            Arc::new(self.end_time.finish()),
-            Arc::new(self.duration_ns.finish()),
-            Arc::new(self.completeness.finish()),
-            Arc::new(self.summary_version.finish()),
-        ];
-        cols.extend(
-            self.counts_before_tools
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.push(self.tool_calls_by_tool.finish());
-        cols.extend(
-            self.counts_after_tools
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.push(Arc::new(self.cost_usd.finish()));
-        cols.push(Arc::new(self.unpriced_model_turns.finish()));
-        cols.push(Arc::new(self.claimed_cost_usd.finish()));
-        cols.push(Arc::new(self.cost_disagrees.finish()));
-        cols.extend(
-            self.decisions
-                .iter_mut()
-                .map(|b| Arc::new(b.finish()) as ArrayRef),
-        );
-        cols.push(Arc::new(self.stop_reason.finish()));
-        cols.push(Arc::new(self.outcome.finish()));
-        self.len = 0;
-        RecordBatch::try_new(Arc::clone(&self.schema), cols)
-    }
-}
-
-#[cfg(test)]
-mod doc_tests {
-    use super::*;
-
-    /// Every column of every table has its row in `schemas/archive.md`, in order.
-    #[test]
-    fn every_column_is_documented_in_order() {
-        let doc = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/archive.md"),
-        )
-        .expect("schemas/archive.md");
-        for (table, schema) in [
-            ("spans", spans_schema()),
-            ("logs", logs_schema()),
-            ("requests", requests_schema()),
-            ("alarms", alarms_schema()),
-        ] {
-            let start = doc
-                .find(&format!("## `{table}`"))
-                .unwrap_or_else(|| panic!("no section for {table}"));
-            let section = &doc[start..];
-            let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
-            let section = &section[..end];
-            for (i, field) in schema.fields().iter().enumerate() {
-                let row = format!("| {} | `{}` |", i + 1, field.name());
-                assert!(section.contains(&row), "{table}: missing {row}");
-            }
-        }
     }
 }

@@ -10,6 +10,7 @@
 //! the archive: it reads protected batches after they were queued for writing.
 
 pub mod prices;
+pub mod rows;
 pub mod summary;
 
 use std::cmp::Reverse;
@@ -723,7 +724,7 @@ impl AssembleConsumer {
             self.metrics.request_summary(s.completeness.as_str());
         }
         self.totals.summaries += out.len() as u64;
-        self.archive.append_summaries(&out);
+        self.archive.append_rows(&out);
     }
 }
 

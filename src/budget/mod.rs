@@ -9,13 +9,15 @@
 //! Parts: the `[budget]` configuration ([`config`]), rolling windows over event time
 //! ([`window`]), the canonical digest of a tool call's arguments ([`digest`]), the streaming
 //! evaluator ([`evaluate`]), delivery to webhooks and Alertmanager ([`deliver`]), alarms as
-//! OTLP log records ([`record`]) and the saved window state ([`state`]).
+//! OTLP log records ([`record`]), alarms as rows of the `alarms` table ([`rows`]) and the
+//! saved window state ([`state`]).
 
 pub mod config;
 pub mod deliver;
 pub mod digest;
 pub mod evaluate;
 pub mod record;
+pub mod rows;
 pub mod state;
 pub mod window;
 
@@ -222,7 +224,7 @@ fn raise(stage: &mut BudgetStage, alarms: &[Alarm], totals: &mut BudgetTotals) {
         );
     }
     totals.alarms += alarms.len() as u64;
-    stage.archive.append_alarms(alarms);
+    stage.archive.append_rows(alarms);
     stage.delivery.offer(alarms);
 }
 

@@ -26,7 +26,6 @@ use datafusion::prelude::SessionConfig;
 use futures_util::StreamExt;
 
 use crate::archive::partition::Table;
-use crate::archive::schema;
 
 /// Why a query could not run.
 #[derive(Debug, thiserror::Error)]
@@ -91,12 +90,13 @@ where
 /// The tables `toolwatch query` registers, with their schemas.
 pub const TABLES: &[Table] = &[Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
 
-fn table_schema(table: Table) -> SchemaRef {
+/// A table's schema, from the stage owning its rows (the archive's for spans and logs).
+pub fn table_schema(table: Table) -> SchemaRef {
     match table {
-        Table::Spans => schema::spans_schema(),
-        Table::Logs => schema::logs_schema(),
-        Table::Requests => schema::requests_schema(),
-        Table::Alarms => schema::alarms_schema(),
+        Table::Spans => crate::archive::schema::spans_schema(),
+        Table::Logs => crate::archive::schema::logs_schema(),
+        Table::Requests => crate::assemble::rows::requests_schema(),
+        Table::Alarms => crate::budget::rows::alarms_schema(),
     }
 }
 
@@ -188,5 +188,33 @@ mod vanished_tests {
         assert!(gone.is_vanished_file());
         assert!(!QueryError::Sql("table 'nope' not found".into()).is_vanished_file());
         assert!(!QueryError::NotFound("req-1".into()).is_vanished_file());
+    }
+}
+
+#[cfg(test)]
+mod doc_tests {
+    use super::{table_schema, TABLES};
+
+    /// Every column of every table has its row in `schemas/archive.md`, in order (here, where
+    /// every stage's schema is in sight).
+    #[test]
+    fn every_column_is_documented_in_order() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/archive.md"),
+        )
+        .expect("schemas/archive.md");
+        for &t in TABLES {
+            let (table, schema) = (t.as_str(), table_schema(t));
+            let start = doc
+                .find(&format!("## `{table}`"))
+                .unwrap_or_else(|| panic!("no section for {table}"));
+            let section = &doc[start..];
+            let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
+            let section = &section[..end];
+            for (i, field) in schema.fields().iter().enumerate() {
+                let row = format!("| {} | `{}` |", i + 1, field.name());
+                assert!(section.contains(&row), "{table}: missing {row}");
+            }
+        }
     }
 }
