@@ -602,7 +602,8 @@ fn budget_stage(
         &alarm_files,
         instance_id,
         Arc::clone(&metrics),
-    )?;
+    )?
+    .for_consumer("budget");
     let still_firing = evaluator.active_window_alarms(crate::budget::now_ns());
     let (delivery, tasks) = Delivery::start(
         &config.budget.webhooks,

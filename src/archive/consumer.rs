@@ -128,7 +128,6 @@ pub struct ArchiveConsumer {
     recent: RecentSpans,
     pause: Duration,
     metrics: Arc<Metrics>,
-    last_pressure: Instant,
 }
 
 impl ArchiveConsumer {
@@ -144,7 +143,7 @@ impl ArchiveConsumer {
         metrics: Arc<Metrics>,
     ) -> ArchiveConsumer {
         ArchiveConsumer {
-            archive: archive.with_journal_id(journal_id),
+            archive: archive.with_journal_id(journal_id).for_consumer("archive"),
             data_dir: data_dir.to_path_buf(),
             journal_id: journal_id.to_string(),
             replay_before,
@@ -152,7 +151,6 @@ impl ArchiveConsumer {
             recent,
             pause,
             metrics,
-            last_pressure: Instant::now(),
         }
     }
 
@@ -237,12 +235,9 @@ impl Consumer for ArchiveConsumer {
     }
 
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64 {
-        let now = Instant::now();
-        self.archive.complete_due(now);
-        self.archive.flush_if_asked(next_seq);
         self.archive
-            .relieve_journal(head, "archive", next_seq, &mut self.last_pressure);
-        self.archive.pinned_record().unwrap_or(next_seq)
+            .tick(Instant::now(), next_seq, head.under_pressure())
+            .unwrap_or(next_seq)
     }
 
     fn finish(mut self, next_seq: u64) -> (u64, ArchiveTotals) {

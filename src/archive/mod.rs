@@ -14,7 +14,10 @@
 //! events, [`Archive::append_kept`]), and every other stage hands it rows of a table it owns
 //! through one interface, [`rows::ArchiveRow`] ([`Archive::append_rows`]): the stage defines
 //! the table's schema and builders, the archive partitions, buffers and writes them, and
-//! never imports the stage.
+//! never imports the stage. A consumer writing through an archive keeps it going with one
+//! call at each of its ticks, [`Archive::tick`] (files due, readers' flushes, journal
+//! pressure), takes its checkpoint from [`Archive::pinned_record`] and ends with
+//! [`Archive::close`].
 
 pub mod buffer;
 pub mod compact;
@@ -140,6 +143,10 @@ pub struct Archive {
     compactor: Option<compact::Background>,
     /// Flush requests of readers (see [`flush`]).
     flush: Option<flush::FlushDue>,
+    /// The consumer writing through this archive, for its logs.
+    consumer: &'static str,
+    /// When buffers were last written out early for journal pressure.
+    last_pressure: Instant,
 }
 
 fn table_index(t: Table) -> usize {
@@ -219,6 +226,8 @@ impl Archive {
             totals: ArchiveTotals::default(),
             compactor: compactor.flatten(),
             flush: None,
+            consumer: "archive",
+            last_pressure: Instant::now(),
         })
     }
 
@@ -234,9 +243,29 @@ impl Archive {
         self
     }
 
+    /// Names the journal consumer writing through this archive (for its logs).
+    pub fn for_consumer(mut self, consumer: &'static str) -> Archive {
+        self.consumer = consumer;
+        self.last_pressure = Instant::now();
+        self
+    }
+
+    /// The archive's upkeep, at each tick of its consumer (between records): writes out the
+    /// buffers that reached their age or size; serves readers' flush requests once the
+    /// consumer has read what they asked for (`next_seq`: the first record not yet handed
+    /// over); and while the journal is under `pressure` (see
+    /// `journal::head::JournalHead::under_pressure`), writes out the buffers that hold it back.
+    /// Returns [`Archive::pinned_record`] after all that.
+    pub fn tick(&mut self, now: Instant, next_seq: u64, pressure: bool) -> Option<u64> {
+        self.complete_due(now);
+        self.flush_if_asked(next_seq);
+        self.relieve_journal(pressure, next_seq);
+        self.pinned_record()
+    }
+
     /// Writes out every buffer when a reader asked for it and the consumer has read what the
     /// reader asked for (`next_seq`: the first record not yet handed over). Between records.
-    pub fn flush_if_asked(&mut self, next_seq: u64) {
+    fn flush_if_asked(&mut self, next_seq: u64) {
         let now = Instant::now();
         let Some(n) = self.flush.as_ref().and_then(|f| f.due(next_seq, now)) else {
             return;
@@ -314,26 +343,20 @@ impl Archive {
             .min()
     }
 
-    /// When the journal is over half full, writes out the buffers that hold it back rather
-    /// than let receivers refuse data; at most every [`PRESSURE_EVERY`], since each time makes
-    /// small files. (Whether another consumer is further behind does not matter: waiting for
-    /// each other, two consumers could hold the journal full for good.)
-    pub fn relieve_journal(
-        &mut self,
-        head: &crate::journal::head::JournalHead,
-        consumer: &str,
-        next_seq: u64,
-        last: &mut Instant,
-    ) {
+    /// When the journal is over half full (`pressure`), writes out the buffers that hold it
+    /// back rather than let receivers refuse data; at most every [`PRESSURE_EVERY`], since
+    /// each time makes small files. (Whether another consumer is further behind does not
+    /// matter: waiting for each other, two consumers could hold the journal full for good.)
+    fn relieve_journal(&mut self, pressure: bool, next_seq: u64) {
         if self.pinned_record().is_none()
-            || !head.under_pressure()
-            || last.elapsed() < PRESSURE_EVERY
+            || !pressure
+            || self.last_pressure.elapsed() < PRESSURE_EVERY
         {
             return;
         }
-        *last = Instant::now();
+        self.last_pressure = Instant::now();
         tracing::info!(
-            consumer,
+            consumer = self.consumer,
             "journal over half full: completing archive files early"
         );
         self.complete_records_before(next_seq);
@@ -358,7 +381,7 @@ impl Archive {
     }
 
     /// Writes out every buffer holding a journal record before `seq`.
-    pub fn complete_records_before(&mut self, seq: u64) {
+    fn complete_records_before(&mut self, seq: u64) {
         let keys: Vec<PartitionKey> = self
             .buffers
             .iter()
@@ -562,7 +585,7 @@ impl Archive {
     }
 
     /// Writes out the buffers that reached their age or size.
-    pub fn complete_due(&mut self, now: Instant) {
+    fn complete_due(&mut self, now: Instant) {
         let max_age = self.settings.max_age;
         let max_bytes = self.settings.max_bytes;
         let due: Vec<PartitionKey> = self

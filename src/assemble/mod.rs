@@ -694,7 +694,6 @@ pub struct AssembleConsumer {
     archive: crate::archive::Archive,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     started: std::time::Instant,
-    last_pressure: std::time::Instant,
     totals: AssembleTotals,
 }
 
@@ -707,10 +706,9 @@ impl AssembleConsumer {
     ) -> AssembleConsumer {
         AssembleConsumer {
             assembler,
-            archive,
+            archive: archive.for_consumer("assemble"),
             metrics,
             started: std::time::Instant::now(),
-            last_pressure: std::time::Instant::now(),
             totals: AssembleTotals::default(),
         }
     }
@@ -742,10 +740,10 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
         let out = self.assembler.due(self.now_ms());
         self.write(out);
-        self.archive.complete_due(std::time::Instant::now());
-        self.archive.flush_if_asked(next_seq);
-        self.archive
-            .relieve_journal(head, "assemble", next_seq, &mut self.last_pressure);
+        let pressure = head.under_pressure();
+        let pinned = self
+            .archive
+            .tick(std::time::Instant::now(), next_seq, pressure);
         self.metrics.assemble_state(
             self.assembler.requests_held(),
             self.assembler.spans_held(),
@@ -755,12 +753,12 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         // gets its root span: until `max_age`). When the journal fills up, assembly lets go of
         // them rather than make receivers refuse data: a crash then loses those requests'
         // earlier spans for their summaries (the spans themselves are archived).
-        let open = if head.under_pressure() {
+        let open = if pressure {
             None
         } else {
             self.assembler.oldest_unsummarized_record()
         };
-        [open, self.archive.pinned_record()]
+        [open, pinned]
             .into_iter()
             .flatten()
             .min()

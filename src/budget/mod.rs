@@ -154,9 +154,11 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
             self.last_tick = now;
             let alarms = lock(&self.stage.evaluator).tick(now_ns());
             self.raise(&alarms);
-            self.stage.archive.complete_due(now);
         }
-        self.stage.archive.flush_if_asked(next_seq);
+        // Alarms come from no journal record, so the archive's tick never writes them out for
+        // journal pressure: what holds the journal here is the saved state (below).
+        let pressure = head.under_pressure();
+        self.stage.archive.tick(now, next_seq, pressure);
         if now.duration_since(self.last_gauges) >= GAUGES_EVERY {
             self.last_gauges = now;
             refresh_metrics(&self.stage);
@@ -164,7 +166,7 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         // Saved only while no alarm waits in an open file: a restart replays from here, and
         // an alarm raised before it must already be durable. When the journal fills up, the
         // alarm files are completed early so the stage can save and let go of it.
-        if head.under_pressure()
+        if pressure
             && self.stage.archive.open_files() > 0
             && now.duration_since(self.last_save) >= self.save_every
         {
