@@ -31,10 +31,10 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 
+use super::config::ArchiveConfig;
 use super::lock::{self, PartitionDir, PartitionLock};
 use super::partition::{writer_properties, FileSettings, Table, IN_PROGRESS_SUFFIX};
 use super::{file_settings, record_ranges, ArchiveError};
-use crate::config::ArchiveConfig;
 use crate::metrics::Metrics;
 
 /// Environment variable (a testing aid, not a configuration key): `<step>:<file>` makes a

@@ -298,7 +298,7 @@ mod tests {
 #[cfg(test)]
 mod replay_tests {
     use super::*;
-    use crate::config::ArchiveConfig;
+    use crate::archive::config::ArchiveConfig;
     use crate::event::fixtures;
     use arrow::array::{Array, StringArray};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

@@ -21,6 +21,7 @@
 
 pub mod buffer;
 pub mod compact;
+pub mod config;
 pub mod consumer;
 pub mod flush;
 pub mod lock;
@@ -33,10 +34,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::ArchiveConfig;
 use crate::event::EventBatch;
 use crate::metrics::Metrics;
 use buffer::{PartitionBuffer, SharedBudget};
+use config::ArchiveConfig;
 use parquet::file::properties::WriterProperties;
 use partition::{
     writer_properties, CompletedFile, FileSettings, PartitionKey, Table, IN_PROGRESS_SUFFIX,
@@ -821,7 +822,7 @@ mod tests {
 
     fn archive(dir: &Path, budget: usize) -> Archive {
         let config = ArchiveConfig {
-            compact_every: crate::config::LimitDuration(std::time::Duration::ZERO),
+            compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
             ..ArchiveConfig::default()
         };
         Archive::open(

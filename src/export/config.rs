@@ -250,19 +250,23 @@ impl EndpointConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+
+    /// The `[export]` section of a configuration file holding `text` (the section's keys
+    /// without the `export.` prefix, so line numbers are the file's).
+    fn section(text: &str) -> Result<ExportConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
 
     fn endpoint(name: &str, url: &str, protocol: Protocol) -> EndpointConfig {
         let text = format!(
-            "[[export.endpoints]]\nname = \"{name}\"\nurl = \"{url}\"\nprotocol = \"{}\"\n",
+            "[[endpoints]]\nname = \"{name}\"\nurl = \"{url}\"\nprotocol = \"{}\"\n",
             if protocol == Protocol::Grpc {
                 "grpc"
             } else {
                 "http"
             }
         );
-        let c = Config::from_toml(&text, "t").expect("parses");
-        c.export.endpoints[0].clone()
+        section(&text).expect("parses").endpoints[0].clone()
     }
 
     fn check(endpoints: Vec<EndpointConfig>) -> Result<(), String> {
@@ -320,12 +324,9 @@ mod tests {
 
     #[test]
     fn bad_protocol_is_named_with_its_line() {
-        let err = Config::from_toml(
-            "[[export.endpoints]]\nname = \"a\"\nurl = \"http://h:1\"\nprotocol = \"thrift\"\n",
-            "f.toml",
-        )
-        .expect_err("bad protocol")
-        .to_string();
+        let err =
+            section("[[endpoints]]\nname = \"a\"\nurl = \"http://h:1\"\nprotocol = \"thrift\"\n")
+                .expect_err("bad protocol");
         assert!(err.contains("line 4"), "{err}");
         assert!(
             err.contains("unknown variant `thrift`, expected `grpc` or `http`"),
