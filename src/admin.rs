@@ -134,7 +134,7 @@ async fn budgets(
     // The evaluator's lock is shared with the budget thread: take it off the async workers.
     let body = tokio::task::spawn_blocking(move || {
         let mut e = evaluator.lock().unwrap_or_else(PoisonError::into_inner);
-        budget_report(&mut e, tenant.as_deref(), crate::budget::now_ns())
+        budget_report(&mut e, tenant.as_deref(), crate::clock::now_ns())
     })
     .await;
     match body {

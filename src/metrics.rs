@@ -16,7 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::archive::partition::Table;
+use crate::clock::now_ns;
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +134,24 @@ pub struct Metrics {
     pub export: ExportMetrics,
 }
 
+/// The journal's state for [`JournalMetrics::observe`] (numbers, so the metrics need not
+/// know the journal).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalState {
+    /// Bytes on disk.
+    pub disk_bytes: u64,
+    /// The configured bound.
+    pub max_bytes: u64,
+    /// Records made durable since start.
+    pub records: u64,
+    /// Commits since start.
+    pub commits: u64,
+    /// The first sequence number not yet durable.
+    pub committed: u64,
+    /// Each consumer's checkpoint.
+    pub positions: Vec<(String, u64)>,
+}
+
 /// The journal's metrics: size, commits, refusals, each consumer's lag, recovery.
 #[derive(Default)]
 pub struct JournalMetrics {
@@ -209,33 +227,24 @@ impl JournalMetrics {
         );
     }
 
-    /// Counts a refused append.
-    pub fn refused(&self, e: &crate::journal::writer::AppendError) {
-        use crate::journal::writer::AppendError as E;
-        let reason = match e {
-            E::Full { .. } => "full",
-            E::Busy => "busy",
-            E::Failed(_) => "failed",
-            E::Closed => "closed",
-        };
+    /// Counts a refused append, by the journal's reason (`full`, `busy`, `failed`, `closed`).
+    pub fn refused(&self, reason: &'static str) {
         self.refused.get_or_create(&[("reason", reason)]).inc();
     }
 
-    /// Size, totals and lags from the journal's head.
-    pub fn observe(&self, head: &crate::journal::head::JournalHead) {
+    /// Size, totals and lags as the journal's head reports them.
+    pub fn observe(&self, head: JournalState) {
         let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        self.bytes.set(to_i64(head.disk_bytes()));
-        self.max_bytes.set(to_i64(head.max_bytes()));
-        let (records, commits) = head.totals();
+        self.bytes.set(to_i64(head.disk_bytes));
+        self.max_bytes.set(to_i64(head.max_bytes));
         self.records
-            .inc_by(records.saturating_sub(self.records.get()));
+            .inc_by(head.records.saturating_sub(self.records.get()));
         self.commits
-            .inc_by(commits.saturating_sub(self.commits.get()));
-        let committed = head.committed();
-        for (consumer, position) in head.positions() {
+            .inc_by(head.commits.saturating_sub(self.commits.get()));
+        for (consumer, position) in head.positions {
             self.lag
                 .get_or_create(&[("consumer", consumer)])
-                .set(to_i64(committed.saturating_sub(position)));
+                .set(to_i64(head.committed.saturating_sub(position)));
         }
     }
 
@@ -269,7 +278,7 @@ impl JournalMetrics {
     }
 }
 
-/// Tenancy: items filed under their trace's tenant (see [`crate::tenancy`]). Labels are
+/// Tenancy: items filed under their trace's tenant (see the `tenancy` module). Labels are
 /// consumer names and fixed reasons.
 #[derive(Default)]
 pub struct TenancyMetrics {
@@ -335,6 +344,19 @@ const MAX_TOOL_SERIES: usize = 10_000;
 /// Distinct tenants with budget and spend series; later tenants are counted as `_other` (and
 /// get no usage gauges): a tenant id is a claim in the payload.
 const MAX_TENANT_SERIES: usize = 5_000;
+
+/// What a tenant spent, for [`BudgetMetrics::spend`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cost in US dollars from the price table.
+    pub cost_usd: f64,
+    /// Model calls.
+    pub model_turns: u64,
+}
 
 /// The budget stage's metrics. Labels carry only tenant, tool and budget names (and the
 /// configured names of delivery targets), never other payload values.
@@ -498,8 +520,13 @@ impl BudgetMetrics {
         }
     }
 
-    /// What a tenant spent since the last call.
-    pub fn spend(&self, tenant: &str, t: &crate::budget::evaluate::TenantTotals) {
+    /// What a tenant spent since the last call, and its tool calls by tool name.
+    pub fn spend<'a>(
+        &self,
+        tenant: &str,
+        t: Spend,
+        tool_calls: impl IntoIterator<Item = (&'a str, u64)>,
+    ) {
         let tenant = self.tenant_label(tenant);
         let tenant = tenant.as_str();
         let tenant_label = || [("tenant", tenant.to_string())];
@@ -522,17 +549,17 @@ impl BudgetMetrics {
             .tool_series
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (tool, n) in &t.tool_calls {
-            let key = (tenant.to_string(), tool.clone());
+        for (tool, n) in tool_calls {
+            let key = (tenant.to_string(), tool.to_string());
             let label = if series.contains(&key) || series.len() < MAX_TOOL_SERIES {
                 series.insert(key);
-                tool.clone()
+                tool.to_string()
             } else {
                 "_other".to_string()
             };
             self.tool_calls
                 .get_or_create(&[("tenant", tenant.to_string()), ("tool", label)])
-                .inc_by(*n);
+                .inc_by(n);
         }
     }
 
@@ -802,14 +829,12 @@ impl Metrics {
 
     /// True when the daemon accepts data: started, not stopping, and not refusing for load.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
-            && self.refusing_until.load(Ordering::Relaxed) <= crate::budget::now_ns()
+        self.ready.load(Ordering::SeqCst) && self.refusing_until.load(Ordering::Relaxed) <= now_ns()
     }
 
     /// Data was just refused for load: not ready for `delay` (the retry delay clients get).
     pub fn refusing_for(&self, delay: std::time::Duration) {
-        let until =
-            crate::budget::now_ns() + i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX / 2);
+        let until = now_ns() + i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX / 2);
         self.refusing_until.fetch_max(until, Ordering::Relaxed);
     }
 
@@ -834,30 +859,31 @@ impl Metrics {
             .inc();
     }
 
-    /// A completed archive file.
-    pub fn archive_file(&self, table: Table, rows: u64, bytes: u64) {
-        let l = [("table", table.as_str())];
+    /// A completed archive file of `table`.
+    pub fn archive_file(&self, table: &'static str, rows: u64, bytes: u64) {
+        let l = [("table", table)];
         self.archive_rows.get_or_create(&l).inc_by(rows);
         self.archive_files.get_or_create(&l).inc();
         self.archive_bytes.get_or_create(&l).inc_by(bytes);
     }
 
-    /// Rows lost to a write error.
-    pub fn archive_error(&self, table: Table, rows: u64) {
+    /// Rows of `table` lost to a write error.
+    pub fn archive_error(&self, table: &'static str, rows: u64) {
         self.archive_failed_rows
-            .get_or_create(&[("table", table.as_str())])
+            .get_or_create(&[("table", table)])
             .inc_by(rows);
     }
 
-    /// Unfinished files removed at start.
-    pub fn archive_abandoned_files(&self, table: Table, files: u64) {
+    /// Unfinished files of `table` removed at start.
+    pub fn archive_abandoned_files(&self, table: &'static str, files: u64) {
         self.archive_abandoned
-            .get_or_create(&[("table", table.as_str())])
+            .get_or_create(&[("table", table)])
             .inc_by(files);
     }
 
-    /// Counts rule hits; rule ids come from the configuration, never from a payload.
-    pub fn redactions(&self, hits: &crate::event::Redactions) {
+    /// Counts rule hits (rule id, hits); rule ids come from the configuration, never from a
+    /// payload.
+    pub fn redactions<'a>(&self, hits: impl IntoIterator<Item = (&'a String, &'a u32)>) {
         for (rule, n) in hits {
             self.redactions
                 .get_or_create(&[("rule", rule.clone())])
@@ -887,11 +913,10 @@ impl Metrics {
     /// `files_out` of `bytes_out`.
     pub fn archive_compaction(
         &self,
-        table: Table,
+        t: &'static str,
         (files_in, bytes_in): (u64, u64),
         (files_out, bytes_out): (u64, u64),
     ) {
-        let t = table.as_str();
         self.compactions.get_or_create(&[("table", t)]).inc();
         for (dir, files, bytes) in [("in", files_in, bytes_in), ("out", files_out, bytes_out)] {
             let l = [("table", t), ("direction", dir)];
@@ -900,10 +925,10 @@ impl Metrics {
         }
     }
 
-    /// Archive files open.
-    pub fn set_open_files(&self, table: Table, n: usize) {
+    /// Archive files of `table` open.
+    pub fn set_open_files(&self, table: &'static str, n: usize) {
         self.open_files
-            .get_or_create(&[("table", table.as_str())])
+            .get_or_create(&[("table", table)])
             .set(n as i64);
     }
 

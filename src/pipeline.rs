@@ -83,7 +83,7 @@ impl Intake {
         match self.journal.append(payload).await {
             Ok(_) => Ok(()),
             Err(e) => {
-                self.metrics.journal.refused(&e);
+                self.metrics.journal.refused(e.reason());
                 let refusal = match e {
                     AppendError::Full { .. } | AppendError::Busy => Refusal::Overloaded,
                     AppendError::Failed(_) => Refusal::Unavailable,

@@ -402,7 +402,7 @@ pub async fn run(
         crate::journal::writer::WriterTotals::default()
     };
     journal_gauges.abort();
-    metrics.journal.observe(&head);
+    metrics.journal.observe(head.state());
     let totals = ArchiveTotals {
         request_rows: assembled.request_rows,
         alarm_rows: budgeted.alarm_rows,
@@ -553,7 +553,7 @@ async fn observe_journal(head: Arc<JournalHead>, metrics: Arc<Metrics>) {
     let mut every = tokio::time::interval(EVERY);
     loop {
         every.tick().await;
-        metrics.journal.observe(&head);
+        metrics.journal.observe(head.state());
         if head.fill() >= JOURNAL_FULL {
             metrics.refusing_for(EVERY * 2);
         }
@@ -587,8 +587,7 @@ fn budget_stage(
         Err(e) => {
             // Refusing to start would stop ingestion; start with empty windows and keep the
             // unreadable file for inspection.
-            let aside =
-                state_file.with_extension(format!("unreadable-{}", crate::budget::now_ns()));
+            let aside = state_file.with_extension(format!("unreadable-{}", crate::clock::now_ns()));
             let _ = std::fs::rename(&state_file, &aside);
             tracing::error!(error = %e, kept_as = %aside.display(), "budget window state unreadable; windows start empty");
         }
@@ -604,7 +603,7 @@ fn budget_stage(
         Arc::clone(&metrics),
     )?
     .for_consumer("budget");
-    let still_firing = evaluator.active_window_alarms(crate::budget::now_ns());
+    let still_firing = evaluator.active_window_alarms(crate::clock::now_ns());
     let (delivery, tasks) = Delivery::start(
         &config.budget.webhooks,
         &still_firing,

@@ -321,7 +321,7 @@ impl Compactor {
         report.bytes_out += bytes_out;
         report.rows += rows;
         self.metrics.archive_compaction(
-            part.table,
+            part.table.as_str(),
             (merged_in.len() as u64, bytes_in),
             (written.len() as u64, bytes_out),
         );

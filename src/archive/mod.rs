@@ -191,7 +191,7 @@ impl Archive {
                     files = removed,
                     "removed unfinished archive files left by an earlier process"
                 );
-                metrics.archive_abandoned_files(table, removed);
+                metrics.archive_abandoned_files(table.as_str(), removed);
             }
         }
         let compactor = (!config.compact_every.0.is_zero()).then(|| {
@@ -468,7 +468,8 @@ impl Archive {
         let buf = self.buffers.remove(key)?;
         let i = table_index(key.table);
         self.per_table[i] = self.per_table[i].saturating_sub(1);
-        self.metrics.set_open_files(key.table, self.per_table[i]);
+        self.metrics
+            .set_open_files(key.table.as_str(), self.per_table[i]);
         self.held = self.held.saturating_sub(buf.bytes());
         self.budget.change(-(buf.bytes() as isize));
         Some(buf)
@@ -482,7 +483,8 @@ impl Archive {
             Table::Alarms => self.totals.alarm_rows += done.rows,
         }
         self.totals.files += 1;
-        self.metrics.archive_file(table, done.rows, done.bytes);
+        self.metrics
+            .archive_file(table.as_str(), done.rows, done.bytes);
         tracing::debug!(path = %done.path.display(), rows = done.rows, bytes = done.bytes, "archive file complete");
     }
 
@@ -523,7 +525,7 @@ impl Archive {
                 let _ = std::fs::create_dir_all(e.key().dir(&self.data_dir));
                 self.per_table[table_index(table)] += 1;
                 self.metrics
-                    .set_open_files(table, self.per_table[table_index(table)]);
+                    .set_open_files(table.as_str(), self.per_table[table_index(table)]);
                 e.insert(PartitionBuffer::new(new_rows, now))
             }
         };
@@ -687,7 +689,7 @@ impl Archive {
     /// the checkpoint does not pass them, and the next start writes them.
     fn fail(&mut self, table: Table, rows: u64, records: Option<(u64, u64)>, e: &ArchiveError) {
         self.totals.failed_rows += rows;
-        self.metrics.archive_error(table, rows);
+        self.metrics.archive_error(table.as_str(), rows);
         if let Some((first, _)) = records {
             self.failed_from = Some(self.failed_from.map_or(first, |f| f.min(first)));
         }

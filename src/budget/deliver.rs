@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{WebhookFormat, WebhookTarget};
 use super::evaluate::{Alarm, Level};
-use super::now_ns;
+use crate::clock::now_ns;
 use crate::metrics::Metrics;
 
 /// Alarms in one request to a target.

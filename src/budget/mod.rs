@@ -23,10 +23,11 @@ pub mod window;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::archive::Archive;
-use crate::metrics::Metrics;
+use crate::clock::now_ns;
+use crate::metrics::{Metrics, Spend};
 use deliver::Delivery;
 use evaluate::{Alarm, BudgetEvaluator};
 
@@ -47,13 +48,6 @@ pub struct BudgetTotals {
     pub alarm_rows: u64,
     /// Completed `alarms` files.
     pub files: u64,
-}
-
-/// Wall-clock time in ns since the epoch.
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// Everything the budget thread needs.
@@ -245,7 +239,14 @@ fn refresh_metrics(stage: &BudgetStage) {
     stage.metrics.budget.set_usage(&rows, tracked);
     stage.metrics.budget.set_evicted_total(evicted);
     for (tenant, t) in &spend {
-        stage.metrics.budget.spend(tenant, t);
+        let spent = Spend {
+            input_tokens: t.input_tokens,
+            output_tokens: t.output_tokens,
+            cost_usd: t.cost_usd,
+            model_turns: t.model_turns,
+        };
+        let tools = t.tool_calls.iter().map(|(tool, n)| (tool.as_str(), *n));
+        stage.metrics.budget.spend(tenant, spent, tools);
     }
 }
 

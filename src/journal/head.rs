@@ -138,6 +138,19 @@ impl JournalHead {
         self.lock().positions.clone()
     }
 
+    /// Size, totals and every consumer's position, at one moment, for the metrics.
+    pub fn state(&self) -> crate::metrics::JournalState {
+        let s = self.lock();
+        crate::metrics::JournalState {
+            disk_bytes: s.disk_bytes,
+            max_bytes: self.max_bytes,
+            records: s.records,
+            commits: s.commits,
+            committed: s.committed,
+            positions: s.positions.iter().map(|(c, p)| (c.clone(), *p)).collect(),
+        }
+    }
+
     /// Bytes of the journal on disk.
     pub fn disk_bytes(&self) -> u64 {
         self.lock().disk_bytes

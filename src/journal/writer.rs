@@ -57,6 +57,18 @@ pub enum AppendError {
     Closed,
 }
 
+impl AppendError {
+    /// The reason as a metric label: `full`, `busy`, `failed` or `closed`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AppendError::Full { .. } => "full",
+            AppendError::Busy => "busy",
+            AppendError::Failed(_) => "failed",
+            AppendError::Closed => "closed",
+        }
+    }
+}
+
 /// What the writer did, reported when it stops.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterTotals {
