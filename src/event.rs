@@ -5,10 +5,12 @@
 //! semantic-convention fields and the `executor.*` audit fields are typed; attributes that
 //! map onto no field are kept verbatim in `attributes`, so nothing the sender said is lost.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::maps::FastMap;
 
 /// Version of the archive row layout written by this build.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -206,7 +208,7 @@ impl<'de> Deserialize<'de> for Attributes {
 
 /// A typed field that attributes map onto.
 ///
-/// The variants' order is part of the journal's binary form ([`crate::journal::codec`]):
+/// The variants' order is part of the journal's binary form (`journal::codec`):
 /// add new ones at the end, or raise the codec's version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[allow(missing_docs)]
@@ -332,6 +334,129 @@ impl Field {
     }
 }
 
+/// Every attribute name that lands in a typed field: (source name, field, rank).
+/// Lower rank wins when a span carries several names for one fact.
+pub const FIELD_SOURCES: &[(&str, Field, u8)] = &[
+    ("gen_ai.operation.name", Field::Operation, 0),
+    ("gen_ai.provider.name", Field::Provider, 0),
+    ("gen_ai.system", Field::Provider, 1),
+    ("llm.provider", Field::Provider, 2),
+    ("llm.system", Field::Provider, 3),
+    ("gen_ai.request.model", Field::RequestModel, 0),
+    ("llm.model_name", Field::RequestModel, 1),
+    ("gen_ai.response.model", Field::ResponseModel, 0),
+    ("gen_ai.response.id", Field::ResponseId, 0),
+    ("gen_ai.response.finish_reasons", Field::FinishReasons, 0),
+    ("gen_ai.usage.input_tokens", Field::InputTokens, 0),
+    ("gen_ai.usage.prompt_tokens", Field::InputTokens, 1),
+    ("llm.token_count.prompt", Field::InputTokens, 2),
+    ("gen_ai.usage.output_tokens", Field::OutputTokens, 0),
+    ("gen_ai.usage.completion_tokens", Field::OutputTokens, 1),
+    ("llm.token_count.completion", Field::OutputTokens, 2),
+    (
+        "gen_ai.usage.cache_read.input_tokens",
+        Field::CacheReadInputTokens,
+        0,
+    ),
+    (
+        "gen_ai.usage.cache_read_input_tokens",
+        Field::CacheReadInputTokens,
+        1,
+    ),
+    (
+        "llm.token_count.prompt_details.cache_read",
+        Field::CacheReadInputTokens,
+        2,
+    ),
+    (
+        "gen_ai.usage.cache_creation.input_tokens",
+        Field::CacheCreationInputTokens,
+        0,
+    ),
+    (
+        "gen_ai.usage.cache_write.input_tokens",
+        Field::CacheCreationInputTokens,
+        1,
+    ),
+    (
+        "gen_ai.usage.cache_creation_input_tokens",
+        Field::CacheCreationInputTokens,
+        2,
+    ),
+    (
+        "llm.token_count.prompt_details.cache_write",
+        Field::CacheCreationInputTokens,
+        3,
+    ),
+    ("gen_ai.conversation.id", Field::ConversationId, 0),
+    ("session.id", Field::ConversationId, 1),
+    ("gen_ai.agent.id", Field::AgentId, 0),
+    ("gen_ai.agent.name", Field::AgentName, 0),
+    ("agent.name", Field::AgentName, 1),
+    ("gen_ai.tool.name", Field::ToolName, 0),
+    ("tool.name", Field::ToolName, 1),
+    ("gen_ai.tool.call.id", Field::ToolCallId, 0),
+    ("tool_call.id", Field::ToolCallId, 1),
+    ("gen_ai.tool.type", Field::ToolType, 0),
+    ("gen_ai.tool.call.arguments", Field::ToolArguments, 0),
+    ("gen_ai.tool.call.result", Field::ToolResult, 0),
+    ("mcp.method.name", Field::McpMethod, 0),
+    ("mcp.session.id", Field::McpSessionId, 0),
+    ("executor.request_id", Field::RequestId, 0),
+    ("executor.tenant_id", Field::ClaimedTenant, 0),
+    ("executor.principal_id", Field::PrincipalId, 0),
+    ("executor.resource_id", Field::ResourceId, 0),
+    ("executor.resource_version", Field::ResourceVersion, 0),
+    ("executor.tool_version", Field::ToolVersion, 0),
+    ("executor.tool_schema_version", Field::ToolSchemaVersion, 0),
+    ("executor.prompt_version", Field::PromptVersion, 0),
+    ("executor.effect_class", Field::EffectClass, 0),
+    ("executor.policy_decision", Field::PolicyDecision, 0),
+    ("executor.policy_reason", Field::PolicyReason, 0),
+    ("executor.idempotency_key", Field::IdempotencyKey, 0),
+    ("executor.retry_attempt", Field::RetryAttempt, 0),
+    ("executor.timeout_ms", Field::TimeoutMs, 0),
+    ("executor.result_code", Field::ResultCode, 0),
+    ("executor.result_bytes", Field::ResultBytes, 0),
+    ("executor.confirmation_status", Field::ConfirmationStatus, 0),
+    ("executor.confirmation_digest", Field::ConfirmationDigest, 0),
+    ("executor.cancelled", Field::Cancelled, 0),
+    ("executor.stop_reason", Field::StopReason, 0),
+    ("executor.claimed_cost_usd", Field::ClaimedCostUsd, 0),
+];
+
+/// OpenInference's names for a tool span's input and output, read only on tool spans
+/// (on model spans the same names hold prompts and completions, which stay attributes).
+pub const OPENINFERENCE_TOOL_IO: [(&str, Field); 2] = [
+    ("input.value", Field::ToolArguments),
+    ("output.value", Field::ToolResult),
+];
+
+/// [`FIELD_SOURCES`] by name: each name's field and rank.
+pub fn field_index() -> &'static FastMap<&'static str, (Field, u8)> {
+    static INDEX: OnceLock<FastMap<&'static str, (Field, u8)>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        FIELD_SOURCES
+            .iter()
+            .map(|(name, field, rank)| (*name, (*field, *rank)))
+            .collect()
+    })
+}
+
+/// The name as a `'static` string, if it is one the normalizer reads into a typed field
+/// (so that a record's [`SourceKeys`] can be read back from the journal).
+pub fn source_key(name: &str) -> Option<&'static str> {
+    field_index()
+        .get_key_value(name)
+        .map(|(k, _)| *k)
+        .or_else(|| {
+            OPENINFERENCE_TOOL_IO
+                .iter()
+                .map(|(k, _)| *k)
+                .find(|k| *k == name)
+        })
+}
+
 /// Where a typed field's value came from, when not from the item's attribute under the
 /// field's canonical name ([`Field::key`]).
 ///
@@ -402,13 +527,9 @@ impl<'de> Deserialize<'de> for Source {
             Inferred,
         }
         Ok(match Owned::deserialize(d)? {
-            Owned::Key(k) => {
-                Source::Key(crate::receive::normalize::source_key(&k).ok_or_else(|| {
-                    serde::de::Error::custom(format!(
-                        "`{k}` is no attribute name the normalizer reads"
-                    ))
-                })?)
-            }
+            Owned::Key(k) => Source::Key(source_key(&k).ok_or_else(|| {
+                serde::de::Error::custom(format!("`{k}` is no attribute name the normalizer reads"))
+            })?),
             Owned::Resource => Source::Resource,
             Owned::Inferred => Source::Inferred,
         })

@@ -1,12 +1,12 @@
 //! OTLP messages to the event model: ids checked, fields typed, dialects mapped.
 //!
-//! The mapping from attribute names to fields is one table, [`FIELD_SOURCES`]; where several
-//! names carry the same fact (newer and older GenAI names, the OpenInference dialect), the
-//! entry with the lowest rank wins. An attribute whose value cannot be read as its field's
-//! type stays in the remaining attributes, so nothing the sender said is lost.
+//! The mapping from attribute names to fields is one table, [`FIELD_SOURCES`] (kept in the
+//! event model, which reads the names back from the journal); where several names carry the
+//! same fact (newer and older GenAI names, the OpenInference dialect), the entry with the
+//! lowest rank wins. An attribute whose value cannot be read as its field's type stays in the
+//! remaining attributes, so nothing the sender said is lost.
 
-use crate::maps::FastMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -19,8 +19,10 @@ use crate::event::{
     SpanLinkRecord, SpanRecord, StatusCode, TraceId, DEFAULT_TENANT,
 };
 
-/// The typed fields, which live in the event model; re-exported where the mapping is.
-pub use crate::event::Field;
+use crate::event::{field_index, OPENINFERENCE_TOOL_IO};
+/// The typed fields and the attribute names read into them live in the event model (a
+/// journal record's [`SourceKeys`] names them); re-exported where the mapping is applied.
+pub use crate::event::{Field, FIELD_SOURCES};
 
 /// Why an OTLP request cannot be normalized; the request is rejected whole.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,129 +34,7 @@ pub struct NormalizeError {
     pub problem: String,
 }
 
-/// Every attribute name that lands in a typed field: (source name, field, rank).
-/// Lower rank wins when a span carries several names for one fact.
-pub const FIELD_SOURCES: &[(&str, Field, u8)] = &[
-    ("gen_ai.operation.name", Field::Operation, 0),
-    ("gen_ai.provider.name", Field::Provider, 0),
-    ("gen_ai.system", Field::Provider, 1),
-    ("llm.provider", Field::Provider, 2),
-    ("llm.system", Field::Provider, 3),
-    ("gen_ai.request.model", Field::RequestModel, 0),
-    ("llm.model_name", Field::RequestModel, 1),
-    ("gen_ai.response.model", Field::ResponseModel, 0),
-    ("gen_ai.response.id", Field::ResponseId, 0),
-    ("gen_ai.response.finish_reasons", Field::FinishReasons, 0),
-    ("gen_ai.usage.input_tokens", Field::InputTokens, 0),
-    ("gen_ai.usage.prompt_tokens", Field::InputTokens, 1),
-    ("llm.token_count.prompt", Field::InputTokens, 2),
-    ("gen_ai.usage.output_tokens", Field::OutputTokens, 0),
-    ("gen_ai.usage.completion_tokens", Field::OutputTokens, 1),
-    ("llm.token_count.completion", Field::OutputTokens, 2),
-    (
-        "gen_ai.usage.cache_read.input_tokens",
-        Field::CacheReadInputTokens,
-        0,
-    ),
-    (
-        "gen_ai.usage.cache_read_input_tokens",
-        Field::CacheReadInputTokens,
-        1,
-    ),
-    (
-        "llm.token_count.prompt_details.cache_read",
-        Field::CacheReadInputTokens,
-        2,
-    ),
-    (
-        "gen_ai.usage.cache_creation.input_tokens",
-        Field::CacheCreationInputTokens,
-        0,
-    ),
-    (
-        "gen_ai.usage.cache_write.input_tokens",
-        Field::CacheCreationInputTokens,
-        1,
-    ),
-    (
-        "gen_ai.usage.cache_creation_input_tokens",
-        Field::CacheCreationInputTokens,
-        2,
-    ),
-    (
-        "llm.token_count.prompt_details.cache_write",
-        Field::CacheCreationInputTokens,
-        3,
-    ),
-    ("gen_ai.conversation.id", Field::ConversationId, 0),
-    ("session.id", Field::ConversationId, 1),
-    ("gen_ai.agent.id", Field::AgentId, 0),
-    ("gen_ai.agent.name", Field::AgentName, 0),
-    ("agent.name", Field::AgentName, 1),
-    ("gen_ai.tool.name", Field::ToolName, 0),
-    ("tool.name", Field::ToolName, 1),
-    ("gen_ai.tool.call.id", Field::ToolCallId, 0),
-    ("tool_call.id", Field::ToolCallId, 1),
-    ("gen_ai.tool.type", Field::ToolType, 0),
-    ("gen_ai.tool.call.arguments", Field::ToolArguments, 0),
-    ("gen_ai.tool.call.result", Field::ToolResult, 0),
-    ("mcp.method.name", Field::McpMethod, 0),
-    ("mcp.session.id", Field::McpSessionId, 0),
-    ("executor.request_id", Field::RequestId, 0),
-    ("executor.tenant_id", Field::ClaimedTenant, 0),
-    ("executor.principal_id", Field::PrincipalId, 0),
-    ("executor.resource_id", Field::ResourceId, 0),
-    ("executor.resource_version", Field::ResourceVersion, 0),
-    ("executor.tool_version", Field::ToolVersion, 0),
-    ("executor.tool_schema_version", Field::ToolSchemaVersion, 0),
-    ("executor.prompt_version", Field::PromptVersion, 0),
-    ("executor.effect_class", Field::EffectClass, 0),
-    ("executor.policy_decision", Field::PolicyDecision, 0),
-    ("executor.policy_reason", Field::PolicyReason, 0),
-    ("executor.idempotency_key", Field::IdempotencyKey, 0),
-    ("executor.retry_attempt", Field::RetryAttempt, 0),
-    ("executor.timeout_ms", Field::TimeoutMs, 0),
-    ("executor.result_code", Field::ResultCode, 0),
-    ("executor.result_bytes", Field::ResultBytes, 0),
-    ("executor.confirmation_status", Field::ConfirmationStatus, 0),
-    ("executor.confirmation_digest", Field::ConfirmationDigest, 0),
-    ("executor.cancelled", Field::Cancelled, 0),
-    ("executor.stop_reason", Field::StopReason, 0),
-    ("executor.claimed_cost_usd", Field::ClaimedCostUsd, 0),
-];
-
-/// OpenInference's names for a tool span's input and output, read only on tool spans
-/// (on model spans the same names hold prompts and completions, which stay attributes).
-const OPENINFERENCE_TOOL_IO: [(&str, Field); 2] = [
-    ("input.value", Field::ToolArguments),
-    ("output.value", Field::ToolResult),
-];
-
 const OPENINFERENCE_KIND: &str = "openinference.span.kind";
-
-fn field_index() -> &'static FastMap<&'static str, (Field, u8)> {
-    static INDEX: OnceLock<FastMap<&'static str, (Field, u8)>> = OnceLock::new();
-    INDEX.get_or_init(|| {
-        FIELD_SOURCES
-            .iter()
-            .map(|(name, field, rank)| (*name, (*field, *rank)))
-            .collect()
-    })
-}
-
-/// The name as a `'static` string, if it is one the normalizer reads into a typed field
-/// (so that a record's [`SourceKeys`] can be read back from the journal).
-pub fn source_key(name: &str) -> Option<&'static str> {
-    field_index()
-        .get_key_value(name)
-        .map(|(k, _)| *k)
-        .or_else(|| {
-            OPENINFERENCE_TOOL_IO
-                .iter()
-                .map(|(k, _)| *k)
-                .find(|k| *k == name)
-        })
-}
 
 impl Field {
     /// Stores `value` if it can be read as this field's type; false leaves it untouched.
@@ -886,6 +766,7 @@ mod tests {
 
     #[test]
     fn each_field_has_one_canonical_name_and_it_is_rank_zero() {
+        use crate::event::source_key;
         for (name, field, rank) in FIELD_SOURCES {
             assert_eq!(*name == field.key(), *rank == 0, "{name}");
             assert_eq!(source_key(name), Some(*name));
