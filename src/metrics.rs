@@ -1,10 +1,12 @@
 //! The daemon's own Prometheus metrics.
 //!
-//! Label values are a fixed set spelled in this file (transport, signal, table, reason), rule
-//! ids from the configuration, configured webhook target and export endpoint names, and, for
-//! budgets, the three payload values the design allows: tenant, tool name and budget name
-//! (after `protect`, so a secret in them is already redacted), each capped in how many
-//! distinct series it can make.
+//! Label values are fixed sets (transport, signal and reject reason spelled in this file; table
+//! names and journal refusal reasons handed in as `&'static str` by the archive and the
+//! journal, which own them), rule ids from the configuration, configured webhook target and
+//! export endpoint names, and, for budgets, the three payload values the design allows:
+//! tenant, tool name and budget name (after `protect`, so a secret in them is already
+//! redacted), each capped in how many distinct series it can make. This module depends on no
+//! stage: stages report plain numbers and labels (or the small structs defined here).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -715,3 +715,78 @@ impl Background {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{StringArray, TimestampNanosecondArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    const T0: i64 = 1_577_836_800_000_000_000; // 2020-01-01T00:00:00Z
+
+    /// Writes a file of `rows` alarm-like rows into the partition folder `dir`, of the schema
+    /// with (`with_note`) or without a third column, last modified `ago` before now.
+    fn write(dir: &Path, name: &str, rows: i64, with_note: bool, ago: Duration) {
+        let ts = DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, Some("UTC".into()));
+        let mut fields = vec![
+            Field::new("time", ts, false),
+            Field::new("alarm_id", DataType::Utf8, false),
+        ];
+        let times = TimestampNanosecondArray::from((0..rows).map(|i| T0 + i).collect::<Vec<_>>())
+            .with_timezone("UTC");
+        let ids = StringArray::from((0..rows).map(|i| format!("{name}-{i}")).collect::<Vec<_>>());
+        let mut cols: Vec<ArrayRef> = vec![Arc::new(times), Arc::new(ids)];
+        if with_note {
+            fields.push(Field::new("note", DataType::Utf8, true));
+            cols.push(Arc::new(StringArray::from(vec![Some("n"); rows as usize])));
+        }
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("batch");
+        let path = dir.join(name);
+        let file = File::create(&path).expect("create");
+        let mut w = ArrowWriter::try_new(file, batch.schema(), None).expect("writer");
+        w.write(&batch).expect("write");
+        let file = w.into_inner().expect("close");
+        file.set_modified(SystemTime::now() - ago).expect("mtime");
+    }
+
+    #[test]
+    fn files_of_another_schema_than_the_newest_are_left_as_they_are() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let dir = data.path().join("alarms/tenant=t/date=2020-01-01/hour=00");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let hour = Duration::from_secs(3600);
+        write(&dir, "part-a.parquet", 2, false, 3 * hour);
+        write(&dir, "part-b.parquet", 3, true, 2 * hour);
+        write(&dir, "part-c.parquet", 4, true, hour);
+        let settings = file_settings(&ArchiveConfig::default());
+        let policy = Policy {
+            older_than: Duration::from_secs(60),
+            min_files: 2,
+            max_bytes: 64 << 20,
+            every: Duration::ZERO,
+            settings,
+        };
+        let mut c = Compactor::new(data.path(), policy, "0a0b0c0d".into(), Arc::default());
+        let report = c
+            .run(&[Table::Alarms], SystemTime::now(), &|| false)
+            .expect("compaction");
+        assert_eq!((report.compacted, report.files_in, report.rows), (1, 2, 7));
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .expect("list")
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert_eq!(names[1], "part-a.parquet", "the older schema's file stays");
+        let merged = ParquetRecordBatchReaderBuilder::try_new(
+            File::open(dir.join(&names[0])).expect("open"),
+        )
+        .expect("parquet");
+        assert_eq!(
+            merged.schema().fields().len(),
+            3,
+            "the newest file's schema"
+        );
+    }
+}

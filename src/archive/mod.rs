@@ -1,6 +1,7 @@
 //! Archive: the Parquet audit archive.
 //!
-//! Owns everything under `spans/`, `logs/`, `requests/` and `alarms/` in the data directory. Promises: rows are
+//! Owns the files under `spans/`, `logs/`, `requests/` and `alarms/` in the data directory
+//! (the rows of `requests` and `alarms` are their stages', see below). Promises: rows are
 //! written to `table/tenant=T/date=YYYY-MM-DD/hour=HH/part-….parquet` (zstd, page statistics,
 //! bloom filters on `trace_id` and `request_id`); a file becomes visible only when complete.
 //! Rows wait in per-partition memory buffers under one budget (`archive.buffer_bytes`) for
@@ -1009,6 +1010,117 @@ mod tests {
         a.complete_due(Instant::now());
         assert_eq!(a.open_files(), 0);
         assert_eq!(files(dir.path(), "a").len(), 1);
+    }
+
+    #[test]
+    fn under_journal_pressure_a_tick_writes_out_what_holds_the_journal_now_and_then() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = archive(dir.path(), usize::MAX / 2);
+        a.append(Some(1), &spans("a", 3, 0));
+        assert_eq!(a.tick(Instant::now(), 2, false), Some(1), "no pressure");
+        assert_eq!(
+            a.tick(Instant::now(), 2, true),
+            Some(1),
+            "too soon after opening"
+        );
+        a.last_pressure = Instant::now().checked_sub(PRESSURE_EVERY).expect("uptime");
+        assert_eq!(a.tick(Instant::now(), 2, true), None);
+        assert_eq!(files(dir.path(), "a").len(), 1);
+        a.append(Some(2), &spans("a", 3, 10));
+        assert_eq!(
+            a.tick(Instant::now(), 3, true),
+            Some(2),
+            "at most every PRESSURE_EVERY"
+        );
+        assert_eq!(a.close().span_rows, 6);
+    }
+
+    /// A stage's row as the archive sees it: only through [`ArchiveRow`].
+    struct Note {
+        tenant: &'static str,
+        time_ns: i64,
+        record: Option<u64>,
+    }
+
+    #[derive(Default)]
+    struct NoteRows(arrow::array::Int64Builder);
+
+    impl TableRows for NoteRows {
+        fn len(&self) -> usize {
+            arrow::array::ArrayBuilder::len(&self.0)
+        }
+        fn approx_bytes(&self) -> usize {
+            arrow::array::ArrayBuilder::len(&self.0) * 8
+        }
+        fn schema(&self) -> arrow::datatypes::SchemaRef {
+            let time =
+                arrow::datatypes::Field::new("time", arrow::datatypes::DataType::Int64, false);
+            Arc::new(arrow::datatypes::Schema::new(vec![time]))
+        }
+        fn finish(&mut self) -> Result<arrow::record_batch::RecordBatch, arrow::error::ArrowError> {
+            let col: arrow::array::ArrayRef = Arc::new(self.0.finish());
+            arrow::record_batch::RecordBatch::try_new(self.schema(), vec![col])
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+    }
+
+    impl ArchiveRow for Note {
+        type Rows = NoteRows;
+        const TABLE: Table = Table::Requests;
+        fn tenant(&self) -> &str {
+            self.tenant
+        }
+        fn time_ns(&self) -> i64 {
+            self.time_ns
+        }
+        fn record(&self) -> Option<u64> {
+            self.record
+        }
+        fn append_to(&self, rows: &mut NoteRows) -> Result<(), arrow::error::ArrowError> {
+            rows.0.append_value(self.time_ns);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stages_rows_go_to_their_partitions_and_pin_their_first_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = archive(dir.path(), usize::MAX / 2);
+        let note = |tenant, hour: i64, record| Note {
+            tenant,
+            time_ns: T0 + hour * HOUR_NS,
+            record,
+        };
+        a.append_rows(&[
+            note("a", 0, Some(5)),
+            note("b", 0, None),
+            note("a", 1, Some(9)),
+            note("a", 0, Some(3)),
+        ]);
+        assert_eq!(a.open_files(), 3);
+        assert_eq!(a.pinned_record(), Some(3));
+        let totals = a.close();
+        assert_eq!((totals.request_rows, totals.files), (4, 3));
+        let names = |tenant, hour| {
+            let key = PartitionKey::new(Table::Requests, tenant, T0 + hour * HOUR_NS);
+            let mut n: Vec<String> = std::fs::read_dir(key.dir(dir.path()))
+                .expect("partition")
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .collect();
+            n.sort();
+            n
+        };
+        let a0 = names("a", 0);
+        assert!(
+            a0.len() == 1 && a0[0].ends_with("_jfeedf00d_3-5.parquet"),
+            "{a0:?}"
+        );
+        assert!(names("a", 1)[0].ends_with("_jfeedf00d_9-9.parquet"));
+        let b0 = names("b", 0);
+        assert!(b0.len() == 1 && !b0[0].contains("_j"), "{b0:?}");
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! arrives after its request was summarized yields a new version marked `amended`. Assembly
 //! keeps only the facts a summary needs, never attribute values or text, and never holds up
 //! the archive: it reads protected batches after they were queued for writing.
+//!
+//! Assembly owns the `requests` table's rows and schema ([`rows`]) and writes them through an
+//! archive sink of its own (`archive::Archive::append_rows`).
 
 pub mod prices;
 pub mod rows;
