@@ -3,7 +3,10 @@
 //! A partition's files are *small* when under half of `archive.compact_max_bytes`; once they
 //! are older than `compact_after` they are merged: in an hour still being written once
 //! `compact_min_files` of them have aged, in an hour that ended `compact_after` ago as soon as
-//! there are two. Merged rows are sorted (spans and logs by trace id then time, requests and
+//! there are two. Younger small files (flushes for readers write one per partition, up to once
+//! a second) are merged as soon as `compact_min_files` of one size tier (a factor of four
+//! apart) are there; while readers have files flushed, the daemon looks every
+//! [`AFTER_FLUSHES`]. Merged rows are sorted (spans and logs by trace id then time, requests and
 //! alarms by time), so a trace's rows sit together and row-group statistics prune by trace.
 //!
 //! Atomic for every reader of `<table>/**/*.parquet` (DataFusion, DuckDB, pyarrow):
@@ -218,43 +221,7 @@ impl Compactor {
         let Some(files) = list(&part.dir(&self.data_dir))? else {
             return Ok(Vec::new());
         };
-        let aged_before = now
-            .checked_sub(self.policy.older_than)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let small = self.policy.max_bytes / 2;
-        let mut candidates: Vec<FileInfo> = files
-            .into_iter()
-            .filter(|f| is_completed(&f.name) && f.modified <= aged_before && f.bytes < small)
-            .collect();
-        candidates.sort_by(|a, b| a.name.cmp(&b.name));
-        let hour_closed = part.hour_start_ns().is_some_and(|start| {
-            let end = SystemTime::UNIX_EPOCH
-                + Duration::from_nanos(u64::try_from(start).unwrap_or(0))
-                + Duration::from_secs(3600);
-            end <= aged_before
-        });
-        let needed = if hour_closed {
-            2
-        } else {
-            self.policy.min_files
-        };
-        if candidates.len() < needed {
-            return Ok(Vec::new());
-        }
-        let mut groups: Vec<Vec<FileInfo>> = Vec::new();
-        let mut current: Vec<FileInfo> = Vec::new();
-        let mut bytes = 0u64;
-        for f in candidates {
-            if !current.is_empty() && bytes + f.bytes > self.policy.max_bytes {
-                groups.push(std::mem::take(&mut current));
-                bytes = 0;
-            }
-            bytes += f.bytes;
-            current.push(f);
-        }
-        groups.push(current);
-        groups.retain(|g| g.len() >= 2);
-        Ok(groups)
+        Ok(select(files, &self.policy, part.hour_start_ns(), now))
     }
 
     fn partition(
@@ -421,6 +388,83 @@ impl Compactor {
 }
 
 /// The partition folders of `table`, sorted.
+/// Young files are merged with others of their size tier: files under this are tier 0, and
+/// each tier above holds files up to four times larger.
+const TIER_BASE: u64 = 64 * 1024;
+
+/// The size tier of a file of `bytes`: files in one tier are within a factor of four.
+fn tier(bytes: u64) -> u32 {
+    if bytes < TIER_BASE {
+        0
+    } else {
+        (bytes / TIER_BASE).ilog(4) + 1
+    }
+}
+
+/// The merge groups among a partition's `files` (see the module's rules). Small files that
+/// have aged are merged all together, as before; younger ones (a flush for a reader writes
+/// one per partition, up to once a second) are merged `min_files` at a time with files of
+/// their size tier, so a partition read in a loop holds a few files per tier instead of one
+/// per flush, and each row is rewritten about once per tier, not once per merge.
+fn select(
+    files: Vec<FileInfo>,
+    policy: &Policy,
+    hour_start_ns: Option<i64>,
+    now: SystemTime,
+) -> Vec<Vec<FileInfo>> {
+    let aged_before = now
+        .checked_sub(policy.older_than)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let small = policy.max_bytes / 2;
+    let mut candidates: Vec<FileInfo> = files
+        .into_iter()
+        .filter(|f| is_completed(&f.name) && f.bytes < small)
+        .collect();
+    candidates.sort_by(|a, b| a.name.cmp(&b.name));
+    let (aged, young): (Vec<FileInfo>, Vec<FileInfo>) = candidates
+        .into_iter()
+        .partition(|f| f.modified <= aged_before);
+    let hour_closed = hour_start_ns.is_some_and(|start| {
+        let end = SystemTime::UNIX_EPOCH
+            + Duration::from_nanos(u64::try_from(start).unwrap_or(0))
+            + Duration::from_secs(3600);
+        end <= aged_before
+    });
+    let needed = if hour_closed { 2 } else { policy.min_files };
+    let mut groups = Vec::new();
+    if aged.len() >= needed {
+        groups.extend(by_bytes(aged, policy.max_bytes));
+    }
+    let mut tiers: std::collections::BTreeMap<u32, Vec<FileInfo>> = Default::default();
+    for f in young {
+        tiers.entry(tier(f.bytes)).or_default().push(f);
+    }
+    for (_, files) in tiers {
+        if files.len() >= policy.min_files {
+            groups.extend(by_bytes(files, policy.max_bytes));
+        }
+    }
+    groups.retain(|g| g.len() >= 2);
+    groups
+}
+
+/// `files` cut into groups of at most `max_bytes` of input each (a file over it alone).
+fn by_bytes(files: Vec<FileInfo>, max_bytes: u64) -> Vec<Vec<FileInfo>> {
+    let mut groups: Vec<Vec<FileInfo>> = Vec::new();
+    let mut current: Vec<FileInfo> = Vec::new();
+    let mut bytes = 0u64;
+    for f in files {
+        if !current.is_empty() && bytes + f.bytes > max_bytes {
+            groups.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        bytes += f.bytes;
+        current.push(f);
+    }
+    groups.push(current);
+    groups
+}
+
 fn partitions(data_dir: &Path, table: Table) -> Result<Vec<PartitionDir>, ArchiveError> {
     let mut out = Vec::new();
     let root = data_dir.join(table.as_str());
@@ -648,9 +692,24 @@ fn pause_for_test(step: &str) {
     }
 }
 
+/// While readers have files flushed, the daemon looks for small files this often (rather
+/// than every `compact_every`): often enough that a partition read in a loop holds a few
+/// dozen files, not hundreds; seldom enough that a reader seldom finds a file it listed
+/// swapped away by a merge (it then lists again; see `query`).
+pub const AFTER_FLUSHES: Duration = Duration::from_secs(10);
+
+/// What the compaction thread is asked to do next.
+#[derive(Debug, Default)]
+struct Asked {
+    /// Stop for good.
+    stop: bool,
+    /// Files were flushed for a reader since the last pass.
+    flushed: bool,
+}
+
 /// The daemon's compaction thread for some tables.
 pub struct Background {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    stop: Arc<(Mutex<Asked>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -664,7 +723,7 @@ impl Background {
         instance_id: String,
         metrics: Arc<Metrics>,
     ) -> Option<Background> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop = Arc::new((Mutex::new(Asked::default()), Condvar::new()));
         let every = policy.every;
         let mut compactor =
             Compactor::new(data_dir, policy, instance_id, metrics).without_waiting();
@@ -673,20 +732,38 @@ impl Background {
         let thread = std::thread::Builder::new()
             .name("toolwatch-compact".into())
             .spawn(move || loop {
-                let stopped = || *flag.0.lock().unwrap_or_else(PoisonError::into_inner);
-                if stopped() {
-                    return;
+                let stopped = || flag.0.lock().unwrap_or_else(PoisonError::into_inner).stop;
+                {
+                    let mut asked = flag.0.lock().unwrap_or_else(PoisonError::into_inner);
+                    if asked.stop {
+                        return;
+                    }
+                    // Flushes from now on count for the next pass.
+                    asked.flushed = false;
                 }
                 if let Err(e) = compactor.run(&tables, SystemTime::now(), &stopped) {
                     tracing::error!(error = %e, "archive compaction failed");
                 }
-                let guard = flag.0.lock().unwrap_or_else(PoisonError::into_inner);
-                let (guard, _) = flag
-                    .1
-                    .wait_timeout_while(guard, every, |s| !*s)
-                    .unwrap_or_else(PoisonError::into_inner);
-                if *guard {
-                    return;
+                let last = std::time::Instant::now();
+                let mut asked = flag.0.lock().unwrap_or_else(PoisonError::into_inner);
+                loop {
+                    if asked.stop {
+                        return;
+                    }
+                    let due = if asked.flushed {
+                        every.min(AFTER_FLUSHES)
+                    } else {
+                        every
+                    };
+                    let Some(left) = due.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+                    else {
+                        break;
+                    };
+                    asked = flag
+                        .1
+                        .wait_timeout(asked, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
                 }
             });
         match thread {
@@ -703,8 +780,22 @@ impl Background {
 
     /// Asks the thread to stop after the partition it is on.
     pub fn signal_stop(&self) {
-        *self.stop.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.stop
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop = true;
         self.stop.1.notify_all();
+    }
+
+    /// Tells the thread that a flush just wrote small files: it looks again within
+    /// [`AFTER_FLUSHES`] of its last pass.
+    pub fn flushed(&self) {
+        let mut asked = self.stop.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !asked.flushed {
+            asked.flushed = true;
+            self.stop.1.notify_all();
+        }
     }
 
     /// Stops the thread and waits for it.
@@ -788,5 +879,171 @@ mod tests {
             3,
             "the newest file's schema"
         );
+    }
+
+    const MIB: u64 = 1024 * 1024;
+
+    fn policy() -> Policy {
+        Policy {
+            older_than: Duration::from_secs(300),
+            min_files: 4,
+            max_bytes: 64 * MIB,
+            every: Duration::from_secs(60),
+            settings: file_settings(&crate::config::ArchiveConfig::default()),
+        }
+    }
+
+    fn file(n: u32, bytes: u64, age_s: u64, now: SystemTime) -> FileInfo {
+        let name = format!("part-{n:04}.parquet");
+        FileInfo {
+            path: PathBuf::from(&name),
+            name,
+            bytes,
+            modified: now - Duration::from_secs(age_s),
+        }
+    }
+
+    fn names(groups: &[Vec<FileInfo>]) -> Vec<Vec<&str>> {
+        groups
+            .iter()
+            .map(|g| g.iter().map(|f| f.name.as_str()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn tiers_are_factors_of_four() {
+        assert_eq!(tier(0), 0);
+        assert_eq!(tier(TIER_BASE - 1), 0);
+        assert_eq!(tier(TIER_BASE), 1);
+        assert_eq!(tier(4 * TIER_BASE - 1), 1);
+        assert_eq!(tier(4 * TIER_BASE), 2);
+        assert_eq!(tier(16 * TIER_BASE), 3);
+    }
+
+    #[test]
+    fn young_files_merge_by_tier_aged_ones_all_together() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10 * 86_400);
+        // An hour still being written (it starts now).
+        let hour = Some(
+            i64::try_from(
+                now.duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos(),
+            )
+            .unwrap(),
+        );
+        let files = vec![
+            // Three young tier-0 files: one short of a merge.
+            file(1, 10_000, 1, now),
+            file(2, 20_000, 2, now),
+            file(3, 30_000, 3, now),
+            // Four young tier-2 files (256 KiB..1 MiB): merged.
+            file(4, 300_000, 5, now),
+            file(5, 400_000, 6, now),
+            file(6, 500_000, 7, now),
+            file(7, 600_000, 8, now),
+            // A large file is never an input.
+            file(8, 40 * MIB, 9, now),
+            // Four aged files of mixed sizes: merged together whatever their tiers.
+            file(9, 10_000, 400, now),
+            file(10, 2 * MIB, 400, now),
+            file(11, 100_000, 500, now),
+            file(12, 5 * MIB, 600, now),
+        ];
+        let groups = select(files.clone(), &policy(), hour, now);
+        assert_eq!(
+            names(&groups),
+            vec![
+                vec![
+                    "part-0009.parquet",
+                    "part-0010.parquet",
+                    "part-0011.parquet",
+                    "part-0012.parquet"
+                ],
+                vec![
+                    "part-0004.parquet",
+                    "part-0005.parquet",
+                    "part-0006.parquet",
+                    "part-0007.parquet"
+                ],
+            ]
+        );
+        // One more young tier-0 file makes four of them.
+        let mut more = files;
+        more.push(file(13, 5_000, 0, now));
+        let groups = select(more, &policy(), hour, now);
+        assert_eq!(groups.len(), 3);
+        // Tiers in order: the tier-0 group comes before the tier-2 one.
+        assert_eq!(
+            names(&groups)[1],
+            vec![
+                "part-0001.parquet",
+                "part-0002.parquet",
+                "part-0003.parquet",
+                "part-0013.parquet"
+            ]
+        );
+    }
+
+    /// A partition flushed once a second for ten minutes, with a compaction pass every
+    /// [`AFTER_FLUSHES`], holds a few dozen files at any time, not one per flush.
+    #[test]
+    fn a_partition_read_in_a_loop_stays_at_a_few_files() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(10 * 86_400);
+        let hour = Some(
+            i64::try_from(
+                start
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos(),
+            )
+            .unwrap(),
+        );
+        let mut files: Vec<(u64, SystemTime)> = Vec::new();
+        let mut most = 0;
+        let mut rewritten = 0u64;
+        for s in 0..600u64 {
+            let now = start + Duration::from_secs(s);
+            files.push((30_000, now));
+            most = most.max(files.len());
+            // The daemon looks every AFTER_FLUSHES while files are flushed.
+            if (s + 1) % AFTER_FLUSHES.as_secs() != 0 {
+                continue;
+            }
+            let infos: Vec<FileInfo> = files
+                .iter()
+                .enumerate()
+                .map(|(i, &(bytes, modified))| FileInfo {
+                    name: format!("part-{i:06}.parquet"),
+                    path: PathBuf::new(),
+                    bytes,
+                    modified,
+                })
+                .collect();
+            let groups = select(infos, &policy(), hour, now);
+            let mut merged: Vec<usize> = Vec::new();
+            let mut out = Vec::new();
+            for g in &groups {
+                let bytes: u64 = g.iter().map(|f| f.bytes).sum();
+                rewritten += bytes;
+                out.push((bytes, now));
+                merged.extend(g.iter().map(|f| f.name[5..11].parse::<usize>().unwrap()));
+            }
+            files = files
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !merged.contains(i))
+                .map(|(_, f)| f)
+                .chain(out)
+                .collect();
+            most = most.max(files.len());
+        }
+        let total = 600 * 30_000u64;
+        // Without the tiers, one file per flush until they age: about 300 at a time.
+        assert_eq!((most, files.len()), (19, 9));
+        // Each byte rewritten under three times (once per tier it passes, and once more when
+        // aged), not once per flush.
+        assert_eq!(rewritten, 49_200_000);
+        assert!(rewritten < 3 * total);
     }
 }

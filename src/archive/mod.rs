@@ -276,6 +276,10 @@ impl Archive {
         if let Some(f) = &mut self.flush {
             f.flushed(n, now);
         }
+        // Flushed files are small: merge them before readers polling in a loop pile them up.
+        if let Some(c) = &self.compactor {
+            c.flushed();
+        }
     }
 
     /// Uses `budget` for the buffered rows instead of the data directory's (tests, tools).

@@ -54,7 +54,7 @@ impl From<datafusion::error::DataFusionError> for QueryError {
 impl QueryError {
     /// True when a file listed for the query was gone when it was read: a compaction swapped
     /// its partition folder in between (see `archive::compact`). Listing again finds the
-    /// merged file; a query failing so is worth one retry.
+    /// merged file; a query failing so is worth another try.
     pub fn is_vanished_file(&self) -> bool {
         match self {
             // The local object store's NotFound ("Object at location … not found: No such
@@ -69,8 +69,11 @@ impl QueryError {
     }
 }
 
-/// Runs `work` on a fresh session over the archive under `data_dir`, once more (with a fresh
-/// listing) if a file vanished under it.
+/// Tries of a query whose listed files a compaction swapped away meanwhile: each lists again.
+const VANISHED_TRIES: u32 = 4;
+
+/// Runs `work` on a fresh session over the archive under `data_dir`, again (with a fresh
+/// listing, up to [`VANISHED_TRIES`] in all) if a file vanished under it.
 pub async fn with_session<T, F, Fut>(data_dir: &Path, mut work: F) -> Result<T, QueryError>
 where
     F: FnMut(SessionContext) -> Fut,
@@ -81,7 +84,7 @@ where
         tries += 1;
         let ctx = session(data_dir).await?;
         match work(ctx).await {
-            Err(e) if tries < 2 && e.is_vanished_file() => continue,
+            Err(e) if tries < VANISHED_TRIES && e.is_vanished_file() => continue,
             r => return r,
         }
     }
