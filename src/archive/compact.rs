@@ -196,6 +196,26 @@ impl Compactor {
         Ok(report)
     }
 
+    /// The partition's lock: waited for (the CLI), or tried for up to [`BUSY_PATIENCE`] (the
+    /// daemon: its writers hold a partition only while they write a file into it, but a
+    /// reader's flush holds every partition with rows at once, about every second while a
+    /// reader polls; skipping at the first try left most partitions unmerged then).
+    fn lock(&self, part: &PartitionDir) -> Result<Option<PartitionLock>, ArchiveError> {
+        if self.wait {
+            return PartitionLock::acquire(&self.data_dir, part, true);
+        }
+        let deadline = std::time::Instant::now() + BUSY_PATIENCE;
+        loop {
+            if let Some(lock) = PartitionLock::acquire(&self.data_dir, part, false)? {
+                return Ok(Some(lock));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(BUSY_PATIENCE / 40);
+        }
+    }
+
     /// Removes the folders interrupted compactions left in the work area.
     fn clean_up(&self, table: Table, report: &mut Report) -> Result<(), ArchiveError> {
         for part in lock::staged(&self.data_dir, table) {
@@ -243,7 +263,7 @@ impl Compactor {
             }
             return Ok(());
         }
-        let Some(_lock) = PartitionLock::acquire(&self.data_dir, part, self.wait)? else {
+        let Some(_lock) = self.lock(part)? else {
             report.busy += 1;
             return Ok(());
         };
@@ -691,6 +711,9 @@ fn pause_for_test(step: &str) {
         std::thread::sleep(Duration::from_secs(3600));
     }
 }
+
+/// How long the daemon's compactor tries for a partition its writers hold before it skips it.
+const BUSY_PATIENCE: Duration = Duration::from_secs(2);
 
 /// While readers have files flushed, the daemon looks for small files this often (rather
 /// than every `compact_every`): often enough that a partition read in a loop holds a few
