@@ -3,7 +3,7 @@
 //! A partition's files are *small* when under half of `archive.compact_max_bytes`; once they
 //! are older than `compact_after` they are merged: in an hour still being written once
 //! `compact_min_files` of them have aged, in an hour that ended `compact_after` ago as soon as
-//! there are two. Younger small files (flushes for readers write one per partition, up to once
+//! there are two. Younger small files (flushes for readers write one per partition, up to twice
 //! a second) are merged as soon as `compact_min_files` of one size tier (a factor of four
 //! apart) are there; while readers have files flushed, the daemon looks every
 //! [`AFTER_FLUSHES`]. Merged rows are sorted (spans and logs by trace id then time, requests and
@@ -423,7 +423,7 @@ fn tier(bytes: u64) -> u32 {
 
 /// The merge groups among a partition's `files` (see the module's rules). Small files that
 /// have aged are merged all together, as before; younger ones (a flush for a reader writes
-/// one per partition, up to once a second) are merged `min_files` at a time with files of
+/// one per partition, up to twice a second) are merged `min_files` at a time with files of
 /// their size tier, so a partition read in a loop holds a few files per tier instead of one
 /// per flush, and each row is rewritten about once per tier, not once per merge.
 fn select(

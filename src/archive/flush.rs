@@ -7,8 +7,8 @@
 //! writer's consumer, at its next tick (every 250 ms, or as soon as it has caught up), writes
 //! out every buffer once it has read past them, and reports how far it got. Flushes of one
 //! writer are at least [`FLUSH_EVERY`] apart, and every request waiting shares the next one,
-//! so a reader polling in a loop costs one small file per partition per second at most
-//! (compaction merges them). Items whose trace has named no tenant yet are held back by the
+//! so a reader polling in a loop costs one small file per partition per half second at
+//! most (compaction merges them: see `compact`, young files). Items whose trace has named no tenant yet are held back by the
 //! consumer (see `tenancy`) and are not written by a flush.
 //!
 //! The daemon records its admin address in `<data_dir>/state/admin.addr` while it serves,
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Flushes of one writer are at least this far apart.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
 
 /// Flush requests of one writer.
 #[derive(Debug, Default)]
@@ -191,7 +191,7 @@ mod tests {
         // No new record since, but the writer may hold new rows (summaries): served again.
         let again = point.want(50);
         assert_eq!(
-            due.due(50, t0 + Duration::from_millis(999)),
+            due.due(50, t0 + FLUSH_EVERY - Duration::from_millis(1)),
             None,
             "too soon"
         );
