@@ -70,8 +70,9 @@ def pct(xs, f):
 
 def report(name, xs):
     if xs:
-        print(f"{name}: n={len(xs)} p50 {pct(xs, 0.5):.0f} ms, p99 {pct(xs, 0.99):.0f} ms, "
-              f"max {max(xs) * 1000:.0f} ms")
+        print(f"{name}: n={len(xs)} p50 {pct(xs, 0.5):.0f} ms, p90 {pct(xs, 0.9):.0f} ms, "
+              f"p95 {pct(xs, 0.95):.0f} ms, p99 {pct(xs, 0.99):.0f} ms, max {max(xs) * 1000:.0f} ms"
+              f" (p99 is the slowest run below 100 samples)")
 
 
 def main():
