@@ -202,17 +202,9 @@ impl Compactor {
     /// reader polls; skipping at the first try left most partitions unmerged then).
     fn lock(&self, part: &PartitionDir) -> Result<Option<PartitionLock>, ArchiveError> {
         if self.wait {
-            return PartitionLock::acquire(&self.data_dir, part, true);
-        }
-        let deadline = std::time::Instant::now() + BUSY_PATIENCE;
-        loop {
-            if let Some(lock) = PartitionLock::acquire(&self.data_dir, part, false)? {
-                return Ok(Some(lock));
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(BUSY_PATIENCE / 40);
+            PartitionLock::acquire(&self.data_dir, part, true)
+        } else {
+            PartitionLock::acquire_within(&self.data_dir, part, BUSY_PATIENCE)
         }
     }
 

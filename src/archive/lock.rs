@@ -165,6 +165,29 @@ impl PartitionLock {
     }
 }
 
+impl PartitionLock {
+    /// Locks `part`, trying for up to `patience` while another holds it; `None` if it is
+    /// still held then. For a holder that keeps partitions only briefly but often (the
+    /// daemon's writers during a reader's flush), where waiting for good could stall and
+    /// giving up at once would almost always give up.
+    pub fn acquire_within(
+        data_dir: &Path,
+        part: &PartitionDir,
+        patience: std::time::Duration,
+    ) -> Result<Option<PartitionLock>, ArchiveError> {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            if let Some(lock) = PartitionLock::acquire(data_dir, part, false)? {
+                return Ok(Some(lock));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(patience / 40);
+        }
+    }
+}
+
 /// Swaps two folders in one step (`renameat2(RENAME_EXCHANGE)`): a reader resolving either
 /// path sees the old folder or the new one, never neither or a mix.
 pub fn exchange(a: &Path, b: &Path) -> Result<(), ArchiveError> {
@@ -208,6 +231,28 @@ mod tests {
         assert!(PartitionLock::acquire(dir.path(), &part, false)
             .expect("try")
             .is_some());
+    }
+
+    #[test]
+    fn a_patient_try_gives_up_while_held_and_gets_the_lock_once_released() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let part = PartitionDir::of(&PartitionKey::new(Table::Logs, "t", 0));
+        let held = PartitionLock::acquire(dir.path(), &part, true).expect("lock");
+        let short = std::time::Duration::from_millis(20);
+        assert!(PartitionLock::acquire_within(dir.path(), &part, short)
+            .expect("try")
+            .is_none());
+        let (data, p) = (dir.path().to_path_buf(), part.clone());
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            started_tx.send(()).expect("started");
+            PartitionLock::acquire_within(&data, &p, std::time::Duration::from_secs(30))
+                .expect("try")
+                .is_some()
+        });
+        started.recv().expect("waiter running");
+        drop(held);
+        assert!(waiter.join().expect("waiter"));
     }
 
     #[test]

@@ -248,7 +248,6 @@ impl Archive {
     /// Names the journal consumer writing through this archive (for its logs).
     pub fn for_consumer(mut self, consumer: &'static str) -> Archive {
         self.consumer = consumer;
-        self.last_pressure = Instant::now();
         self
     }
 
