@@ -35,7 +35,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 
 use super::config::ArchiveConfig;
-use super::lock::{self, PartitionDir, PartitionLock};
+use super::lock::{self, PartitionDir, PartitionLock, ReadersLock};
 use super::partition::{writer_properties, FileSettings, Table, IN_PROGRESS_SUFFIX};
 use super::{file_settings, record_ranges, ArchiveError};
 use crate::metrics::Metrics;
@@ -208,6 +208,13 @@ impl Compactor {
         }
     }
 
+    /// How long a swap waits for our readers: for good (the CLI), or up to
+    /// [`READERS_PATIENCE`] (the daemon, which holds the partition's lock meanwhile and so
+    /// keeps its writer waiting).
+    fn readers_patience(&self) -> Option<Duration> {
+        (!self.wait).then_some(READERS_PATIENCE)
+    }
+
     /// Removes the folders interrupted compactions left in the work area.
     fn clean_up(&self, table: Table, report: &mut Report) -> Result<(), ArchiveError> {
         for part in lock::staged(&self.data_dir, table) {
@@ -284,7 +291,19 @@ impl Compactor {
             }
         };
         pause_for_test("built");
+        // Our readers list and read under the readers' lock: the swap waits for those in
+        // progress, so none finds a listed file swapped away.
+        let Some(readers) = ReadersLock::exclusive(&self.data_dir, self.readers_patience())? else {
+            let _ = remove_dir(&staging);
+            report.busy += 1;
+            tracing::debug!(
+                table = part.table.as_str(),
+                "compaction skipped a partition: readers held the archive throughout"
+            );
+            return Ok(());
+        };
         lock::exchange(&live, &staging)?;
+        drop(readers);
         for dir in [live.parent(), staging.parent()].into_iter().flatten() {
             crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
         }
@@ -707,6 +726,11 @@ fn pause_for_test(step: &str) {
 /// How long the daemon's compactor tries for a partition its writers hold before it skips it.
 const BUSY_PATIENCE: Duration = Duration::from_secs(2);
 
+/// How long the daemon's compactor waits for our readers to let it swap a folder before it
+/// drops the merge (done again at the next pass). A reader holds the readers' lock for one
+/// query at a time, and starts its next only after a flush; half a second finds a gap.
+const READERS_PATIENCE: Duration = Duration::from_millis(500);
+
 /// While readers have files flushed, the daemon looks for small files this often (rather
 /// than every `compact_every`): often enough that a partition read in a loop holds a few
 /// dozen files, not hundreds; seldom enough that a reader seldom finds a file it listed
@@ -894,6 +918,43 @@ mod tests {
             3,
             "the newest file's schema"
         );
+    }
+
+    #[test]
+    fn the_daemons_compactor_leaves_a_partition_our_readers_hold_and_merges_it_after() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let dir = data.path().join("alarms/tenant=t/date=2020-01-01/hour=00");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let hour = Duration::from_secs(3600);
+        for (name, rows) in [("part-a.parquet", 2), ("part-b.parquet", 3)] {
+            write(&dir, name, rows, false, hour);
+        }
+        let policy = Policy {
+            older_than: Duration::from_secs(60),
+            min_files: 2,
+            max_bytes: 64 << 20,
+            every: Duration::ZERO,
+            settings: file_settings(&ArchiveConfig::default()),
+        };
+        let mut c = Compactor::new(data.path(), policy, "0a0b0c0d".into(), Arc::default())
+            .without_waiting();
+        let count = || std::fs::read_dir(&dir).expect("list").count();
+        let reading = ReadersLock::shared(data.path()).expect("readers' lock");
+        let report = c
+            .run(&[Table::Alarms], SystemTime::now(), &|| false)
+            .expect("compaction");
+        assert_eq!((report.compacted, report.busy), (0, 1));
+        assert_eq!(count(), 2, "the listed files are still there");
+        assert!(
+            lock::staged(data.path(), Table::Alarms).is_empty(),
+            "the dropped merge left no folder behind"
+        );
+        drop(reading);
+        let report = c
+            .run(&[Table::Alarms], SystemTime::now(), &|| false)
+            .expect("compaction");
+        assert_eq!((report.compacted, report.busy, report.rows), (1, 0, 5));
+        assert_eq!(count(), 1);
     }
 
     const MIB: u64 = 1024 * 1024;

@@ -126,42 +126,14 @@ impl PartitionLock {
             .join("locks")
             .join(part.table.as_str());
         let path = dir.join(format!("{}.lock", part.name()));
-        let file = match OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
-                OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&path)
-                    .map_err(|e| ArchiveError::io(&path, e))?
-            }
-            Err(e) => return Err(ArchiveError::io(&path, e)),
-        };
+        let file = open_lock_file(&path)?;
         let op = if wait {
             libc::LOCK_EX
         } else {
             libc::LOCK_EX | libc::LOCK_NB
         };
-        loop {
-            // SAFETY: flock on a descriptor this function owns; no memory is passed.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-            if rc == 0 {
-                return Ok(Some(PartitionLock { _file: file }));
-            }
-            let err = std::io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EWOULDBLOCK) if !wait => return Ok(None),
-                _ => return Err(ArchiveError::io(&path, err)),
-            }
-        }
+        let taken = flock(&file, op).map_err(|e| ArchiveError::io(&path, e))?;
+        Ok(taken.then_some(PartitionLock { _file: file }))
     }
 }
 
@@ -184,6 +156,106 @@ impl PartitionLock {
                 return Ok(None);
             }
             std::thread::sleep(patience / 40);
+        }
+    }
+}
+
+/// The readers' lock, `<data_dir>/.compact/locks/readers.lock`: our readers (`query`,
+/// `trace`) hold it shared while they list and read; a compaction holds it exclusively only
+/// for its swap. So a file our readers listed is never swapped away under them, and a merge
+/// waits at most for the reads in progress. Other readers (DuckDB, pyarrow) do not take it:
+/// for them a swapped-away file is an error worth a retry, as the swap is atomic.
+#[derive(Debug)]
+pub struct ReadersLock {
+    _file: File,
+}
+
+/// The readers' lock file.
+fn readers_lock_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(WORK_DIR).join("locks").join("readers.lock")
+}
+
+impl ReadersLock {
+    /// Takes the lock shared, waiting while a compaction swaps a folder. `None` when the lock
+    /// file can be neither opened nor created (an archive this user may only read, which no
+    /// compaction by this user can change either): the reader then goes without.
+    pub fn shared(data_dir: &Path) -> Option<ReadersLock> {
+        let path = readers_lock_path(data_dir);
+        let file = open_lock_file(&path)
+            .ok()
+            .or_else(|| File::open(&path).ok())?;
+        flock(&file, libc::LOCK_SH)
+            .ok()
+            .filter(|&taken| taken)
+            .map(|_| ReadersLock { _file: file })
+    }
+
+    /// Takes the lock exclusively: waiting for good with `patience` `None` (the CLI), else
+    /// trying for up to `patience`; `None` if readers still hold it then.
+    pub fn exclusive(
+        data_dir: &Path,
+        patience: Option<std::time::Duration>,
+    ) -> Result<Option<ReadersLock>, ArchiveError> {
+        let path = readers_lock_path(data_dir);
+        let file = open_lock_file(&path)?;
+        let Some(patience) = patience else {
+            flock(&file, libc::LOCK_EX).map_err(|e| ArchiveError::io(&path, e))?;
+            return Ok(Some(ReadersLock { _file: file }));
+        };
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            if flock(&file, libc::LOCK_EX | libc::LOCK_NB)
+                .map_err(|e| ArchiveError::io(&path, e))?
+            {
+                return Ok(Some(ReadersLock { _file: file }));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            // A reader holds it for one query; between two, even back to back, lies at least
+            // the next one's flush.
+            std::thread::sleep(READERS_POLL);
+        }
+    }
+}
+
+/// How often a compaction looks again while readers hold the readers' lock.
+const READERS_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Opens (creating it and its folder if need be) a lock file for writing.
+fn open_lock_file(path: &Path) -> Result<File, ArchiveError> {
+    let open = || {
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+    };
+    match open() {
+        Ok(f) => Ok(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(dir, e))?;
+            }
+            open().map_err(|e| ArchiveError::io(path, e))
+        }
+        Err(e) => Err(ArchiveError::io(path, e)),
+    }
+}
+
+/// `flock(op)`, again on EINTR: true when taken, false when `LOCK_NB` found it held.
+fn flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
+    loop {
+        // SAFETY: flock on a descriptor the caller owns; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if op & libc::LOCK_NB != 0 => return Ok(false),
+            _ => return Err(err),
         }
     }
 }
@@ -253,6 +325,38 @@ mod tests {
         started.recv().expect("waiter running");
         drop(held);
         assert!(waiter.join().expect("waiter"));
+    }
+
+    #[test]
+    fn readers_share_the_readers_lock_and_keep_a_swap_waiting() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let short = Some(std::time::Duration::from_millis(20));
+        let first = ReadersLock::shared(dir.path()).expect("shared");
+        let second = ReadersLock::shared(dir.path()).expect("two readers at once");
+        assert!(ReadersLock::exclusive(dir.path(), short)
+            .expect("try")
+            .is_none());
+        drop(first);
+        assert!(
+            ReadersLock::exclusive(dir.path(), short)
+                .expect("try")
+                .is_none(),
+            "one reader is still reading"
+        );
+        drop(second);
+        let swap = ReadersLock::exclusive(dir.path(), short)
+            .expect("try")
+            .expect("no reader left");
+        // A reader arriving during the swap waits for it.
+        let data = dir.path().to_path_buf();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            started_tx.send(()).expect("started");
+            ReadersLock::shared(&data).is_some()
+        });
+        started.recv().expect("reader running");
+        drop(swap);
+        assert!(reader.join().expect("reader"));
     }
 
     #[test]

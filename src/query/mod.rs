@@ -25,6 +25,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
 use futures_util::StreamExt;
 
+use crate::archive::lock::ReadersLock;
 use crate::archive::partition::Table;
 
 /// Why a query could not run.
@@ -82,8 +83,13 @@ where
     let mut tries = 0;
     loop {
         tries += 1;
+        // Held while listing and reading: no compaction swaps a listed file away meanwhile
+        // (other readers of the archive retry instead).
+        let readers = ReadersLock::shared(data_dir);
         let ctx = session(data_dir).await?;
-        match work(ctx).await {
+        let result = work(ctx).await;
+        drop(readers);
+        match result {
             Err(e) if tries < VANISHED_TRIES && e.is_vanished_file() => continue,
             r => return r,
         }
