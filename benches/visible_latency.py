@@ -125,9 +125,36 @@ def main():
                 seen = poll(lambda: run(args.binary, data,
                                         ["trace", "--json", request_id]).returncode == 0)
                 by_trace.append(seen - acked)
+        # Where a poll's time goes, under the same load: the flush alone (a query that reads
+        # nothing), and reading alone (no flush).
+        parts = {"`query \"SELECT 1\"` (the flush, nothing read)": ["query", "--format", "csv", "SELECT 1"],
+                 "`query --no-flush \"SELECT 1\"`": ["query", "--no-flush", "--format", "csv", "SELECT 1"],
+                 "`trace --no-flush` (reading alone)": ["trace", "--no-flush", "--json", f"vis-{args.spans - 1}"]}
+        for name, cmd in parts.items():
+            took = []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                run(args.binary, data, cmd)
+                took.append(time.perf_counter() - t0)
+            report(f"under load, one {name} run", took)
         report("ack to visible, `query`", by_query)
         report("ack to visible, `trace`", by_trace)
         report(f"ack to summary in `requests` (quiet_period {args.quiet_period})", by_summary)
+        # The daemon's own timing of the flushes (histograms; the mean of each).
+        import urllib.request
+        text = urllib.request.urlopen(f"http://{ready['admin']}/metrics").read().decode()
+        sums = {}
+        for line in text.splitlines():
+            for kind in ("_sum", "_count"):
+                for family in ("toolwatch_archive_reader_flush_seconds",
+                               "toolwatch_archive_reader_flush_write_seconds"):
+                    if line.startswith(family + kind):
+                        name, value = line.rsplit(" ", 1)
+                        key = family + name[len(family + kind):]
+                        sums.setdefault(key, {})[kind] = float(value)
+        for key, v in sorted(sums.items()):
+            if v.get("_count"):
+                print(f"daemon: {key}: {v['_count']:.0f} flushes, mean {v['_sum'] / v['_count'] * 1000:.0f} ms")
         files = sum(len([f for f in fs if f.endswith(".parquet")])
                     for _, _, fs in os.walk(os.path.join(data, "spans")))
         print(f"spans files written: {files}")

@@ -64,6 +64,7 @@ async fn flush(State(state): State<AdminState>) -> axum::response::Response {
     let Some(points) = state.flush else {
         return json_response(StatusCode::NOT_FOUND, json!({"error": "no archive here"}));
     };
+    let asked_at = std::time::Instant::now();
     let records = points.head.committed();
     let all = [&points.archive, &points.requests, &points.alarms];
     let asked: Vec<u64> = all.iter().map(|p| p.want(records)).collect();
@@ -76,6 +77,9 @@ async fn flush(State(state): State<AdminState>) -> axum::response::Response {
         ok &= done;
         writers.push(json!({"writer": p.name, "flushed": done}));
     }
+    state
+        .metrics
+        .reader_flush(ok, asked_at.elapsed().as_secs_f64());
     let status = if ok {
         StatusCode::OK
     } else {

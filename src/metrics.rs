@@ -16,6 +16,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::clock::now_ns;
@@ -99,6 +100,14 @@ type Labels2 = [(&'static str, &'static str); 2];
 type Labels3 = [(&'static str, &'static str); 3];
 type Labels1 = [(&'static str, &'static str); 1];
 
+/// Seconds, by one label, in [`flush_buckets`].
+type FlushSeconds = Family<Labels1, Histogram, fn() -> Histogram>;
+
+/// Buckets for a reader's flush: from a hundredth of a second to the flush timeout.
+fn flush_buckets() -> Histogram {
+    Histogram::new([0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0])
+}
+
 /// All metrics, registered once at start.
 pub struct Metrics {
     registry: Registry,
@@ -118,6 +127,10 @@ pub struct Metrics {
     archive_buffered: Gauge,
     /// Compactions by table; files and bytes merged (`in`) and written (`out`).
     compactions: Family<Labels1, Counter>,
+    /// Readers' flushes: from the request to every writer done (by outcome), and each
+    /// writer's writing out (by writer).
+    reader_flush: FlushSeconds,
+    reader_flush_write: FlushSeconds,
     compaction_files: Family<Labels2, Counter>,
     compaction_bytes: Family<Labels2, Counter>,
     summaries: Family<Labels1, Counter>,
@@ -690,6 +703,8 @@ impl Metrics {
             open_files: Family::default(),
             archive_buffered: Gauge::default(),
             compactions: Family::default(),
+            reader_flush: Family::new_with_constructor(flush_buckets),
+            reader_flush_write: Family::new_with_constructor(flush_buckets),
             compaction_files: Family::default(),
             compaction_bytes: Family::default(),
             summaries: Family::default(),
@@ -771,6 +786,16 @@ impl Metrics {
             "archive_buffered_bytes",
             "Memory held by archive rows not yet in a completed file (bounded by archive.buffer_bytes)",
             m.archive_buffered.clone(),
+        );
+        registry.register(
+            "archive_reader_flush_seconds",
+            "Readers' flush requests (POST /v1/archive/flush), from the request to every archive writer done, by outcome (flushed, timeout)",
+            m.reader_flush.clone(),
+        );
+        registry.register(
+            "archive_reader_flush_write_seconds",
+            "Writing out an archive writer's buffers for readers, by writer",
+            m.reader_flush_write.clone(),
         );
         registry.register(
             "archive_compactions",
@@ -925,6 +950,21 @@ impl Metrics {
             self.compaction_files.get_or_create(&l).inc_by(files);
             self.compaction_bytes.get_or_create(&l).inc_by(bytes);
         }
+    }
+
+    /// A reader's flush request took `seconds`; `flushed` false when it timed out.
+    pub fn reader_flush(&self, flushed: bool, seconds: f64) {
+        let outcome = if flushed { "flushed" } else { "timeout" };
+        self.reader_flush
+            .get_or_create(&[("outcome", outcome)])
+            .observe(seconds);
+    }
+
+    /// Archive writer `writer` wrote out its buffers for readers in `seconds`.
+    pub fn reader_flush_write(&self, writer: &'static str, seconds: f64) {
+        self.reader_flush_write
+            .get_or_create(&[("writer", writer)])
+            .observe(seconds);
     }
 
     /// Archive files of `table` open.

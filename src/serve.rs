@@ -174,7 +174,7 @@ pub async fn run(
     let mut recent = RecentSpans::new(config.archive.dedup_spans.0);
     let seeded = recent.seed_from_journal(&journal.dir, archive_tail.next_seq());
     let flush_points = crate::admin::FlushPoints {
-        archive: FlushPoint::new("spans and logs"),
+        archive: FlushPoint::new("spans_logs"),
         requests: FlushPoint::new("requests"),
         alarms: FlushPoint::new("alarms"),
         head: Arc::clone(&head),

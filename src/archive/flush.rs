@@ -128,6 +128,11 @@ impl FlushDue {
         self.point.servable(next_seq)
     }
 
+    /// The writer's name.
+    pub fn writer(&self) -> &'static str {
+        self.point.name
+    }
+
     /// Reports request `n` (and every one before it) served: what the writer held is in
     /// completed files.
     pub fn flushed(&mut self, n: u64, now: Instant) {

@@ -273,6 +273,8 @@ impl Archive {
         };
         self.complete_all();
         if let Some(f) = &mut self.flush {
+            self.metrics
+                .reader_flush_write(f.writer(), now.elapsed().as_secs_f64());
             f.flushed(n, now);
         }
         // Flushed files are small: merge them before readers polling in a loop pile them up.

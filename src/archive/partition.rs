@@ -13,7 +13,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use super::schema::JSON_COLUMNS;
+use super::schema::{JSON_COLUMNS, SMALL_COLUMNS, UNIQUE_COLUMNS};
 use super::ArchiveError;
 use crate::event::SCHEMA_VERSION;
 
@@ -149,8 +149,13 @@ pub fn writer_properties(
             "toolwatch.schema_version".to_string(),
             SCHEMA_VERSION.to_string(),
         )]));
-    for col in JSON_COLUMNS {
-        b = b.set_column_dictionary_enabled(ColumnPath::from(*col), false);
+    for col in JSON_COLUMNS.iter().chain(UNIQUE_COLUMNS) {
+        b = b.set_column_dictionary_enabled(column_path(col), false);
+    }
+    if matches!(table, Table::Spans | Table::Logs) {
+        for col in SMALL_COLUMNS {
+            b = b.set_column_compression(column_path(col), Compression::UNCOMPRESSED);
+        }
     }
     let bloom_columns: &[&str] = match table {
         Table::Spans => &["trace_id", "request_id"],
@@ -166,6 +171,11 @@ pub fn writer_properties(
             .set_column_bloom_filter_max_ndv(path, bloom_ndv(settings.row_group_rows));
     }
     Ok(b.build())
+}
+
+/// The path of a column named with dots between nesting levels (`redactions.entries.keys`).
+fn column_path(name: &str) -> ColumnPath {
+    ColumnPath::new(name.split('.').map(str::to_string).collect())
 }
 
 /// Distinct values a row group's bloom filter is sized for: a quarter of its rows (agent
@@ -260,6 +270,67 @@ impl StagedFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_columns_go_uncompressed_and_ids_without_a_dictionary() {
+        use crate::archive::rows::TableRows;
+        use crate::archive::schema::SpanRows;
+        use parquet::basic::Encoding;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+
+        let mut rows = SpanRows::default();
+        let mut span = crate::event::fixtures::span();
+        span.redactions.insert("email".into(), 1);
+        rows.append(&span).expect("append");
+        let batch = rows.finish().expect("batch");
+        let settings = super::super::file_settings(&super::super::config::ArchiveConfig::default());
+        let props = writer_properties(&settings, Table::Spans).expect("properties");
+        let mut buf = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))
+            .expect("writer");
+        w.write(&batch).expect("write");
+        w.close().expect("close");
+        let reader = SerializedFileReader::new(bytes::Bytes::from(buf)).expect("parquet");
+        let group = reader.metadata().row_group(0);
+        let column = |name: &str| {
+            group
+                .columns()
+                .iter()
+                .find(|c| c.column_path().string() == name)
+                .unwrap_or_else(|| panic!("no column {name}"))
+        };
+        for small in [
+            "span_kind",
+            "tool_name",
+            "redactions.entries.keys",
+            "cancelled",
+        ] {
+            assert_eq!(
+                column(small).compression(),
+                Compression::UNCOMPRESSED,
+                "{small}"
+            );
+        }
+        for large in [
+            "tool_arguments",
+            "attributes",
+            "span_id",
+            "start_time",
+            "trace_id",
+        ] {
+            assert!(
+                matches!(column(large).compression(), Compression::ZSTD(_)),
+                "{large}"
+            );
+        }
+        let dictionary = |name: &str| {
+            column(name)
+                .encodings()
+                .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
+        };
+        assert!(!dictionary("span_id") && !dictionary("tool_arguments"));
+        assert!(dictionary("trace_id") && dictionary("span_kind"));
+    }
 
     #[test]
     fn partition_values_cannot_escape_their_folder() {

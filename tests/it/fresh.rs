@@ -8,7 +8,9 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::harness::{loadgen, parquet_files, toolwatch, wait_for, Daemon, DaemonOptions};
+use crate::harness::{
+    blocking_get, loadgen, parquet_files, toolwatch, wait_for, Daemon, DaemonOptions,
+};
 use crate::protect_e2e::{assert_clean, canary_request};
 
 fn query(data: &Path, extra: &[&str], sql: &str) -> Vec<Value> {
@@ -150,8 +152,26 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
             .enable_all()
             .build()
             .expect("runtime");
+        // Each request is timed, and each writer's writing out for it: one more of each.
+        let sample = |name: &str| {
+            let (_, text) = blocking_get(&format!("http://{admin}/metrics"));
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let timed = [
+            "toolwatch_archive_reader_flush_seconds_count{outcome=\"flushed\"}",
+            "toolwatch_archive_reader_flush_write_seconds_count{writer=\"spans_logs\"}",
+            "toolwatch_archive_reader_flush_write_seconds_count{writer=\"requests\"}",
+            "toolwatch_archive_reader_flush_write_seconds_count{writer=\"alarms\"}",
+        ];
+        let before: Vec<f64> = timed.iter().map(|m| sample(m)).collect();
+        assert!(before[0] >= 1.0, "the queries above flushed: {before:?}");
         let (status, body) = rt.block_on(post(&format!("http://{admin}/v1/archive/flush"), None));
         assert_eq!(status, 200, "{body}");
+        let after: Vec<f64> = timed.iter().map(|m| sample(m)).collect();
+        let more: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert_eq!(more, vec![1.0; 4], "{timed:?}: {before:?} then {after:?}");
         let answer: Value = serde_json::from_str(&body).expect("json");
         assert_eq!(answer["flushed"], true);
         assert_eq!(answer["writers"].as_array().map(Vec::len), Some(3));
