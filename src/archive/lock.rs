@@ -1,9 +1,12 @@
 //! Partition locks and the compaction work area, both outside the tables' folders.
 //!
 //! The daemon writing a file into a partition folder and a compaction rewriting that folder
-//! exclude each other with an exclusive `flock` on one lock file per partition, in
-//! `<data_dir>/.compact/locks/<table>/`. The kernel drops a lock when its holder dies, so a
-//! `kill -9` never leaves a partition locked. A compaction builds the new folder in
+//! exclude each other with an exclusive lock on one byte of the table's lock file,
+//! `<data_dir>/.compact/locks/<table>.lock`, at an offset hashed from the partition's name
+//! (an open-file-description lock, `F_OFD_SETLK`, so two holders in one process exclude each
+//! other too). One file per table, not one per partition: a thousand tenants made three
+//! thousand lock files an hour that nothing could safely remove. The kernel drops a lock when
+//! its holder dies, so a `kill -9` never leaves a partition locked. A compaction builds the new folder in
 //! `<data_dir>/.compact/staging/<table>/` and swaps it with the live one: nothing a reader of
 //! `<table>/**/*.parquet` lists ever lives there (DuckDB's `**` glob does descend into
 //! hidden folders, so a hidden name inside the table would not be enough).
@@ -121,19 +124,58 @@ impl PartitionLock {
         part: &PartitionDir,
         wait: bool,
     ) -> Result<Option<PartitionLock>, ArchiveError> {
-        let dir = data_dir
+        let path = data_dir
             .join(WORK_DIR)
             .join("locks")
-            .join(part.table.as_str());
-        let path = dir.join(format!("{}.lock", part.name()));
+            .join(format!("{}.lock", part.table.as_str()));
         let file = open_lock_file(&path)?;
-        let op = if wait {
-            libc::LOCK_EX
-        } else {
-            libc::LOCK_EX | libc::LOCK_NB
-        };
-        let taken = flock(&file, op).map_err(|e| ArchiveError::io(&path, e))?;
+        let taken =
+            lock_byte(&file, part.lock_offset(), wait).map_err(|e| ArchiveError::io(&path, e))?;
         Ok(taken.then_some(PartitionLock { _file: file }))
+    }
+}
+
+impl PartitionDir {
+    /// The byte of the table's lock file standing for this partition: 40 bits of the SHA-256
+    /// of its name, the same in every process and release. Two partitions sharing a byte (about
+    /// one pair in two million among a thousand partitions) only wait for each other.
+    fn lock_offset(&self) -> i64 {
+        use sha2::{Digest, Sha256};
+        let d = Sha256::digest(self.name().as_bytes());
+        d[..5]
+            .iter()
+            .fold(0i64, |acc, &b| (acc << 8) | i64::from(b))
+    }
+}
+
+/// An exclusive open-file-description lock on byte `at` of `file`: true when taken, false
+/// when `wait` is false and another holds it.
+fn lock_byte(file: &File, at: i64, wait: bool) -> std::io::Result<bool> {
+    // SAFETY: an all-zero `flock` struct is a valid value (plain integers).
+    let mut range: libc::flock = unsafe { std::mem::zeroed() };
+    range.l_type = libc::F_WRLCK as libc::c_short;
+    range.l_whence = libc::SEEK_SET as libc::c_short;
+    range.l_start = at;
+    range.l_len = 1;
+    // Open-file-description locks require l_pid 0.
+    range.l_pid = 0;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    loop {
+        // SAFETY: fcntl on a descriptor the caller owns, with a pointer to a live struct.
+        let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut range) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) | Some(libc::EACCES) if !wait => return Ok(false),
+            _ => return Err(err),
+        }
     }
 }
 
@@ -357,6 +399,40 @@ mod tests {
         started.recv().expect("reader running");
         drop(swap);
         assert!(reader.join().expect("reader"));
+    }
+
+    #[test]
+    fn partitions_of_one_table_lock_apart_in_one_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held: Vec<PartitionLock> = (0..100)
+            .map(|hour| {
+                let key = PartitionKey::new(Table::Spans, "t", hour * 3_600_000_000_000);
+                PartitionLock::acquire(dir.path(), &PartitionDir::of(&key), false)
+                    .expect("lock")
+                    .expect("no other holder")
+            })
+            .collect();
+        let other = PartitionDir::of(&PartitionKey::new(Table::Logs, "t", 0));
+        assert!(PartitionLock::acquire(dir.path(), &other, false)
+            .expect("lock")
+            .is_some());
+        let files: Vec<String> = std::fs::read_dir(dir.path().join(WORK_DIR).join("locks"))
+            .expect("locks folder")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(files.len(), 2, "one lock file per table: {files:?}");
+        let first = PartitionDir::of(&PartitionKey::new(Table::Spans, "t", 0));
+        assert!(
+            PartitionLock::acquire(dir.path(), &first, false)
+                .expect("lock")
+                .is_none(),
+            "still held"
+        );
+        drop(held);
+        assert!(PartitionLock::acquire(dir.path(), &first, false)
+            .expect("lock")
+            .is_some());
     }
 
     #[test]
