@@ -19,7 +19,8 @@ use serde::Serialize;
 
 use super::rows::TableRows;
 use crate::event::{
-    hex_id, AttrValue, Attributes, AuditFields, GenAiFields, LogRecord, Redactions, SpanRecord,
+    hex_id, AttrValue, Attributes, AuditFields, GenAiFields, HexId, LogRecord, Redactions,
+    SpanRecord,
 };
 
 /// Written into every row's `schema_version` column (the event contract's version).
@@ -631,9 +632,9 @@ impl SpanRows {
         // The columns between schema_version and start_time, in schema order.
         let [trace_id, span_id, parent, trace_state, request_id, service, scope_name, scope_version, class, kind, name] =
             &mut self.head;
-        trace_id.append_value(hex_id(&s.trace_id));
-        span_id.append_value(hex_id(&s.span_id));
-        parent.append_option(s.parent_span_id.map(|p| hex_id(&p)));
+        trace_id.append_value(HexId::of(&s.trace_id));
+        span_id.append_value(HexId::of(&s.span_id));
+        parent.append_option(s.parent_span_id.map(|p| HexId::of(&p)));
         trace_state.append_option(empty_to_none(&s.trace_state));
         request_id.append_option(s.audit.request_id.as_deref());
         service.append_value(&s.resource.service_name);
@@ -783,8 +784,8 @@ impl LogRows {
         self.time.append_value(r.time_ns);
         self.observed_time.append_value(r.observed_time_ns);
         let [trace_id, span_id, request_id, service, scope_name, scope_version] = &mut self.ids;
-        trace_id.append_option(r.trace_id.map(|t| hex_id(&t)));
-        span_id.append_option(r.span_id.map(|s| hex_id(&s)));
+        trace_id.append_option(r.trace_id.map(|t| HexId::of(&t)));
+        span_id.append_option(r.span_id.map(|s| HexId::of(&s)));
         request_id.append_option(r.audit.request_id.as_deref());
         service.append_value(&r.resource.service_name);
         scope_name.append_option(empty_to_none(&r.scope.name));
