@@ -240,6 +240,10 @@ impl Consumer for ArchiveConsumer {
             .unwrap_or(next_seq)
     }
 
+    fn tick_due_in(&self) -> Option<Duration> {
+        self.archive.flush_due_in(Instant::now())
+    }
+
     fn finish(mut self, next_seq: u64) -> (u64, ArchiveTotals) {
         let totals = self.archive.close();
         // Rows that failed to be written keep the checkpoint before them.

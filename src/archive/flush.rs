@@ -3,9 +3,10 @@
 //! `toolwatch trace` reads the archive.
 //!
 //! Each archive writer of the daemon (spans and logs; requests; alarms) has a [`FlushPoint`].
-//! `POST /v1/archive/flush` asks every point for the journal records committed so far; each
-//! writer's consumer, at its next tick (every 250 ms, or as soon as it has caught up), writes
-//! out every buffer once it has read past them, and reports how far it got. Flushes of one
+//! `POST /v1/archive/flush` asks every point for the journal records committed so far and
+//! nudges the consumers (an idle one is waiting for records); each writer's consumer writes out
+//! every buffer once it has read past them, without waiting for its next tick, and reports how
+//! far it got; one whose turn comes later (the spacing below) stops waiting for records then. Flushes of one
 //! writer are at least [`FLUSH_EVERY`] apart, and every request waiting shares the next one,
 //! so a reader polling in a loop costs one small file per partition per half second at
 //! most (compaction merges them: see `compact`, young files). Items whose trace has named no tenant yet are held back by the
@@ -81,6 +82,16 @@ impl FlushPoint {
         *self.done.borrow()
     }
 
+    /// True when a request waits.
+    fn waiting(&self) -> bool {
+        !self
+            .asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pending
+            .is_empty()
+    }
+
     /// The newest request whose records are all read (`next_seq`: the first not yet read).
     fn servable(&self, next_seq: u64) -> Option<u64> {
         let asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
@@ -131,6 +142,17 @@ impl FlushDue {
     /// The writer's name.
     pub fn writer(&self) -> &'static str {
         self.point.name
+    }
+
+    /// How soon [`FlushDue::due`] may say yes, if a request waits: zero when the spacing
+    /// allows a flush now (it may still wait for records to be read).
+    pub fn due_in(&self, now: Instant) -> Option<Duration> {
+        if !self.point.waiting() {
+            return None;
+        }
+        Some(self.last.map_or(Duration::ZERO, |l| {
+            (l + FLUSH_EVERY).saturating_duration_since(now)
+        }))
     }
 
     /// Reports request `n` (and every one before it) served: what the writer held is in
@@ -208,6 +230,23 @@ mod tests {
         assert_eq!(due.due(65, t1), Some(a));
         due.flushed(a, t1);
         assert_eq!(due.due(70, t1 + FLUSH_EVERY), Some(b));
+    }
+
+    #[test]
+    fn a_waiting_flush_says_how_soon_it_may_go() {
+        let point = FlushPoint::new("archive");
+        let mut due = FlushDue::new(Arc::clone(&point));
+        let t0 = Instant::now();
+        assert_eq!(due.due_in(t0), None, "nothing asked");
+        let first = point.want(10);
+        assert_eq!(due.due_in(t0), Some(Duration::ZERO), "never flushed: now");
+        due.flushed(first, t0);
+        assert_eq!(due.due_in(t0), None, "served");
+        point.want(10);
+        assert_eq!(due.due_in(t0), Some(FLUSH_EVERY));
+        let later = t0 + FLUSH_EVERY / 5;
+        assert_eq!(due.due_in(later), Some(FLUSH_EVERY - FLUSH_EVERY / 5));
+        assert_eq!(due.due_in(t0 + FLUSH_EVERY * 2), Some(Duration::ZERO));
     }
 
     #[test]

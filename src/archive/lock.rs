@@ -136,15 +136,19 @@ impl PartitionLock {
 }
 
 impl PartitionDir {
-    /// The byte of the table's lock file standing for this partition: 40 bits of the SHA-256
-    /// of its name, the same in every process and release. Two partitions sharing a byte (about
-    /// one pair in two million among a thousand partitions) only wait for each other.
+    /// The byte of the table's lock file standing for this partition: 62 bits of the SHA-256
+    /// of its name, the same in every process and release. Two partitions never share one in
+    /// practice (a pair among a million partitions: one chance in ten million); if two did,
+    /// the daemon's writer, which holds the partitions of a group at once, would wait on
+    /// itself.
     fn lock_offset(&self) -> i64 {
         use sha2::{Digest, Sha256};
         let d = Sha256::digest(self.name().as_bytes());
-        d[..5]
+        let bits = d[..8]
             .iter()
-            .fold(0i64, |acc, &b| (acc << 8) | i64::from(b))
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        // Below 2^62: the byte and its end stay inside `off_t`.
+        (bits >> 2) as i64
     }
 }
 

@@ -283,6 +283,12 @@ impl Archive {
         }
     }
 
+    /// How soon a reader's flush waiting for this writer may be served (its half-second
+    /// spacing), if one waits.
+    pub fn flush_due_in(&self, now: Instant) -> Option<std::time::Duration> {
+        self.flush.as_ref().and_then(|f| f.due_in(now))
+    }
+
     /// Uses `budget` for the buffered rows instead of the data directory's (tests, tools).
     pub fn with_budget(mut self, budget: Arc<SharedBudget>) -> Archive {
         self.budget.change(-(self.held as isize));

@@ -740,6 +740,10 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         }
     }
 
+    fn tick_due_in(&self) -> Option<std::time::Duration> {
+        self.archive.flush_due_in(std::time::Instant::now())
+    }
+
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
         let out = self.assembler.due(self.now_ms());
         self.write(out);

@@ -142,6 +142,10 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         self.raise(&alarms);
     }
 
+    fn tick_due_in(&self) -> Option<std::time::Duration> {
+        self.stage.archive.flush_due_in(Instant::now())
+    }
+
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
         let now = Instant::now();
         if now.duration_since(self.last_tick) >= TICK {

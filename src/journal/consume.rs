@@ -39,6 +39,11 @@ pub trait Consumer {
     /// Periodic work. `next_seq` is the first record not yet handed over; returns the first
     /// record not yet durable on the stage's side (its checkpoint).
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64;
+    /// How soon `tick` has work, if sooner than [`TICK`] (a reader's flush waiting for its
+    /// turn): the wait for records ends then.
+    fn tick_due_in(&self) -> Option<Duration> {
+        None
+    }
     /// Stops: makes everything taken durable where it can; returns its checkpoint and totals.
     fn finish(self, next_seq: u64) -> (u64, Self::Totals);
 }
@@ -193,7 +198,8 @@ pub fn run<C: Consumer>(
         }
         // Checked before reading, so whatever was durable when drained was set gets read.
         let drained = stop.drained.is_cancelled();
-        let records = match tail.read(READ_RECORDS, READ_BYTES, TICK) {
+        let wait = consumer.tick_due_in().map_or(TICK, |d| d.min(TICK));
+        let records = match tail.read(READ_RECORDS, READ_BYTES, wait) {
             Ok(r) => r,
             Err(e) => {
                 // A damaged segment: stop reading rather than skip acknowledged data; the
@@ -224,7 +230,9 @@ pub fn run<C: Consumer>(
                 }
             }
         }
-        if last_tick.elapsed() >= TICK || caught_up {
+        // A reader's flush that may go now does not wait for the next tick.
+        let flush_now = consumer.tick_due_in() == Some(Duration::ZERO);
+        if last_tick.elapsed() >= TICK || caught_up || flush_now {
             last_tick = Instant::now();
             if let Some(b) = held.expire(last_tick, last_seq) {
                 consumer.record(last_seq, &JournalEntry::Events(b));

@@ -25,6 +25,8 @@ struct HeadState {
     commits: u64,
     /// Times the writer looked for segments to remove.
     housekeeping: u64,
+    /// Times a reader of the archive asked the consumers to look up (see [`JournalHead::nudge`]).
+    nudges: u64,
 }
 
 /// The shared head of the journal.
@@ -94,6 +96,13 @@ impl JournalHead {
         self.changed.notify_all();
     }
 
+    /// Ends every consumer's wait for a record now, as if one had come: a reader's flush
+    /// request is then served at once by an idle daemon, not after the consumers' next tick.
+    pub fn nudge(&self) {
+        self.lock().nudges += 1;
+        self.changed.notify_all();
+    }
+
     /// Called by the writer when it stops.
     pub fn close(&self) {
         self.lock().closed = true;
@@ -105,12 +114,13 @@ impl JournalHead {
         self.lock().closed
     }
 
-    /// Waits until a record at `seq` is durable, the writer stops, or `timeout` passes;
-    /// returns the first sequence number not yet durable.
+    /// Waits until a record at `seq` is durable, the writer stops, someone nudges, or
+    /// `timeout` passes; returns the first sequence number not yet durable.
     pub fn wait_past(&self, seq: u64, timeout: Duration) -> u64 {
         let deadline = Instant::now() + timeout;
         let mut s = self.lock();
-        while s.committed <= seq && !s.closed {
+        let nudges = s.nudges;
+        while s.committed <= seq && !s.closed && s.nudges == nudges {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -184,6 +194,29 @@ pub const PRESSURE: f64 = 0.5;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nudge_ends_a_wait_for_records() {
+        let head = std::sync::Arc::new(JournalHead::new(5, 0, 1 << 30));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let waiting = std::sync::Arc::clone(&head);
+        let waiter = std::thread::spawn(move || {
+            done_tx
+                .send(waiting.wait_past(5, Duration::from_secs(3600)))
+                .expect("send");
+        });
+        // Nudge until the waiter is out (a nudge before it waits is not seen by it).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let returned = loop {
+            assert!(Instant::now() < deadline, "the nudges never ended the wait");
+            head.nudge();
+            if let Ok(seq) = done.recv_timeout(Duration::from_millis(10)) {
+                break seq;
+            }
+        };
+        assert_eq!(returned, 5, "no record came");
+        waiter.join().expect("waiter");
+    }
     use std::sync::Arc;
 
     #[test]

@@ -643,6 +643,32 @@ mod tests {
     }
 
     #[test]
+    fn an_alarm_id_that_looks_like_a_card_number_stays() {
+        use crate::event::LogRecord;
+        let p = Protector::from_config(&rules::RedactionConfig::default(), KeyedHasher::new(b"k"))
+            .expect("default rules");
+        // 16 hex digits, all decimal, passing Luhn: an alarm id a downstream toolwatch got.
+        let id = "6366334376982110";
+        let mut l: LogRecord = crate::event::fixtures::log();
+        l.attributes = Attributes(vec![
+            ("toolwatch.alarm.id".into(), AttrValue::Str(id.into())),
+            ("note".into(), AttrValue::Str(id.into())),
+        ]);
+        let mut batch = EventBatch {
+            spans: vec![],
+            logs: vec![l],
+        };
+        p.protect(&mut batch);
+        let attrs = &batch.logs[0].attributes.0;
+        assert_eq!(attrs[0].1, AttrValue::Str(id.into()));
+        assert_eq!(
+            attrs[1].1,
+            AttrValue::Str("[REDACTED:payment_card_number]".into()),
+            "the same digits elsewhere are a card number"
+        );
+    }
+
+    #[test]
     fn key_file_is_created_once_and_reused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("state/hash.key");

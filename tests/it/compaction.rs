@@ -15,9 +15,13 @@ use crate::harness::{
 /// Counts rows and distinct (trace_id, span_id) of `spans` with DuckDB and pyarrow in a
 /// loop, until `<control>/stop` exists; one JSON line per read, with the test's phase (the
 /// content of `<control>/phase`) before and after the read. A read that fails (a file listed
-/// before a swap and gone when opened) is reported as an error and retried.
+/// before a swap and gone when opened) is reported as an error and retried. pyarrow reads
+/// under the archive's readers' lock, as schemas/archive.md tells pyarrow users to: its
+/// discovery lists a folder, then stats each file by path and silently skips one that is gone,
+/// so a swap between the two loses the merged rows without an error (this test caught it).
+/// DuckDB reads without the lock: a file gone when it opens it is an error.
 const READER: &str = r#"
-import json, os, sys
+import fcntl, json, os, sys
 import duckdb
 import pyarrow as pa, pyarrow.dataset as ds, pyarrow.compute as pc
 data, control = sys.argv[1], sys.argv[2]
@@ -27,8 +31,12 @@ con = duckdb.connect()
 glob = os.path.join(spans, "**", "*.parquet")
 def duck():
     return con.sql(f"SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet('{glob}', hive_partitioning = true, hive_types_autocast = false)").fetchall()[0]
+readers_lock = os.path.join(data, ".compact", "locks", "readers.lock")
 def arrow():
-    t = ds.dataset(spans, format="parquet", partitioning=part).to_table(columns=["trace_id", "span_id"])
+    os.makedirs(os.path.dirname(readers_lock), exist_ok=True)
+    with open(readers_lock, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        t = ds.dataset(spans, format="parquet", partitioning=part).to_table(columns=["trace_id", "span_id"])
     keys = pc.binary_join_element_wise(t.column("trace_id"), t.column("span_id"), "/")
     return (t.num_rows, len(pc.unique(keys)))
 def phase():

@@ -170,9 +170,12 @@ fn blast_with_the_tenant_on_the_root_is_archived_exactly() {
             .collect();
         assert_eq!(roots.len(), 1);
         let root = roots[0];
-        // The root names its tenant; where its children are filed is another stage's business.
+        // The root names its tenant, and every span of its request is filed under it.
         let tenant = root["tenant"].as_str().expect("tenant");
         *roots_by_tenant.entry(tenant).or_default() += 1;
+        for s in spans {
+            assert_eq!(s["tenant"], tenant, "{} of a {tenant} request", s["name"]);
+        }
         assert!(request_ids.insert(root["request_id"].as_str().expect("request id")));
         let classes: BTreeSet<&str> = spans
             .iter()
@@ -192,6 +195,19 @@ fn blast_with_the_tenant_on_the_root_is_archived_exactly() {
         .filter_map(|r| r["service_name"].as_str())
         .collect();
     assert_eq!(services, BTreeSet::from(["agent-executor", "orders-api"]));
+    // One summary per request, whole, under the root's tenant.
+    let requests = read_table(&d.data_dir, "requests");
+    assert_eq!(requests.len(), 30);
+    let root_tenant: std::collections::BTreeMap<&str, &str> = spans
+        .iter()
+        .filter(|r| r["span_class"] == "agent")
+        .filter_map(|r| Some((r["request_id"].as_str()?, r["tenant"].as_str()?)))
+        .collect();
+    for r in &requests {
+        let id = r["request_id"].as_str().expect("request id");
+        assert_eq!(r["tenant"].as_str(), root_tenant.get(id).copied(), "{id}");
+        assert_eq!(r["span_count"], 10, "{id}");
+    }
     for r in &spans {
         let text = serde_json::to_string(r).expect("json");
         assert!(
