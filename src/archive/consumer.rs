@@ -244,6 +244,10 @@ impl Consumer for ArchiveConsumer {
         self.archive.flush_due_in(Instant::now())
     }
 
+    fn flush_due_now(&self) -> bool {
+        self.archive.flush_due_in(Instant::now()) == Some(std::time::Duration::ZERO)
+    }
+
     fn finish(mut self, next_seq: u64) -> (u64, ArchiveTotals) {
         let totals = self.archive.close();
         // Rows that failed to be written keep the checkpoint before them.

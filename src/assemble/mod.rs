@@ -402,6 +402,12 @@ impl Assembler {
         }
     }
 
+    /// The earliest deadline in the timer heap (ms on the assembler's clock; it may be a stale
+    /// one, which only wakes a tick early).
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.deadlines.peek().map(|Reverse((at, _))| *at)
+    }
+
     /// Summaries due at `now_ms`: requests whose root ended and that were quiet long
     /// enough, those past the maximum age, and amendments. Forgets remembered requests whose
     /// amend window passed.
@@ -741,7 +747,21 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
     }
 
     fn tick_due_in(&self) -> Option<std::time::Duration> {
-        self.archive.flush_due_in(std::time::Instant::now())
+        let flush = self.archive.flush_due_in(std::time::Instant::now());
+        // The next summary due: an idle daemon writes it when its quiet period ends, so the
+        // next reader's flush finds it.
+        let summary = self
+            .assembler
+            .next_deadline_ms()
+            .map(|at| std::time::Duration::from_millis(at.saturating_sub(self.now_ms())));
+        match (flush, summary) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn flush_due_now(&self) -> bool {
+        self.archive.flush_due_in(std::time::Instant::now()) == Some(std::time::Duration::ZERO)
     }
 
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {

@@ -146,6 +146,10 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         self.stage.archive.flush_due_in(Instant::now())
     }
 
+    fn flush_due_now(&self) -> bool {
+        self.stage.archive.flush_due_in(Instant::now()) == Some(std::time::Duration::ZERO)
+    }
+
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
         let now = Instant::now();
         if now.duration_since(self.last_tick) >= TICK {

@@ -40,9 +40,13 @@ pub trait Consumer {
     /// record not yet durable on the stage's side (its checkpoint).
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64;
     /// How soon `tick` has work, if sooner than [`TICK`] (a reader's flush waiting for its
-    /// turn): the wait for records ends then.
+    /// turn, a summary falling due): an idle consumer's wait for records ends then.
     fn tick_due_in(&self) -> Option<Duration> {
         None
+    }
+    /// True when a reader's flush may go now: `tick` runs without waiting for its interval.
+    fn flush_due_now(&self) -> bool {
+        false
     }
     /// Stops: makes everything taken durable where it can; returns its checkpoint and totals.
     fn finish(self, next_seq: u64) -> (u64, Self::Totals);
@@ -231,8 +235,7 @@ pub fn run<C: Consumer>(
             }
         }
         // A reader's flush that may go now does not wait for the next tick.
-        let flush_now = consumer.tick_due_in() == Some(Duration::ZERO);
-        if last_tick.elapsed() >= TICK || caught_up || flush_now {
+        if last_tick.elapsed() >= TICK || caught_up || consumer.flush_due_now() {
             last_tick = Instant::now();
             if let Some(b) = held.expire(last_tick, last_seq) {
                 consumer.record(last_seq, &JournalEntry::Events(b));
