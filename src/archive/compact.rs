@@ -879,6 +879,17 @@ mod tests {
         file.set_modified(SystemTime::now() - ago).expect("mtime");
     }
 
+    /// Merges files a minute old, two at a time.
+    fn merging_two_aged() -> Policy {
+        Policy {
+            older_than: Duration::from_secs(60),
+            min_files: 2,
+            max_bytes: 64 << 20,
+            every: Duration::ZERO,
+            settings: file_settings(&ArchiveConfig::default()),
+        }
+    }
+
     #[test]
     fn files_of_another_schema_than_the_newest_are_left_as_they_are() {
         let data = tempfile::tempdir().expect("tempdir");
@@ -888,14 +899,7 @@ mod tests {
         write(&dir, "part-a.parquet", 2, false, 3 * hour);
         write(&dir, "part-b.parquet", 3, true, 2 * hour);
         write(&dir, "part-c.parquet", 4, true, hour);
-        let settings = file_settings(&ArchiveConfig::default());
-        let policy = Policy {
-            older_than: Duration::from_secs(60),
-            min_files: 2,
-            max_bytes: 64 << 20,
-            every: Duration::ZERO,
-            settings,
-        };
+        let policy = merging_two_aged();
         let mut c = Compactor::new(data.path(), policy, "0a0b0c0d".into(), Arc::default());
         let report = c
             .run(&[Table::Alarms], SystemTime::now(), &|| false)
@@ -929,13 +933,7 @@ mod tests {
         for (name, rows) in [("part-a.parquet", 2), ("part-b.parquet", 3)] {
             write(&dir, name, rows, false, hour);
         }
-        let policy = Policy {
-            older_than: Duration::from_secs(60),
-            min_files: 2,
-            max_bytes: 64 << 20,
-            every: Duration::ZERO,
-            settings: file_settings(&ArchiveConfig::default()),
-        };
+        let policy = merging_two_aged();
         let mut c = Compactor::new(data.path(), policy, "0a0b0c0d".into(), Arc::default())
             .without_waiting();
         let count = || std::fs::read_dir(&dir).expect("list").count();

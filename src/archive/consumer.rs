@@ -240,12 +240,8 @@ impl Consumer for ArchiveConsumer {
             .unwrap_or(next_seq)
     }
 
-    fn tick_due_in(&self) -> Option<Duration> {
+    fn flush_due_in(&self) -> Option<Duration> {
         self.archive.flush_due_in(Instant::now())
-    }
-
-    fn flush_due_now(&self) -> bool {
-        self.archive.flush_due_in(Instant::now()) == Some(std::time::Duration::ZERO)
     }
 
     fn finish(mut self, next_seq: u64) -> (u64, ArchiveTotals) {

@@ -168,18 +168,45 @@ fn lock_byte(file: &File, at: i64, wait: bool) -> std::io::Result<bool> {
     } else {
         libc::F_OFD_SETLK
     };
+    // SAFETY: fcntl on a descriptor the caller owns, with a pointer to a live struct.
+    lock_call(!wait, || unsafe {
+        libc::fcntl(file.as_raw_fd(), cmd, &mut range)
+    })
+}
+
+/// Runs a lock call (`flock`, `fcntl`) until it is not interrupted: true when the lock was
+/// taken, false when a `nonblocking` call found it held.
+fn lock_call(nonblocking: bool, mut call: impl FnMut() -> libc::c_int) -> std::io::Result<bool> {
     loop {
-        // SAFETY: fcntl on a descriptor the caller owns, with a pointer to a live struct.
-        let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut range) };
-        if rc == 0 {
+        if call() == 0 {
             return Ok(true);
         }
         let err = std::io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN) | Some(libc::EACCES) if !wait => return Ok(false),
+            // EWOULDBLOCK is EAGAIN here; fcntl may also say EACCES.
+            Some(libc::EAGAIN) | Some(libc::EACCES) if nonblocking => return Ok(false),
             _ => return Err(err),
         }
+    }
+}
+
+/// Tries `attempt` until it gives a lock or `patience` has passed (`None` then), looking
+/// again every `poll`.
+fn try_within<L>(
+    patience: std::time::Duration,
+    poll: std::time::Duration,
+    mut attempt: impl FnMut() -> Result<Option<L>, ArchiveError>,
+) -> Result<Option<L>, ArchiveError> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if let Some(lock) = attempt()? {
+            return Ok(Some(lock));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(poll);
     }
 }
 
@@ -193,16 +220,9 @@ impl PartitionLock {
         part: &PartitionDir,
         patience: std::time::Duration,
     ) -> Result<Option<PartitionLock>, ArchiveError> {
-        let deadline = std::time::Instant::now() + patience;
-        loop {
-            if let Some(lock) = PartitionLock::acquire(data_dir, part, false)? {
-                return Ok(Some(lock));
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(patience / 40);
-        }
+        try_within(patience, patience / 40, || {
+            PartitionLock::acquire(data_dir, part, false)
+        })
     }
 }
 
@@ -248,20 +268,14 @@ impl ReadersLock {
             flock(&file, libc::LOCK_EX).map_err(|e| ArchiveError::io(&path, e))?;
             return Ok(Some(ReadersLock { _file: file }));
         };
-        let deadline = std::time::Instant::now() + patience;
-        loop {
-            if flock(&file, libc::LOCK_EX | libc::LOCK_NB)
-                .map_err(|e| ArchiveError::io(&path, e))?
-            {
-                return Ok(Some(ReadersLock { _file: file }));
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(None);
-            }
-            // A reader holds it for one query; between two, even back to back, lies at least
-            // the next one's flush.
-            std::thread::sleep(READERS_POLL);
-        }
+        // A reader holds it for one query; between two, even back to back, lies at least the
+        // next one's flush.
+        let taken = try_within(patience, READERS_POLL, || {
+            let taken = flock(&file, libc::LOCK_EX | libc::LOCK_NB)
+                .map_err(|e| ArchiveError::io(&path, e))?;
+            Ok(taken.then_some(()))
+        })?;
+        Ok(taken.map(|()| ReadersLock { _file: file }))
     }
 }
 
@@ -289,21 +303,12 @@ fn open_lock_file(path: &Path) -> Result<File, ArchiveError> {
     }
 }
 
-/// `flock(op)`, again on EINTR: true when taken, false when `LOCK_NB` found it held.
+/// `flock(op)`: true when taken, false when `LOCK_NB` found it held.
 fn flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
-    loop {
-        // SAFETY: flock on a descriptor the caller owns; no memory is passed.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) if op & libc::LOCK_NB != 0 => return Ok(false),
-            _ => return Err(err),
-        }
-    }
+    // SAFETY: flock on a descriptor the caller owns; no memory is passed.
+    lock_call(op & libc::LOCK_NB != 0, || unsafe {
+        libc::flock(file.as_raw_fd(), op)
+    })
 }
 
 /// Swaps two folders in one step (`renameat2(RENAME_EXCHANGE)`): a reader resolving either

@@ -746,8 +746,12 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         }
     }
 
+    fn flush_due_in(&self) -> Option<std::time::Duration> {
+        self.archive.flush_due_in(std::time::Instant::now())
+    }
+
     fn tick_due_in(&self) -> Option<std::time::Duration> {
-        let flush = self.archive.flush_due_in(std::time::Instant::now());
+        let flush = self.flush_due_in();
         // The next summary due: an idle daemon writes it when its quiet period ends, so the
         // next reader's flush finds it.
         let summary = self
@@ -758,10 +762,6 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
-    }
-
-    fn flush_due_now(&self) -> bool {
-        self.archive.flush_due_in(std::time::Instant::now()) == Some(std::time::Duration::ZERO)
     }
 
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {

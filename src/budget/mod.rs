@@ -142,12 +142,8 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         self.raise(&alarms);
     }
 
-    fn tick_due_in(&self) -> Option<std::time::Duration> {
+    fn flush_due_in(&self) -> Option<std::time::Duration> {
         self.stage.archive.flush_due_in(Instant::now())
-    }
-
-    fn flush_due_now(&self) -> bool {
-        self.stage.archive.flush_due_in(Instant::now()) == Some(std::time::Duration::ZERO)
     }
 
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {

@@ -39,14 +39,15 @@ pub trait Consumer {
     /// Periodic work. `next_seq` is the first record not yet handed over; returns the first
     /// record not yet durable on the stage's side (its checkpoint).
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64;
-    /// How soon `tick` has work, if sooner than [`TICK`] (a reader's flush waiting for its
-    /// turn, a summary falling due): an idle consumer's wait for records ends then.
-    fn tick_due_in(&self) -> Option<Duration> {
+    /// How soon a reader's flush waiting for this stage's archive writer may go (zero: now),
+    /// if one waits.
+    fn flush_due_in(&self) -> Option<Duration> {
         None
     }
-    /// True when a reader's flush may go now: `tick` runs without waiting for its interval.
-    fn flush_due_now(&self) -> bool {
-        false
+    /// How soon `tick` has work, if sooner than [`TICK`]: an idle consumer's wait for records
+    /// ends then. A waiting flush by default; a stage with deadlines of its own adds them.
+    fn tick_due_in(&self) -> Option<Duration> {
+        self.flush_due_in()
     }
     /// Stops: makes everything taken durable where it can; returns its checkpoint and totals.
     fn finish(self, next_seq: u64) -> (u64, Self::Totals);
@@ -235,7 +236,10 @@ pub fn run<C: Consumer>(
             }
         }
         // A reader's flush that may go now does not wait for the next tick.
-        if last_tick.elapsed() >= TICK || caught_up || consumer.flush_due_now() {
+        if last_tick.elapsed() >= TICK
+            || caught_up
+            || consumer.flush_due_in() == Some(Duration::ZERO)
+        {
             last_tick = Instant::now();
             if let Some(b) = held.expire(last_tick, last_seq) {
                 consumer.record(last_seq, &JournalEntry::Events(b));

@@ -195,11 +195,13 @@ pub const PRESSURE: f64 = 0.5;
 mod tests {
     use super::*;
 
+    use std::sync::Arc;
+
     #[test]
     fn a_nudge_ends_a_wait_for_records() {
-        let head = std::sync::Arc::new(JournalHead::new(5, 0, 1 << 30));
+        let head = Arc::new(JournalHead::new(5, 0, 1 << 30));
         let (done_tx, done) = std::sync::mpsc::channel();
-        let waiting = std::sync::Arc::clone(&head);
+        let waiting = Arc::clone(&head);
         let waiter = std::thread::spawn(move || {
             done_tx
                 .send(waiting.wait_past(5, Duration::from_secs(3600)))
@@ -217,7 +219,6 @@ mod tests {
         assert_eq!(returned, 5, "no record came");
         waiter.join().expect("waiter");
     }
-    use std::sync::Arc;
 
     #[test]
     fn a_waiter_wakes_when_its_record_is_published() {

@@ -9,7 +9,7 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::harness::{
-    blocking_get, loadgen, parquet_files, toolwatch, wait_for, Daemon, DaemonOptions,
+    loadgen, metric_at, parquet_files, toolwatch, wait_for, Daemon, DaemonOptions,
 };
 use crate::protect_e2e::{assert_clean, canary_request};
 
@@ -153,12 +153,8 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
             .build()
             .expect("runtime");
         // Each request is timed, and each writer's writing out for it: one more of each.
-        let sample = |name: &str| {
-            let (_, text) = blocking_get(&format!("http://{admin}/metrics"));
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
+        // A series not there yet counts as 0 (the first observation makes it).
+        let sample = |name: &str| metric_at(admin, name).unwrap_or(0.0);
         let timed = [
             "toolwatch_archive_reader_flush_seconds_count{outcome=\"flushed\"}",
             "toolwatch_archive_reader_flush_write_seconds_count{writer=\"spans_logs\"}",

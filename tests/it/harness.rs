@@ -206,11 +206,7 @@ impl Daemon {
 
     /// The value of one sample in `/metrics`, e.g. `toolwatch_archive_rows_total{table="spans"}`.
     pub fn metric(&self, sample: &str) -> Option<f64> {
-        let (_, text) = self.admin_get("/metrics");
-        text.lines().find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == sample).then(|| value.parse().ok()).flatten()
-        })
+        metric_at(self.admin, sample)
     }
 
     /// Sends a signal and waits for exit.
@@ -250,6 +246,15 @@ impl Drop for Daemon {
 }
 
 /// A blocking GET; panics if the server cannot be reached.
+/// The value of one sample in the `/metrics` of the admin listener at `admin`.
+pub fn metric_at(admin: std::net::SocketAddr, sample: &str) -> Option<f64> {
+    let (_, text) = blocking_get(&format!("http://{admin}/metrics"));
+    text.lines().find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == sample).then(|| value.parse().ok()).flatten()
+    })
+}
+
 pub fn blocking_get(url: &str) -> (u16, String) {
     try_get(url).unwrap_or_else(|| panic!("GET {url} failed"))
 }

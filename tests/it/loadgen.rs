@@ -162,6 +162,7 @@ fn blast_with_the_tenant_on_the_root_is_archived_exactly() {
     assert_eq!(by_trace.len(), 30);
     let mut roots_by_tenant = std::collections::BTreeMap::<&str, u64>::new();
     let mut request_ids = BTreeSet::new();
+    let mut root_tenant = std::collections::BTreeMap::<&str, &str>::new();
     for spans in by_trace.values() {
         assert_eq!(spans.len(), 10);
         let roots: Vec<_> = spans
@@ -176,7 +177,9 @@ fn blast_with_the_tenant_on_the_root_is_archived_exactly() {
         for s in spans {
             assert_eq!(s["tenant"], tenant, "{} of a {tenant} request", s["name"]);
         }
-        assert!(request_ids.insert(root["request_id"].as_str().expect("request id")));
+        let request_id = root["request_id"].as_str().expect("request id");
+        assert!(request_ids.insert(request_id));
+        root_tenant.insert(request_id, tenant);
         let classes: BTreeSet<&str> = spans
             .iter()
             .filter_map(|r| r["span_class"].as_str())
@@ -198,11 +201,6 @@ fn blast_with_the_tenant_on_the_root_is_archived_exactly() {
     // One summary per request, whole, under the root's tenant.
     let requests = read_table(&d.data_dir, "requests");
     assert_eq!(requests.len(), 30);
-    let root_tenant: std::collections::BTreeMap<&str, &str> = spans
-        .iter()
-        .filter(|r| r["span_class"] == "agent")
-        .filter_map(|r| Some((r["request_id"].as_str()?, r["tenant"].as_str()?)))
-        .collect();
     for r in &requests {
         let id = r["request_id"].as_str().expect("request id");
         assert_eq!(r["tenant"].as_str(), root_tenant.get(id).copied(), "{id}");
