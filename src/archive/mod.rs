@@ -1072,6 +1072,10 @@ mod tests {
             let col: arrow::array::ArrayRef = Arc::new(self.0.finish());
             arrow::record_batch::RecordBatch::try_new(self.schema(), vec![col])
         }
+        fn snapshot(&self) -> Result<arrow::record_batch::RecordBatch, arrow::error::ArrowError> {
+            let col: arrow::array::ArrayRef = Arc::new(self.0.finish_cloned());
+            arrow::record_batch::RecordBatch::try_new(self.schema(), vec![col])
+        }
         fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
             self
         }

@@ -27,12 +27,16 @@ pub trait TableRows: Send + 'static {
     /// About the memory the collected rows hold (what the archive's budget counts).
     fn approx_bytes(&self) -> usize;
 
-    /// The table's schema: that of the batches [`TableRows::finish`] makes, and of the files
-    /// they go into.
+    /// The table's schema: that of the batches [`TableRows::finish`] and
+    /// [`TableRows::snapshot`] make, and of the files they go into.
     fn schema(&self) -> SchemaRef;
 
     /// The collected rows as one record batch; the builders start over empty.
     fn finish(&mut self) -> Result<RecordBatch, ArrowError>;
+
+    /// The collected rows as one record batch, leaving the builders as they are (a reader's
+    /// view of rows not yet encoded; see `archive::buffer`).
+    fn snapshot(&self) -> Result<RecordBatch, ArrowError>;
 
     /// The builders as their own type, for [`ArchiveRow::append_to`].
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -72,4 +76,30 @@ pub fn downcast<R: TableRows>(rows: &mut dyn TableRows) -> Result<&mut R, ArrowE
     rows.as_any_mut()
         .downcast_mut::<R>()
         .ok_or_else(|| ArrowError::InvalidArgumentError("row sent to the wrong table".into()))
+}
+
+/// Checks [`TableRows::snapshot`] against [`TableRows::finish`] for the builders `R`, filled
+/// with a few rows by `fill`: the snapshot of empty builders is empty with the table's
+/// schema, and two snapshots keep the rows and equal the batch `finish` then makes.
+#[cfg(test)]
+pub(crate) fn assert_snapshot_is_finish<R: TableRows + Default>(fill: impl FnOnce(&mut R)) {
+    let mut rows = R::default();
+    let empty = rows.snapshot().expect("snapshot of empty builders");
+    assert_eq!(empty.num_rows(), 0);
+    assert_eq!(empty.schema(), rows.schema());
+
+    fill(&mut rows);
+    let n = rows.len();
+    assert!(n > 1, "fill adds a few rows, not {n}");
+    let first = rows.snapshot().expect("first snapshot");
+    assert_eq!(rows.len(), n, "a snapshot leaves the rows");
+    let second = rows.snapshot().expect("second snapshot");
+    assert_eq!(rows.len(), n, "a snapshot leaves the rows");
+    let finished = rows.finish().expect("finish");
+    assert_eq!(rows.len(), 0, "finish empties the builders");
+    assert_eq!(first.num_rows(), n);
+    assert_eq!(first, second);
+    assert_eq!(first, finished);
+    // A snapshot after finish sees the builders finish emptied.
+    assert_eq!(rows.snapshot().expect("snapshot after finish"), empty);
 }

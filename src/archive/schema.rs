@@ -393,6 +393,25 @@ impl GenAiColumns {
                 .map(|b| Arc::new(b.finish()) as ArrayRef),
         );
     }
+
+    /// [`GenAiColumns::finish`]'s columns, copied: the builders keep their rows.
+    fn finish_cloned(&self, out: &mut Vec<ArrayRef>) {
+        out.extend(
+            self.text1
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        out.extend(
+            self.tokens
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        out.extend(
+            self.text2
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+    }
 }
 
 struct AuditColumns {
@@ -472,6 +491,24 @@ impl AuditColumns {
         out.push(Arc::new(self.stop_reason.finish()));
         out.push(Arc::new(self.claimed_cost_usd.finish()));
     }
+
+    /// [`AuditColumns::finish`]'s columns, copied: the builders keep their rows.
+    fn finish_cloned(&self, out: &mut Vec<ArrayRef>) {
+        out.extend(
+            self.text
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        out.push(Arc::new(self.retry_attempt.finish_cloned()));
+        out.push(Arc::new(self.timeout_ms.finish_cloned()));
+        out.push(Arc::new(self.result_code.finish_cloned()));
+        out.push(Arc::new(self.result_bytes.finish_cloned()));
+        out.push(Arc::new(self.confirmation_status.finish_cloned()));
+        out.push(Arc::new(self.confirmation_digest.finish_cloned()));
+        out.push(Arc::new(self.cancelled.finish_cloned()));
+        out.push(Arc::new(self.stop_reason.finish_cloned()));
+        out.push(Arc::new(self.claimed_cost_usd.finish_cloned()));
+    }
 }
 
 /// The builder of a [`counts_map_field`] column: rule id or tool name to a count.
@@ -508,6 +545,11 @@ impl CountsColumn {
     /// The column so far; the builder starts over empty.
     pub fn finish(&mut self) -> ArrayRef {
         Arc::new(self.0.finish())
+    }
+
+    /// The column so far, copied: the builder keeps its rows.
+    pub fn finish_cloned(&self) -> ArrayRef {
+        Arc::new(self.0.finish_cloned())
     }
 }
 
@@ -617,6 +659,37 @@ impl TableRows for SpanRows {
         );
         cols.push(self.redactions.finish());
         self.len = 0;
+        RecordBatch::try_new(Arc::clone(&self.schema), cols)
+    }
+
+    // The columns of `finish`, in its order, copied. A `&self` walk cannot share finish's
+    // `&mut` one; the tests hold the two to the same batch.
+    fn snapshot(&self) -> Result<RecordBatch, ArrowError> {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        cols.push(Arc::new(self.schema_version.finish_cloned()));
+        cols.extend(
+            self.head
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.start_time.finish_cloned()));
+        cols.push(Arc::new(self.end_time.finish_cloned()));
+        cols.push(Arc::new(self.duration_ns.finish_cloned()));
+        cols.push(Arc::new(self.status_code.finish_cloned()));
+        cols.push(Arc::new(self.status_message.finish_cloned()));
+        self.gen_ai.finish_cloned(&mut cols);
+        self.audit.finish_cloned(&mut cols);
+        cols.extend(
+            self.json
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.extend(
+            self.dropped
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.push(self.redactions.finish_cloned());
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
 
@@ -772,6 +845,35 @@ impl TableRows for LogRows {
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
 
+    // The columns of `finish`, in its order, copied. A `&self` walk cannot share finish's
+    // `&mut` one; the tests hold the two to the same batch.
+    fn snapshot(&self) -> Result<RecordBatch, ArrowError> {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        cols.push(Arc::new(self.schema_version.finish_cloned()));
+        cols.push(Arc::new(self.time.finish_cloned()));
+        cols.push(Arc::new(self.observed_time.finish_cloned()));
+        cols.extend(
+            self.ids
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.severity_number.finish_cloned()));
+        cols.extend(
+            self.text
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        self.audit.finish_cloned(&mut cols);
+        cols.extend(
+            self.json
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.dropped.finish_cloned()));
+        cols.push(self.redactions.finish_cloned());
+        RecordBatch::try_new(Arc::clone(&self.schema), cols)
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
@@ -807,5 +909,75 @@ impl LogRows {
         self.redactions.append_redactions(&r.redactions)?;
         self.len += 1;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::rows::assert_snapshot_is_finish;
+    use crate::event::{fixtures, SpanEventRecord, SpanLinkRecord};
+
+    #[test]
+    fn a_span_snapshot_is_the_batch_finish_makes() {
+        assert_snapshot_is_finish(|rows: &mut SpanRows| {
+            // Rows that differ in every kind of column: nulls, map entries, JSON, times.
+            let plain = fixtures::span();
+            let mut full = fixtures::span();
+            full.span_id = [3; 8];
+            full.parent_span_id = Some([2; 8]);
+            full.name = "chat".into();
+            full.start_ns = 1_000;
+            full.end_ns = 3_500;
+            full.status_message = "slow".into();
+            full.gen_ai.request_model = Some("gpt-4o".into());
+            full.gen_ai.input_tokens = Some(1_000);
+            full.gen_ai.tool_name = Some("search".into());
+            full.audit.request_id = Some("req-1".into());
+            full.audit.retry_attempt = Some(1);
+            full.audit.cancelled = Some(false);
+            full.audit.claimed_cost_usd = Some(0.25);
+            full.events.push(SpanEventRecord {
+                time_ns: 2_000,
+                name: "retry".into(),
+                attributes: Attributes::default(),
+            });
+            full.links.push(SpanLinkRecord {
+                trace_id: [4; 16],
+                span_id: [5; 8],
+                trace_state: String::new(),
+                attributes: Attributes::default(),
+            });
+            full.dropped.events = 2;
+            full.redactions.insert("email".into(), 2);
+            full.redactions.insert("card".into(), 1);
+            for s in [&plain, &full, &plain] {
+                rows.append(s).expect("append");
+            }
+        });
+    }
+
+    #[test]
+    fn a_log_snapshot_is_the_batch_finish_makes() {
+        assert_snapshot_is_finish(|rows: &mut LogRows| {
+            let plain = fixtures::log();
+            let mut full = fixtures::log();
+            full.time_ns = 1_000;
+            full.observed_time_ns = 1_200;
+            full.trace_id = Some([1; 16]);
+            full.span_id = Some([2; 8]);
+            full.severity_number = 17;
+            full.severity_text = "ERROR".into();
+            full.body = AttrValue::Str("refund failed".into());
+            full.audit.policy_decision = Some("deny".into());
+            full.audit.timeout_ms = Some(30_000);
+            full.dropped_attributes = 1;
+            full.redactions.insert("email".into(), 1);
+            let mut structured = fixtures::log();
+            structured.body = AttrValue::Int(7);
+            for r in [&plain, &full, &structured] {
+                rows.append(r).expect("append");
+            }
+        });
     }
 }

@@ -173,6 +173,45 @@ impl TableRows for RequestRows {
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
 
+    // The columns of `finish`, in its order, copied. A `&self` walk cannot share finish's
+    // `&mut` one; the tests hold the two to the same batch.
+    fn snapshot(&self) -> Result<RecordBatch, ArrowError> {
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(self.schema_version.finish_cloned()),
+            Arc::new(self.request_id.finish_cloned()),
+            Arc::new(self.trace_ids.finish_cloned()),
+            Arc::new(self.principal_id.finish_cloned()),
+            Arc::new(self.start_time.finish_cloned()),
+            Arc::new(self.end_time.finish_cloned()),
+            Arc::new(self.duration_ns.finish_cloned()),
+            Arc::new(self.completeness.finish_cloned()),
+            Arc::new(self.summary_version.finish_cloned()),
+        ];
+        cols.extend(
+            self.counts_before_tools
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.push(self.tool_calls_by_tool.finish_cloned());
+        cols.extend(
+            self.counts_after_tools
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.cost_usd.finish_cloned()));
+        cols.push(Arc::new(self.unpriced_model_turns.finish_cloned()));
+        cols.push(Arc::new(self.claimed_cost_usd.finish_cloned()));
+        cols.push(Arc::new(self.cost_disagrees.finish_cloned()));
+        cols.extend(
+            self.decisions
+                .iter()
+                .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.stop_reason.finish_cloned()));
+        cols.push(Arc::new(self.outcome.finish_cloned()));
+        RecordBatch::try_new(Arc::clone(&self.schema), cols)
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }

@@ -362,3 +362,27 @@ fn huge_or_negative_token_counts_saturate() {
     assert_eq!(s.input_tokens, i64::MAX);
     assert_eq!(s.output_tokens, 500);
 }
+
+#[test]
+fn a_request_snapshot_is_the_batch_finish_makes() {
+    use crate::archive::rows::{assert_snapshot_is_finish, ArchiveRow};
+
+    let (spans, logs) = request();
+    let first = run(vec![batch(spans, logs)]).remove(0);
+    // A second version with other lists, maps and nulls, so no column is the same in every row.
+    let amended = RequestSummary {
+        trace_ids: vec![hex_id(&T1), hex_id(&T2)],
+        principal_id: None,
+        completeness: Completeness::Amended,
+        summary_version: 2,
+        tool_calls_by_tool: BTreeMap::new(),
+        claimed_cost_usd: None,
+        stop_reason: None,
+        ..first.clone()
+    };
+    assert_snapshot_is_finish(|rows: &mut rows::RequestRows| {
+        for s in [&first, &amended] {
+            s.append_to(rows).expect("append");
+        }
+    });
+}
