@@ -10,6 +10,7 @@
 pub mod fresh;
 pub mod output;
 pub mod trace;
+pub mod view;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
