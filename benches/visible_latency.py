@@ -5,14 +5,15 @@ Usage: .venv/bin/python benches/visible_latency.py TOOLWATCH_BINARY [--spans N] 
        [--quiet-period 1s] [--summaries K] [--load RATE]
 
 Starts `toolwatch serve` (fresh data directory, free ports, defaults: files complete after
-`archive.max_file_age`, 5 minutes, so everything seen was written out by the flush that
-`query` and `trace` ask of the daemon first; see schemas/archive.md, Fresh reads), then
+`archive.max_file_age`, 5 minutes, so everything seen came from what `query` and `trace`
+ask of the daemon first: copies of its buffers since 2026-12-01, a flush of them before;
+see schemas/archive.md, Fresh reads), then
 N times: exports one finished SDK span (an `invoke_agent` root with a fresh request id) with
 the official OpenTelemetry OTLP/HTTP exporter; the clock starts when `export()` returns
 SUCCESS (toolwatch answers once the span is protected and fsynced in its journal) and stops
 when a poll sees it: for even spans `toolwatch query "SELECT count(*) FROM spans WHERE
 trace_id = ..."` returns 1, for odd spans `toolwatch trace <request id>` finds the request.
-Each poll is a whole CLI run (process start, the flush, a DataFusion session), as a responder
+Each poll is a whole CLI run (process start, asking the daemon, a DataFusion session), as a responder
 would see it; the time of one `--no-flush` run on its own is printed as the floor. With
 --load RATE, `toolwatch loadgen` sends RATE agent runs a second meanwhile (fresh ids), so the
 flush competes with intake. At the end: the spans files written (one per flush at most).
@@ -127,7 +128,7 @@ def main():
                 by_trace.append(seen - acked)
         # Where a poll's time goes, under the same load: the flush alone (a query that reads
         # nothing), and reading alone (no flush).
-        parts = {"`query \"SELECT 1\"` (the flush, nothing read)": ["query", "--format", "csv", "SELECT 1"],
+        parts = {"`query \"SELECT 1\"` (asking the daemon, nothing read)": ["query", "--format", "csv", "SELECT 1"],
                  "`query --no-flush \"SELECT 1\"`": ["query", "--no-flush", "--format", "csv", "SELECT 1"],
                  "`trace --no-flush` (reading alone)": ["trace", "--no-flush", "--json", f"vis-{args.spans - 1}"]}
         for name, cmd in parts.items():
@@ -147,6 +148,7 @@ def main():
         for line in text.splitlines():
             for kind in ("_sum", "_count"):
                 for family in ("toolwatch_archive_reader_flush_seconds",
+                               "toolwatch_archive_reader_copy_seconds",
                                "toolwatch_archive_reader_flush_write_seconds"):
                     if line.startswith(family + kind):
                         name, value = line.rsplit(" ", 1)
@@ -154,7 +156,7 @@ def main():
                         sums.setdefault(key, {})[kind] = float(value)
         for key, v in sorted(sums.items()):
             if v.get("_count"):
-                print(f"daemon: {key}: {v['_count']:.0f} flushes, mean {v['_sum'] / v['_count'] * 1000:.0f} ms")
+                print(f"daemon: {key}: {v['_count']:.0f} requests, mean {v['_sum'] / v['_count'] * 1000:.0f} ms")
         files = sum(len([f for f in fs if f.endswith(".parquet")])
                     for _, _, fs in os.walk(os.path.join(data, "spans")))
         print(f"spans files written: {files}")

@@ -1,6 +1,7 @@
 //! Admin HTTP: `/healthz`, `/readyz`, `/metrics` (Prometheus text format),
 //! `GET /v1/budgets[?tenant=T]` (current usage and limits as JSON) and
-//! `POST /v1/archive/flush` (write out what the archive buffers; see `archive::flush`).
+//! `POST /v1/archive/flush` (write out what the archive buffers; see `archive::flush`) and
+//! `GET /v1/archive/buffered` (copies of what the archive buffers; see `archive::snapshot`).
 //!
 //! `/healthz` answers 200 while the process serves at all; `/readyz` answers 200 only while
 //! the daemon accepts data (not during start-up or shutdown), so a load balancer can drain it.
@@ -93,6 +94,49 @@ async fn flush(State(state): State<AdminState>) -> axum::response::Response {
     )
 }
 
+/// Content type of the buffered rows' body (see `archive::snapshot`).
+pub const BUFFERED_CONTENT_TYPE: &str = "application/vnd.toolwatch.buffered-rows";
+
+/// Copies of every archive writer's buffers once each has read the records committed now:
+/// 200 with the body of `archive::snapshot::BufferedSet`, 504 when a writer did not answer
+/// within 10 s. The rows are protected, as in the files.
+async fn buffered(State(state): State<AdminState>) -> axum::response::Response {
+    let Some(points) = state.flush else {
+        return json_response(StatusCode::NOT_FOUND, json!({"error": "no archive here"}));
+    };
+    let asked_at = std::time::Instant::now();
+    let records = points.head.committed();
+    let all = [&points.archive, &points.requests, &points.alarms];
+    let asked: Vec<_> = all.iter().map(|p| p.want_copies(records)).collect();
+    points.head.nudge();
+    let deadline = tokio::time::Instant::now() + FLUSH_TIMEOUT;
+    let mut files = Vec::new();
+    for (p, rx) in all.into_iter().zip(asked) {
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(copies)) => files.extend(copies),
+            _ => {
+                state
+                    .metrics
+                    .reader_copy(false, asked_at.elapsed().as_secs_f64());
+                return json_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    json!({"error": "an archive writer did not answer", "writer": p.name}),
+                );
+            }
+        }
+    }
+    state
+        .metrics
+        .reader_copy(true, asked_at.elapsed().as_secs_f64());
+    let body = crate::archive::snapshot::BufferedSet { records, files }.encode();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, BUFFERED_CONTENT_TYPE)],
+        body,
+    )
+        .into_response()
+}
+
 fn json_response(status: StatusCode, v: Value) -> axum::response::Response {
     (
         status,
@@ -110,6 +154,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/v1/budgets", get(budgets))
         .route("/v1/archive/flush", post(flush))
+        .route("/v1/archive/buffered", get(buffered))
         .with_state(state)
 }
 

@@ -69,11 +69,26 @@ struct CompactArgs {
 
 #[derive(Args)]
 struct FreshArg {
-    /// Read the archive as it is on disk: do not first ask the daemon serving the data
-    /// directory to write out the rows it buffers (by default it is asked, and what it
-    /// acknowledged up to now is read).
-    #[arg(long)]
+    /// Read the archive as it is on disk: do not ask the daemon serving the data directory
+    /// for the rows it buffers (by default it is asked for copies of them, read beside the
+    /// files, so what it acknowledged up to now is read).
+    #[arg(long, conflicts_with = "flush")]
     no_flush: bool,
+    /// Ask the daemon to write the rows it buffers out to files first, instead of reading
+    /// copies of them (for readers of the files other than toolwatch that run after it).
+    #[arg(long)]
+    flush: bool,
+}
+
+impl FreshArg {
+    fn freshen(&self) -> toolwatch::query::fresh::Freshen {
+        use toolwatch::query::fresh::Freshen;
+        match (self.no_flush, self.flush) {
+            (true, _) => Freshen::Disk,
+            (false, true) => Freshen::Flush,
+            (false, false) => Freshen::Copies,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -329,9 +344,8 @@ fn query(args: QueryArgs) -> ExitCode {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let result = runtime.block_on(async {
-        flush_first(&dir, &args.fresh).await;
-        toolwatch::query::with_session(&dir, |ctx| {
+    let result = warn_unfresh(runtime.block_on(async {
+        toolwatch::query::with_session(&dir, args.fresh.freshen(), |ctx| {
             let (sql, progress) = (&args.sql, &progress);
             async move {
                 toolwatch::query::run(&ctx, sql, |rows| {
@@ -343,7 +357,7 @@ fn query(args: QueryArgs) -> ExitCode {
             }
         })
         .await
-    });
+    }));
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
@@ -424,18 +438,16 @@ fn compact(args: CompactArgs) -> ExitCode {
     }
 }
 
-/// Asks the daemon serving `dir` to write out what it buffers, unless told not to; a
-/// daemon that does not get there in time is a warning, not an error (the rows are safe in
-/// its journal).
-async fn flush_first(dir: &std::path::Path, fresh: &FreshArg) {
-    if fresh.no_flush {
-        return;
-    }
-    if let toolwatch::query::fresh::Freshness::Partial(why) =
-        toolwatch::query::fresh::flush_daemon(dir).await
-    {
-        eprintln!("warning: {why}; rows acknowledged in the last seconds may be missing");
-    }
+/// The result of a read, with a warning when the daemon serving the archive was asked for
+/// what it buffers and did not give it: the rows are safe in its journal, only the read may
+/// miss the last seconds.
+fn warn_unfresh<T, E>(result: Result<(T, toolwatch::query::fresh::Freshness), E>) -> Result<T, E> {
+    result.map(|(t, freshness)| {
+        if let toolwatch::query::fresh::Freshness::Partial(why) = freshness {
+            eprintln!("warning: {why}; rows acknowledged in the last seconds may be missing");
+        }
+        t
+    })
 }
 
 fn trace(args: TraceArgs) -> ExitCode {
@@ -447,14 +459,13 @@ fn trace(args: TraceArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let view = runtime.block_on(async {
-        flush_first(&dir, &args.fresh).await;
-        toolwatch::query::with_session(&dir, |ctx| {
+    let view = warn_unfresh(runtime.block_on(async {
+        toolwatch::query::with_session(&dir, args.fresh.freshen(), |ctx| {
             let (id, tenant) = (&args.id, args.tenant.as_deref());
             async move { toolwatch::query::trace::find(&ctx, id, tenant).await }
         })
         .await
-    });
+    }));
     match view {
         Ok(v) if args.json => {
             println!("{}", v.to_json());

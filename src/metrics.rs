@@ -131,6 +131,7 @@ pub struct Metrics {
     /// writer's writing out (by writer).
     reader_flush: FlushSeconds,
     reader_flush_write: FlushSeconds,
+    reader_copy: FlushSeconds,
     compaction_files: Family<Labels2, Counter>,
     compaction_bytes: Family<Labels2, Counter>,
     summaries: Family<Labels1, Counter>,
@@ -705,6 +706,7 @@ impl Metrics {
             compactions: Family::default(),
             reader_flush: Family::new_with_constructor(flush_buckets),
             reader_flush_write: Family::new_with_constructor(flush_buckets),
+            reader_copy: Family::new_with_constructor(flush_buckets),
             compaction_files: Family::default(),
             compaction_bytes: Family::default(),
             summaries: Family::default(),
@@ -796,6 +798,11 @@ impl Metrics {
             "archive_reader_flush_write_seconds",
             "Writing out an archive writer's buffers for readers, by writer",
             m.reader_flush_write.clone(),
+        );
+        registry.register(
+            "archive_reader_copy_seconds",
+            "Readers' requests for copies of the archive buffers (GET /v1/archive/buffered), from the request to every writer's answer, by outcome (copied, timeout)",
+            m.reader_copy.clone(),
         );
         registry.register(
             "archive_compactions",
@@ -956,6 +963,14 @@ impl Metrics {
     pub fn reader_flush(&self, flushed: bool, seconds: f64) {
         let outcome = if flushed { "flushed" } else { "timeout" };
         self.reader_flush
+            .get_or_create(&[("outcome", outcome)])
+            .observe(seconds);
+    }
+
+    /// A reader's request for copies of the buffers took `seconds` (all answered or not).
+    pub fn reader_copy(&self, copied: bool, seconds: f64) {
+        let outcome = if copied { "copied" } else { "timeout" };
+        self.reader_copy
             .get_or_create(&[("outcome", outcome)])
             .observe(seconds);
     }

@@ -14,12 +14,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
-use arrow::datatypes::SchemaRef;
-use parquet::arrow::ArrowWriter;
+use arrow::datatypes::{Schema, SchemaRef};
+use parquet::arrow::{
+    encode_arrow_schema, ArrowSchemaConverter, ArrowWriter, ARROW_SCHEMA_META_KEY,
+};
+use parquet::basic::{ColumnOrder, Compression};
+use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter};
 use parquet::file::properties::WriterProperties;
 
 use super::rows::TableRows;
 use super::ArchiveError;
+
+/// A copy of buffered rows: a complete Parquet file and its row count.
+pub type ParquetCopy = (Vec<u8>, u64);
 
 /// The rows of one partition not yet in a completed file.
 pub struct PartitionBuffer {
@@ -30,6 +37,8 @@ pub struct PartitionBuffer {
     rows: Option<Box<dyn TableRows>>,
     /// The partition's file so far, encoded in memory (created with the first batch).
     writer: Option<ArrowWriter<Vec<u8>>>,
+    /// The schema `writer` encodes (the encoder does not say).
+    schema: Option<SchemaRef>,
     /// Memory of `rows` at the last count.
     rows_bytes: usize,
     /// Memory of `writer` (buffered pages and encoded bytes) after its last batch.
@@ -40,15 +49,25 @@ pub struct PartitionBuffer {
     pub records: Option<(u64, u64)>,
     /// When the first row arrived: the buffer is written out at `max_file_age` after this.
     pub created: Instant,
+    /// The writer's number for this buffer, in its file's name once written (so a reader
+    /// holding a [`PartitionBuffer::snapshot`] can tell when the file is there).
+    pub sequence: u64,
 }
 
 impl PartitionBuffer {
-    /// An empty buffer whose rows `new_rows` collects, created now.
-    pub fn new(new_rows: fn() -> Box<dyn TableRows>, now: Instant) -> PartitionBuffer {
+    /// An empty buffer whose rows `new_rows` collects, created now, the writer's
+    /// `sequence`th.
+    pub fn new(
+        new_rows: fn() -> Box<dyn TableRows>,
+        now: Instant,
+        sequence: u64,
+    ) -> PartitionBuffer {
         PartitionBuffer {
+            sequence,
             new_rows,
             rows: None,
             writer: None,
+            schema: None,
             rows_bytes: 0,
             encoded_bytes: 0,
             total_rows: 0,
@@ -105,11 +124,45 @@ impl PartitionBuffer {
         let batch = rows.finish()?;
         let writer = match &mut self.writer {
             Some(w) => w,
-            slot => slot.insert(new_writer(batch.schema(), props)?),
+            slot => {
+                self.schema = Some(batch.schema());
+                slot.insert(new_writer(batch.schema(), props)?)
+            }
         };
         writer.write(&batch).map_err(ArchiveError::Parquet)?;
         self.encoded_bytes = writer.memory_size() + writer.inner().capacity();
         Ok(())
+    }
+
+    /// Copies of the rows held, each a complete Parquet file with its row count: the encoded
+    /// part (its row groups so far and a footer of its own) and the rows not yet encoded
+    /// (uncompressed: it is read once). Rows the encoder holds in its current row group end
+    /// that row group first, so while readers look often a file has more, smaller row groups.
+    /// Returns the copies and the change of the memory held. On an error the buffer is left as
+    /// it is: its write-out reports the failure.
+    pub fn snapshot(
+        &mut self,
+        props: &WriterProperties,
+    ) -> Result<(Vec<ParquetCopy>, isize), ArchiveError> {
+        let before = self.bytes();
+        let mut out = Vec::new();
+        if let (Some(writer), Some(schema)) = (&mut self.writer, &self.schema) {
+            if let Some(copy) = readable_copy(writer, schema, props)? {
+                out.push(copy);
+            }
+            self.encoded_bytes = writer.memory_size() + writer.inner().capacity();
+        }
+        if let Some(rows) = self.rows.as_ref().filter(|r| !r.is_empty()) {
+            let batch = rows.snapshot()?;
+            let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(copy_properties()))
+                .map_err(ArchiveError::Parquet)?;
+            w.write(&batch).map_err(ArchiveError::Parquet)?;
+            out.push((
+                w.into_inner().map_err(ArchiveError::Parquet)?,
+                batch.num_rows() as u64,
+            ));
+        }
+        Ok((out, self.bytes() as isize - before as isize))
     }
 
     /// The whole file: the remaining rows encoded, the footer written.
@@ -123,6 +176,75 @@ impl PartitionBuffer {
                 .map_err(ArchiveError::Parquet),
         }
     }
+}
+
+/// The encoder's row groups so far as a file of their own, with its row count: the bytes
+/// written and a footer naming those row groups. None before the first row group.
+fn readable_copy(
+    writer: &mut ArrowWriter<Vec<u8>>,
+    schema: &Schema,
+    props: &WriterProperties,
+) -> Result<Option<ParquetCopy>, ArchiveError> {
+    if writer.in_progress_rows() > 0 {
+        writer.flush().map_err(ArchiveError::Parquet)?;
+    }
+    // The encoder writes through a buffer: everything up to the last row group into the Vec.
+    writer
+        .sync()
+        .map_err(|e| ArchiveError::Parquet(parquet::errors::ParquetError::External(Box::new(e))))?;
+    let groups = writer.flushed_row_groups();
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    let descr = Arc::new(
+        ArrowSchemaConverter::new()
+            .convert(schema)
+            .map_err(ArchiveError::Parquet)?,
+    );
+    let rows: i64 = groups.iter().map(|g| g.num_rows()).sum();
+    // As the encoder's own footer does: every leaf column in its type's order, so readers
+    // use the statistics; the Arrow schema, so they read the same Arrow types back.
+    let orders = descr
+        .columns()
+        .iter()
+        .map(|c| {
+            ColumnOrder::TYPE_DEFINED_ORDER(ColumnOrder::sort_order_for_type(
+                c.logical_type_ref(),
+                c.converted_type(),
+                c.physical_type(),
+            ))
+        })
+        .collect();
+    let kv = vec![KeyValue::new(
+        ARROW_SCHEMA_META_KEY.to_string(),
+        encode_arrow_schema(schema),
+    )];
+    let meta = ParquetMetaData::new(
+        FileMetaData::new(
+            props.writer_version().as_num(),
+            rows,
+            Some(props.created_by().to_string()),
+            Some(kv),
+            descr,
+            Some(orders),
+        ),
+        groups.to_vec(),
+    );
+    let mut out = Vec::with_capacity(writer.inner().len() + 16 * 1024);
+    out.extend_from_slice(writer.inner());
+    // The row groups' offsets are from the file's start, where the copy starts too; no page
+    // index or bloom filter is written yet (the encoder writes them at the end).
+    ParquetMetaDataWriter::new(&mut out, &meta)
+        .finish()
+        .map_err(ArchiveError::Parquet)?;
+    Ok(Some((out, rows.max(0) as u64)))
+}
+
+/// Writer properties of the copy of rows not yet encoded.
+fn copy_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::UNCOMPRESSED)
+        .build()
 }
 
 /// The journal records of `a` and `b` together (first, last).

@@ -21,7 +21,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
+
+use super::snapshot::BufferedFile;
+
+/// A reader waiting for copies of what a writer buffers: the records it must have read
+/// first, and where the copies go.
+type CopiesWanted = (u64, oneshot::Sender<Vec<BufferedFile>>);
 
 /// Flushes of one writer are at least this far apart.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
@@ -45,6 +51,8 @@ pub struct FlushPoint {
     asked: Mutex<Asked>,
     /// Requests up to this number are served.
     done: watch::Sender<u64>,
+    /// Readers waiting for copies of the buffers (see `snapshot`): no file is written for them.
+    copies: Mutex<Vec<CopiesWanted>>,
 }
 
 impl FlushPoint {
@@ -54,7 +62,37 @@ impl FlushPoint {
             name,
             asked: Mutex::new(Asked::default()),
             done: watch::Sender::new(0),
+            copies: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Asks for copies of what the writer buffers once it has read the records before `seq`;
+    /// the answer comes on the returned channel (closed unanswered if the writer stops).
+    pub fn want_copies(&self, seq: u64) -> oneshot::Receiver<Vec<BufferedFile>> {
+        let (tx, rx) = oneshot::channel();
+        self.copies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((seq, tx));
+        rx
+    }
+
+    fn copies_waiting(&self) -> bool {
+        !self
+            .copies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// The readers whose records are all read (`next_seq`: the first not yet read); those
+    /// that gave up waiting are dropped.
+    fn copies_servable(&self, next_seq: u64) -> Vec<oneshot::Sender<Vec<BufferedFile>>> {
+        let mut copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
+        copies.retain(|(_, tx)| !tx.is_closed());
+        let (due, wait): (Vec<_>, Vec<_>) = copies.drain(..).partition(|&(s, _)| s <= next_seq);
+        *copies = wait;
+        due.into_iter().map(|(_, tx)| tx).collect()
     }
 
     /// Asks for the records before `seq` (and whatever the writer holds by then) to be
@@ -139,6 +177,12 @@ impl FlushDue {
         self.point.servable(next_seq)
     }
 
+    /// Readers waiting for copies whose records are all read (`next_seq`: the first not
+    /// yet read): the writer answers each with the copies of its buffers.
+    pub fn copies_due(&self, next_seq: u64) -> Vec<oneshot::Sender<Vec<BufferedFile>>> {
+        self.point.copies_servable(next_seq)
+    }
+
     /// The writer's name.
     pub fn writer(&self) -> &'static str {
         self.point.name
@@ -147,6 +191,10 @@ impl FlushDue {
     /// How soon [`FlushDue::due`] may say yes, if a request waits: zero when the spacing
     /// allows a flush now (it may still wait for records to be read).
     pub fn due_in(&self, now: Instant) -> Option<Duration> {
+        // Copies have no spacing: they write nothing.
+        if self.point.copies_waiting() {
+            return Some(Duration::ZERO);
+        }
         if !self.point.waiting() {
             return None;
         }

@@ -29,6 +29,7 @@ pub mod lock;
 pub mod partition;
 pub mod rows;
 pub mod schema;
+pub mod snapshot;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -259,9 +260,65 @@ impl Archive {
     /// Returns [`Archive::pinned_record`] after all that.
     pub fn tick(&mut self, now: Instant, next_seq: u64, pressure: bool) -> Option<u64> {
         self.complete_due(now);
+        self.copy_if_asked(next_seq);
         self.flush_if_asked(next_seq);
         self.relieve_journal(pressure, next_seq);
         self.pinned_record()
+    }
+
+    /// Answers readers waiting for copies of the buffers once the consumer has read what they
+    /// asked for. Between records.
+    fn copy_if_asked(&mut self, next_seq: u64) {
+        let due = self
+            .flush
+            .as_ref()
+            .map(|f| f.copies_due(next_seq))
+            .unwrap_or_default();
+        if due.is_empty() {
+            return;
+        }
+        let copies = self.snapshot();
+        for tx in due {
+            // A reader that gave up meanwhile is no concern of the writer's.
+            let _ = tx.send(copies.clone());
+        }
+    }
+
+    /// Copies of what every buffer holds, each a complete Parquet file under the path of the
+    /// buffer's partition (see [`snapshot`]). A buffer whose copy fails is left out (and
+    /// logged); its rows stay buffered.
+    pub fn snapshot(&mut self) -> Vec<snapshot::BufferedFile> {
+        let mut out = Vec::new();
+        let mut change = 0isize;
+        for (key, buf) in &mut self.buffers {
+            let props = &self.props[table_index(key.table)];
+            let (copies, delta) = match buf.snapshot(props) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(table = key.table.as_str(), error = %e, "archive buffer could not be copied for a reader");
+                    continue;
+                }
+            };
+            change += delta;
+            let dir = key.dir(Path::new(""));
+            let mark = buffer_mark(&self.instance_id, buf.sequence);
+            for (i, (data, rows)) in copies.into_iter().enumerate() {
+                let path = dir.join(format!("buffered{mark}-{i}.parquet"));
+                out.push(snapshot::BufferedFile {
+                    entry: snapshot::BufferedFileEntry {
+                        // Partition folders are made of `/`-free values (see `partition`).
+                        path: path.to_string_lossy().into_owned(),
+                        mark: mark.clone(),
+                        rows,
+                        bytes: data.len() as u64,
+                    },
+                    data: data.into(),
+                });
+            }
+        }
+        self.held = self.held.saturating_add_signed(change);
+        self.budget.change(change);
+        out
     }
 
     /// Writes out every buffer when a reader asked for it and the consumer has read what the
@@ -538,7 +595,8 @@ impl Archive {
                 self.per_table[table_index(table)] += 1;
                 self.metrics
                     .set_open_files(table.as_str(), self.per_table[table_index(table)]);
-                e.insert(PartitionBuffer::new(new_rows, now))
+                self.sequence += 1;
+                e.insert(PartitionBuffer::new(new_rows, now, self.sequence))
             }
         };
         let batch = (self.batch_rows, BATCH_BYTES);
@@ -654,13 +712,11 @@ impl Archive {
     }
 
     /// The file name (stem and journal suffix) for `buf`'s next file.
-    fn file_stem(&mut self, buf: &PartitionBuffer) -> String {
-        self.sequence += 1;
+    fn file_stem(&self, buf: &PartitionBuffer) -> String {
         let stem = format!(
-            "part-{}-{}-{:06}",
+            "part-{}{}",
             chrono::Utc::now().format("%Y%m%dT%H%M%S%3fZ"),
-            self.instance_id,
-            self.sequence
+            buffer_mark(&self.instance_id, buf.sequence),
         );
         let suffix = match (&self.journal_id, buf.records) {
             (Some(id), Some(records)) => records_suffix(id, records),
@@ -759,6 +815,21 @@ fn group_by_partition<'a, T: 'a>(
     groups
 }
 
+/// The part of a completed file's name that says which buffer it was: `-<instance>-<sequence>`,
+/// followed in the name by `_` or `.parquet`.
+pub fn buffer_mark(instance_id: &str, sequence: u64) -> String {
+    format!("-{instance_id}-{sequence:06}")
+}
+
+/// True when the completed file `name` is the buffer marked `mark` ([`buffer_mark`]) written out.
+pub fn is_written_buffer(name: &str, mark: &str) -> bool {
+    name.starts_with("part-")
+        && name.match_indices(mark).any(|(at, _)| {
+            let rest = &name[at + mark.len()..];
+            rest.starts_with('_') || rest == ".parquet"
+        })
+}
+
 /// The file-name suffix of a file holding journal `records` (first, last) of journal `id`:
 /// `_j<id>_<first>-<last>`. After a crash the archive reads it back to skip what is complete.
 pub fn records_suffix(id: &str, (first, last): (u64, u64)) -> String {
@@ -830,7 +901,7 @@ fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{fixtures, SpanRecord};
+    use crate::event::{fixtures, HexId, SpanRecord};
 
     const T0: i64 = 1_800_000_000_000_000_000;
 
@@ -948,6 +1019,112 @@ mod tests {
         assert_eq!(totals.span_rows, 60 + 20 + 5 + 20 + 80);
         assert_eq!(a.pinned_record(), None);
         assert_eq!(a.buffered_bytes(), 0);
+    }
+
+    /// Rows of a Parquet file in memory, and its span ids.
+    fn read_copy(data: &bytes::Bytes) -> Vec<String> {
+        use arrow::array::{Array, StringArray};
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data.clone())
+                .expect("a complete Parquet file")
+                .build()
+                .expect("reader");
+        let mut ids = Vec::new();
+        for batch in reader {
+            let batch = batch.expect("batch");
+            let col = batch.column_by_name("span_id").expect("span_id");
+            let col = col.as_any().downcast_ref::<StringArray>().expect("strings");
+            ids.extend((0..col.len()).map(|i| col.value(i).to_string()));
+        }
+        ids
+    }
+
+    #[test]
+    fn copies_hold_every_buffered_row_and_name_the_file_the_buffer_becomes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = ArchiveConfig {
+            compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
+            batch_rows: crate::units::PositiveUsize(10),
+            ..ArchiveConfig::default()
+        };
+        let mut a = Archive::open(
+            dir.path(),
+            &[Table::Spans, Table::Logs],
+            &config,
+            "0a0b0c0d".into(),
+            Arc::new(Metrics::new()),
+        )
+        .expect("archive")
+        .with_journal_id("feedf00d")
+        .with_budget(SharedBudget::new(usize::MAX / 2));
+        // a: 25 rows encoded (one batch over 10), then 3 in the builders; b: 4 in the builders.
+        a.append(Some(1), &spans("a", 25, 0));
+        a.append(Some(2), &spans("a", 3, 100));
+        a.append(Some(3), &spans("b", 4, 200));
+        let id = |i: u64| HexId::of(&i.to_be_bytes()).as_str().to_string();
+        for _ in 0..2 {
+            let mut copies = a.snapshot();
+            copies.sort_by(|x, y| x.entry.path.cmp(&y.entry.path));
+            let got: Vec<(String, u64, usize)> = copies
+                .iter()
+                .map(|c| {
+                    let (_, name) = c.entry.path.rsplit_once('/').expect("a name");
+                    (name.to_string(), c.entry.rows, read_copy(&c.data).len())
+                })
+                .collect();
+            assert_eq!(
+                got,
+                vec![
+                    ("buffered-0a0b0c0d-000001-0.parquet".to_string(), 25, 25),
+                    ("buffered-0a0b0c0d-000001-1.parquet".to_string(), 3, 3),
+                    ("buffered-0a0b0c0d-000002-0.parquet".to_string(), 4, 4),
+                ]
+            );
+            let key = PartitionKey::new(Table::Spans, "a", T0);
+            let dir_a = key.dir(Path::new("")).to_string_lossy().into_owned();
+            assert_eq!(copies[0].entry.path, format!("{dir_a}/{}", got[0].0));
+            let mut ids: Vec<String> = copies[..2]
+                .iter()
+                .flat_map(|c| read_copy(&c.data))
+                .collect();
+            ids.sort();
+            let mut want: Vec<String> = (0..25).chain(100..103).map(id).collect();
+            want.sort();
+            assert_eq!(ids, want);
+            assert_eq!(copies[0].entry.mark, "-0a0b0c0d-000001");
+        }
+        let copies = a.snapshot();
+        // Nothing is on disk: every copy stays.
+        let names_in = |d: &str| -> Vec<String> {
+            std::fs::read_dir(dir.path().join(d))
+                .map(|r| {
+                    r.flatten()
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let set = snapshot::BufferedSet {
+            records: 3,
+            files: copies,
+        };
+        assert_eq!(set.clone().without_written(names_in).files.len(), 3);
+        // More rows after the copies, then the buffers become files: a's file holds all 31
+        // rows (the copy ended a row group, the file is whole), and every copy is dropped.
+        a.append(Some(4), &spans("a", 3, 300));
+        a.close();
+        let names = files(dir.path(), "a");
+        assert_eq!(names.len(), 1);
+        assert!(
+            is_written_buffer(&names[0], "-0a0b0c0d-000001"),
+            "{names:?}"
+        );
+        assert!(!is_written_buffer(&names[0], "-0a0b0c0d-000002"));
+        let key = PartitionKey::new(Table::Spans, "a", T0);
+        let whole =
+            bytes::Bytes::from(std::fs::read(key.dir(dir.path()).join(&names[0])).expect("file"));
+        assert_eq!(read_copy(&whole).len(), 31);
+        assert!(set.without_written(names_in).files.is_empty());
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum Table {
 }
 
 impl Table {
+    /// Every table.
+    pub const ALL: [Table; 4] = [Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
+
     /// Folder and table name.
     pub fn as_str(self) -> &'static str {
         match self {

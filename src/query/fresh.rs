@@ -1,12 +1,15 @@
-//! Fresh reads: before reading the archive, ask the daemon serving the data directory (if one
-//! does) to write out what it buffers, so what it acknowledged a moment ago is in completed
-//! files (`POST /v1/archive/flush`; see `archive::flush`).
+//! Fresh reads: ask the daemon serving the data directory (if one does) for copies of the rows
+//! it buffers (`GET /v1/archive/buffered`; see `archive::snapshot`), which `query` and `trace`
+//! read beside the completed files, or to write them out first
+//! (`POST /v1/archive/flush`; see `archive::flush`), so what it acknowledged a moment ago is
+//! read either way.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
 use crate::archive::flush::recorded_address;
+use crate::archive::snapshot::BufferedSet;
 
 /// How long to try reaching the daemon: it is local, so a refusal comes at once.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -19,11 +22,69 @@ pub enum Freshness {
     /// No daemon recorded its address in the data directory, or it does not answer: the
     /// archive is read as it is on disk.
     NoDaemon,
-    /// Every writer wrote out what the journal held when asked.
+    /// Every writer wrote out (or copied) what the journal held when asked.
     Flushed,
     /// The daemon answered, but not every writer got there in time (or the answer was not
     /// understood); the reason, for a warning.
     Partial(String),
+}
+
+/// How a reader takes what the daemon has not written yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshen {
+    /// Read the archive as it is on disk.
+    Disk,
+    /// Ask the daemon for copies of its buffers and read them beside the files (the default).
+    Copies,
+    /// Ask the daemon to write its buffers out first.
+    Flush,
+}
+
+/// An HTTP client for the daemon, or why there is none.
+fn client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(ANSWER_TIMEOUT)
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("no HTTP client: {e}"))
+}
+
+/// Asks the daemon serving `data_dir` for copies of what its archive writers buffer: `None`
+/// with how it went when there is no daemon or no usable answer.
+pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) {
+    let Some(addr) = recorded_address(data_dir) else {
+        return (None, Freshness::NoDaemon);
+    };
+    let client = match client() {
+        Ok(c) => c,
+        Err(e) => return (None, Freshness::Partial(e)),
+    };
+    let url = format!("http://{}/v1/archive/buffered", reachable(addr));
+    let answer = match client.get(url).send().await {
+        Ok(r) if r.status().is_success() => r.bytes().await,
+        Ok(r) => {
+            let why = format!(
+                "the daemon answered {} to a request for its buffered rows",
+                r.status()
+            );
+            return (None, Freshness::Partial(why));
+        }
+        Err(e) if e.is_connect() => return (None, Freshness::NoDaemon),
+        Err(e) => {
+            return (
+                None,
+                Freshness::Partial(format!("the daemon did not answer: {e}")),
+            )
+        }
+    };
+    match answer
+        .map_err(|e| e.to_string())
+        .and_then(|b| BufferedSet::decode(b).map_err(|e| e.to_string()))
+    {
+        Ok(set) => (Some(set), Freshness::Flushed),
+        Err(e) => (None, Freshness::Partial(e)),
+    }
 }
 
 /// Asks the daemon serving `data_dir` to flush, and waits for it.
@@ -31,14 +92,9 @@ pub async fn flush_daemon(data_dir: &Path) -> Freshness {
     let Some(addr) = recorded_address(data_dir) else {
         return Freshness::NoDaemon;
     };
-    let client = match reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(ANSWER_TIMEOUT)
-        .no_proxy()
-        .build()
-    {
+    let client = match client() {
         Ok(c) => c,
-        Err(e) => return Freshness::Partial(format!("no HTTP client: {e}")),
+        Err(e) => return Freshness::Partial(e),
     };
     let url = format!("http://{}/v1/archive/flush", reachable(addr));
     match client.post(url).send().await {

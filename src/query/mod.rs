@@ -28,6 +28,9 @@ use futures_util::StreamExt;
 
 use crate::archive::lock::ReadersLock;
 use crate::archive::partition::Table;
+use crate::archive::snapshot::BufferedSet;
+use fresh::{Freshen, Freshness};
+use view::ArchiveView;
 
 /// Why a query could not run.
 #[derive(Debug, thiserror::Error)]
@@ -75,30 +78,51 @@ impl QueryError {
 const VANISHED_TRIES: u32 = 4;
 
 /// Runs `work` on a fresh session over the archive under `data_dir`, again (with a fresh
-/// listing, up to [`VANISHED_TRIES`] in all) if a file vanished under it.
-pub async fn with_session<T, F, Fut>(data_dir: &Path, mut work: F) -> Result<T, QueryError>
+/// listing, up to [`VANISHED_TRIES`] in all) if a file vanished under it. With
+/// [`Freshen::Copies`] the session also reads copies of the rows the daemon buffers, taken
+/// after the readers' lock and before the listing (see `archive::snapshot`); with
+/// [`Freshen::Flush`] the daemon writes them out first. Returns how asking the daemon went.
+pub async fn with_session<T, F, Fut>(
+    data_dir: &Path,
+    freshen: Freshen,
+    mut work: F,
+) -> Result<(T, Freshness), QueryError>
 where
     F: FnMut(SessionContext) -> Fut,
     Fut: std::future::Future<Output = Result<T, QueryError>>,
 {
+    if !data_dir.is_dir() {
+        return Err(QueryError::NoDataDir(data_dir.to_path_buf()));
+    }
+    let mut freshness = match freshen {
+        Freshen::Flush => fresh::flush_daemon(data_dir).await,
+        _ => Freshness::NoDaemon,
+    };
     let mut tries = 0;
     loop {
         tries += 1;
         // Held while listing and reading: no compaction swaps a listed file away meanwhile
         // (other readers of the archive retry instead).
         let readers = ReadersLock::shared(data_dir);
-        let ctx = session(data_dir).await?;
+        let copies = if freshen == Freshen::Copies {
+            let (copies, how) = fresh::buffered_rows(data_dir).await;
+            freshness = how;
+            copies
+        } else {
+            None
+        };
+        let ctx = session_with(data_dir, copies).await?;
         let result = work(ctx).await;
         drop(readers);
         match result {
             Err(e) if tries < VANISHED_TRIES && e.is_vanished_file() => continue,
-            r => return r,
+            r => return r.map(|t| (t, freshness)),
         }
     }
 }
 
 /// The tables `toolwatch query` registers, with their schemas.
-pub const TABLES: &[Table] = &[Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
+pub const TABLES: &[Table] = &Table::ALL;
 
 /// A table's schema, from the stage owning its rows (the archive's for spans and logs).
 pub fn table_schema(table: Table) -> SchemaRef {
@@ -110,20 +134,57 @@ pub fn table_schema(table: Table) -> SchemaRef {
     }
 }
 
-/// A DataFusion session with the archive under `data_dir` registered.
+/// A DataFusion session with the archive under `data_dir` registered, as it is on disk.
 pub async fn session(data_dir: &Path) -> Result<SessionContext, QueryError> {
+    session_with(data_dir, None).await
+}
+
+/// A DataFusion session with the archive under `data_dir` registered, and with `copies` of
+/// the daemon's buffers beside its files (those of buffers written out since dropped).
+pub async fn session_with(
+    data_dir: &Path,
+    copies: Option<BufferedSet>,
+) -> Result<SessionContext, QueryError> {
     if !data_dir.is_dir() {
         return Err(QueryError::NoDataDir(data_dir.to_path_buf()));
     }
+    // The view's paths and the tables' URLs must name files alike: absolute, links resolved.
+    let data_dir = &std::fs::canonicalize(data_dir)
+        .map_err(|_| QueryError::NoDataDir(data_dir.to_path_buf()))?;
     let mut config = SessionConfig::new().with_information_schema(true);
     // Row filters use the page indexes and skip decoding rows that cannot match.
     config.options_mut().execution.parquet.pushdown_filters = true;
     config.options_mut().execution.parquet.reorder_filters = true;
     let ctx = SessionContext::new_with_config(config);
+    if let Some(copies) = copies {
+        register_copies(&ctx, data_dir, copies).await?;
+    }
     for &table in TABLES {
         register(&ctx, data_dir, table)?;
     }
     Ok(ctx)
+}
+
+/// Serves the archive's files to the session through a view that lists the table folders
+/// now, plus the copies of buffers not written out by then.
+async fn register_copies(
+    ctx: &SessionContext,
+    data_dir: &Path,
+    copies: BufferedSet,
+) -> Result<(), QueryError> {
+    let dirs: Vec<PathBuf> = TABLES.iter().map(|t| data_dir.join(t.as_str())).collect();
+    let mut view = ArchiveView::freeze(&dirs)
+        .await
+        .map_err(|e| QueryError::Sql(e.to_string()))?;
+    let copies = copies.without_written(|dir| view.names_in(&data_dir.join(dir)));
+    for f in copies.files {
+        view.add(&data_dir.join(&f.entry.path), f.data)
+            .await
+            .map_err(|e| QueryError::Sql(e.to_string()))?;
+    }
+    let local = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
+    ctx.register_object_store(local.as_ref(), Arc::new(view));
+    Ok(())
 }
 
 fn register(ctx: &SessionContext, data_dir: &Path, table: Table) -> Result<(), QueryError> {
@@ -225,6 +286,124 @@ mod doc_tests {
                 let row = format!("| {} | `{}` |", i + 1, field.name());
                 assert!(section.contains(&row), "{table}: missing {row}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod copies_tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Array, StringArray};
+    use proptest::prelude::*;
+
+    use super::{run, session_with};
+    use crate::archive::buffer::SharedBudget;
+    use crate::archive::config::ArchiveConfig;
+    use crate::archive::partition::Table;
+    use crate::archive::snapshot::BufferedSet;
+    use crate::archive::Archive;
+    use crate::event::{fixtures, EventBatch, HexId, SpanRecord};
+    use crate::metrics::Metrics;
+
+    const T0: i64 = 1_800_000_000_000_000_000;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// `n` new spans of tenant `t` in one journal record.
+        Append(u8, u8),
+        /// Every buffer written out.
+        WriteAll,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0u8..3, 1u8..12).prop_map(|(t, n)| Step::Append(t, n)),
+            1 => Just(Step::WriteAll),
+        ]
+    }
+
+    fn span_ids(data: &std::path::Path, copies: BufferedSet) -> Vec<String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let ctx = session_with(data, Some(copies)).await.expect("session");
+            let (_, batches) = run(&ctx, "SELECT span_id FROM spans", |_| {})
+                .await
+                .expect("query");
+            let mut ids = Vec::new();
+            for b in batches {
+                let col = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("strings");
+                ids.extend((0..col.len()).map(|i| col.value(i).to_string()));
+            }
+            ids
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Whatever buffers fill, go out over budget or are written out before and after the
+        /// copies are taken: copies then listing read every row appended before the copies,
+        /// once, and nothing that was never appended.
+        #[test]
+        fn copies_and_files_together_read_every_row_once(
+            steps in prop::collection::vec(step(), 1..16),
+            at in 0usize..17,
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = ArchiveConfig {
+                compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
+                batch_rows: crate::units::PositiveUsize(5),
+                ..ArchiveConfig::default()
+            };
+            let mut a = Archive::open(dir.path(), &[Table::Spans, Table::Logs], &config, "0a0b".into(), Arc::new(Metrics::new()))
+                .expect("archive")
+                .with_journal_id("feed")
+                // Room for a few dozen spans: the largest buffers go out on their own.
+                .with_budget(SharedBudget::new(24 * 1024));
+            let (mut next, mut seq) = (0u64, 0u64);
+            let (mut before, mut all) = (BTreeSet::new(), BTreeSet::new());
+            let mut copies = None;
+            let at = at.min(steps.len());
+            for (i, s) in steps.iter().enumerate() {
+                if i == at {
+                    copies = Some(a.snapshot());
+                    before = all.clone();
+                }
+                match *s {
+                    Step::Append(t, n) => {
+                        seq += 1;
+                        let spans: Vec<SpanRecord> = (0..u64::from(n)).map(|k| SpanRecord {
+                            tenant: format!("t{t}"),
+                            span_id: (next + k).to_be_bytes(),
+                            start_ns: T0,
+                            ..fixtures::span()
+                        }).collect();
+                        for k in 0..u64::from(n) {
+                            all.insert(HexId::of(&(next + k).to_be_bytes()).as_str().to_string());
+                        }
+                        next += u64::from(n);
+                        a.append(Some(seq), &EventBatch { spans, logs: Vec::new() });
+                    }
+                    Step::WriteAll => a.complete_all(),
+                }
+            }
+            let copies = match copies {
+                Some(c) => c,
+                None => { before = all.clone(); a.snapshot() }
+            };
+            let ids = span_ids(dir.path(), BufferedSet { records: seq, files: copies });
+            let read: BTreeSet<String> = ids.iter().cloned().collect();
+            prop_assert_eq!(read.len(), ids.len(), "a row read twice");
+            prop_assert!(before.is_subset(&read), "missing: {:?}", before.difference(&read).collect::<Vec<_>>());
+            prop_assert!(read.is_subset(&all));
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Freshness: while the daemon serves on its defaults (files complete after 5 minutes),
-//! `toolwatch query` and `toolwatch trace` first ask it to write out what it buffers, so what
-//! it acknowledged is read at once; `--no-flush` reads the disk as it is. The flush answer
-//! and the address file carry no data.
+//! `toolwatch query` and `toolwatch trace` ask it for copies of what it buffers and read them
+//! beside the files, so what it acknowledged is read at once and no file is written for it;
+//! `--flush` has it write the buffers out first; `--no-flush` reads the disk as it is. The
+//! copies carry protected rows only; the flush answer and the address file carry no data.
 
 use std::path::Path;
 use std::process::Output;
@@ -104,26 +105,27 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
             0
         );
         assert!(parquet_files(&data, "spans").is_empty());
-        // The first query asks the daemon to write out, and reads every span, once.
+        // A query reads copies of the daemon's buffers: every span, once, and still no file.
         let sql = "SELECT count(*) AS n FROM spans";
         assert_eq!(count(&data, &[], sql), spans);
         assert_eq!(
-            count(&data, &["--no-flush"], "SELECT count(DISTINCT trace_id || span_id) AS n FROM spans"),
+            count(&data, &[], "SELECT count(DISTINCT trace_id || span_id) AS n FROM spans"),
             spans
         );
         assert_eq!(
             count(
                 &data,
-                &["--no-flush"],
+                &[],
                 "SELECT count(*) AS n FROM logs WHERE trace_id = '0af7651916cd43dd8448eb211c80319d'"
             ),
             1
         );
+        assert!(parquet_files(&data, "spans").is_empty(), "copies, not files");
 
         // A request's spans at once; its summary once the quiet period has passed.
         let id = query(
             &data,
-            &["--no-flush"],
+            &[],
             "SELECT request_id FROM spans WHERE request_id LIKE 'req-%' ORDER BY request_id LIMIT 1",
         )[0]["request_id"]
             .as_str()
@@ -133,6 +135,21 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let view: Value = serde_json::from_slice(&out.stdout).expect("json");
         assert_eq!(view["request_id"], id.as_str());
+        fn nodes(v: &Value) -> u64 {
+            v.as_array().map_or(0, |a| a.iter().map(|n| 1 + nodes(&n["children"])).sum())
+        }
+        let traces: Vec<String> = view["trace_ids"]
+            .as_array()
+            .expect("trace ids")
+            .iter()
+            .map(|t| format!("'{}'", t.as_str().expect("an id")))
+            .collect();
+        let in_traces = format!(
+            "SELECT count(*) AS n FROM spans WHERE trace_id IN ({})",
+            traces.join(", ")
+        );
+        assert_eq!(nodes(&view["spans"]), count(&data, &[], &in_traces));
+        assert!(nodes(&view["spans"]) > 1);
         let summaries = wait_for("every request summarized and readable", || {
             let n = count(
                 &data,
@@ -142,19 +159,59 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
             (n >= 30).then_some(n)
         });
         assert_eq!(summaries, 30);
-        // Flushes are one file per partition at most, not one per query: nothing new to write.
-        let files = parquet_files(&data, "spans").len();
-        assert_eq!(count(&data, &[], sql), spans);
-        assert_eq!(parquet_files(&data, "spans").len(), files);
+        assert!(parquet_files(&data, "spans").is_empty() && parquet_files(&data, "requests").is_empty());
 
-        // The flush answer names journal positions, never data.
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
-        // Each request is timed, and each writer's writing out for it: one more of each.
-        // A series not there yet counts as 0 (the first observation makes it).
         let sample = |name: &str| metric_at(admin, name).unwrap_or(0.0);
+        // The copies themselves: every span in them, protected (the canaries are gone from
+        // every value of every row, and from the body's bytes as sent).
+        let copied = "toolwatch_archive_reader_copy_seconds_count{outcome=\"copied\"}";
+        let copies_before = sample(copied);
+        assert!(copies_before >= 5.0, "the reads above took copies: {copies_before}");
+        let body = rt.block_on(async {
+            let r = reqwest::get(format!("http://{admin}/v1/archive/buffered")).await.expect("get");
+            assert_eq!(r.status().as_u16(), 200);
+            r.bytes().await.expect("body")
+        });
+        assert_eq!(sample(copied), copies_before + 1.0);
+        assert_clean(&String::from_utf8_lossy(&body), "the buffered rows' body");
+        let set = toolwatch::archive::snapshot::BufferedSet::decode(body).expect("a body");
+        let mut rows_in = std::collections::BTreeMap::<String, u64>::new();
+        let mut text = String::new();
+        for f in &set.files {
+            let table = f.entry.path.split('/').next().expect("table").to_string();
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f.data.clone())
+                .expect("a Parquet file")
+                .build()
+                .expect("reader");
+            let batches: Vec<_> = reader.map(|b| b.expect("batch")).collect();
+            let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+            assert_eq!(n as u64, f.entry.rows, "{}", f.entry.path);
+            *rows_in.entry(table).or_default() += n as u64;
+            text.push_str(&arrow::util::pretty::pretty_format_batches(&batches).expect("text").to_string());
+        }
+        assert_eq!(rows_in.get("spans"), Some(&spans));
+        // The loadgen runs and the canary request.
+        assert_eq!(rows_in.get("requests"), Some(&31));
+        assert!(text.contains("canary-fresh"), "the rows are there in full");
+        assert_clean(&text, "the buffered rows' values");
+
+        // --flush writes the buffers out first: then the files alone hold every span, and a
+        // read with copies still counts each once.
+        assert_eq!(count(&data, &["--flush"], sql), spans);
+        assert!(!parquet_files(&data, "spans").is_empty());
+        assert_eq!(count(&data, &["--no-flush"], sql), spans);
+        assert_eq!(count(&data, &[], sql), spans);
+        // Flushes are one file per partition at most, not one per query: nothing new to write.
+        let files = parquet_files(&data, "spans").len();
+        assert_eq!(count(&data, &["--flush"], sql), spans);
+        assert_eq!(parquet_files(&data, "spans").len(), files);
+
+        // The flush answer names journal positions, never data. Each request is timed, and
+        // each writer's writing out for it: one more of each.
         let timed = [
             "toolwatch_archive_reader_flush_seconds_count{outcome=\"flushed\"}",
             "toolwatch_archive_reader_flush_write_seconds_count{writer=\"spans_logs\"}",
