@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -99,8 +99,20 @@ pub const BUFFERED_CONTENT_TYPE: &str = "application/vnd.toolwatch.buffered-rows
 
 /// Copies of every archive writer's buffers once each has read the records committed now:
 /// 200 with the body of `archive::snapshot::BufferedSet`, 504 when a writer did not answer
-/// within 10 s. The rows are protected, as in the files.
-async fn buffered(State(state): State<AdminState>) -> axum::response::Response {
+/// within 10 s. The rows are protected, as in the files. Only a caller on this host (a
+/// loopback peer) gets them, 403 otherwise: the admin port may be opened for scrapers, and
+/// the readers the copies are for read the data directory on this host anyway.
+async fn buffered(
+    State(state): State<AdminState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+) -> axum::response::Response {
+    if !peer.ip().is_loopback() {
+        state.metrics.reader_copy_refused();
+        return json_response(
+            StatusCode::FORBIDDEN,
+            json!({"error": "buffered rows are served to readers on this host only (a loopback address)"}),
+        );
+    }
     let Some(points) = state.flush else {
         return json_response(StatusCode::NOT_FOUND, json!({"error": "no archive here"}));
     };
@@ -230,4 +242,49 @@ pub fn budget_report(e: &mut BudgetEvaluator, tenant: Option<&str>, now_ns: i64)
         "warning_ratio": config.warning_ratio,
         "tenants": tenants,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn state() -> AdminState {
+        let e = BudgetEvaluator::new(Default::default(), Default::default());
+        AdminState {
+            metrics: Arc::new(Metrics::new()),
+            budgets: Arc::new(std::sync::Mutex::new(e)),
+            flush: None,
+        }
+    }
+
+    async fn buffered_from(peer: &str) -> (StatusCode, String) {
+        let mut req = Request::get("/v1/archive/buffered")
+            .body(Body::empty())
+            .expect("request");
+        let addr: std::net::SocketAddr = peer.parse().expect("addr");
+        req.extensions_mut().insert(ConnectInfo(addr));
+        let resp = router(state()).oneshot(req).await.expect("answer");
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn buffered_rows_go_to_local_readers_only() {
+        for peer in ["192.0.2.7:5000", "[2001:db8::1]:5000", "10.0.0.1:1"] {
+            let (status, body) = buffered_from(peer).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{peer}");
+            assert!(body.contains("this host only"), "{body}");
+        }
+        // A local caller passes the check (and meets a daemon without an archive here).
+        for peer in ["127.0.0.1:5000", "[::1]:5000"] {
+            let (status, body) = buffered_from(peer).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{peer}: {body}");
+        }
+    }
 }

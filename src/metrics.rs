@@ -132,6 +132,7 @@ pub struct Metrics {
     reader_flush: FlushSeconds,
     reader_flush_write: FlushSeconds,
     reader_copy: FlushSeconds,
+    reader_copy_refused: Counter,
     compaction_files: Family<Labels2, Counter>,
     compaction_bytes: Family<Labels2, Counter>,
     summaries: Family<Labels1, Counter>,
@@ -707,6 +708,7 @@ impl Metrics {
             reader_flush: Family::new_with_constructor(flush_buckets),
             reader_flush_write: Family::new_with_constructor(flush_buckets),
             reader_copy: Family::new_with_constructor(flush_buckets),
+            reader_copy_refused: Counter::default(),
             compaction_files: Family::default(),
             compaction_bytes: Family::default(),
             summaries: Family::default(),
@@ -803,6 +805,11 @@ impl Metrics {
             "archive_reader_copy_seconds",
             "Readers' requests for copies of the archive buffers (GET /v1/archive/buffered), from the request to every writer's answer, by outcome (copied, timeout)",
             m.reader_copy.clone(),
+        );
+        registry.register(
+            "archive_reader_copy_refused",
+            "Requests for copies of the archive buffers refused because they came from another host",
+            m.reader_copy_refused.clone(),
         );
         registry.register(
             "archive_compactions",
@@ -973,6 +980,11 @@ impl Metrics {
         self.reader_copy
             .get_or_create(&[("outcome", outcome)])
             .observe(seconds);
+    }
+
+    /// A request for copies of the buffers came from another host and was refused.
+    pub fn reader_copy_refused(&self) {
+        self.reader_copy_refused.inc();
     }
 
     /// Archive writer `writer` wrote out its buffers for readers in `seconds`.

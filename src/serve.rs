@@ -622,7 +622,9 @@ fn budget_stage(
 }
 
 async fn serve_until(listener: TcpListener, router: axum::Router, stop: CancellationToken) {
-    let result = axum::serve(listener, router)
+    // Handlers may ask who is calling (the admin port serves archive rows to local readers only).
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let result = axum::serve(listener, service)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
     if let Err(e) = result {
