@@ -5,7 +5,9 @@
 //! `hour`, so a predicate on them skips whole folders; row-group statistics and the bloom
 //! filters on `trace_id` and `request_id` skip the rest. Only completed files are read (their
 //! names end in `.parquet`; files being written end in `.parquet.inprogress`), so reading
-//! while the daemon writes never sees a partial file. Everything here is read-only.
+//! while the daemon writes never sees a partial file. Beside them a session can read copies
+//! of the rows a running daemon still buffers ([`fresh`], [`view`]; see `archive::snapshot`),
+//! each row once. Everything here is read-only.
 
 pub mod fresh;
 pub mod output;
