@@ -49,7 +49,7 @@ const DETECTORS: &[D] = &[
         regex: r"\b(do[opr]_v1_[a-f0-9]{64})\b", group: 1, validator: None },
     D { id: "heroku_api_key", description: "Heroku API key (HRKU-…)",
         keywords: &["hrku-"],
-        regex: r"\b(HRKU-(?:AA)?[0-9A-Za-z_\-]{58,60})\b", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_])(HRKU-(?:AA)?[0-9A-Za-z_\-]{58,60})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "cloudflare_origin_ca_key", description: "Cloudflare origin CA key (v1.0-…)",
         keywords: &["v1.0-"],
         regex: r"\b(v1\.0-[a-f0-9]{24}-[a-f0-9]{146})\b", group: 1, validator: None },
@@ -115,7 +115,7 @@ const DETECTORS: &[D] = &[
         regex: r"\b(whsec_[A-Za-z0-9+/=]{32,})", group: 1, validator: None },
     D { id: "square_token", description: "Square access token or OAuth secret",
         keywords: &["sq0atp-", "sq0csp-", "eaaa"],
-        regex: r"\b(sq0(?:atp|csp)-[A-Za-z0-9_\-]{22,60}|EAAA[A-Za-z0-9_\-+=]{60})\b", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_])(sq0(?:atp|csp)-[A-Za-z0-9_\-]{22,60}|EAAA[A-Za-z0-9_\-+=]{60})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "braintree_access_token", description: "Braintree / PayPal access token",
         keywords: &["access_token$production$"],
         regex: r"(access_token\$production\$[a-z0-9]{16}\$[a-f0-9]{32})", group: 1, validator: None },
@@ -137,7 +137,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^0-9])([0-9]{5,16}:AA[A-Za-z0-9_\-]{32,33})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "sendgrid_api_key", description: "SendGrid API key (SG.…)",
         keywords: &["sg."],
-        regex: r"\b(SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})\b", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_])(SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "twilio_api_key", description: "Twilio API key SID (SK + 32 hex)",
         keywords: &["sk"],
         regex: r"\b(SK[0-9a-fA-F]{32})\b", group: 1, validator: None },
@@ -184,6 +184,85 @@ const DETECTORS: &[D] = &[
     D { id: "harness_api_key", description: "Harness personal or service-account token (pat./sat.)",
         keywords: &["pat.", "sat."],
         regex: r"\b((?:pat|sat)\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20})\b", group: 1, validator: None },
+    // --- More vendor tokens (issue 13) -------------------------------------------------------
+    // Formats from the vendors' documentation and public rule sets (gitleaks, trufflehog).
+    // Each token is anchored by a character outside its alphabet (or the text's ends) on both
+    // sides, so a token that starts or ends with `-`, `_` or `.` is still matched whole.
+    D { id: "linear_api_key", description: "Linear API key (lin_api_ + 40 alphanumerics)",
+        keywords: &["lin_api_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(lin_api_[A-Za-z0-9]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "doppler_token", description: "Doppler personal, service, service-account, CLI, SCIM or audit token (dp.pt./dp.st./dp.sa./dp.ct./dp.scim./dp.audit.)",
+        keywords: &["dp.pt.", "dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(dp\.(?:pt|st(?:\.[a-z0-9_\-]{2,35})?|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "pulumi_access_token", description: "Pulumi access token (pul- + 40 hex)",
+        keywords: &["pul-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(pul-[a-f0-9]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "postman_api_key", description: "Postman API key (PMAK- + 24 hex - 34 hex)",
+        keywords: &["pmak-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "databricks_token", description: "Databricks personal access token (dapi + 32 hex, optional -N)",
+        keywords: &["dapi"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(dapi[a-f0-9]{32}(?:-\d)?)(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "grafana_cloud_token", description: "Grafana Cloud access-policy token (glc_ + base64 JSON)",
+        keywords: &["glc_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(glc_eyJ[A-Za-z0-9+/_\-]{29,}={0,2})", group: 1, validator: None },
+    D { id: "grafana_service_account_token", description: "Grafana service-account token (glsa_ + 32 alphanumerics _ 8 hex)",
+        keywords: &["glsa_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "mailgun_api_key", description: "Mailgun API or signing key (key- + 32 hex, or 32-8-8 hex) after the word mailgun",
+        keywords: &["mailgun"],
+        regex: r"(?i)mailgun[^\n]{0,60}?[^A-Za-z0-9_\-](key-[a-f0-9]{32}|[a-f0-9]{32}-[a-f0-9]{8}-[a-f0-9]{8})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "nats_nkey_seed", description: "NATS NKEY seed (S + O/A/U/N/C/P/X + 56 base32) in text naming nats, nkey or seed",
+        keywords: &["nats", "nkey", "seed"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(S[OAUNCPX][A-Z2-7]{56})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "okta_api_token", description: "Okta API token (00 + 40 base64url characters) after the word okta",
+        keywords: &["okta"],
+        regex: r"(?i)okta[^\n]{0,60}?[^A-Za-z0-9_\-](00[A-Za-z0-9_\-]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "dropbox_access_token", description: "Dropbox short-lived access token (sl. / sl.u. + 130 or more base64url characters)",
+        keywords: &["sl."],
+        regex: r"(?:^|[^A-Za-z0-9_\-.])(sl\.(?:u\.)?[A-Za-z0-9_\-=]{130,})", group: 1, validator: None },
+    D { id: "salesforce_access_token", description: "Salesforce access or session token (00D org id ! session)",
+        keywords: &["00d"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(00D[A-Za-z0-9]{12,15}![A-Za-z0-9_.]{80,})", group: 1, validator: None },
+    D { id: "sentry_token", description: "Sentry organization or user auth token (sntrys_/sntryu_)",
+        keywords: &["sntrys_", "sntryu_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sntrys_eyJ[A-Za-z0-9+/=_\-]{40,}|sntryu_[a-f0-9]{64})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "supabase_secret_key", description: "Supabase personal access token or secret API key (sbp_/sb_secret_)",
+        keywords: &["sbp_", "sb_secret_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sbp_[a-f0-9]{40}|sb_secret_[A-Za-z0-9_\-]{24,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "planetscale_token", description: "PlanetScale service token, password or OAuth token (pscale_tkn_/pscale_pw_/pscale_oauth_)",
+        keywords: &["pscale_tkn_", "pscale_pw_", "pscale_oauth_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.\-]{32,})", group: 1, validator: None },
+    D { id: "netlify_access_token", description: "Netlify personal access token (nfp_ + 36 alphanumerics)",
+        keywords: &["nfp_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(nfp_[A-Za-z0-9]{36})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "figma_access_token", description: "Figma personal access token (figd_ + 40 or more base64url characters)",
+        keywords: &["figd_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(figd_[A-Za-z0-9_\-]{40,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "nuget_api_key", description: "NuGet API key (oy2 + 43 lowercase alphanumerics)",
+        keywords: &["oy2"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(oy2[a-z0-9]{43})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "rubygems_api_key", description: "RubyGems API key (rubygems_ + 48 hex)",
+        keywords: &["rubygems_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(rubygems_[a-f0-9]{48})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "clojars_deploy_token", description: "Clojars deploy token (CLOJARS_ + 60 alphanumerics)",
+        keywords: &["clojars_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(CLOJARS_[A-Za-z0-9]{60})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "posthog_personal_api_key", description: "PostHog personal API key (phx_ + 43 alphanumerics; phc_ project keys are public)",
+        keywords: &["phx_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(phx_[A-Za-z0-9]{43})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "xai_api_key", description: "xAI API key (xai- + 80 alphanumerics)",
+        keywords: &["xai-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(xai-[A-Za-z0-9]{80})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "new_relic_key", description: "New Relic user API key or insert key (NRAK-/NRII-)",
+        keywords: &["nrak-", "nrii-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(NRAK-[A-Z0-9]{27}|NRII-[A-Za-z0-9\-]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "dynatrace_api_token", description: "Dynatrace API token (dt0c01. + 24 . 64)",
+        keywords: &["dt0c01."],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(dt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "tailscale_key", description: "Tailscale API, auth, OAuth client, SCIM or webhook key (tskey-…)",
+        keywords: &["tskey-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(tskey-(?:api|auth|client|scim|webhook)-[A-Za-z0-9]{6,}-[A-Za-z0-9]{16,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     // --- Credentials in headers, URLs and command lines --------------------------------------
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
@@ -738,6 +817,201 @@ mod tests {
             s("jwe eyJhcHUiOiJUeDlxIn0.eyJpc3MiOiJqb2UifQ.c2ln"),
             s("eyJhcHUiOiJUeDlxIn0.eyJpc3MiOiJqb2UifQ.c2ln"),
         );
+        // Issue 13 vendor formats: a JSON value, an env line or a log line each.
+        let lin = format!("lin_api_{}", cycle(B62, 40));
+        tp(
+            "linear_api_key",
+            format!("{{\"linear\": {{\"apiKey\": \"{lin}\"}}}}"),
+            lin,
+        );
+        let dp = format!("dp.pt.{}", cycle(B62, 43));
+        tp("doppler_token", format!("DOPPLER_TOKEN={dp}"), dp);
+        let dps = format!("dp.st.dev_api.{}", cycle(B62, 40));
+        tp(
+            "doppler_token",
+            format!("doppler run --token {dps} -- ./app"),
+            dps,
+        );
+        let pul = format!("pul-{}", cycle("3f9a1c7e5b2d8046", 40));
+        tp(
+            "pulumi_access_token",
+            format!("export PULUMI_ACCESS_TOKEN={pul}"),
+            pul,
+        );
+        let pmak = format!(
+            "PMAK-{}-{}",
+            cycle("0a1b2c3d4e5f", 24),
+            cycle("9F8E7D6C5B4A", 34)
+        );
+        tp(
+            "postman_api_key",
+            format!("{{\"X-Api-Key\": \"{pmak}\"}}"),
+            pmak,
+        );
+        let dapi = format!("dapi{}-2", cycle("3f9a1c7e5b2d8046", 32));
+        tp(
+            "databricks_token",
+            format!("INFO connecting host=adb-1.azuredatabricks.net token {dapi} ok"),
+            dapi,
+        );
+        let glc = format!("glc_eyJvIjoiMTIzNDU2Iiwi{}==", cycle(B62, 60));
+        tp(
+            "grafana_cloud_token",
+            format!("GRAFANA_CLOUD_TOKEN={glc}"),
+            glc,
+        );
+        let glsa = format!("glsa_{}_{}", cycle(B62, 32), cycle("0a1b2c3d", 8));
+        tp(
+            "grafana_service_account_token",
+            format!("{{\"grafana\": \"{glsa}\"}}"),
+            glsa,
+        );
+        let mg = format!("key-{}", cycle("3f9a1c7e5b2d8046", 32));
+        tp(
+            "mailgun_api_key",
+            format!("MAILGUN_API_KEY={mg}"),
+            mg.clone(),
+        );
+        tp(
+            "mailgun_api_key",
+            format!("{{\"mailgun\": {{\"key\": \"{mg}\"}}}}"),
+            mg,
+        );
+        let mg2 = format!(
+            "{}-{}-{}",
+            cycle("0a1b2c3d4e5f", 32),
+            cycle("9f8e", 8),
+            cycle("7d6c", 8)
+        );
+        tp("mailgun_api_key", format!("mailgun signing {mg2}"), mg2);
+        tp(
+            "nats_nkey_seed",
+            s("-----BEGIN USER NKEY SEED-----\nSUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY\n------END USER NKEY SEED------"),
+            s("SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY"),
+        );
+        let okta = format!("00{}-_", cycle(B62, 38));
+        tp(
+            "okta_api_token",
+            format!("OKTA_API_TOKEN={okta}"),
+            okta.clone(),
+        );
+        tp(
+            "okta_api_token",
+            format!("{{\"okta\": {{\"token\": \"{okta}\"}}}}"),
+            okta,
+        );
+        let sl = format!("sl.u.{}", cycle("AbCdEf-_1234", 140));
+        tp(
+            "dropbox_access_token",
+            format!("{{\"access_token\": \"{sl}\", \"token_type\": \"bearer\"}}"),
+            sl,
+        );
+        let sf = format!(
+            "00D5g000004ABCD!{}",
+            cycle("AR8AQJXg5oj8jXSgx.JfA0lBog_39AsX", 96)
+        );
+        tp(
+            "salesforce_access_token",
+            format!("sf org login access-token --instance-url x {sf}"),
+            sf,
+        );
+        let sntrys = format!(
+            "sntrys_eyJpYXQiOjE3MDAwMDAwMDAuMCwidXJsIjoi{}_{}",
+            cycle(B62, 60),
+            cycle(B62, 43)
+        );
+        tp(
+            "sentry_token",
+            format!("SENTRY_AUTH_TOKEN={sntrys}"),
+            sntrys,
+        );
+        let sntryu = format!("sntryu_{}", cycle("3f9a1c7e5b2d8046", 64));
+        tp(
+            "sentry_token",
+            format!("{{\"sentry\": \"{sntryu}\"}}"),
+            sntryu,
+        );
+        let sbp = format!("sbp_{}", cycle("3f9a1c7e5b2d8046", 40));
+        tp(
+            "supabase_secret_key",
+            format!("supabase login --token {sbp}"),
+            sbp,
+        );
+        let sbs = format!("sb_secret_{}", cycle("N7UND0UgjKTVK-Uodkm0Hg_xSvEMPvz", 31));
+        tp(
+            "supabase_secret_key",
+            format!("{{\"supabaseKey\": \"{sbs}\"}}"),
+            sbs,
+        );
+        let ps = format!("pscale_tkn_{}", cycle("aZ3kQ9mX2pL7.vR4t_Y8w-N6bC", 43));
+        tp(
+            "planetscale_token",
+            format!("PLANETSCALE_SERVICE_TOKEN={ps}"),
+            ps,
+        );
+        let nfp = format!("nfp_{}", cycle(B62, 36));
+        tp(
+            "netlify_access_token",
+            format!("netlify deploy --auth {nfp}"),
+            nfp,
+        );
+        let figd = format!("figd_{}", cycle("aZ3kQ9mX2pL7vR4t_Y8wN6bC1d-F5gH0jK", 40));
+        tp(
+            "figma_access_token",
+            format!("{{\"X-Figma-Token\": \"{figd}\"}}"),
+            figd,
+        );
+        let oy2 = format!("oy2{}", cycle("a3kq9mx2pl7vr4ty8wn6bc1df5gh0jk", 43));
+        tp(
+            "nuget_api_key",
+            format!("dotnet nuget push pkg.nupkg --api-key {oy2}"),
+            oy2,
+        );
+        let gem = format!("rubygems_{}", cycle("3f9a1c7e5b2d8046", 48));
+        tp("rubygems_api_key", format!("GEM_HOST_API_KEY={gem}"), gem);
+        let clj = format!("CLOJARS_{}", cycle(B62, 60));
+        tp(
+            "clojars_deploy_token",
+            format!("{{:username \"me\" :password \"{clj}\"}}"),
+            clj,
+        );
+        let phx = format!("phx_{}", cycle(B62, 43));
+        tp(
+            "posthog_personal_api_key",
+            format!("{{\"personal_api_key\": \"{phx}\"}}"),
+            phx,
+        );
+        let xai = format!("xai-{}", cycle(B62, 80));
+        tp("xai_api_key", format!("XAI_API_KEY={xai}"), xai);
+        let nrak = format!("NRAK-{}", cycle("Z3KQ9MX2PL7VR4TY8WN6BC1DF5GH0JK", 27));
+        tp(
+            "new_relic_key",
+            format!("{{\"Api-Key\": \"{nrak}\"}}"),
+            nrak,
+        );
+        let nrii = format!("NRII-{}", cycle("aZ3k-Q9mX2pL7vR4", 32));
+        tp("new_relic_key", format!("insert key {nrii}"), nrii);
+        let dt = format!(
+            "dt0c01.{}.{}",
+            cycle("ST2EY72KQINMH574WMNVI7YN", 24),
+            cycle(
+                "G3DFPBEJYMODIDAEX454M7YWBUVEFOWKPRVMWFASS64NFH52PX6BNDVFFM572RZM",
+                64
+            )
+        );
+        tp(
+            "dynatrace_api_token",
+            format!("Authorization: Api-Token {dt}"),
+            dt,
+        );
+        let ts = format!("tskey-auth-k{}CNTRL-{}", cycle("ABCD12", 6), cycle(B62, 33));
+        tp("tailscale_key", format!("TS_AUTHKEY={ts}"), ts);
+        let sg_edge = format!("SG.{}-.{}-", cycle(B62, 21), cycle(B62, 42));
+        tp(
+            "sendgrid_api_key",
+            format!("key {sg_edge} rotated"),
+            sg_edge,
+        );
         v
     }
 
@@ -817,6 +1091,49 @@ mod tests {
                 "-----BEGIN PUBLIC KEY-----\nMIIBIjANBg\n-----END PUBLIC KEY-----",
             ),
             ("putty_private_key", "PuTTY is a client"),
+            ("linear_api_key", "lin_api_short"),
+            ("doppler_token", "dp.pt.short and dp.st.dev.short"),
+            ("pulumi_access_token", "pul-3f9a1c is short; pull-request"),
+            ("postman_api_key", "PMAK-short-value"),
+            ("databricks_token", "dapi_endpoint and dapi3f9a1c7e"),
+            (
+                "grafana_cloud_token",
+                "glc_version_string_of_the_compiler_toolchain_x",
+            ),
+            ("grafana_service_account_token", "glsa_short_0a1b2c3d"),
+            (
+                "mailgun_api_key",
+                "cache key-3f9a1c7e5b2d80463f9a1c7e5b2d8046 hit",
+            ),
+            (
+                "nats_nkey_seed",
+                "nats user UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4",
+            ),
+            (
+                "okta_api_token",
+                "okta user 00u1a2b3c4d5e6f7g8h9 and 00ab3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jKaZ3kQ9mX2 elsewhere",
+            ),
+            ("dropbox_access_token", "openssl.cnf and sl.short"),
+            ("salesforce_access_token", "org 00D5g000004ABCD has no session"),
+            ("sentry_token", "sntrys_short and sntryu_3f9a"),
+            (
+                "supabase_secret_key",
+                "sb_publishable_aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jK is public",
+            ),
+            ("planetscale_token", "pscale_tkn_short"),
+            ("netlify_access_token", "nfp_short"),
+            ("figma_access_token", "figd_short"),
+            ("nuget_api_key", "oy2short"),
+            ("rubygems_api_key", "rubygems_version 3.4.10"),
+            ("clojars_deploy_token", "CLOJARS_USERNAME"),
+            (
+                "posthog_personal_api_key",
+                "phc_aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jKaZ3kQ9mX2pL is a public project key",
+            ),
+            ("xai_api_key", "xai-grok-2 model"),
+            ("new_relic_key", "NRAK-short NRJS-0a1b2c3d4e5f6a7b8c9"),
+            ("dynatrace_api_token", "dt0c01.short.value"),
+            ("tailscale_key", "tskey-auth-short"),
             ("bearer_token", "bearer of bad news"),
             (
                 "basic_auth_credentials",
@@ -1000,6 +1317,409 @@ mod tests {
                     .map(|f| (&*f.rule, &text[f.start..f.end]))
                     .collect::<Vec<_>>()
             );
+        }
+    }
+
+    /// Token formats generated from their published alphabets and lengths (issue 13).
+    mod vendor_formats {
+        use super::redactor;
+        use proptest::prelude::*;
+
+        const ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        const UPPER_ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        const LOWER_ALNUM: &str = "abcdefghijklmnopqrstuvwxyz0123456789";
+        const HEX: &str = "0123456789abcdef";
+        const HEX_MIXED: &str = "0123456789abcdefABCDEF";
+        const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+        const B32: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+        /// A literal, or a run of `min..=max` characters from an alphabet.
+        enum Seg {
+            L(&'static str),
+            C(&'static str, usize, usize),
+        }
+        use Seg::{C, L};
+
+        /// A rule, a word its format needs nearby (for the context-gated rules), a format.
+        struct Format {
+            rule: &'static str,
+            hint: &'static str,
+            segs: &'static [Seg],
+        }
+
+        const fn f(rule: &'static str, segs: &'static [Seg]) -> Format {
+            Format {
+                rule,
+                hint: "",
+                segs,
+            }
+        }
+
+        const FORMATS: &[Format] = &[
+            f("linear_api_key", &[L("lin_api_"), C(ALNUM, 40, 40)]),
+            f("doppler_token", &[L("dp.pt."), C(ALNUM, 40, 44)]),
+            f("doppler_token", &[L("dp.st."), C(ALNUM, 40, 44)]),
+            f(
+                "doppler_token",
+                &[
+                    L("dp.st."),
+                    C("abcdefghijklmnopqrstuvwxyz0123456789_-", 2, 35),
+                    L("."),
+                    C(ALNUM, 40, 44),
+                ],
+            ),
+            f("doppler_token", &[L("dp.sa."), C(ALNUM, 40, 44)]),
+            f("doppler_token", &[L("dp.ct."), C(ALNUM, 40, 44)]),
+            f("doppler_token", &[L("dp.scim."), C(ALNUM, 40, 44)]),
+            f("doppler_token", &[L("dp.audit."), C(ALNUM, 40, 44)]),
+            f("pulumi_access_token", &[L("pul-"), C(HEX, 40, 40)]),
+            f(
+                "postman_api_key",
+                &[
+                    L("PMAK-"),
+                    C(HEX_MIXED, 24, 24),
+                    L("-"),
+                    C(HEX_MIXED, 34, 34),
+                ],
+            ),
+            f("databricks_token", &[L("dapi"), C(HEX, 32, 32)]),
+            f(
+                "databricks_token",
+                &[L("dapi"), C(HEX, 32, 32), L("-"), C("0123456789", 1, 1)],
+            ),
+            f(
+                "grafana_cloud_token",
+                &[
+                    L("glc_eyJ"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-",
+                        29,
+                        200,
+                    ),
+                    C("=", 0, 2),
+                ],
+            ),
+            f(
+                "grafana_service_account_token",
+                &[
+                    L("glsa_"),
+                    C(ALNUM, 32, 32),
+                    L("_"),
+                    C("0123456789abcdefABCDEF", 8, 8),
+                ],
+            ),
+            Format {
+                rule: "mailgun_api_key",
+                hint: "mailgun ",
+                segs: &[L("key-"), C(HEX, 32, 32)],
+            },
+            Format {
+                rule: "mailgun_api_key",
+                hint: "Mailgun: ",
+                segs: &[C(HEX, 32, 32), L("-"), C(HEX, 8, 8), L("-"), C(HEX, 8, 8)],
+            },
+            Format {
+                rule: "nats_nkey_seed",
+                hint: "nats ",
+                segs: &[L("S"), C("OAUNCPX", 1, 1), C(B32, 56, 56)],
+            },
+            Format {
+                rule: "okta_api_token",
+                hint: "okta ",
+                segs: &[L("00"), C(B64URL, 40, 40)],
+            },
+            f(
+                "dropbox_access_token",
+                &[
+                    L("sl."),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=",
+                        130,
+                        200,
+                    ),
+                ],
+            ),
+            f("dropbox_access_token", &[L("sl.u."), C(B64URL, 130, 400)]),
+            f(
+                "salesforce_access_token",
+                &[
+                    L("00D"),
+                    C(ALNUM, 12, 15),
+                    L("!"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.",
+                        80,
+                        120,
+                    ),
+                ],
+            ),
+            f(
+                "sentry_token",
+                &[
+                    L("sntrys_eyJ"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-",
+                        40,
+                        200,
+                    ),
+                ],
+            ),
+            f("sentry_token", &[L("sntryu_"), C(HEX, 64, 64)]),
+            f("supabase_secret_key", &[L("sbp_"), C(HEX, 40, 40)]),
+            f("supabase_secret_key", &[L("sb_secret_"), C(B64URL, 24, 64)]),
+            f(
+                "planetscale_token",
+                &[
+                    L("pscale_tkn_"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789=_.-",
+                        32,
+                        64,
+                    ),
+                ],
+            ),
+            f(
+                "planetscale_token",
+                &[
+                    L("pscale_pw_"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789=_.-",
+                        32,
+                        64,
+                    ),
+                ],
+            ),
+            f(
+                "planetscale_token",
+                &[
+                    L("pscale_oauth_"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789=_.-",
+                        32,
+                        64,
+                    ),
+                ],
+            ),
+            f("netlify_access_token", &[L("nfp_"), C(ALNUM, 36, 36)]),
+            f("figma_access_token", &[L("figd_"), C(B64URL, 40, 80)]),
+            f("nuget_api_key", &[L("oy2"), C(LOWER_ALNUM, 43, 43)]),
+            f("rubygems_api_key", &[L("rubygems_"), C(HEX, 48, 48)]),
+            f("clojars_deploy_token", &[L("CLOJARS_"), C(ALNUM, 60, 60)]),
+            f("posthog_personal_api_key", &[L("phx_"), C(ALNUM, 43, 43)]),
+            f("xai_api_key", &[L("xai-"), C(ALNUM, 80, 80)]),
+            f("new_relic_key", &[L("NRAK-"), C(UPPER_ALNUM, 27, 27)]),
+            f(
+                "new_relic_key",
+                &[
+                    L("NRII-"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-",
+                        32,
+                        32,
+                    ),
+                ],
+            ),
+            f(
+                "dynatrace_api_token",
+                &[L("dt0c01."), C(ALNUM, 24, 24), L("."), C(ALNUM, 64, 64)],
+            ),
+            f(
+                "tailscale_key",
+                &[L("tskey-api-"), C(ALNUM, 6, 20), L("-"), C(ALNUM, 16, 48)],
+            ),
+            f(
+                "tailscale_key",
+                &[L("tskey-auth-"), C(ALNUM, 6, 20), L("-"), C(ALNUM, 16, 48)],
+            ),
+            f(
+                "tailscale_key",
+                &[
+                    L("tskey-client-"),
+                    C(ALNUM, 6, 20),
+                    L("-"),
+                    C(ALNUM, 16, 48),
+                ],
+            ),
+            // Older rules whose alphabets allow `-` and `_` at their ends (once `\b`-anchored,
+            // so a token ending in `-` was missed or cut).
+            f("heroku_api_key", &[L("HRKU-AA"), C(B64URL, 58, 60)]),
+            f("heroku_api_key", &[L("HRKU-"), C(B64URL, 58, 60)]),
+            f("square_token", &[L("sq0atp-"), C(B64URL, 22, 60)]),
+            f("square_token", &[L("sq0csp-"), C(B64URL, 43, 43)]),
+            f(
+                "square_token",
+                &[
+                    L("EAAA"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=",
+                        60,
+                        60,
+                    ),
+                ],
+            ),
+            f(
+                "sendgrid_api_key",
+                &[L("SG."), C(B64URL, 22, 22), L("."), C(B64URL, 43, 43)],
+            ),
+        ];
+
+        /// splitmix64: a deterministic stream from the proptest seed.
+        struct Rng(u64);
+        impl Rng {
+            fn next(&mut self) -> u64 {
+                self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = self.0;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^ (z >> 31)
+            }
+            fn below(&mut self, n: usize) -> usize {
+                (self.next() % n as u64) as usize
+            }
+        }
+
+        /// Where a run puts its characters: random, or an edge character (one outside
+        /// `[A-Za-z0-9]`, when the alphabet has any) at its start, end or both.
+        #[derive(Clone, Copy, Debug)]
+        enum Edge {
+            Random,
+            Start,
+            End,
+            Both,
+        }
+
+        fn token(fmt: &Format, rng: &mut Rng, edge: Edge, len: Option<bool>) -> String {
+            let mut t = String::new();
+            for seg in fmt.segs {
+                match *seg {
+                    L(lit) => t.push_str(lit),
+                    C(alphabet, min, max) => {
+                        let chars: Vec<char> = alphabet.chars().collect();
+                        let edges: Vec<char> = chars
+                            .iter()
+                            .copied()
+                            .filter(|c| !c.is_ascii_alphanumeric())
+                            .collect();
+                        let n = match len {
+                            Some(false) => min,
+                            Some(true) => max,
+                            None => min + rng.below(max - min + 1),
+                        };
+                        for i in 0..n {
+                            let at_start = i == 0 && matches!(edge, Edge::Start | Edge::Both);
+                            let at_end = i + 1 == n && matches!(edge, Edge::End | Edge::Both);
+                            let pool = if (at_start || at_end) && !edges.is_empty() {
+                                &edges
+                            } else {
+                                &chars
+                            };
+                            t.push(pool[rng.below(pool.len())]);
+                        }
+                    }
+                }
+            }
+            t
+        }
+
+        /// The ways a token arrives: a JSON value, an env line, alone, ending a sentence, in
+        /// a log line.
+        fn contexts(hint: &str, t: &str) -> Vec<String> {
+            vec![
+                format!("{hint}{{\"key\": \"{t}\"}}"),
+                format!("{hint}X={t}"),
+                format!("{hint}{t}"),
+                format!("{hint}The value is {t}."),
+                format!("2026-01-02T03:04:05Z WARN {hint}auth failed token={t} retrying"),
+            ]
+        }
+
+        /// The token is gone from every context and its own rule fired on it.
+        fn check(
+            r: &crate::protect::engine::Redactor,
+            fmt: &Format,
+            t: &str,
+        ) -> Result<(), String> {
+            for text in contexts(fmt.hint, t) {
+                let at = text.find(t).expect("token in text");
+                let findings = r.scan(&text);
+                let hit = findings
+                    .iter()
+                    .find(|x| x.start <= at && x.end >= at + t.len());
+                if hit.is_none_or(|x| &*x.rule != fmt.rule) {
+                    return Err(format!(
+                        "{}: {t:?} in {text:?} found as {:?}",
+                        fmt.rule,
+                        findings
+                            .iter()
+                            .map(|x| (x.rule.to_string(), text[x.start..x.end].to_string()))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+                let mut hits = Default::default();
+                let out = r.redact_text(&text, &mut hits).unwrap_or_default();
+                if out.contains(t) || !hits.contains_key(fmt.rule) {
+                    return Err(format!(
+                        "{}: {t:?} survived in {out:?} ({hits:?})",
+                        fmt.rule
+                    ));
+                }
+            }
+            Ok(())
+        }
+
+        #[test]
+        fn every_format_names_a_catalogue_rule_and_every_new_rule_has_a_format() {
+            let ids: Vec<&str> = super::DETECTORS.iter().map(|d| d.id).collect();
+            for fmt in FORMATS {
+                assert!(ids.contains(&fmt.rule), "{}", fmt.rule);
+            }
+            let start = ids
+                .iter()
+                .position(|i| *i == "linear_api_key")
+                .expect("linear");
+            let end = ids
+                .iter()
+                .position(|i| *i == "bearer_token")
+                .expect("bearer");
+            for id in &ids[start..end] {
+                assert!(
+                    FORMATS.iter().any(|f| f.rule == *id),
+                    "{id} has no generated format"
+                );
+            }
+        }
+
+        /// Shortest and longest, with edge characters at neither, either or both ends.
+        #[test]
+        fn vendor_formats_hold_at_their_edges() {
+            let r = redactor();
+            let mut rng = Rng(13);
+            for fmt in FORMATS {
+                for len in [Some(false), Some(true)] {
+                    for edge in [Edge::Random, Edge::Start, Edge::End, Edge::Both] {
+                        let t = token(fmt, &mut rng, edge, len);
+                        if let Err(e) = check(&r, fmt, &t) {
+                            panic!("{e} ({edge:?}, {len:?})");
+                        }
+                    }
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            /// Every rule holds for any token its format allows, in every context.
+            #[test]
+            fn vendor_formats_hold_for_every_generated_token(seed in any::<u64>(), edge in 0u8..4) {
+                let r = redactor();
+                let mut rng = Rng(seed);
+                let edge = [Edge::Random, Edge::Start, Edge::End, Edge::Both][edge as usize];
+                for fmt in FORMATS {
+                    let t = token(fmt, &mut rng, edge, None);
+                    let checked = check(&r, fmt, &t);
+                    prop_assert!(checked.is_ok(), "{}", checked.err().unwrap_or_default());
+                }
+            }
         }
     }
 }
