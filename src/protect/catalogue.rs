@@ -217,7 +217,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^A-Za-z0-9_\-])(S[OAUNCPX][A-Z2-7]{56})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "okta_api_token", description: "Okta API token (00 + 40 base64url characters) after the word okta",
         keywords: &["okta"],
-        regex: r"(?i)okta[^\n]{0,60}?[^A-Za-z0-9_\-](00[A-Za-z0-9_\-]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+        regex: r"(?i)(?:^|[^a-z])okta[^\n]{0,60}?[^A-Za-z0-9_\-](00[A-Za-z0-9_\-]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "dropbox_access_token", description: "Dropbox short-lived access token (sl. / sl.u. + 130 or more base64url characters)",
         keywords: &["sl."],
         regex: r"(?:^|[^A-Za-z0-9_\-.])(sl\.(?:u\.)?[A-Za-z0-9_\-=]{130,})", group: 1, validator: None },
@@ -226,7 +226,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^A-Za-z0-9_\-])(00D[A-Za-z0-9]{12,15}![A-Za-z0-9_.]{80,})", group: 1, validator: None },
     D { id: "sentry_token", description: "Sentry organization or user auth token (sntrys_/sntryu_)",
         keywords: &["sntrys_", "sntryu_"],
-        regex: r"(?:^|[^A-Za-z0-9_\-])(sntrys_eyJ[A-Za-z0-9+/=_\-]{40,}|sntryu_[a-f0-9]{64})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sntrys_eyJ[A-Za-z0-9+/]{30,}={0,2}_[A-Za-z0-9+/]{43}|sntryu_[a-f0-9]{64})(?:[^A-Za-z0-9_\-+/=]|$)", group: 1, validator: None },
     D { id: "supabase_secret_key", description: "Supabase personal access token or secret API key (sbp_/sb_secret_)",
         keywords: &["sbp_", "sb_secret_"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(sbp_[a-f0-9]{40}|sb_secret_[A-Za-z0-9_\-]{24,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
@@ -1117,6 +1117,16 @@ mod tests {
             ("salesforce_access_token", "org 00D5g000004ABCD has no session"),
             ("sentry_token", "sntrys_short and sntryu_3f9a"),
             (
+                // Not a token's shape: the part after the last `_` is 42 characters, not 43.
+                "sentry_token",
+                "sntrys_eyJpYXQiOjE3MDAwMDAwMDAuMCwidXJsIjoiaHR0cHM6Ly9zZW50cnkuaW8ifQ_Ab3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jKaZ3kQ9mX2p",
+            ),
+            (
+                // `okta` inside another word (booktable) is not the vendor's name.
+                "okta_api_token",
+                "bookTable = 00ab3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jKaZ3kQ9mX",
+            ),
+            (
                 "supabase_secret_key",
                 "sb_publishable_aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jK is public",
             ),
@@ -1458,9 +1468,15 @@ mod tests {
                 &[
                     L("sntrys_eyJ"),
                     C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-",
-                        40,
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+                        30,
                         200,
+                    ),
+                    L("_"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+                        43,
+                        43,
                     ),
                 ],
             ),
