@@ -407,7 +407,7 @@ fn credsweeper_corpus_recall_and_false_positives() {
             println!("  {rule}: {:.0}% of {}", t.pct(), t.total);
         }
     }
-    // Floors just under the figures of 2026-12-01 (BENCHMARKS.md, Protect: held-out parts).
+    // Floors just under the figures of 2026-12-01 (BENCHMARKS.md, "Protect: tuning and held-out parts").
     let floor = |part: Part| recall.get(&part).copied().unwrap_or_default()[0].pct();
     assert!(
         floor(Part::Tuning) >= TUNING_RECALL_FLOOR,
