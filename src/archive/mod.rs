@@ -898,6 +898,27 @@ fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
     Ok(removed)
 }
 
+/// A spans and logs archive under `dir` for tests: instance `0a0b0c0d`, journal `feedf00d`,
+/// no background compaction, `batch_rows` rows a batch, a budget of its own.
+#[cfg(test)]
+pub(crate) fn test_archive(dir: &Path, batch_rows: usize, budget: usize) -> Archive {
+    let config = ArchiveConfig {
+        compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
+        batch_rows: crate::units::PositiveUsize(batch_rows),
+        ..ArchiveConfig::default()
+    };
+    Archive::open(
+        dir,
+        &[Table::Spans, Table::Logs],
+        &config,
+        "0a0b0c0d".into(),
+        Arc::new(Metrics::new()),
+    )
+    .expect("archive")
+    .with_journal_id("feedf00d")
+    .with_budget(SharedBudget::new(budget))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -906,20 +927,7 @@ mod tests {
     const T0: i64 = 1_800_000_000_000_000_000;
 
     fn archive(dir: &Path, budget: usize) -> Archive {
-        let config = ArchiveConfig {
-            compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
-            ..ArchiveConfig::default()
-        };
-        Archive::open(
-            dir,
-            &[Table::Spans, Table::Logs],
-            &config,
-            "0a0b0c0d".into(),
-            Arc::new(Metrics::new()),
-        )
-        .expect("archive")
-        .with_journal_id("feedf00d")
-        .with_budget(SharedBudget::new(budget))
+        test_archive(dir, ArchiveConfig::default().batch_rows.0, budget)
     }
 
     fn spans(tenant: &str, n: usize, first_id: u64) -> EventBatch {
@@ -1042,21 +1050,7 @@ mod tests {
     #[test]
     fn copies_hold_every_buffered_row_and_name_the_file_the_buffer_becomes() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = ArchiveConfig {
-            compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
-            batch_rows: crate::units::PositiveUsize(10),
-            ..ArchiveConfig::default()
-        };
-        let mut a = Archive::open(
-            dir.path(),
-            &[Table::Spans, Table::Logs],
-            &config,
-            "0a0b0c0d".into(),
-            Arc::new(Metrics::new()),
-        )
-        .expect("archive")
-        .with_journal_id("feedf00d")
-        .with_budget(SharedBudget::new(usize::MAX / 2));
+        let mut a = test_archive(dir.path(), 10, usize::MAX / 2);
         // a: 25 rows encoded (one batch over 10), then 3 in the builders; b: 4 in the builders.
         a.append(Some(1), &spans("a", 25, 0));
         a.append(Some(2), &spans("a", 3, 100));

@@ -295,19 +295,14 @@ mod doc_tests {
 #[cfg(test)]
 mod copies_tests {
     use std::collections::BTreeSet;
-    use std::sync::Arc;
 
     use datafusion::arrow::array::{Array, StringArray};
     use proptest::prelude::*;
 
     use super::{run, session_with};
-    use crate::archive::buffer::SharedBudget;
-    use crate::archive::config::ArchiveConfig;
-    use crate::archive::partition::Table;
     use crate::archive::snapshot::BufferedSet;
-    use crate::archive::Archive;
+    use crate::archive::test_archive;
     use crate::event::{fixtures, EventBatch, HexId, SpanRecord};
-    use crate::metrics::Metrics;
 
     const T0: i64 = 1_800_000_000_000_000_000;
 
@@ -360,16 +355,8 @@ mod copies_tests {
             at in 0usize..17,
         ) {
             let dir = tempfile::tempdir().expect("tempdir");
-            let config = ArchiveConfig {
-                compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
-                batch_rows: crate::units::PositiveUsize(5),
-                ..ArchiveConfig::default()
-            };
-            let mut a = Archive::open(dir.path(), &[Table::Spans, Table::Logs], &config, "0a0b".into(), Arc::new(Metrics::new()))
-                .expect("archive")
-                .with_journal_id("feed")
-                // Room for a few dozen spans: the largest buffers go out on their own.
-                .with_budget(SharedBudget::new(24 * 1024));
+            // Room for a few dozen spans: the largest buffers go out on their own.
+            let mut a = test_archive(dir.path(), 5, 24 * 1024);
             let (mut next, mut seq) = (0u64, 0u64);
             let (mut before, mut all) = (BTreeSet::new(), BTreeSet::new());
             let mut copies = None;

@@ -109,6 +109,11 @@ struct Tally {
 }
 
 impl Tally {
+    /// `12.3% (found/total)`, as the tables print it.
+    fn cell(&self) -> String {
+        format!("{:.1}% ({}/{})", self.pct(), self.found, self.total)
+    }
+
     fn pct(&self) -> f64 {
         if self.total == 0 {
             return 0.0;
@@ -258,29 +263,13 @@ fn gitleaks_corpus_recall_and_false_positives() {
     println!("| form | recall | fp samples touched |");
     println!("| --- | --- | --- |");
     for (i, form) in FORMS.iter().enumerate() {
-        println!(
-            "| {form:?} | {:.1}% ({}/{}) | {:.1}% ({}/{}) |",
-            recall[i].pct(),
-            recall[i].found,
-            recall[i].total,
-            fp[i].pct(),
-            fp[i].found,
-            fp[i].total
-        );
+        println!("| {form:?} | {} | {} |", recall[i].cell(), fp[i].cell());
     }
     println!("\nby part (plain form; split by the SHA-256 of each row):");
     println!("| part | recall | fp samples touched |");
     println!("| --- | --- | --- |");
     for (part, (rec, fp)) in &by_part {
-        println!(
-            "| {part:?} | {:.1}% ({}/{}) | {:.1}% ({}/{}) |",
-            rec.pct(),
-            rec.found,
-            rec.total,
-            fp.pct(),
-            fp.found,
-            fp.total
-        );
+        println!("| {part:?} | {} | {} |", rec.cell(), fp.cell());
     }
     println!("\nwhy fp samples were touched (plain form):");
     for (class, n) in &fp_classes {
@@ -387,18 +376,17 @@ fn credsweeper_corpus_recall_and_false_positives() {
     println!("\ncredsweeper corpus (CredSweeper's expected output over its samples; split by the SHA-256 of each row):");
     println!("| part | recall, plain | recall, in JSON | recall, plain, without PEM key lines | F marked touched | F keyword look-alikes touched | F ML-rejected touched |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    let cell = |t: Tally| format!("{:.1}% ({}/{})", t.pct(), t.found, t.total);
     for part in [Part::Tuning, Part::HeldOut] {
         let rec = recall.get(&part).copied().unwrap_or_default();
         let f = |g| touched.get(&(part, g)).copied().unwrap_or_default();
         println!(
             "| {part:?} | {} | {} | {} | {} | {} | {} |",
-            cell(rec[0]),
-            cell(rec[1]),
-            cell(rec[2]),
-            cell(f("marked")),
-            cell(f("keyword")),
-            cell(f("ml_rejected"))
+            rec[0].cell(),
+            rec[1].cell(),
+            rec[2].cell(),
+            f("marked").cell(),
+            f("keyword").cell(),
+            f("ml_rejected").cell()
         );
     }
     println!("\nper CredSweeper rule below 100%, tuning part only (plain):");
@@ -534,13 +522,9 @@ fn presidio_corpora_recall_and_false_positives() {
     );
     for (part, (rec, fp)) in &covered_by_part {
         println!(
-            "| all covered, {part:?} part | {:.1}% ({}/{}) | {:.1}% ({}/{}) |",
-            rec.pct(),
-            rec.found,
-            rec.total,
-            fp.pct(),
-            fp.found,
-            fp.total
+            "| all covered, {part:?} part | {} | {} |",
+            rec.cell(),
+            fp.cell()
         );
     }
     let mut other_fp = Tally::default();
