@@ -562,7 +562,11 @@ fn redact(args: RedactArgs) -> ExitCode {
     }
     if args.explain {
         for e in walk::explain(&redactor, &input) {
-            println!("{}\t{}\t{}..{}", e.rule, e.path, e.start, e.end);
+            let verdict = if e.removed { "removed" } else { "kept" };
+            println!(
+                "{verdict}\t{}\t{}\t{}..{}\t{}",
+                e.rule, e.path, e.start, e.end, e.why
+            );
         }
     } else {
         let mut hits = Default::default();

@@ -6,6 +6,7 @@
 //! keywords means it always runs, so those few must be cheap), and an optional validator.
 //! The table tests at the bottom give every rule its true and false positives.
 
+use super::key_context::KeyClass;
 use super::rules::{Action, DetectorSpec, KeyRuleSpec};
 use super::validators::Validator;
 
@@ -282,17 +283,14 @@ const DETECTORS: &[D] = &[
     D { id: "cli_secret_flag", description: "Secret passed as a command-line flag (--password=, --token …)",
         keywords: &["-pass", "-pwd", "-token", "-secret", "-api-key", "-apikey", "-access-key", "-auth"],
         regex: r#"(?i)(?:^|\s)--?(?:password|passwd|pass|pwd|token|secret|client-secret|api-key|apikey|access-key|auth-token)(?:=|\s+)["']?([^\s"']{3,})"#, group: 1, validator: None },
-    D { id: "env_secret_assignment", description: "Secret in an environment assignment (PGPASSWORD=…, *_TOKEN=…, *_API_KEY=…)",
-        keywords: &["password=", "passwd=", "pwd=", "secret=", "token=", "key=", "pass="],
-        regex: r#"\b(?:PGPASSWORD|MYSQL_PWD|[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY|_PASS|_PWD))=("[^"\n]*"|'[^'\n]*'|[^\s"']+)"#, group: 1, validator: None },
     D { id: "url_secret_query_param", description: "Secret in a URL query parameter (token=, sig=, code=, key=, …)",
         keywords: &["token=", "sig=", "signature=", "code=", "key=", "secret=", "password=", "auth=", "credential="],
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
-    D { id: "secret_key_assignment", description: "Value under a secret-looking key in JSON, YAML, TOML, XML, code or .env text",
-        keywords: &["secret", "token", "passw", "pwd", "api_key", "apikey", "api-key", "access_key", "accesskey", "private_key", "credential", "auth"],
-        // Three shapes: `key [type] op value` (op: = := ::= :::= ?= .= += => :), a call
-        // `("key", "value")`, and XML `<key>value` or `key="name" value="…"`.
-        regex: r#"(?i)(?:["'`]?[a-z0-9_.\-$]*(?:secret|token|passwd|password|pwd|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth[_\-]?key)[a-z0-9_.\-]*["'`]?(?:[ \t]+[a-z_][a-z0-9_.]*[ \t]+(?::=|=)|[ \t]*(?::{1,3}=|\?=|\.=|\+=|=>|=|:))[ \t]*["'`]?|["'`][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["'`]\s*,\s*["'`]|<[a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*>\s*|key\s*=\s*["'][a-z0-9_.\-]*(?:secret|token|passwd|password|api[_\-]?key|access[_\-]?key|credential)[a-z0-9_.\-]*["']\s+value\s*=\s*["'])([A-Za-z0-9_\-+/=.~!@#$%^&*:]{6,})"#, group: 1, validator: Some(Validator::SecretToken) },
+    D { id: "secret_key_assignment", description: "Literal value under a credential name in code, config, JSON, YAML, .env, XML, command lines, SQL or cookies, judged by key and shape together (key context)",
+        keywords: super::key_context::KEYWORDS,
+        // Not run: the judgment reads the text around the keyword hits. The regex names the
+        // keywords so the combined set still says when the detector may fire.
+        regex: r"(?i)pass|pw|psw|pssw|pasw|secret|token|cred|key|auth|nonce|salt|seed|verifier|session|sid|cookie|bearer|identified|otp|pin", group: 0, validator: None },
     D { id: "high_entropy_near_keyword", description: "High-entropy string (over 4.2 bits/char, so not hex) near secret/token/credential/api key/private key",
         keywords: &["secret", "token", "credential", "apikey", "api_key", "api-key", "privatekey", "private_key", "accesskey", "access_key"],
         regex: r"(?i)(?:secret|token|credential|api[_\-]?key|private[_\-]?key|access[_\-]?key)[^\n]{0,24}?(?:^|[^A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{24,}={0,2})", group: 1, validator: ENTROPY_4_2 },
@@ -318,10 +316,10 @@ const DETECTORS: &[D] = &[
     D { id: "us_social_security_number", description: "US social security number (AAA-GG-SSSS, issued ranges)",
         keywords: &["-"],
         regex: r"(?:^|[^\d\-])(\d{3}-\d{2}-\d{4})(?:[^\d\-]|$)", group: 1, validator: Some(Validator::UsSsn) },
-    D { id: "ipv4_address", description: "IPv4 address (not a longer dotted version string)",
+    D { id: "ipv4_address", description: "IPv4 address (not a longer dotted version string; not loopback, unspecified, broadcast or documentation)",
         keywords: &["."],
-        regex: r"(?:^|[^\w.])((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})(?:[^\w.]|\.(?:\s|$)|$)", group: 1, validator: None },
-    D { id: "ipv6_address", description: "IPv6 address (full, or compressed with at least two groups)",
+        regex: r"(?:^|[^\w.])((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})(?:[^\w.]|\.(?:\s|$)|$)", group: 1, validator: Some(Validator::Ipv4) },
+    D { id: "ipv6_address", description: "IPv6 address (full, or compressed with at least two groups; not loopback or documentation)",
         keywords: &[":"],
         regex: r"(?:^|[^\w:])((?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|(?:[0-9a-fA-F]{1,4}:){2,6}:(?:[0-9a-fA-F]{1,4}:){0,5}[0-9a-fA-F]{1,4})(?:[^\w:]|$)", group: 1, validator: Some(Validator::Ipv6) },
 ];
@@ -354,11 +352,8 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             signals: Vec::new(),
             keys: Vec::new(),
             except_keys: Vec::new(),
-            except_context: if d.id == "secret_key_assignment" {
-                strings(NOT_CREDENTIAL_KEYS)
-            } else {
-                Vec::new()
-            },
+            except_context: Vec::new(),
+            judged: d.id == "secret_key_assignment",
             // Key-context values are checked by their own validator, which keeps `1234…` runs.
             skip_placeholders: !PERSONAL_DATA.contains(&d.id) && d.id != "secret_key_assignment",
             min_digits: match d.id {
@@ -381,100 +376,25 @@ pub fn default_key_rules() -> Vec<KeyRuleSpec> {
     vec![
         KeyRuleSpec {
             id: "credential_key".into(),
-            description: "Attribute or JSON key that names a credential".into(),
-            keys: strings(&[
-                "*password*",
-                "*passwd*",
-                "*secret*",
-                "*api_key*",
-                "*apikey*",
-                "*api-key*",
-                "*access_token*",
-                "*refresh_token*",
-                "*id_token*",
-                "*auth_token*",
-                "*session_token*",
-                "*private_key*",
-                "*client_secret*",
-                "*credential*",
-                "token",
-                "*.token",
-                "authorization",
-                "*.authorization",
-                "proxy-authorization",
-                "*.proxy-authorization",
-                "cookie",
-                "*.cookie",
-                "set-cookie",
-                "*.set-cookie",
-                "x-api-key",
-                "*.x-api-key",
-            ]),
+            description: "Attribute or JSON key that names a credential (password, secret, token, authorization, API key…), judged with its value (key context)".into(),
+            keys: Vec::new(),
             except_keys: Vec::new(),
             action: Action::Mask,
             keep_bytes: 256,
             when: None,
+            judged: Some(KeyClass::Credential),
         },
         KeyRuleSpec {
             id: "secret_named_key".into(),
-            description: "Single-token value under a key that suggests a credential (…token, …pwd, …access_key)".into(),
-            keys: strings(&[
-                "*token*",
-                "*pwd*",
-                "*auth_key*",
-                "*authkey*",
-                "*access_key*",
-                "*accesskey*",
-                "*privatekey*",
-                "*signing_key*",
-                "*signingkey*",
-                "*encryption_key*",
-                "*encryptionkey*",
-                "*master_key*",
-                "*masterkey*",
-                "*license_key*",
-                "*licensekey*",
-            ]),
-            except_keys: strings(NOT_CREDENTIAL_KEYS),
+            description: "Attribute or JSON key that names secret material (nonce, salt, session, cookie, a qualified or plain key), judged with its value (key context)".into(),
+            keys: Vec::new(),
+            except_keys: Vec::new(),
             action: Action::Mask,
             keep_bytes: 256,
-            when: Some(Validator::SecretToken),
+            when: None,
+            judged: Some(KeyClass::Material),
         },
     ]
-}
-
-/// Keys that say something about a credential (its URL, id, name, type, lifetime, token
-/// counts) or name a public one, rather than hold a secret.
-const NOT_CREDENTIAL_KEYS: &[&str] = &[
-    "*tokens",
-    "*tokenizer*",
-    "*token_count*",
-    "*token_type*",
-    "*tokentype*",
-    "*url",
-    "*uri",
-    "*endpoint*",
-    "*type",
-    "*name",
-    "*id",
-    "*ids",
-    "*file",
-    "*path",
-    "*length",
-    "*count",
-    "*limit",
-    "*expires*",
-    "*expiry*",
-    "*ttl",
-    "*_ttl_*",
-    "*_at",
-    "*usage*",
-    "*public*",
-    "*publishable*",
-];
-
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| s.to_string()).collect()
 }
 
 #[cfg(test)]
@@ -668,7 +588,7 @@ mod tests {
             s("Zq8vLx2Rk"),
         );
         tp(
-            "env_secret_assignment",
+            "secret_key_assignment",
             s("PGPASSWORD=Pa55w0rdX psql -h db"),
             s("Pa55w0rdX"),
         );
@@ -739,13 +659,13 @@ mod tests {
         );
         tp(
             "ipv4_address",
-            s("client 203.0.113.42 connected"),
-            s("203.0.113.42"),
+            s("client 81.2.69.142 connected"),
+            s("81.2.69.142"),
         );
         tp(
             "ipv6_address",
-            s("from 2001:db8:85a3::8a2e:370:7334 via"),
-            s("2001:db8:85a3::8a2e:370:7334"),
+            s("from 2a02:c7f:85a3::8a2e:370:7334 via"),
+            s("2a02:c7f:85a3::8a2e:370:7334"),
         );
         tp(
             "phone_number_in_context",
@@ -1156,7 +1076,7 @@ mod tests {
             ),
             ("curl_user_credentials", "curl -u is the flag"),
             ("cli_secret_flag", "--password-file /run/secrets/db"),
-            ("env_secret_assignment", "TOKEN_COUNT is an integer"),
+            ("secret_key_assignment", "TOKEN_COUNT is an integer"),
             (
                 "url_secret_query_param",
                 "https://example.com/?page=2&sort=asc",
@@ -1213,6 +1133,10 @@ mod tests {
             ("us_social_security_number", "000-12-3456"),
             ("ipv4_address", "version 1.2.3.4.5 of the tool"),
             ("ipv6_address", "12:30:45"),
+            // Loopback and documentation addresses name no one and stay readable.
+            ("ipv4_address", "postgres on 127.0.0.1:5432, docs use 192.0.2.10 and 203.0.113.7"),
+            ("ipv4_address", "listen 0.0.0.0:8080, broadcast 255.255.255.255"),
+            ("ipv6_address", "bind [::1]:4317 or 2001:db8:85a3::8a2e:370:7334"),
         ]
     }
 

@@ -10,6 +10,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
 
 use super::catalogue;
+use super::key_context::{self, Judgment, KeyClass, Syntax};
 use super::rules::{Action, DetectorSpec, KeyGlob, KeyRuleSpec, RedactionConfig};
 use super::validators::Validator;
 use super::KeyedHasher;
@@ -74,6 +75,8 @@ struct Detector {
     except_keys: Vec<KeyGlob>,
     /// Contexts (the text before the group) that cancel a match.
     except_context: Vec<KeyGlob>,
+    /// The key-context judgment over keyword hits, not the regex.
+    judged: bool,
 }
 
 /// A key rule, compiled.
@@ -98,13 +101,24 @@ impl KeyRule {
 
     /// True when the rule applies to this value under a key it covers: always for an
     /// unconditional rule, else only for a string the `when` validator accepts.
-    pub fn fires_on(&self, value: Option<&str>) -> bool {
+    fn fires_on(&self, value: Option<&str>) -> bool {
         match (self.when, value) {
             (None, _) => true,
             (Some(v), Some(s)) => v.accepts(s),
             (Some(_), None) => false,
         }
     }
+}
+
+/// Why a key rule fired or did not on one value.
+#[derive(Clone)]
+pub enum KeyRuleDecision<'a> {
+    /// The rule fires.
+    Fires(&'a KeyRule, Option<Judgment>),
+    /// A judged rule covers the key but keeps this value, for these reasons.
+    Kept(Judgment),
+    /// No rule covers the key (or its validator refuses the value).
+    None,
 }
 
 /// One thing a detector found in a string.
@@ -144,6 +158,10 @@ pub struct Redactor {
     key_scoped_detectors: bool,
     /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
     key_cache: std::sync::RwLock<crate::maps::FastMap<String, KeyVerdict>>,
+    /// The key-context detector, whose keyword hits it reads.
+    judged_detector: Option<usize>,
+    /// The judged key rules: for credential names, and for secret material and plain keys.
+    judged_rules: [Option<usize>; 2],
 }
 
 /// What the key rules say about one key.
@@ -151,6 +169,8 @@ pub struct Redactor {
 enum KeyVerdict {
     Allowed,
     Rule(usize),
+    /// A judged rule covers the key, which is of this class.
+    Judged(usize, KeyClass),
     Free,
 }
 
@@ -237,7 +257,15 @@ impl Redactor {
             .dfa_size_limit(1 << 24)
             .build()
             .map_err(|e| RuleError::Keywords(format!("combined detector set: {e}")))?;
+        let judged_detector = detector_specs.iter().position(|d| d.judged);
+        let judged_rule = |class: KeyClass| key_specs.iter().position(|k| k.judged == Some(class));
+        let judged_rules = [
+            judged_rule(KeyClass::Credential),
+            judged_rule(KeyClass::Material),
+        ];
         Ok(Redactor {
+            judged_detector,
+            judged_rules,
             // No literal for some glob (`*`): any text may hold a key that rule covers.
             every_text_may_hold_rule_key: key_literals.is_none()
                 && key_rules.iter().any(|r| !r.globs.is_empty()),
@@ -283,7 +311,7 @@ impl Redactor {
         } else {
             match self.key_rules.iter().position(|r| r.covers(&lower)) {
                 Some(i) => KeyVerdict::Rule(i),
-                None => KeyVerdict::Free,
+                None => self.judged_verdict(key),
             }
         };
         if let Ok(mut cache) = self.key_cache.write() {
@@ -292,6 +320,20 @@ impl Redactor {
             }
         }
         verdict
+    }
+
+    /// The judged rule that covers `key`, by the key's class.
+    fn judged_verdict(&self, key: &str) -> KeyVerdict {
+        if self.judged_rules.iter().all(Option::is_none) {
+            return KeyVerdict::Free;
+        }
+        let class = key_context::classify_key(key);
+        let rule = match class {
+            KeyClass::Credential => self.judged_rules[0],
+            KeyClass::Material | KeyClass::Key => self.judged_rules[1],
+            KeyClass::Other => None,
+        };
+        rule.map_or(KeyVerdict::Free, |i| KeyVerdict::Judged(i, class))
     }
 
     /// For the clean-JSON test: `None` when `text` may hold a key a key rule covers (it must
@@ -314,12 +356,50 @@ impl Redactor {
         matches!(self.verdict(key), KeyVerdict::Allowed)
     }
 
-    /// The key rule that covers `key`, if any (an allowed key has none).
-    pub fn key_rule(&self, key: &str) -> Option<&KeyRule> {
+    /// What the key rules do with `value` (its text, when it is a string) under `key`: a
+    /// configured rule fires on the keys its globs cover; a judged one on the values the
+    /// key-context judgment removes (and, for credential names, on any value that is not a
+    /// string: a map or list under `credentials` goes whole).
+    pub fn key_rule_decision(&self, key: &str, value: Option<&str>) -> KeyRuleDecision<'_> {
         match self.verdict(key) {
-            KeyVerdict::Rule(i) => self.key_rules.get(i),
-            KeyVerdict::Allowed | KeyVerdict::Free => None,
+            KeyVerdict::Rule(i) => match self.key_rules.get(i) {
+                Some(rule) if rule.fires_on(value) => KeyRuleDecision::Fires(rule, None),
+                _ => KeyRuleDecision::None,
+            },
+            KeyVerdict::Judged(i, class) => {
+                let Some(rule) = self.key_rules.get(i) else {
+                    return KeyRuleDecision::None;
+                };
+                match value {
+                    Some(v) => {
+                        let j = key_context::judge(class, key, v, Syntax::Structured, "");
+                        if j.removed {
+                            KeyRuleDecision::Fires(rule, Some(j))
+                        } else {
+                            KeyRuleDecision::Kept(j)
+                        }
+                    }
+                    None if class == KeyClass::Credential => KeyRuleDecision::Fires(rule, None),
+                    None => KeyRuleDecision::None,
+                }
+            }
+            KeyVerdict::Allowed | KeyVerdict::Free => KeyRuleDecision::None,
         }
+    }
+
+    /// The key rule that fires on `value` under `key`, if any (an allowed key has none).
+    pub fn key_rule(&self, key: &str, value: Option<&str>) -> Option<&KeyRule> {
+        match self.key_rule_decision(key, value) {
+            KeyRuleDecision::Fires(rule, _) => Some(rule),
+            KeyRuleDecision::Kept(_) | KeyRuleDecision::None => None,
+        }
+    }
+
+    /// The id of the key-context detector, if it is on.
+    pub fn judged_rule_id(&self) -> Option<&str> {
+        self.judged_detector
+            .and_then(|i| self.detectors.get(i))
+            .map(|d| &*d.id)
     }
 
     /// Every finding in `text`, non-overlapping, in order.
@@ -357,6 +437,9 @@ impl Redactor {
         for &i in &self.unfiltered {
             run[i / 64] |= 1 << (i % 64);
         }
+        // Where the key-context keywords start: the judgment reads the text around them.
+        let mut judged_hits: Vec<usize> = Vec::new();
+        let judged_keys = self.judged_rules.iter().any(Option::is_some);
         if let Some(ac) = &self.prefilter {
             for m in ac.find_overlapping_iter(text) {
                 let i = self.keyword_owner[m.pattern().as_usize()];
@@ -365,6 +448,13 @@ impl Redactor {
                         return None;
                     }
                     continue;
+                }
+                if Some(i) == self.judged_detector {
+                    // Such a word may be a key the judged key rules cover: JSON must be parsed.
+                    if stop_on_rule_key && judged_keys {
+                        return None;
+                    }
+                    judged_hits.push(m.start());
                 }
                 run[i / 64] |= 1 << (i % 64);
             }
@@ -396,8 +486,11 @@ impl Redactor {
         // regex; it also rules out the candidates that do not match at all.
         let matched = (candidates.len() > 2).then(|| self.set.matches(text));
         for i in candidates {
-            if matched.as_ref().is_none_or(|m| m.matched(i)) {
-                self.detectors[i].find_all(text, &self.allow_values, &mut found);
+            let d = &self.detectors[i];
+            if d.judged {
+                d.find_judged(text, &judged_hits, &self.allow_values, &mut found);
+            } else if matched.as_ref().is_none_or(|m| m.matched(i)) {
+                d.find_all(text, &self.allow_values, &mut found);
             }
         }
         if found.len() > 1 {
@@ -466,6 +559,26 @@ impl Detector {
             Some(k) => {
                 (self.keys.is_empty() || self.keys.iter().any(|g| g.matches_lowercase(k)))
                     && !self.except_keys.iter().any(|g| g.matches_lowercase(k))
+            }
+        }
+    }
+
+    /// The key-context judgment's removals around the keyword hits.
+    fn find_judged(
+        &self,
+        text: &str,
+        hits: &[usize],
+        allow: &HashSet<String>,
+        out: &mut Vec<Finding>,
+    ) {
+        for r in key_context::removals(text, hits) {
+            if !allow.contains(&text[r.clone()]) {
+                out.push(Finding {
+                    rule: Arc::clone(&self.id),
+                    start: r.start,
+                    end: r.end,
+                    rank: self.rank,
+                });
             }
         }
     }
@@ -572,6 +685,7 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         keys: globs(&spec.keys),
         except_keys: globs(&spec.except_keys),
         except_context: globs(&spec.except_context),
+        judged: spec.judged,
     })
 }
 

@@ -10,6 +10,7 @@
 
 pub mod catalogue;
 pub mod engine;
+pub mod key_context;
 pub mod rules;
 pub mod validators;
 pub mod walk;

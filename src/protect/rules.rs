@@ -68,6 +68,10 @@ pub struct DetectorSpec {
     /// `credentialsId = …` or `token_url = …` is not taken for a credential.
     #[serde(default)]
     pub except_context: Vec<String>,
+    /// Built in only: the detector is the key-context judgment ([`super::key_context`]) over
+    /// its keywords' hits, not its regex (which only names the keywords).
+    #[serde(skip)]
+    pub judged: bool,
 }
 
 /// A signal a rule can be scoped to.
@@ -125,6 +129,10 @@ pub struct KeyRuleSpec {
     /// only sometimes hold credentials); other values are scanned by the detectors as usual.
     #[serde(default)]
     pub when: Option<Validator>,
+    /// Built in only: the rule covers the keys [`super::key_context::classify_key`] puts in
+    /// this class (its `keys` are empty) and fires on the values the judgment removes.
+    #[serde(skip)]
+    pub judged: Option<super::key_context::KeyClass>,
 }
 
 fn default_keep_bytes() -> usize {

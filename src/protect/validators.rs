@@ -42,8 +42,12 @@ pub enum Validator {
     PhoneDigits,
     /// 7 to 15 digits: a national number, which may drop the area code.
     PhoneDigits7,
-    /// Parses as an IPv6 address.
+    /// Parses as an IPv6 address that is not loopback, unspecified or reserved for
+    /// documentation (`2001:db8::/32`).
     Ipv6,
+    /// An IPv4 address that is not loopback (`127/8`), unspecified, broadcast or reserved for
+    /// documentation (`192.0.2/24`, `198.51.100/24`, `203.0.113/24`): those name no one.
+    Ipv4,
     /// A PEM block with at least 16 characters of base64 key material.
     PemBody,
 }
@@ -68,7 +72,15 @@ impl Validator {
             Validator::PhoneDigits7 => {
                 (7..=15).contains(&text.bytes().filter(u8::is_ascii_digit).count())
             }
-            Validator::Ipv6 => text.parse::<std::net::Ipv6Addr>().is_ok(),
+            Validator::Ipv6 => text.parse::<std::net::Ipv6Addr>().is_ok_and(|a| {
+                !a.is_loopback() && !a.is_unspecified() && a.segments()[..2] != [0x2001, 0xdb8]
+            }),
+            Validator::Ipv4 => text.parse::<std::net::Ipv4Addr>().is_ok_and(|a| {
+                !a.is_loopback()
+                    && !a.is_unspecified()
+                    && !a.is_broadcast()
+                    && !a.is_documentation()
+            }),
             Validator::PemBody => pem_body(text),
         }
     }

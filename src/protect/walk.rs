@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::engine::Redactor;
+use super::engine::{KeyRuleDecision, Redactor};
 use super::rules::Action;
 use crate::event::{AttrValue, Attributes, Redactions};
 
@@ -511,7 +511,7 @@ fn key_rule_outcome(
     if r.is_allowed_key(key) {
         return KeyRuleOutcome::Keep;
     }
-    let Some(rule) = r.key_rule(key).filter(|rule| rule.fires_on(value)) else {
+    let Some(rule) = r.key_rule(key, value) else {
         return KeyRuleOutcome::Scan;
     };
     if empty {
@@ -630,17 +630,36 @@ pub fn redact_field(r: &Redactor, field: &mut Option<String>, hits: &mut Redacti
     }
 }
 
-/// One hit, for `toolwatch redact --explain`: where, which rule, which bytes.
+/// One decision, for `toolwatch redact --explain`: where, which rule, which bytes, and why;
+/// values under credential names that were kept are listed too, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Explanation {
     /// JSON path of the string (`$` for plain text), e.g. `$.arguments.token`.
     pub path: String,
-    /// The rule.
+    /// The rule (for a kept value, the rule that judged it).
     pub rule: String,
     /// Byte range in that string (the whole value for key rules).
     pub start: usize,
     /// End of the byte range.
     pub end: usize,
+    /// False for a candidate the key-context judgment kept.
+    pub removed: bool,
+    /// Why: the judgment's score and terms, or how a pattern rule matched.
+    pub why: String,
+}
+
+/// A judgment as one line: `score 5: key names a credential (+3); a quoted literal (+2)`.
+fn judgment_line(j: &super::key_context::Judgment) -> String {
+    let terms = j.reasons.join("; ");
+    if j.removed || j.reasons.len() > 2 || j.score != 0 {
+        format!(
+            "score {} (removed at {}): {terms}",
+            j.score,
+            super::key_context::THRESHOLD
+        )
+    } else {
+        terms
+    }
 }
 
 /// Lists what the rules would remove from `text` (parsed as JSON when it is JSON).
@@ -667,12 +686,40 @@ fn explain_text(
     key: Option<&str>,
     out: &mut Vec<Explanation>,
 ) {
+    let judged = r.judged_rule_id();
+    let candidates = match judged {
+        Some(_) => super::key_context::candidates(text, &super::key_context::keyword_hits(text)),
+        None => Vec::new(),
+    };
     for f in r.scan_under(text, key) {
+        let why = if Some(&*f.rule) == judged {
+            candidates
+                .iter()
+                .find(|c| c.judgment.removed && c.value.start >= f.start && c.value.end <= f.end)
+                .map_or_else(
+                    || "the same value was removed elsewhere in this text".to_string(),
+                    |c| judgment_line(&c.judgment),
+                )
+        } else {
+            "matched the rule's pattern".to_string()
+        };
         out.push(Explanation {
             path: path.to_string(),
             rule: f.rule.to_string(),
             start: f.start,
             end: f.end,
+            removed: true,
+            why,
+        });
+    }
+    for c in candidates.iter().filter(|c| !c.judgment.removed) {
+        out.push(Explanation {
+            path: path.to_string(),
+            rule: judged.unwrap_or_default().to_string(),
+            start: c.value.start,
+            end: c.value.end,
+            removed: false,
+            why: judgment_line(&c.judgment),
         });
     }
 }
@@ -692,6 +739,8 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
             rule: MAX_DEPTH_RULE.into(),
             start: 0,
             end: 0,
+            removed: true,
+            why: format!("deeper than redaction.max_depth ({})", r.max_depth),
         });
         return;
     }
@@ -734,15 +783,31 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
                 if r.is_allowed_key(k) {
                     continue;
                 }
-                if let Some(rule) = r.key_rule(k).filter(|rule| rule.fires_on(val.as_str())) {
-                    let len = val.as_str().map_or_else(|| val.to_string().len(), str::len);
-                    out.push(Explanation {
-                        path: p,
-                        rule: rule.id.to_string(),
+                let len = val.as_str().map_or_else(|| val.to_string().len(), str::len);
+                match r.key_rule_decision(k, val.as_str()) {
+                    KeyRuleDecision::Fires(rule, judgment) => {
+                        out.push(Explanation {
+                            path: p,
+                            rule: rule.id.to_string(),
+                            start: 0,
+                            end: len,
+                            removed: true,
+                            why: judgment.map_or_else(
+                                || "a key rule covers the key".to_string(),
+                                |j| judgment_line(&j),
+                            ),
+                        });
+                        continue;
+                    }
+                    KeyRuleDecision::Kept(j) => out.push(Explanation {
+                        path: p.clone(),
+                        rule: "key_context".to_string(),
                         start: 0,
                         end: len,
-                    });
-                    continue;
+                        removed: false,
+                        why: judgment_line(&j),
+                    }),
+                    KeyRuleDecision::None => {}
                 }
                 let at = Place {
                     path: p,
@@ -849,7 +914,7 @@ mod tests {
     }
 
     #[test]
-    fn secret_named_keys_take_single_tokens_but_not_counts_names_or_prose() {
+    fn credential_named_keys_take_literals_but_not_counts_names_references_or_prose() {
         let r = redactor(65536);
         let mut hits = Redactions::new();
         let mut s = concat!(
@@ -861,13 +926,13 @@ mod tests {
         .to_string();
         assert!(redact_string(&r, &mut s, &mut hits, 0));
         let v: Value = serde_json::from_str(&s).expect("json");
-        assert_eq!(v["adafruit_token"], "[REDACTED:secret_named_key]");
+        assert_eq!(v["adafruit_token"], "[REDACTED:credential_key]");
         assert_eq!(v["token_url"], "https://auth.example.com/oauth/token");
         assert_eq!(v["tokenizer"], "cl100k_base");
         assert_eq!(v["db_pwd"], "${DB_PWD}");
         assert_eq!(v["refreshTokenNote"], "rotate it every week");
         assert_eq!(v["input_tokens"], 1200);
-        assert_eq!(hits.get("secret_named_key"), Some(&1));
+        assert_eq!(hits.get("credential_key"), Some(&1));
     }
 
     #[test]
@@ -887,6 +952,7 @@ mod tests {
                 keys: vec!["*result".into()],
                 except_keys: vec!["tool.debug.result".into()],
                 except_context: Vec::new(),
+                judged: false,
             }],
             ..Default::default()
         };

@@ -173,11 +173,22 @@ fn redact_prints_redacted_text_and_explains_hits() {
         .stdin
         .take()
         .expect("stdin")
-        .write_all(b"{\"db\": \"postgres://app:S3cretPw@db/x\", \"note\": \"ok\"}")
+        .write_all(
+            b"{\"db\": \"postgres://app:S3cretPw@db/x\", \"note\": \"ok\", \"password\": \"${DB_PW}\", \"cfg\": \"token = get_token(user)\\nPASS=QWERTYZXCV\"}",
+        )
         .expect("write");
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success());
-    assert_eq!(text(&out.stdout), "url_userinfo_password\t$.db\t15..23\n");
+    // Removals and kept key-context candidates, each with its reason.
+    assert_eq!(
+        text(&out.stdout),
+        concat!(
+            "removed\tsecret_key_assignment\t$.cfg\t29..39\tscore 4 (removed at 4): key names a credential (+3); a bare value in configuration syntax (+1)\n",
+            "kept\tsecret_key_assignment\t$.cfg\t8..23\ta call\n",
+            "removed\turl_userinfo_password\t$.db\t15..23\tmatched the rule's pattern\n",
+            "kept\tkey_context\t$.password\t0..8\ta template reference (${X}, {{x}}, %(x)s, #{x})\n",
+        )
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("in.txt");
     std::fs::write(&file, "mail jane@example.com now").expect("write");

@@ -1,0 +1,1653 @@
+//! Key context: a value judged by the name it is given and by its own shape, together.
+//!
+//! A value under a credential name is removed when it is a literal, whatever its shape, and
+//! kept when it is code or a reference to a secret held elsewhere. The decision is a score
+//! (see `schemas/redaction-rules.md`, "Key context"): the key's class gives a weight, the
+//! syntax the value is written in adds or takes some, and the value's shape adds some; a
+//! value scoring [`THRESHOLD`] or more is removed. References, placeholders, constants and
+//! empty values are kept whatever the score. Every judgment carries its reasons, which
+//! `toolwatch redact --explain` prints.
+//!
+//! In text, candidates are found from the keyword hits of the engine's one keyword pass: a
+//! hit is widened to the key token around it, an operator must follow, then the value is read
+//! (quoted, with escapes; or bare, up to a delimiter) and judged.
+
+use std::ops::Range;
+
+/// The score at which a value is removed.
+pub const THRESHOLD: i32 = 4;
+
+/// How strongly a key's name says its value is a credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyClass {
+    /// Names nothing secret, or something about a secret (`password_file`, `token_count`,
+    /// `public_key`, `credentialsId`).
+    Other,
+    /// A plain `key` (or a key qualified by an unknown word): a credential only when the
+    /// value looks like key material.
+    Key,
+    /// Secret material or a session: nonce, salt, seed, verifier, session, cookie, auth, a key
+    /// qualified by a crypto or service word (`tlsClientKey`, `service_key`).
+    Material,
+    /// Names a credential outright: password (and its abbreviations and misspellings),
+    /// secret, token, credential, passphrase, authorization, API/access/private/secret key,
+    /// session id.
+    Credential,
+}
+
+impl KeyClass {
+    /// The score the key class gives.
+    pub fn weight(self) -> i32 {
+        match self {
+            KeyClass::Other => 0,
+            KeyClass::Key => 1,
+            KeyClass::Material => 2,
+            KeyClass::Credential => 3,
+        }
+    }
+}
+
+/// How the value is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Syntax {
+    /// An attribute or JSON value: data, never code.
+    Structured,
+    /// A quoted string literal in text (`password = "…"`, `"token": "…"`).
+    Quoted,
+    /// A bare value in configuration syntax: `.env` (`KEY=v`), YAML (`key: v` ending the
+    /// line), ini, XML element text, a cookie.
+    Config,
+    /// A bare value after a command-line flag (`--password v`) or an SQL `IDENTIFIED BY`.
+    Flag,
+    /// A bare value in code syntax: spaced `=`, or followed by `,` `;` `)`.
+    Code,
+    /// A string literal passed to a function named for a credential (`db_password('u', 'p')`).
+    Argument,
+}
+
+impl Syntax {
+    fn weight(self) -> i32 {
+        match self {
+            Syntax::Structured | Syntax::Quoted => 2,
+            Syntax::Config | Syntax::Flag | Syntax::Argument => 1,
+            Syntax::Code => -1,
+        }
+    }
+}
+
+/// The outcome for one candidate value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Judgment {
+    /// True when the value is removed.
+    pub removed: bool,
+    /// The score (meaningless when a reason keeps the value whatever the score).
+    pub score: i32,
+    /// Why, in order: each term of the score, or the one reason that keeps the value.
+    pub reasons: Vec<&'static str>,
+}
+
+impl Judgment {
+    fn kept(reason: &'static str) -> Judgment {
+        Judgment {
+            removed: false,
+            score: 0,
+            reasons: vec![reason],
+        }
+    }
+}
+
+// --- Keys ---------------------------------------------------------------------------------
+
+/// Words that name a credential outright when they head a key.
+const CREDENTIAL_WORDS: &[&str] = &[
+    "secret",
+    "secrets",
+    "token",
+    "credential",
+    "credentials",
+    "creds",
+    "cred",
+    "passphrase",
+    "passcode",
+    "authorization",
+    "bearer",
+    "sid",
+    "sessionid",
+    "otp",
+    "totp",
+    "apitoken",
+    "authtoken",
+];
+
+/// Words that name secret material or a session when they head a key.
+const MATERIAL_WORDS: &[&str] = &[
+    "nonce", "salt", "seed", "verifier", "session", "cookie", "auth", "hmac", "jwt", "pin",
+];
+
+/// Heads that say a key holds its earlier credential word's value in some form
+/// (`password_hash`, `token_value`, `secret_b64`).
+const VALUE_HEADS: &[&str] = &[
+    "value",
+    "val",
+    "str",
+    "string",
+    "data",
+    "raw",
+    "plain",
+    "clear",
+    "cleartext",
+    "plaintext",
+    "hash",
+    "hashed",
+    "digest",
+    "b64",
+    "base64",
+    "hex",
+    "enc",
+    "encrypted",
+    "bytes",
+    "content",
+    "material",
+    "literal",
+    "in",
+    "out",
+    "old",
+    "new",
+    "current",
+    "confirm",
+    "confirmation",
+    "2",
+];
+
+/// Qualifiers that make a `key` a credential outright.
+const CREDENTIAL_KEY_QUALIFIERS: &[&str] = &["secret", "private", "api", "access"];
+
+/// Qualifiers that make a `key` secret material.
+const MATERIAL_KEY_QUALIFIERS: &[&str] = &[
+    "signing",
+    "encryption",
+    "decryption",
+    "master",
+    "license",
+    "licence",
+    "client",
+    "service",
+    "app",
+    "account",
+    "storage",
+    "shared",
+    "session",
+    "auth",
+    "hmac",
+    "aes",
+    "des",
+    "rsa",
+    "tls",
+    "ssl",
+    "crypto",
+    "cipher",
+    "jwt",
+    "webhook",
+    "deploy",
+    "root",
+    "admin",
+    "consumer",
+    "subscription",
+    "user",
+    "mws",
+    "ssh",
+    "gpg",
+    "pgp",
+    "wrap",
+    "wrapping",
+];
+
+/// Qualifiers that make a `key` a name or an index, not a secret.
+const NOT_SECRET_KEY_QUALIFIERS: &[&str] = &[
+    "sort",
+    "primary",
+    "foreign",
+    "partition",
+    "cache",
+    "idempotency",
+    "lookup",
+    "map",
+    "dict",
+    "row",
+    "group",
+    "object",
+    "unique",
+    "composite",
+    "routing",
+    "shard",
+    "translation",
+    "i18n",
+    "hot",
+    "short",
+    "public",
+    "pub",
+    "index",
+    "search",
+    "s3",
+    "bucket",
+    "file",
+    "cursor",
+    "continuation",
+    "next",
+    "page",
+    "label",
+    "message",
+    "field",
+    "column",
+    "dedup",
+    "dedupe",
+    "natural",
+    "surrogate",
+    "hash",
+    "range",
+    "schema",
+    "sign",
+    "foo",
+    "registry",
+    "config",
+    "env",
+    "dedupe",
+    "metric",
+    "hotkey",
+    "keyboard",
+    "monkey",
+];
+
+/// Heads that make a key name something about a credential, not the credential.
+const NOT_CREDENTIAL_HEADS: &[&str] = &[
+    "id",
+    "ids",
+    "name",
+    "names",
+    "type",
+    "types",
+    "kind",
+    "url",
+    "uri",
+    "urls",
+    "endpoint",
+    "host",
+    "path",
+    "dir",
+    "folder",
+    "file",
+    "files",
+    "filename",
+    "count",
+    "counts",
+    "length",
+    "len",
+    "size",
+    "limit",
+    "limits",
+    "max",
+    "min",
+    "ttl",
+    "expires",
+    "expiry",
+    "expiration",
+    "exp",
+    "at",
+    "time",
+    "timeout",
+    "date",
+    "usage",
+    "format",
+    "field",
+    "fields",
+    "column",
+    "label",
+    "prompt",
+    "hint",
+    "header",
+    "headers",
+    "param",
+    "params",
+    "policy",
+    "mode",
+    "enabled",
+    "enable",
+    "disabled",
+    "required",
+    "rule",
+    "rules",
+    "regex",
+    "pattern",
+    "prefix",
+    "suffix",
+    "version",
+    "index",
+    "ref",
+    "reference",
+    "env",
+    "var",
+    "variable",
+    "store",
+    "manager",
+    "provider",
+    "handler",
+    "factory",
+    "generator",
+    "validator",
+    "reset",
+    "change",
+    "changed",
+    "strength",
+    "text",
+    "placeholder",
+    "message",
+    "msg",
+    "error",
+    "errors",
+    "input",
+    "form",
+    "tokens",
+    "keys",
+    "budget",
+    "used",
+    "left",
+    "remaining",
+    "rotation",
+    "location",
+    "region",
+    "scope",
+    "scopes",
+    "source",
+    "algorithm",
+    "alg",
+    "encoding",
+    "store",
+    "vault",
+    "dump",
+    "list",
+    "arn",
+    "mount",
+    "lifetime",
+    "duration",
+    "interval",
+    "level",
+    "status",
+    "state",
+    "class",
+    "cls",
+    "schema",
+    "template",
+    "example",
+    "sample",
+    "description",
+    "desc",
+    "title",
+    "doc",
+    "docs",
+    "help",
+    "option",
+    "options",
+    "flag",
+    "flags",
+    "setting",
+    "settings",
+    "command",
+    "cmd",
+    "method",
+    "func",
+    "function",
+    "fn",
+    "callback",
+    "hook",
+    "client",
+    "service",
+    "server",
+    "endpoint",
+    "issuer",
+    "audience",
+    "owner",
+    "user",
+    "username",
+    "login",
+    "email",
+    "account",
+    "policy",
+    "bits",
+    "hex",
+    "digits",
+    "charset",
+    "alphabet",
+    "chars",
+    "separator",
+    "delimiter",
+    "stats",
+    "metric",
+    "metrics",
+    "counter",
+    "test",
+    "tests",
+    "spec",
+    "mock",
+    "stub",
+    "fake",
+    "dummy",
+    "len",
+    "width",
+    "height",
+    "color",
+    "colour",
+    "style",
+    "icon",
+    "image",
+    "button",
+    "link",
+    "view",
+    "page",
+    "screen",
+    "modal",
+    "dialog",
+    "field",
+];
+
+/// The lowercased words of a key: split at non-alphanumerics, at camelCase humps and between
+/// letters and digits; words of digits alone are dropped.
+pub fn key_words(key: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let chars: Vec<char> = key.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_ascii_alphanumeric() {
+            flush_word(&mut word, &mut words);
+            continue;
+        }
+        if let Some(&prev) = i.checked_sub(1).and_then(|p| chars.get(p)) {
+            let next = chars.get(i + 1).copied();
+            let hump = (prev.is_ascii_lowercase() && c.is_ascii_uppercase())
+                || (prev.is_ascii_uppercase()
+                    && c.is_ascii_uppercase()
+                    && next.is_some_and(|n| n.is_ascii_lowercase()))
+                || (prev.is_ascii_digit() != c.is_ascii_digit() && prev.is_ascii_alphanumeric());
+            if hump {
+                flush_word(&mut word, &mut words);
+            }
+        }
+        word.push(c.to_ascii_lowercase());
+    }
+    flush_word(&mut word, &mut words);
+    words
+}
+
+fn flush_word(word: &mut String, words: &mut Vec<String>) {
+    if !word.is_empty() && !word.bytes().all(|b| b.is_ascii_digit()) {
+        words.push(std::mem::take(word));
+    }
+    word.clear();
+}
+
+/// `password` with its abbreviations and misspellings (`pw`, `pass`, `pwd`, `passwd`,
+/// `pswd`, `psswd`, `pasword`, `passworsd`…), and compounds that end in one (`userpwd`).
+pub fn is_password_word(w: &str) -> bool {
+    if matches!(w, "pw" | "pass" | "pwd" | "passwort" | "passwords") {
+        return true;
+    }
+    let typo = (4..=10).contains(&w.len())
+        && w.starts_with('p')
+        && w.ends_with('d')
+        && w.contains('s')
+        && w.contains('w')
+        && w.bytes().all(|b| b"pasword".contains(&b));
+    typo || ["pwd", "passwd", "password", "passphrase"]
+        .iter()
+        .any(|s| w.len() > s.len() && w.ends_with(s))
+}
+
+/// The class of a key.
+pub fn classify_key(key: &str) -> KeyClass {
+    let words = key_words(key);
+    classify_words(&words)
+}
+
+fn classify_words(words: &[String]) -> KeyClass {
+    let Some(head) = words.last().map(String::as_str) else {
+        return KeyClass::Other;
+    };
+    if words
+        .iter()
+        .any(|w| matches!(w.as_str(), "public" | "publishable" | "pub"))
+    {
+        return KeyClass::Other;
+    }
+    let prev = words.len().checked_sub(2).map(|i| words[i].as_str());
+    if head == "id" && prev == Some("session") {
+        return KeyClass::Credential;
+    }
+    if NOT_CREDENTIAL_HEADS.contains(&head) {
+        return KeyClass::Other;
+    }
+    match head_class(head, prev) {
+        KeyClass::Other => {
+            // A credential word earlier, under a head that says nothing of its own
+            // (`password_value`, `token_str`): the value is still the credential's.
+            let earlier = words[..words.len() - 1]
+                .iter()
+                .any(|w| head_class(w, None) == KeyClass::Credential);
+            if earlier && VALUE_HEADS.contains(&head) {
+                KeyClass::Material
+            } else {
+                KeyClass::Other
+            }
+        }
+        class => class,
+    }
+}
+
+fn head_class(head: &str, prev: Option<&str>) -> KeyClass {
+    if is_password_word(head) || CREDENTIAL_WORDS.contains(&head) {
+        return KeyClass::Credential;
+    }
+    if MATERIAL_WORDS.contains(&head) {
+        return KeyClass::Material;
+    }
+    if head == "key" {
+        return match prev {
+            Some(q) => key_qualified_by(q).unwrap_or(KeyClass::Key),
+            None => KeyClass::Key,
+        };
+    }
+    // One word ending in `key` (`apikey`, `secretkey`, `signingkey`): its qualifier decides;
+    // an unknown one (`monkey`, `turkey`) names no key at all.
+    if let Some(q) = head.strip_suffix("key").filter(|q| !q.is_empty()) {
+        return key_qualified_by(q).unwrap_or(KeyClass::Other);
+    }
+    if let Some(q) = head.strip_suffix("token").filter(|q| !q.is_empty()) {
+        if !q.ends_with("de") {
+            // `apitoken`, `accesstoken`; not `detoken`-ish verbs.
+            return KeyClass::Credential;
+        }
+    }
+    if head.ends_with("secret") {
+        return KeyClass::Credential;
+    }
+    KeyClass::Other
+}
+
+/// The class of a `key` qualified by `q`; `None` when `q` says nothing.
+fn key_qualified_by(q: &str) -> Option<KeyClass> {
+    if CREDENTIAL_KEY_QUALIFIERS.contains(&q) || is_password_word(q) {
+        Some(KeyClass::Credential)
+    } else if MATERIAL_KEY_QUALIFIERS.contains(&q) {
+        Some(KeyClass::Material)
+    } else if NOT_SECRET_KEY_QUALIFIERS.contains(&q) {
+        Some(KeyClass::Other)
+    } else {
+        None
+    }
+}
+
+// --- Values -------------------------------------------------------------------------------
+
+/// Words that make a value a placeholder when it holds nothing else.
+const PLACEHOLDER_WORDS: &[&str] = &[
+    "your",
+    "my",
+    "the",
+    "a",
+    "an",
+    "here",
+    "insert",
+    "enter",
+    "put",
+    "example",
+    "sample",
+    "dummy",
+    "placeholder",
+    "redacted",
+    "hidden",
+    "masked",
+    "xxx",
+    "todo",
+    "fixme",
+    "none",
+    "value",
+    "string",
+    "str",
+    "secret",
+    "secrets",
+    "password",
+    "pass",
+    "pwd",
+    "passwd",
+    "token",
+    "key",
+    "api",
+    "apikey",
+    "credential",
+    "credentials",
+    "auth",
+    "goes",
+    "this",
+    "with",
+    "real",
+    "actual",
+    "new",
+    "own",
+    "foo",
+    "bar",
+    "baz",
+    "qux",
+    "foobar",
+    "access",
+    "private",
+    "client",
+    "replace",
+    "me",
+    "change",
+    "set",
+];
+
+/// Constants of common languages and formats: a value that is one of these is no secret.
+const CONSTANTS: &[&str] = &[
+    "true",
+    "false",
+    "null",
+    "nil",
+    "none",
+    "undefined",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "nan",
+    "optional",
+    "required",
+    "self",
+    "this",
+];
+
+/// Judges `value` under a key of class `class` (named `key`) written in `syntax`; `next` is
+/// the text right after a bare value (a `(` makes it a call).
+pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str) -> Judgment {
+    if class == KeyClass::Other {
+        return Judgment::kept("the key names no credential");
+    }
+    let v = value.trim();
+    if v.is_empty() {
+        return Judgment::kept("empty");
+    }
+    if v.chars().count() < 3 {
+        return Judgment::kept("too short to be a credential");
+    }
+    let bare = matches!(syntax, Syntax::Config | Syntax::Flag | Syntax::Code);
+    if let Some(reason) = reference(v, bare, next) {
+        return Judgment::kept(reason);
+    }
+    let lower = v.to_ascii_lowercase();
+    if CONSTANTS.contains(&lower.as_str()) {
+        return Judgment::kept("a constant (true, null, none…)");
+    }
+    if is_placeholder(v, key) {
+        return Judgment::kept(
+            "a placeholder (filler, a bracketed name, or words like your-password-here)",
+        );
+    }
+    let mut score = class.weight();
+    let mut reasons = vec![match class {
+        KeyClass::Credential => "key names a credential (+3)",
+        KeyClass::Material => "key names secret material (+2)",
+        KeyClass::Key => "key is a plain key (+1)",
+        KeyClass::Other => "key names no credential (0)",
+    }];
+    score += syntax.weight();
+    reasons.push(match syntax {
+        Syntax::Structured => "a data value (+2)",
+        Syntax::Quoted => "a quoted literal (+2)",
+        Syntax::Config => "a bare value in configuration syntax (+1)",
+        Syntax::Flag => "a bare value after a flag (+1)",
+        Syntax::Argument => "a literal argument of a credential-named call (+1)",
+        Syntax::Code => "a bare word in code syntax (-1)",
+    });
+    if is_identifier_shaped(v) {
+        if bare {
+            score -= 2;
+            reasons.push("shaped like an identifier: camelCase, PascalCase or snake_case (-2)");
+        } else if class < KeyClass::Credential {
+            score -= 1;
+            reasons.push("a name (camelCase, PascalCase, snake_case) under a key that is not a credential name (-1)");
+        }
+    }
+    let symbols = v
+        .bytes()
+        .any(|b| !b.is_ascii_alphanumeric() && !b"_-. ".contains(&b));
+    if symbols {
+        score += 1;
+        reasons.push("mixes in symbols (+1)");
+    }
+    let letters = v.bytes().any(|b| b.is_ascii_alphabetic());
+    let digits = v.bytes().any(|b| b.is_ascii_digit());
+    if letters && digits {
+        score += 1;
+        reasons.push("mixes letters and digits (+1)");
+    }
+    if bare && !symbols && letter_digit_turns(v) >= 2 {
+        score += 1;
+        reasons.push("letters and digits interleaved, unlike a name (+1)");
+    }
+    if v.len() >= 16 && super::validators::shannon_entropy(v) >= 3.0 {
+        score += 1;
+        reasons.push("long and varied: 16 or more characters, 3 bits each (+1)");
+    }
+    if class != KeyClass::Credential && v.len() <= 8 && v.bytes().all(|b| b.is_ascii_lowercase()) {
+        score -= 1;
+        reasons.push("a short lowercase word under a key that is not a credential name (-1)");
+    }
+    if v.contains(' ') {
+        score -= 1;
+        reasons.push("holds spaces (-1)");
+    }
+    Judgment {
+        removed: score >= THRESHOLD,
+        score,
+        reasons,
+    }
+}
+
+/// Why `v` is a reference to a value held elsewhere, if it is one.
+fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
+    if v.starts_with("$(") || (v.starts_with('`') && v.ends_with('`')) {
+        return Some("a command substitution ($(…))");
+    }
+    if v.contains("${")
+        || v.contains("{{")
+        || v.contains("%(")
+        || v.contains("#{")
+        || v.contains("<%")
+    {
+        return Some("a template reference (${X}, {{x}}, %(x)s, #{x})");
+    }
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !s.as_bytes()[0].is_ascii_digit()
+    };
+    if let Some(rest) = v.strip_prefix('$') {
+        let name_end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if name_end > 0 && (name_end == rest.len() || rest[name_end..].starts_with('/')) {
+            return Some("a variable ($VAR)");
+        }
+    }
+    if v.len() > 2 && v.starts_with('%') && v.ends_with('%') && ident(&v[1..v.len() - 1]) {
+        return Some("a variable (%VAR%)");
+    }
+    if v.starts_with('{') && v.ends_with('}') && ident(&v[1..v.len() - 1]) {
+        return Some("a format placeholder ({name})");
+    }
+    if !bare {
+        return None;
+    }
+    if v.starts_with(':') && ident(&v[1..]) {
+        return Some("a symbol (:name)");
+    }
+    if (v.starts_with('/') || v.starts_with("~/") || v.starts_with("./"))
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./-~".contains(&b))
+    {
+        return Some("a file path");
+    }
+    // A path of identifiers, maybe called or indexed: `a.b`, `Token::X`, `self->k`,
+    // `getenv(…)`, `stream[:peek]`.
+    let mut rest = v;
+    let mut segments = 0;
+    loop {
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let (seg, after) = rest.split_at(end);
+        if !ident(seg) {
+            return None;
+        }
+        segments += 1;
+        if after.is_empty() {
+            return (segments > 1 || next.starts_with('(') || next.starts_with('[')).then_some(
+                if next.starts_with('(') {
+                    "a call"
+                } else {
+                    "a field access or path (a.b, A::B)"
+                },
+            );
+        }
+        if after.starts_with('(') {
+            return Some("a call");
+        }
+        if after.starts_with('[') {
+            return Some("an index into a variable (x[…])");
+        }
+        let sep = [".", "::", "->", "?."]
+            .into_iter()
+            .find(|s| after.starts_with(s))?;
+        rest = &after[sep.len()..];
+    }
+}
+
+/// How often `v` turns from letters to digits or back.
+fn letter_digit_turns(v: &str) -> usize {
+    v.as_bytes()
+        .windows(2)
+        .filter(|w| {
+            (w[0].is_ascii_alphabetic() && w[1].is_ascii_digit())
+                || (w[0].is_ascii_digit() && w[1].is_ascii_alphabetic())
+        })
+        .count()
+}
+
+/// camelCase, PascalCase with two humps or more, snake_case: how code names things.
+fn is_identifier_shaped(v: &str) -> bool {
+    let b = v.as_bytes();
+    if b.is_empty()
+        || b[0].is_ascii_digit()
+        || !b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+    {
+        return false;
+    }
+    let lower_then_upper = b
+        .windows(2)
+        .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    let humps = b.iter().filter(|c| c.is_ascii_uppercase()).count();
+    let camel = b[0].is_ascii_lowercase() && lower_then_upper;
+    let pascal =
+        b[0].is_ascii_uppercase() && lower_then_upper && humps >= 2 && humps * 3 <= b.len();
+    let snake = v.contains('_') && v.bytes().any(|c| c.is_ascii_alphabetic());
+    // Digits among letters are not how code names things (`p4ssW0rd`, `gn201md`).
+    (camel || pascal || snake) && letter_digit_turns(v) < 2
+}
+
+/// A bracketed name (`<password>`, `[TOKEN]`), a constant's name (`DB_PASSWORD`), or mostly
+/// one masking character (`xxxx`, `****`, `....`, `0000`); a run of another letter is a
+/// literal like any other.
+fn is_filler(v: &str) -> bool {
+    let b = v.as_bytes();
+    let bracketed = |open: u8, close: u8| b.len() > 2 && b[0] == open && b[b.len() - 1] == close;
+    if bracketed(b'<', b'>') || bracketed(b'[', b']') {
+        return true;
+    }
+    if v.contains('_')
+        && b.iter()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+        && b[0].is_ascii_uppercase()
+    {
+        return true;
+    }
+    let mut counts = [0usize; 256];
+    for &c in b {
+        counts[usize::from(c)] += 1;
+    }
+    let Some((top, n)) = counts.iter().enumerate().max_by_key(|(_, n)| **n) else {
+        return false;
+    };
+    let masking = matches!(
+        top as u8,
+        b'x' | b'X' | b'*' | b'.' | b'#' | b'0' | b'?' | b'-'
+    );
+    masking && n * 2 >= b.len()
+}
+
+/// Filler, a bracketed name, or nothing but placeholder words (`your-api-key-here`), or the
+/// key's own name again.
+fn is_placeholder(v: &str, key: &str) -> bool {
+    if is_filler(v) {
+        return true;
+    }
+    if v.contains("...") || v.contains('…') || v.starts_with("***") {
+        return true;
+    }
+    let words = key_words(v);
+    if !words.is_empty()
+        && words
+            .iter()
+            .all(|w| PLACEHOLDER_WORDS.contains(&w.as_str()))
+    {
+        return true;
+    }
+    let squash = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    !key.is_empty() && squash(v) == squash(key)
+}
+
+// --- Text ---------------------------------------------------------------------------------
+
+/// The keywords whose hits start a candidate (matched case-insensitively anywhere).
+pub const KEYWORDS: &[&str] = &[
+    "pass",
+    "pw",
+    "psw",
+    "pssw",
+    "pasw",
+    "secret",
+    "token",
+    "cred",
+    "key",
+    "auth",
+    "nonce",
+    "salt",
+    "seed",
+    "verifier",
+    "session",
+    "sid",
+    "cookie",
+    "bearer",
+    "identified",
+    "otp",
+    "pin",
+];
+
+/// One key and value found in text, with its judgment.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Candidate {
+    /// The key as written.
+    pub key: Range<usize>,
+    /// The value (inside its quotes).
+    pub value: Range<usize>,
+    /// The key's class.
+    pub class: KeyClass,
+    /// How the value is written.
+    pub syntax: Syntax,
+    /// The decision.
+    pub judgment: Judgment,
+}
+
+fn is_key_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'$' | b'@')
+}
+
+/// Every candidate in `text` around the keyword hits at byte offsets `hits` (sorted or not).
+pub fn candidates(text: &str, hits: &[usize]) -> Vec<Candidate> {
+    let b = text.as_bytes();
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut last_key_end = 0;
+    let mut sorted: Vec<usize> = hits.to_vec();
+    sorted.sort_unstable();
+    for &hit in &sorted {
+        if hit < last_key_end || hit >= b.len() {
+            continue;
+        }
+        let mut ks = hit;
+        while ks > 0 && is_key_byte(b[ks - 1]) {
+            ks -= 1;
+        }
+        let mut ke = hit;
+        while ke < b.len() && is_key_byte(b[ke]) {
+            ke += 1;
+        }
+        // Trailing dots and dashes end a sentence or a flag, not a key.
+        while ke > ks && matches!(b[ke - 1], b'.' | b'-') {
+            ke -= 1;
+        }
+        while ks < ke && matches!(b[ks], b'.' | b'@') {
+            ks += 1;
+        }
+        last_key_end = ke.max(hit + 1);
+        if ks >= ke {
+            continue;
+        }
+        if let Some(c) = candidate_at(text, ks, ke) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The quote that opens a value at `at`: its length and the closing sequence.
+fn opening_quote(b: &[u8], at: usize) -> Option<(usize, &'static [u8])> {
+    let rest = &b[at..];
+    if rest.starts_with(b"&quot;") {
+        return Some((6, b"&quot;"));
+    }
+    if rest.starts_with(b"\\\"") {
+        return Some((2, b"\\\""));
+    }
+    if rest.starts_with(b"\\'") {
+        return Some((2, b"\\'"));
+    }
+    match rest.first() {
+        Some(b'"') => Some((1, b"\"")),
+        Some(b'\'') => Some((1, b"'")),
+        Some(b'`') => Some((1, b"`")),
+        _ => None,
+    }
+}
+
+/// The end of a quoted value starting at `from` and closed by `close` (backslash escapes
+/// honoured for one-byte quotes).
+fn closing_quote(b: &[u8], from: usize, close: &[u8]) -> Option<usize> {
+    let mut i = from;
+    while i < b.len() {
+        if b[i..].starts_with(close) {
+            return Some(i);
+        }
+        if close.len() == 1 && b[i] == b'\\' {
+            i += 2;
+            continue;
+        }
+        if b[i] == b'\n' && close.len() == 1 && close[0] != b'`' {
+            return None;
+        }
+        i += 1;
+    }
+    None
+}
+
+fn skip_blanks(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// What separates a key from its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Separator {
+    /// `=`, `:=`, `?=`, `+=`, `=>`, `<-`, `::=`, `==` (a comparison with a literal is as
+    /// telling as an assignment).
+    Assign { spaced: bool },
+    /// `:` (YAML, JSON, headers, object literals).
+    Colon { spaced: bool },
+    /// Blanks only: a flag, a directive (`SET password "…"`), SQL.
+    Blank,
+    /// `,` between a quoted or constant-named key and a quoted value: a pair of arguments.
+    Comma,
+    /// `(`: a call of a function named for a credential.
+    Call,
+    /// `>` closing an XML start tag.
+    Element,
+}
+
+fn separator(b: &[u8], ke: usize) -> Option<(Separator, usize)> {
+    let found = operator(b, ke);
+    if !matches!(found, Some((Separator::Blank, _))) {
+        return found;
+    }
+    // `var token string = "…"`: one type name between the key and `=` or `:=`.
+    let at = skip_blanks(b, ke);
+    let mut end = at;
+    while end < b.len()
+        && (b[end].is_ascii_alphanumeric() || matches!(b[end], b'_' | b'.' | b'[' | b']' | b'*'))
+    {
+        end += 1;
+    }
+    if end > at && b[at].is_ascii_alphabetic() {
+        if let Some((sep @ Separator::Assign { .. }, after)) = operator(b, end) {
+            return Some((sep, after));
+        }
+    }
+    found
+}
+
+fn operator(b: &[u8], ke: usize) -> Option<(Separator, usize)> {
+    let at = skip_blanks(b, ke);
+    let spaced = at > ke;
+    let rest = &b[at..];
+    const ASSIGN: [&[u8]; 12] = [
+        b":::=", b"::=", b":=", b"?=", b"+=", b".=", b"=>", b"===", b"==", b"!=", b"<-", b"=",
+    ];
+    for op in ASSIGN {
+        if rest.starts_with(op) {
+            let after = at + op.len();
+            if op == b"=" && rest.get(1) == Some(&b'~') {
+                return None;
+            }
+            let spaced = spaced || b.get(after).is_some_and(|c| matches!(c, b' ' | b'\t'));
+            return Some((Separator::Assign { spaced }, after));
+        }
+    }
+    if rest.starts_with(b":") {
+        if rest.starts_with(b"::") || rest.starts_with(b"://") {
+            return None;
+        }
+        let after = at + 1;
+        let spaced = spaced || b.get(after).is_some_and(|c| matches!(c, b' ' | b'\t'));
+        return Some((Separator::Colon { spaced }, after));
+    }
+    if rest.starts_with(b",") {
+        return Some((Separator::Comma, at + 1));
+    }
+    if !spaced && rest.starts_with(b"(") {
+        return Some((Separator::Call, at + 1));
+    }
+    if !spaced && rest.starts_with(b">") {
+        return Some((Separator::Element, at + 1));
+    }
+    if spaced {
+        return Some((Separator::Blank, at));
+    }
+    None
+}
+
+/// Verbs that make a call take a name, not a value (`get_secret("db")`, `VerifyPassword(…)`).
+const LOOKUP_VERBS: &[&str] = &[
+    "get", "load", "read", "fetch", "find", "verify", "check", "validate", "hash", "compare",
+    "has", "is", "require", "lookup", "resolve", "remove", "delete", "del", "print", "log",
+    "generate", "gen", "make", "new", "create", "rotate", "revoke", "encrypt", "decrypt", "reset",
+    "forgot", "send", "request", "refresh", "parse", "decode", "encode", "sign", "match",
+    "matches", "test", "assert", "expect", "mock", "use", "with", "ensure", "random",
+];
+
+fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
+    let b = text.as_bytes();
+    let key = &text[ks..ke];
+    // A quoted key: the quote must close right after it.
+    let before = &b[..ks];
+    let mut after_key = ke;
+    let mut quoted_key = false;
+    for q in [&b"\\\""[..], b"\"", b"'", b"`", b"&quot;"] {
+        if before.ends_with(q) && b[ke..].starts_with(q) {
+            after_key = ke + q.len();
+            quoted_key = true;
+            break;
+        }
+    }
+    // `$config['db_pass'] = …`, `ENV["TOKEN"] = …`: a quoted key indexing a map.
+    if quoted_key && b.get(after_key) == Some(&b']') {
+        after_key += 1;
+    }
+    let xml = before.ends_with(b"<");
+    let (sep, mut at) = separator(b, after_key)?;
+    let flag = key.starts_with('-');
+    let constant_key = key.contains('_')
+        && key
+            .bytes()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_');
+    let mut words = key_words(key);
+    let mut sql = false;
+    if words.last().is_some_and(|w| w == "identified") && sep == Separator::Blank {
+        // SQL `IDENTIFIED BY <password>`.
+        let rest = &text[at..];
+        if rest.len() > 3 && rest[..3].eq_ignore_ascii_case("by ") {
+            at = skip_blanks(b, at + 3);
+            sql = true;
+            words = vec!["password".to_string()];
+        } else {
+            return None;
+        }
+    }
+    match sep {
+        Separator::Element if !xml => return None,
+        Separator::Comma if !(quoted_key || constant_key) => return None,
+        _ => {}
+    }
+    // `<add key="SmtpPassword" value="…"/>`: the quoted name is the key, `value=` the value.
+    if matches!(words.as_slice(), [w] if w == "key" || w == "name") {
+        if let Some(c) = named_value_pair(text, ke) {
+            return Some(c);
+        }
+    }
+    let mut class = classify_words(&words);
+    // `Secret Key: …`, `access key: …`, `root password: …`: one word before a plain key
+    // may qualify it.
+    if class < KeyClass::Credential && ks >= 2 && b[ks - 1] == b' ' {
+        let mut ws = ks - 1;
+        while ws > 0 && b[ws - 1].is_ascii_alphabetic() {
+            ws -= 1;
+        }
+        if ws < ks - 1 {
+            let mut two = key_words(&text[ws..ks - 1]);
+            two.extend(words.iter().cloned());
+            class = class.max(classify_words(&two));
+        }
+    }
+    if class == KeyClass::Other {
+        return None;
+    }
+    if sep == Separator::Call {
+        return call_candidate(text, ks, ke, at, &words, class);
+    }
+    if sep == Separator::Blank && !(flag || sql) {
+        // Blanks alone separate a key from a quoted value only (`SET password "…"`,
+        // `PASSWORD 'x'` in SQL, `#define TOKEN "…"`).
+        opening_quote(b, at)?;
+    }
+    let mut at = skip_blanks(b, at);
+    if sep == Separator::Element {
+        while at < b.len() && b[at].is_ascii_whitespace() {
+            at += 1;
+        }
+    }
+    let at = skip_string_prefix(b, at);
+    let (value, syntax, next) = if let Some((open, close)) = opening_quote(b, at) {
+        let start = at + open;
+        // A quote that never closes (a line cut short): the value runs to the line's end.
+        let end = closing_quote(b, start, close).unwrap_or_else(|| {
+            b[start..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |p| start + p)
+        });
+        let syntax = if sep == Separator::Comma {
+            Syntax::Argument
+        } else {
+            Syntax::Quoted
+        };
+        (start..end, syntax, "")
+    } else {
+        if matches!(sep, Separator::Comma) {
+            return None;
+        }
+        let (mut start, mut end) = bare_value(b, at);
+        // An auth scheme is not the credential: the token after it is.
+        let scheme = &text[start..end];
+        let schemes = [
+            "basic",
+            "bearer",
+            "ntlm",
+            "negotiate",
+            "digest",
+            "token",
+            "apikey",
+        ];
+        if schemes.iter().any(|s| scheme.eq_ignore_ascii_case(s)) && b.get(end) == Some(&b' ') {
+            (start, end) = bare_value(b, end + 1);
+        }
+        let next = &text[end..];
+        let syntax = bare_syntax(sep, flag || sql, xml, next);
+        (start..end, syntax, next)
+    };
+    if value.is_empty() {
+        return None;
+    }
+    let judgment = judge(class, key, &text[value.clone()], syntax, next);
+    Some(Candidate {
+        key: ks..ke,
+        value,
+        class,
+        syntax,
+        judgment,
+    })
+}
+
+/// The `value="…"` of `key="Name" value="…"`, judged under `Name`; `ke` ends the word `key`.
+fn named_value_pair(text: &str, ke: usize) -> Option<Candidate> {
+    let b = text.as_bytes();
+    let at = skip_blanks(b, ke);
+    if b.get(at) != Some(&b'=') {
+        return None;
+    }
+    let at = skip_blanks(b, at + 1);
+    let (q, close) = opening_quote(b, at)?;
+    let name = at + q..closing_quote(b, at + q, close)?;
+    let after = skip_blanks(b, name.end + close.len());
+    let rest = &text[after..];
+    if !rest
+        .get(..5)
+        .is_some_and(|w| w.eq_ignore_ascii_case("value"))
+    {
+        return None;
+    }
+    let at = skip_blanks(b, after + 5);
+    if b.get(at) != Some(&b'=') {
+        return None;
+    }
+    let at = skip_blanks(b, at + 1);
+    let (q, close) = opening_quote(b, at)?;
+    let value = at + q..closing_quote(b, at + q, close)?;
+    let key = &text[name.clone()];
+    let class = classify_key(key);
+    let judgment = judge(class, key, &text[value.clone()], Syntax::Quoted, "");
+    Some(Candidate {
+        key: name,
+        value,
+        class,
+        syntax: Syntax::Quoted,
+        judgment,
+    })
+}
+
+/// `u"…"`, `b'…'`, `r"…"`, `f"…"`, `@"…"`: the prefix is skipped.
+fn skip_string_prefix(b: &[u8], at: usize) -> usize {
+    match (b.get(at), b.get(at + 1)) {
+        (Some(p), Some(q)) if b"ubrfUBRF@".contains(p) && matches!(q, b'"' | b'\'') => at + 1,
+        _ => at,
+    }
+}
+
+/// A bare value: up to blanks, a quote, `,` `;` `<` or `&` (the next query parameter or
+/// entity), less a closing bracket it did not open.
+fn bare_value(b: &[u8], at: usize) -> (usize, usize) {
+    let mut end = at;
+    while end < b.len() {
+        let c = b[end];
+        let stop =
+            c.is_ascii_whitespace() || matches!(c, b',' | b';' | b'"' | b'\'' | b'`' | b'<' | b'&');
+        if stop {
+            break;
+        }
+        end += 1;
+    }
+    // A closing bracket the value did not open ends it: `(pw:abc)`.
+    while end > at {
+        let v = &b[at..end];
+        let last = v[v.len() - 1];
+        let open = match last {
+            b')' => b'(',
+            b']' => b'[',
+            b'}' => b'{',
+            _ => break,
+        };
+        let opens = v.iter().filter(|&&c| c == open).count();
+        let closes = v.iter().filter(|&&c| c == last).count();
+        if closes > opens {
+            end -= 1;
+        } else {
+            break;
+        }
+    }
+    (at, end)
+}
+
+/// Config or code: a spaced `=` is how code assigns (`password = qzva` names a variable), a
+/// spaced `:` followed by `,` `;` `)` is an object literal or a type annotation; an unspaced
+/// `=` or `:` is `.env`, a cookie, a connection string, and a spaced `:` ending its value
+/// is YAML.
+fn bare_syntax(sep: Separator, flag: bool, xml: bool, next: &str) -> Syntax {
+    if flag {
+        return Syntax::Flag;
+    }
+    if xml {
+        return Syntax::Config;
+    }
+    match sep {
+        Separator::Assign { spaced: false } | Separator::Colon { spaced: false } => Syntax::Config,
+        Separator::Colon { spaced: true } if !next.starts_with([',', ';', ')']) => Syntax::Config,
+        _ => Syntax::Code,
+    }
+}
+
+/// `db_password('user', 'p@ss9')`: the last string literal passed to a function named for a
+/// credential, unless the name starts with a verb that takes a name (`get_secret("db")`).
+fn call_candidate(
+    text: &str,
+    ks: usize,
+    ke: usize,
+    open: usize,
+    words: &[String],
+    class: KeyClass,
+) -> Option<Candidate> {
+    if class < KeyClass::Credential
+        || words
+            .first()
+            .is_some_and(|w| LOOKUP_VERBS.contains(&w.as_str()))
+    {
+        return None;
+    }
+    let b = text.as_bytes();
+    let mut at = open;
+    let mut last: Option<Range<usize>> = None;
+    loop {
+        at = skip_blanks(b, at);
+        let at_value = skip_string_prefix(b, at);
+        let Some((q, close)) = opening_quote(b, at_value) else {
+            // Only literal arguments: a variable among them makes this code we cannot read.
+            if b.get(at) == Some(&b')') {
+                break;
+            }
+            return None;
+        };
+        let start = at_value + q;
+        let end = closing_quote(b, start, close)?;
+        last = Some(start..end);
+        at = skip_blanks(b, end + close.len());
+        match b.get(at) {
+            Some(b',') => at += 1,
+            Some(b')') => break,
+            _ => return None,
+        }
+    }
+    let value = last?;
+    let judgment = judge(
+        class,
+        &text[ks..ke],
+        &text[value.clone()],
+        Syntax::Argument,
+        "",
+    );
+    Some(Candidate {
+        key: ks..ke,
+        value,
+        class,
+        syntax: Syntax::Argument,
+        judgment,
+    })
+}
+
+/// The byte offsets in `text` where a keyword starts (for callers without the engine's pass).
+pub fn keyword_hits(text: &str) -> Vec<usize> {
+    static AC: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> = std::sync::OnceLock::new();
+    let Some(ac) = AC
+        .get_or_init(|| {
+            aho_corasick::AhoCorasickBuilder::new()
+                .ascii_case_insensitive(true)
+                .build(KEYWORDS)
+                .ok()
+        })
+        .as_ref()
+    else {
+        return Vec::new();
+    };
+    ac.find_overlapping_iter(text).map(|m| m.start()).collect()
+}
+
+/// The value ranges to remove from `text`, given the keyword hits: every value judged removed,
+/// and every other place the same value appears verbatim in the text (a password written
+/// twice on one line goes twice).
+pub fn removals(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = candidates(text, hits)
+        .into_iter()
+        .filter(|c| c.judgment.removed)
+        .map(|c| c.value)
+        .collect();
+    let values: Vec<&str> = out
+        .iter()
+        .map(|r| &text[r.clone()])
+        .filter(|v| v.len() >= 6)
+        .collect();
+    let mut repeats = Vec::new();
+    for v in values {
+        for (i, _) in text.match_indices(v) {
+            let r = i..i + v.len();
+            if !out.iter().any(|o| o.start < r.end && r.start < o.end) {
+                repeats.push(r);
+            }
+        }
+    }
+    out.extend(repeats);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn removed(text: &str) -> Vec<String> {
+        removals(text, &keyword_hits(text))
+            .into_iter()
+            .map(|r| text[r].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn words_of_keys() {
+        assert_eq!(key_words("tlsClientKey"), ["tls", "client", "key"]);
+        assert_eq!(key_words("MYSQL_PASSWORD"), ["mysql", "password"]);
+        assert_eq!(key_words("app-auth.sid"), ["app", "auth", "sid"]);
+        assert_eq!(key_words("HTTPServerToken"), ["http", "server", "token"]);
+        assert_eq!(key_words("X3_PSWD"), ["x", "pswd"]);
+        assert_eq!(key_words("token4"), ["token"]);
+    }
+
+    #[test]
+    fn key_classes() {
+        use KeyClass::*;
+        for (key, class) in [
+            ("password", Credential),
+            ("DbPassword", Credential),
+            ("passworsd", Credential),
+            ("PSSWD", Credential),
+            ("CURLOPT_USERPWD", Credential),
+            ("oauth_verifier", Material),
+            ("tlsClientKey", Material),
+            ("service_key", Material),
+            ("secret_key", Credential),
+            ("x-api-key", Credential),
+            ("key", Key),
+            ("sort_key", Other),
+            ("monkey", Other),
+            ("PASSWORD_DIR", Other),
+            ("token_count", Other),
+            ("max_tokens", Other),
+            ("credentialsId", Other),
+            ("session_id", Credential),
+            ("public_key", Other),
+            ("publicToken", Other),
+            ("pwdump", Other),
+            ("nonce", Material),
+            ("salt3", Material),
+        ] {
+            assert_eq!(classify_key(key), class, "{key}");
+        }
+    }
+
+    /// Literals under credential names go, whatever their shape; code and references stay.
+    /// Shapes in several languages and formats, both ways.
+    #[test]
+    fn key_context_table() {
+        let gone: &[(&str, &str)] = &[
+            ("MYSQL_PASSWORD: qzva", "qzva"),
+            ("passphrase=\"kdjwhfur\"", "kdjwhfur"),
+            ("PASS=\"QWERTYZXCV\"", "QWERTYZXCV"),
+            ("current_password: 'abcde'", "abcde"),
+            ("db_password('user', 'p@ss9')", "p@ss9"),
+            (
+                "salt = \"3f786850e387550fdab836ed7e6dc881de23001b\"",
+                "3f786850e387550fdab836ed7e6dc881de23001b",
+            ),
+            ("nonce = '4020152242'", "4020152242"),
+            (
+                r#""Apitoken": "{\"k\": \"q8Zr2LmX4vT9wK1pq8Zr2LmX4vT9wK1p\"}""#,
+                r#"{\"k\": \"q8Zr2LmX4vT9wK1pq8Zr2LmX4vT9wK1p\"}"#,
+            ),
+            (
+                "Set-Cookie: app-auth.sid=s%3AhJ2kL9xQ; Path=/",
+                "s%3AhJ2kL9xQ",
+            ),
+            ("oauth_verifier: 'hfd8sk2jd'", "hfd8sk2jd"),
+            (
+                "tlsClientKey: \"MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\"",
+                "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+            ),
+            (
+                "key = \"ZmFrZWtleW1hdGVyaWFsMTIzNDU2\"",
+                "ZmFrZWtleW1hdGVyaWFsMTIzNDU2",
+            ),
+            ("service_key='c2VydmljZWtleTEy'", "c2VydmljZWtleTEy"),
+            ("<password>qzva</password>", "qzva"),
+            ("CREATE USER app IDENTIFIED BY s3cretPw;", "s3cretPw"),
+            ("ALTER ROLE app WITH PASSWORD 'Sq1pw';", "Sq1pw"),
+            ("gpg --passphrase N1DdkUD3E73 --output x", "N1DdkUD3E73"),
+            ("if password == \"q4c1a2oPd\":", "q4c1a2oPd"),
+            ("ID:master,PW:dipPr10Gg!", "dipPr10Gg!"),
+            ("$config['db_pass'] = 'k1ngK0ng';", "k1ngK0ng"),
+            ("let token = \"ghx7Lq2\";", "ghx7Lq2"),
+            (
+                "Authorization: NTLM TlRMTVNTUAABAAAAB4IIog",
+                "TlRMTVNTUAABAAAAB4IIog",
+            ),
+            ("setenv(\"API_TOKEN\", \"a8Fk2Lq9\")", "a8Fk2Lq9"),
+            (
+                "<add key=\"SmtpPassword\" value=\"Hunter2Winter!\" />",
+                "Hunter2Winter!",
+            ),
+        ];
+        for (text, secret) in gone {
+            let r = removed(text);
+            assert!(
+                r.iter().any(|v| v == secret),
+                "{text}: removed {r:?}, wanted {secret}"
+            );
+        }
+        let kept: &[&str] = &[
+            "token = Expect(Token::LBRACKET);",
+            "match t { Token::SEMICOLON => 1 }",
+            "token = stream[:peek]",
+            "refresh_token: :none",
+            "DbPassword: dbPassword,",
+            "secret: SigningKey,",
+            "pw = Account.send_password_reset(user)",
+            "PASSWORD_DIR=$HOME/store",
+            "VerifyPassword(\"password\", hashed)",
+            "password = os.environ[\"DB_PASSWORD\"]",
+            "password: ${DB_PASSWORD}",
+            "password = \"%(db_password)s\"",
+            "secret = get_secret(\"prod/db\")",
+            "api_key: \"\"",
+            "password: \"<your-password>\"",
+            "token: \"your-api-token-here\"",
+            "key = \"user_id\"",
+            "key: name",
+            "sort_key = \"created_at\"",
+            "password_min_length = 12",
+            "token_count: 4096",
+            "if (password != other.password) return;",
+            "auth: true",
+            "the token is invalid",
+            "pwd = os.getcwd()",
+            "PWD=/home/app",
+            "SECRET = getenv(\"GEHE1MN15\", '')",
+            "pwdump=n0NeKreD",
+            "<add key=\"ClearTextPassword\" value=\"XXXXXXXXXXX\" />",
+            "schemaKey = 'DOC_Vector_5_32'",
+            "secretKey: foo",
+            "-H \"Authorization: Bearer $(gcloud auth print-access-token)\"",
+            "oc login --token=sha256~_xxxxxx_xxxxxxxxxxxxxxxxxxxxxx-xxxxxxxxxx-X",
+            "secret_len: u32,",
+            "fn verify(password: &str) -> bool",
+            "def login(password: str, token: Optional[str] = None):",
+        ];
+        for text in kept {
+            assert_eq!(removed(text), Vec::<String>::new(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_value_removed_once_goes_everywhere_in_the_text() {
+        let text = "account:dipPr121Gg! password:dipPr121Gg!";
+        assert_eq!(removed(text), ["dipPr121Gg!", "dipPr121Gg!"]);
+    }
+
+    #[test]
+    fn judgments_say_why() {
+        let j = judge(KeyClass::Credential, "password", "qzva", Syntax::Config, "");
+        assert!(j.removed);
+        assert_eq!(j.score, 4);
+        assert_eq!(
+            j.reasons,
+            [
+                "key names a credential (+3)",
+                "a bare value in configuration syntax (+1)"
+            ]
+        );
+        let j = judge(
+            KeyClass::Credential,
+            "pw",
+            "Account.reset",
+            Syntax::Code,
+            "(",
+        );
+        assert!(!j.removed);
+        assert_eq!(j.reasons, ["a call"]);
+    }
+}
