@@ -140,6 +140,11 @@ pub struct Metrics {
     assemble_requests: Gauge,
     assemble_spans: Gauge,
     redactions: Family<[(&'static str, String); 1], Counter>,
+    learned_values: Gauge,
+    learned_bytes: Gauge,
+    learned_forgotten: Family<Labels1, Counter>,
+    /// The forgotten totals last reported (limit, ttl): the counters take the difference.
+    learned_forgotten_seen: [std::sync::atomic::AtomicU64; 2],
     /// Tenancy metrics.
     pub tenancy: TenancyMetrics,
     quarantined: Family<Labels2, Counter>,
@@ -716,6 +721,10 @@ impl Metrics {
             assemble_requests: Gauge::default(),
             assemble_spans: Gauge::default(),
             redactions: Family::default(),
+            learned_values: Gauge::default(),
+            learned_bytes: Gauge::default(),
+            learned_forgotten: Family::default(),
+            learned_forgotten_seen: Default::default(),
             quarantined: Family::default(),
             budget: BudgetMetrics::default(),
             journal: JournalMetrics::default(),
@@ -735,6 +744,21 @@ impl Metrics {
             "redactions",
             "Values removed by protect, by rule id (never what was removed)",
             m.redactions.clone(),
+        );
+        registry.register(
+            "protect_learned_values",
+            "Values the tenants learned and still remove wherever they come again (never what they are)",
+            m.learned_values.clone(),
+        );
+        registry.register(
+            "protect_learned_bytes",
+            "Bytes of the learned values held in memory",
+            m.learned_bytes.clone(),
+        );
+        registry.register(
+            "protect_learned_forgotten",
+            "Learned values forgotten, by reason: limit (a count or byte limit) or ttl",
+            m.learned_forgotten.clone(),
         );
         registry.register(
             "otlp_requests",
@@ -929,6 +953,26 @@ impl Metrics {
             self.redactions
                 .get_or_create(&[("rule", rule.clone())])
                 .inc_by(u64::from(*n));
+        }
+    }
+
+    /// Reports what the tenants have learned.
+    pub fn learned(&self, stats: &crate::protect::learned::LearnedStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let to_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.learned_values.set(to_i64(stats.values.load(Relaxed)));
+        self.learned_bytes.set(to_i64(stats.bytes.load(Relaxed)));
+        let totals = [
+            stats.evicted_limit.load(Relaxed),
+            stats.expired.load(Relaxed),
+        ];
+        for (i, reason) in ["limit", "ttl"].into_iter().enumerate() {
+            let before = self.learned_forgotten_seen[i].fetch_max(totals[i], Relaxed);
+            if totals[i] > before {
+                self.learned_forgotten
+                    .get_or_create(&[("reason", reason)])
+                    .inc_by(totals[i] - before);
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use regex::Regex;
 
 use super::catalogue;
 use super::key_context::{self, Judgment, KeyClass, Syntax};
+use super::learned;
 use super::rules::{Action, DetectorSpec, KeyGlob, KeyRuleSpec, RedactionConfig};
 use super::validators::Validator;
 use super::KeyedHasher;
@@ -77,6 +78,8 @@ struct Detector {
     except_context: Vec<KeyGlob>,
     /// The key-context judgment over keyword hits, not the regex.
     judged: bool,
+    /// What it removes is a secret worth learning (not personal data).
+    learnable: bool,
 }
 
 /// A key rule, compiled.
@@ -424,6 +427,18 @@ impl Redactor {
         if text.len() < MIN_FINDING_BYTES {
             return Some(Vec::new());
         }
+        // Values the item's tenant learned (none outside the daemon's protect).
+        let mut learned_hits = Vec::new();
+        learned::find_in_scope(text, &mut learned_hits);
+        let mut found: Vec<Finding> = learned_hits
+            .into_iter()
+            .map(|h| Finding {
+                rule: h.rule,
+                start: h.range.start,
+                end: h.range.end,
+                rank: LEARNED_RANK,
+            })
+            .collect();
         // A bitset of the detectors to run, on the stack for any realistic rule count.
         let words = self.detectors.len().div_ceil(64);
         let mut stack = [0u64; 4];
@@ -460,7 +475,7 @@ impl Redactor {
             }
         }
         if run.iter().all(|&w| w == 0) {
-            return Some(Vec::new());
+            return Some(merged(found));
         }
         let digits = text.bytes().filter(u8::is_ascii_digit).count();
         let lower_key = key.map(lowercase);
@@ -478,9 +493,8 @@ impl Redactor {
                 }
             }
         }
-        let mut found = Vec::new();
         if candidates.is_empty() {
-            return Some(found);
+            return Some(merged(found));
         }
         // With several candidates, one pass of the combined set is cheaper than one pass per
         // regex; it also rules out the candidates that do not match at all.
@@ -493,18 +507,7 @@ impl Redactor {
                 d.find_all(text, &self.allow_values, &mut found);
             }
         }
-        if found.len() > 1 {
-            found.sort_by(|a, b| a.start.cmp(&b.start).then(a.rank.cmp(&b.rank)));
-            let mut merged: Vec<Finding> = Vec::with_capacity(found.len());
-            for f in found {
-                match merged.last_mut() {
-                    Some(last) if f.start < last.end => last.end = last.end.max(f.end),
-                    _ => merged.push(f),
-                }
-            }
-            return Some(merged);
-        }
-        Some(found)
+        Some(merged(found))
     }
 
     /// `text` with every finding replaced, or `None` when nothing was found. Counts each
@@ -527,6 +530,9 @@ impl Redactor {
         let mut out = String::with_capacity(text.len());
         let mut pos = 0;
         for f in &findings {
+            if self.detectors.get(f.rank).is_some_and(|d| d.learnable) {
+                learned::learn_in_scope(&f.rule, &text[f.start..f.end]);
+            }
             out.push_str(&text[pos..f.start]);
             // A finding carries its detector's position, so its action needs no lookup.
             let action = self
@@ -646,6 +652,26 @@ fn key_literals(rules: &[KeyRule]) -> Option<Vec<String>> {
 /// Owner of a keyword-automaton pattern that is a key-rule literal, not a detector keyword.
 const KEY_LITERAL: usize = usize::MAX;
 
+/// The rank of a learned value's finding: after every rule at the same start.
+const LEARNED_RANK: usize = usize::MAX;
+
+/// Findings in order, overlapping ones merged into one span named after the one that starts
+/// first (at one start, the lower rank).
+fn merged(mut found: Vec<Finding>) -> Vec<Finding> {
+    if found.len() < 2 {
+        return found;
+    }
+    found.sort_by(|a, b| a.start.cmp(&b.start).then(a.rank.cmp(&b.rank)));
+    let mut out: Vec<Finding> = Vec::with_capacity(found.len());
+    for f in found {
+        match out.last_mut() {
+            Some(last) if f.start < last.end => last.end = last.end.max(f.end),
+            _ => out.push(f),
+        }
+    }
+    out
+}
+
 /// ASCII-lowercases a key without allocating when it already is lowercase.
 fn lowercase(key: &str) -> std::borrow::Cow<'_, str> {
     if key.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -686,6 +712,7 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         except_keys: globs(&spec.except_keys),
         except_context: globs(&spec.except_context),
         judged: spec.judged,
+        learnable: !catalogue::PERSONAL_DATA.contains(&spec.id.as_str()),
     })
 }
 

@@ -683,6 +683,15 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     if let Some(reason) = reference(v, bare, next) {
         return Judgment::kept(reason);
     }
+    // `credentials: aws_secret_access_key=…`, `Cookie: sid=…`: the inner key is judged on its
+    // own (base64 padding at the end is no assignment).
+    if bare {
+        if let Some((inner, _)) = v.trim_end_matches('=').split_once('=') {
+            if classify_key(inner) != KeyClass::Other {
+                return Judgment::kept("assigns a credential name of its own, judged apart");
+            }
+        }
+    }
     let lower = v.to_ascii_lowercase();
     if CONSTANTS.contains(&lower.as_str()) {
         return Judgment::kept("a constant (true, null, none…)");

@@ -11,6 +11,7 @@
 pub mod catalogue;
 pub mod engine;
 pub mod key_context;
+pub mod learned;
 pub mod rules;
 pub mod validators;
 pub mod walk;
@@ -30,6 +31,7 @@ use crate::event::{
     Scope, SpanRecord,
 };
 use engine::Redactor;
+use learned::{LearnedValues, TenantScope};
 
 /// The attribute that carries an idempotency key on the wire.
 const IDEMPOTENCY_KEY: &str = "executor.idempotency_key";
@@ -219,14 +221,71 @@ impl RuleSet {
 pub struct Protector {
     default: RuleSet,
     tenants: Arc<HashMap<String, RuleSet>>,
+    /// What each tenant learned (shared by every clone of the protector).
+    learned: Arc<LearnedValues>,
 }
 
 /// Redacted copies of the resources and scopes of one batch, shared by its items (per rule
 /// set: items of different tenants may share a resource).
 #[derive(Default)]
 struct SharedParts {
-    resources: HashMap<(*const Resource, *const Redactor), (Arc<Resource>, Redactions)>,
-    scopes: HashMap<(*const Scope, *const Redactor), (Arc<Scope>, Redactions)>,
+    resources: HashMap<(*const Resource, *const Redactor, usize), (Arc<Resource>, Redactions)>,
+    scopes: HashMap<(*const Scope, *const Redactor, usize), (Arc<Scope>, Redactions)>,
+    /// The learning scope of the item being protected (its index in [`BatchScopes`]): a
+    /// resource shared by two tenants is protected once for each, so learned values never
+    /// cross tenants.
+    scope: usize,
+}
+
+/// The learning scopes of one batch, one per tenant named in it.
+struct BatchScopes {
+    scopes: Vec<Option<TenantScope>>,
+    by_tenant: HashMap<String, usize>,
+}
+
+impl BatchScopes {
+    fn index(&mut self, learned: &LearnedValues, tenant: &str) -> usize {
+        if let Some(&i) = self.by_tenant.get(tenant) {
+            return i;
+        }
+        self.scopes.push(Some(learned.scope(tenant)));
+        self.by_tenant
+            .insert(tenant.to_string(), self.scopes.len() - 1);
+        self.scopes.len() - 1
+    }
+
+    /// Learns the raw idempotency keys of an item before anything of the batch is examined.
+    fn learn_keys(&mut self, i: usize, audit: &AuditFields, attrs: &[&Attributes]) {
+        let Some(Some(scope)) = self.scopes.get_mut(i) else {
+            return;
+        };
+        if let Some(raw) = &audit.idempotency_key {
+            scope.learn(learned::IDEMPOTENCY_RULE, raw);
+        }
+        for a in attrs {
+            for (key, value) in &a.0 {
+                if key == IDEMPOTENCY_KEY {
+                    if let AttrValue::Str(raw) = value {
+                        scope.learn(learned::IDEMPOTENCY_RULE, raw);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `f` with scope `i` as the thread's learning scope.
+    fn run<R>(&mut self, i: usize, f: impl FnOnce() -> R) -> R {
+        let scope = self
+            .scopes
+            .get_mut(i)
+            .and_then(Option::take)
+            .unwrap_or_default();
+        let (out, scope) = learned::with_scope(scope, f);
+        if let Some(slot) = self.scopes.get_mut(i) {
+            *slot = Some(scope);
+        }
+        out
+    }
 }
 
 /// What protecting one batch did.
@@ -284,6 +343,7 @@ impl Protector {
                 logs: r,
             },
             tenants: Arc::default(),
+            learned: Arc::new(LearnedValues::new(learned::LearnedConfig::default())),
         }
     }
 
@@ -307,7 +367,13 @@ impl Protector {
         Ok(Protector {
             default,
             tenants: Arc::new(tenants),
+            learned: Arc::new(LearnedValues::new(config.learned.clone())),
         })
+    }
+
+    /// What the tenants have learned, in counts (for `/metrics`).
+    pub fn learned_stats(&self) -> &learned::LearnedStats {
+        &self.learned.stats
     }
 
     fn rules_for(&self, tenant: &str) -> &RuleSet {
@@ -324,17 +390,54 @@ impl Protector {
     pub fn protect(&self, batch: &mut EventBatch) -> ProtectReport {
         let mut shared = SharedParts::default();
         let mut report = ProtectReport::default();
+        let mut scopes = BatchScopes {
+            scopes: Vec::new(),
+            by_tenant: HashMap::new(),
+        };
+        // Each item's scope, by the tenant it names before protect; raw idempotency keys are
+        // learned first, so an echo anywhere in the batch is caught.
+        let span_scopes: Vec<usize> = batch
+            .spans
+            .iter()
+            .map(|s| {
+                let i = scopes.index(&self.learned, &s.tenant);
+                let mut attrs = vec![&s.attributes, &s.resource.attributes];
+                attrs.extend(s.events.iter().map(|e| &e.attributes));
+                attrs.extend(s.links.iter().map(|l| &l.attributes));
+                scopes.learn_keys(i, &s.audit, &attrs);
+                i
+            })
+            .collect();
+        let log_scopes: Vec<usize> = batch
+            .logs
+            .iter()
+            .map(|l| {
+                let i = scopes.index(&self.learned, &l.tenant);
+                scopes.learn_keys(i, &l.audit, &[&l.attributes, &l.resource.attributes]);
+                i
+            })
+            .collect();
+        let mut next = span_scopes.into_iter();
         batch.spans.retain_mut(|span| {
             let r = &*self.rules_for(&span.tenant).traces;
-            let outcome =
-                catch_unwind(AssertUnwindSafe(|| self.protect_span(r, span, &mut shared)));
+            shared.scope = next.next().unwrap_or_default();
+            let outcome = scopes.run(shared.scope, || {
+                catch_unwind(AssertUnwindSafe(|| self.protect_span(r, span, &mut shared)))
+            });
             report.settle("traces", outcome.ok(), |hits| span.redactions = hits)
         });
+        let mut next = log_scopes.into_iter();
         batch.logs.retain_mut(|log| {
             let r = &*self.rules_for(&log.tenant).logs;
-            let outcome = catch_unwind(AssertUnwindSafe(|| self.protect_log(r, log, &mut shared)));
+            shared.scope = next.next().unwrap_or_default();
+            let outcome = scopes.run(shared.scope, || {
+                catch_unwind(AssertUnwindSafe(|| self.protect_log(r, log, &mut shared)))
+            });
             report.settle("logs", outcome.ok(), |hits| log.redactions = hits)
         });
+        for scope in scopes.scopes.into_iter().flatten() {
+            self.learned.merge(scope);
+        }
         report
     }
 
@@ -429,7 +532,7 @@ impl Protector {
         shared: &mut SharedParts,
         hits: &mut Redactions,
     ) {
-        let key = (Arc::as_ptr(resource), r as *const Redactor);
+        let key = (Arc::as_ptr(resource), r as *const Redactor, shared.scope);
         let (protected, found) = shared.resources.entry(key).or_insert_with(|| {
             let mut res = (**resource).clone();
             let mut found = Redactions::new();
@@ -440,7 +543,7 @@ impl Protector {
         });
         *resource = Arc::clone(protected);
         add_hits(hits, found);
-        let key = (Arc::as_ptr(scope), r as *const Redactor);
+        let key = (Arc::as_ptr(scope), r as *const Redactor, shared.scope);
         let (protected, found) = shared.scopes.entry(key).or_insert_with(|| {
             let mut sc = (**scope).clone();
             let mut found = Redactions::new();

@@ -162,6 +162,8 @@ pub struct RedactionConfig {
     pub max_value_bytes: usize,
     /// Per-tenant changes to the rules, by tenant id.
     pub tenants: std::collections::BTreeMap<String, TenantOverride>,
+    /// Values removed once and removed wherever they come again (per tenant, bounded).
+    pub learned: super::learned::LearnedConfig,
 }
 
 impl RedactionConfig {
@@ -238,6 +240,7 @@ impl Default for RedactionConfig {
             max_depth: 16,
             max_value_bytes: 65536,
             tenants: Default::default(),
+            learned: Default::default(),
         }
     }
 }

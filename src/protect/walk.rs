@@ -518,6 +518,9 @@ fn key_rule_outcome(
         return KeyRuleOutcome::Keep;
     }
     count(hits, &rule.id);
+    if let Some(v) = value {
+        super::learned::learn_in_scope(&rule.id, v);
+    }
     match rule.action {
         Action::Drop => KeyRuleOutcome::Drop,
         action => KeyRuleOutcome::Replace(key_rule_value(r, rule, action, original(), hits, depth)),

@@ -299,7 +299,7 @@ fn gitleaks_corpus_recall_and_false_positives() {
             recall[i].pct()
         );
     }
-    assert!(fp[0].pct() <= 23.0, "fp {:.1}%", fp[0].pct());
+    assert!(fp[0].pct() <= 23.5, "fp {:.1}%", fp[0].pct());
     for (part, (rec, _)) in &by_part {
         assert!(rec.pct() >= 97.5, "{part:?} part recall {:.1}%", rec.pct());
     }
@@ -395,7 +395,7 @@ fn credsweeper_corpus_recall_and_false_positives() {
             println!("  {rule}: {:.0}% of {}", t.pct(), t.total);
         }
     }
-    // Floors just under the figures of 2026-12-01 (BENCHMARKS.md, "Protect: tuning and held-out parts").
+    // Floors just under the figures of 2026-12-02 (BENCHMARKS.md, "Key context and learned values").
     let floor = |part: Part| recall.get(&part).copied().unwrap_or_default()[0].pct();
     assert!(
         floor(Part::Tuning) >= TUNING_RECALL_FLOOR,
@@ -410,8 +410,8 @@ fn credsweeper_corpus_recall_and_false_positives() {
 }
 
 /// CredSweeper corpus, plain form: recall floors per part.
-const TUNING_RECALL_FLOOR: f64 = 28.0;
-const HELD_OUT_RECALL_FLOOR: f64 = 28.0;
+const TUNING_RECALL_FLOOR: f64 = 50.0;
+const HELD_OUT_RECALL_FLOOR: f64 = 47.0;
 
 /// Presidio entities the catalogue claims to cover, and the rule family that covers each.
 const COVERED: &[&str] = &[

@@ -249,6 +249,11 @@ impl Drop for Daemon {
 /// The value of one sample in the `/metrics` of the admin listener at `admin`.
 pub fn metric_at(admin: std::net::SocketAddr, sample: &str) -> Option<f64> {
     let (_, text) = blocking_get(&format!("http://{admin}/metrics"));
+    metric_text(&text, sample)
+}
+
+/// The value of one sample (`name{labels}`) in a `/metrics` text.
+pub fn metric_text(text: &str, sample: &str) -> Option<f64> {
     text.lines().find_map(|l| {
         let (name, value) = l.rsplit_once(' ')?;
         (name == sample).then(|| value.parse().ok()).flatten()

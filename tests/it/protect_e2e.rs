@@ -321,3 +321,166 @@ fn base64_of_bytes(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// The canary the learned-values tests plant: 40 characters, what the AWS secret key rule
+/// removes after `aws_secret_access_key=`.
+const LEARNED_SECRET: &str = "q8Zr2LmX4vT9wK1pZk3q9XbT2mLw8RvNc1dF5gH0";
+const LEARNED_IDEMPOTENCY_KEY: &str = "idem-7f3c9a2e-51b4-4c1d-9e8f-2a6b0c4d8e1f";
+
+fn send_learned(d: &Daemon, phase: &str) {
+    crate::harness::run_python(
+        "send_learned.py",
+        &[
+            "--endpoint",
+            &d.http_url(),
+            "--secret",
+            LEARNED_SECRET,
+            "--idempotency-key",
+            LEARNED_IDEMPOTENCY_KEY,
+            "--phase",
+            phase,
+        ],
+    );
+}
+
+/// Every byte under `dir`, files concatenated.
+fn all_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).expect("read dir").flatten() {
+                stack.push(e.path());
+            }
+        } else if let Ok(b) = std::fs::read(&p) {
+            out.extend(b);
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+fn body_of<'a>(logs: &'a [serde_json::Map<String, Value>], tenant: &str, starts: &str) -> &'a str {
+    logs.iter()
+        .filter(|r| r["tenant"] == tenant)
+        .filter_map(|r| r["body"].as_str())
+        .find(|b| b.starts_with(starts))
+        .unwrap_or_else(|| panic!("no {tenant} log body starting {starts:?} in {logs:?}"))
+}
+
+/// A secret removed where it stands in context is removed when it comes again bare in a later
+/// batch of the same tenant, and kept in another tenant's; the raw idempotency key, hashed in
+/// its attribute, is removed where the executor echoes it (tool arguments, status message,
+/// log body) and reaches no table, the journal, the daemon's log or `/metrics`.
+#[test]
+fn a_secret_seen_in_context_is_removed_bare_in_later_batches_of_its_tenant_only() {
+    let mut d = Daemon::start();
+    send_learned(&d, "both");
+    let (_, metrics) = d.admin_get("/metrics");
+    d.stop();
+
+    let spans = read_table_python("duckdb", &d.data_dir, "spans");
+    let logs = read_table_python("duckdb", &d.data_dir, "logs");
+    let requests = read_table_python("duckdb", &d.data_dir, "requests");
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(logs.len(), 3, "{logs:?}");
+    let span = &spans[0];
+    assert_eq!(
+        span["tool_arguments"],
+        r#"{"order":"A-1","previous_attempt":"[REDACTED:learned:idempotency_key]"}"#
+    );
+    assert_eq!(
+        span["status_message"],
+        "retry with key [REDACTED:learned:idempotency_key] failed"
+    );
+    let attributes = span["attributes"].as_str().expect("attributes");
+    assert!(
+        attributes.contains("aws_secret_access_key=[REDACTED:aws_secret_access_key]"),
+        "{attributes}"
+    );
+    assert_eq!(
+        body_of(&logs, "acme", "{"),
+        r#"{"k":"[REDACTED:learned:aws_secret_access_key]"}"#
+    );
+    assert_eq!(
+        body_of(&logs, "acme", "idempotency"),
+        "idempotency key [REDACTED:learned:idempotency_key] reused"
+    );
+    // Learned values never cross tenants: globex's record is stored as sent.
+    assert_eq!(
+        body_of(&logs, "globex", "{"),
+        format!(r#"{{"k": "{LEARNED_SECRET}"}}"#)
+    );
+
+    for (what, text) in [
+        ("spans", serde_json::to_string(&spans).expect("json")),
+        ("requests", serde_json::to_string(&requests).expect("json")),
+        ("the daemon's log", d.log_text()),
+        ("/metrics", metrics.clone()),
+    ] {
+        assert!(!text.contains(LEARNED_SECRET), "{what} holds the secret");
+        assert!(
+            !text.contains(LEARNED_IDEMPOTENCY_KEY),
+            "{what} holds the idempotency key"
+        );
+    }
+    let acme_logs: Vec<_> = logs.iter().filter(|r| r["tenant"] == "acme").collect();
+    let acme_logs = serde_json::to_string(&acme_logs).expect("json");
+    assert!(!acme_logs.contains(LEARNED_SECRET));
+    assert!(!serde_json::to_string(&logs)
+        .expect("json")
+        .contains(LEARNED_IDEMPOTENCY_KEY));
+    let journal = all_bytes(&d.data_dir.join("journal"));
+    assert!(!journal.is_empty());
+    assert!(
+        !contains(&journal, LEARNED_IDEMPOTENCY_KEY),
+        "the journal holds the key"
+    );
+    assert!(
+        !contains(&journal, &format!("aws_secret_access_key={LEARNED_SECRET}")),
+        "the journal holds the secret in context"
+    );
+    let learned = |rule: &str| {
+        crate::harness::metric_text(
+            &metrics,
+            &format!("toolwatch_redactions_total{{rule=\"learned:{rule}\"}}"),
+        )
+    };
+    assert_eq!(learned("aws_secret_access_key"), Some(1.0));
+    assert_eq!(learned("idempotency_key"), Some(3.0));
+}
+
+/// What a restart promises: learned values live in memory only, so a restart forgets them. The
+/// secret is still removed where it stands in context; a bare sighting after the restart is
+/// stored as sent (schemas/redaction-rules.md, "Learned values").
+#[test]
+fn learned_values_are_forgotten_at_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().join("data");
+    let opts = || crate::harness::DaemonOptions {
+        data_dir: Some(data_dir.clone()),
+        ..Default::default()
+    };
+    let mut d = Daemon::start_with(opts());
+    send_learned(&d, "context");
+    d.stop();
+    let mut d = Daemon::start_with(opts());
+    send_learned(&d, "bare");
+    d.stop();
+    let spans = read_table_python("duckdb", &data_dir, "spans");
+    let logs = read_table_python("duckdb", &data_dir, "logs");
+    assert_eq!(spans.len(), 1);
+    let attributes = spans[0]["attributes"].as_str().expect("attributes");
+    assert!(
+        attributes.contains("[REDACTED:aws_secret_access_key]"),
+        "{attributes}"
+    );
+    assert!(!attributes.contains(LEARNED_SECRET));
+    assert_eq!(
+        body_of(&logs, "acme", "{"),
+        format!(r#"{{"k": "{LEARNED_SECRET}"}}"#)
+    );
+}

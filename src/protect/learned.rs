@@ -1,0 +1,522 @@
+//! Learned values: a value removed as a secret once is removed wherever it comes again.
+//!
+//! A rule that removes a secret where it stands in context (`aws_secret_access_key=…`, a
+//! password under its key, a bearer token) teaches its tenant that value; the raw idempotency
+//! key is taught the same way. From then on the value is removed verbatim from any string of
+//! that tenant (spans, events, links, logs, resources), later in the same batch and in later
+//! batches, under the rule id `learned:<rule>`. Tenants never share what they learned.
+//!
+//! Memory is bounded per tenant and in all (count, bytes, time to live). Values live in
+//! memory only: a restart forgets them, and nothing learned is written anywhere.
+//!
+//! Matching costs one byte loop per string with a hash lookup at each word boundary: a value
+//! is found where it starts a word or where a word ends before it (its first eight bytes are
+//! the lookup key). Each tenant's values sit in two immutable indexes, a large one folded
+//! from a small recent one every [`FOLD_AT`] values, so a batch takes one snapshot (two `Arc`
+//! clones) and never locks per string.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::maps::FastMap;
+use crate::units::{ByteSize, HumanDuration};
+
+/// Prefix of the rule id a learned match is recorded under.
+pub const LEARNED_PREFIX: &str = "learned:";
+
+/// The rule id under which raw idempotency keys are learned.
+pub const IDEMPOTENCY_RULE: &str = "idempotency_key";
+
+/// Recent values are folded into a tenant's large index when this many have gathered.
+pub const FOLD_AT: usize = 256;
+
+/// Recent values are folded in when they hold this many bytes.
+const FOLD_BYTES: usize = 64 << 10;
+
+/// Bytes of a value used as its lookup key; shorter values are never learned.
+const PREFIX_BYTES: usize = 8;
+
+/// Longest value learned (a private key block is learned whole up to this).
+const MAX_VALUE_BYTES: usize = 4096;
+
+/// The `[redaction.learned]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LearnedConfig {
+    /// Learn values at all.
+    pub enabled: bool,
+    /// Shortest value learned, in bytes (at least 8: shorter values would match too much).
+    pub min_bytes: usize,
+    /// Most values kept per tenant; the oldest go first.
+    pub max_values_per_tenant: usize,
+    /// Most bytes of values kept per tenant.
+    pub max_bytes_per_tenant: ByteSize,
+    /// Most values kept in all tenants together.
+    pub max_values: usize,
+    /// Most bytes of values kept in all tenants together.
+    pub max_bytes: ByteSize,
+    /// How long a value is remembered after it was last learned.
+    pub ttl: HumanDuration,
+}
+
+impl Default for LearnedConfig {
+    fn default() -> Self {
+        LearnedConfig {
+            enabled: true,
+            min_bytes: 8,
+            max_values_per_tenant: 10_000,
+            max_bytes_per_tenant: ByteSize(1 << 20),
+            max_values: 100_000,
+            max_bytes: ByteSize(16 << 20),
+            ttl: HumanDuration(Duration::from_secs(24 * 3600)),
+        }
+    }
+}
+
+/// One learned value.
+#[derive(Debug)]
+struct Entry {
+    text: Box<str>,
+    /// `learned:<rule>`.
+    rule: Arc<str>,
+    at: Instant,
+}
+
+/// Values by their first eight bytes, in the order they were learned.
+#[derive(Debug, Default, Clone)]
+struct Index {
+    by_prefix: FastMap<u64, Vec<Arc<Entry>>>,
+    order: VecDeque<Arc<Entry>>,
+    bytes: usize,
+}
+
+fn prefix_key(b: &[u8]) -> Option<u64> {
+    let p: [u8; PREFIX_BYTES] = b.get(..PREFIX_BYTES)?.try_into().ok()?;
+    Some(u64::from_le_bytes(p))
+}
+
+impl Index {
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn contains(&self, text: &str) -> bool {
+        prefix_key(text.as_bytes())
+            .and_then(|k| self.by_prefix.get(&k))
+            .is_some_and(|bucket| bucket.iter().any(|e| &*e.text == text))
+    }
+
+    fn push(&mut self, e: Arc<Entry>) {
+        let Some(k) = prefix_key(e.text.as_bytes()) else {
+            return;
+        };
+        self.bytes += e.text.len();
+        self.by_prefix.entry(k).or_default().push(Arc::clone(&e));
+        self.order.push_back(e);
+    }
+
+    fn pop_oldest(&mut self) -> Option<Arc<Entry>> {
+        let e = self.order.pop_front()?;
+        self.bytes -= e.text.len();
+        if let Some(k) = prefix_key(e.text.as_bytes()) {
+            if let Some(bucket) = self.by_prefix.get_mut(&k) {
+                bucket.retain(|x| !Arc::ptr_eq(x, &e));
+                if bucket.is_empty() {
+                    self.by_prefix.remove(&k);
+                }
+            }
+        }
+        Some(e)
+    }
+
+    /// Every place in `text` where a value of this index starts at a word boundary.
+    fn find(&self, text: &str, ttl: Duration, now: &mut Option<Instant>, out: &mut Vec<Hit>) {
+        if self.by_prefix.is_empty() {
+            return;
+        }
+        let b = text.as_bytes();
+        if b.len() < PREFIX_BYTES {
+            return;
+        }
+        let mut prev_word = false;
+        for i in 0..=b.len() - PREFIX_BYTES {
+            let word = b[i].is_ascii_alphanumeric();
+            let boundary = i == 0 || word != prev_word;
+            prev_word = word;
+            if !boundary {
+                continue;
+            }
+            let Some(bucket) = prefix_key(&b[i..]).and_then(|k| self.by_prefix.get(&k)) else {
+                continue;
+            };
+            for e in bucket {
+                let end = i + e.text.len();
+                if b[i..].starts_with(e.text.as_bytes()) && text.is_char_boundary(end) {
+                    let t = *now.get_or_insert_with(Instant::now);
+                    if t.duration_since(e.at) <= ttl {
+                        out.push(Hit {
+                            range: i..end,
+                            rule: Arc::clone(&e.rule),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One place a learned value stands in a string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// Byte range.
+    pub range: Range<usize>,
+    /// `learned:<rule>`.
+    pub rule: Arc<str>,
+}
+
+/// One tenant's values: a large index and a small recent one, each immutable once shared.
+#[derive(Debug, Default, Clone)]
+struct TenantValues {
+    base: Arc<Index>,
+    recent: Arc<Index>,
+}
+
+impl TenantValues {
+    fn len(&self) -> usize {
+        self.base.len() + self.recent.len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.base.bytes + self.recent.bytes
+    }
+}
+
+/// What a batch sees of one tenant's values: a snapshot, plus what the batch learned itself.
+#[derive(Debug, Default)]
+pub struct TenantScope {
+    tenant: String,
+    snapshot: TenantValues,
+    fresh: Index,
+    min_bytes: usize,
+    ttl: Duration,
+    enabled: bool,
+}
+
+impl TenantScope {
+    /// Every place a value this tenant learned stands in `text`.
+    pub fn find(&self, text: &str, out: &mut Vec<Hit>) {
+        if !self.enabled {
+            return;
+        }
+        let mut now = None;
+        self.snapshot.base.find(text, self.ttl, &mut now, out);
+        self.snapshot.recent.find(text, self.ttl, &mut now, out);
+        self.fresh.find(text, self.ttl, &mut now, out);
+    }
+
+    /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is
+    /// merged) for later ones.
+    pub fn learn(&mut self, rule: &str, value: &str) {
+        if !self.enabled
+            || value.len() < self.min_bytes
+            || value.len() > MAX_VALUE_BYTES
+            || rule.starts_with(LEARNED_PREFIX)
+            || value.trim().len() < value.len()
+            || self.fresh.contains(value)
+            || self.snapshot.recent.contains(value)
+            || self.snapshot.base.contains(value)
+        {
+            return;
+        }
+        self.fresh.push(Arc::new(Entry {
+            text: value.into(),
+            rule: Arc::from(format!("{LEARNED_PREFIX}{rule}")),
+            at: Instant::now(),
+        }));
+    }
+}
+
+/// Counts for `/metrics`.
+#[derive(Debug, Default)]
+pub struct LearnedStats {
+    /// Values held, all tenants.
+    pub values: AtomicUsize,
+    /// Bytes of values held, all tenants.
+    pub bytes: AtomicUsize,
+    /// Values forgotten to stay within a limit.
+    pub evicted_limit: AtomicU64,
+    /// Values forgotten when their time to live ran out.
+    pub expired: AtomicU64,
+}
+
+/// Every tenant's learned values, shared by the workers that protect batches.
+#[derive(Debug, Default)]
+pub struct LearnedValues {
+    config: LearnedConfig,
+    tenants: RwLock<FastMap<String, Arc<Mutex<TenantValues>>>>,
+    /// Counts for `/metrics`.
+    pub stats: LearnedStats,
+}
+
+impl LearnedValues {
+    /// An empty store with these limits.
+    pub fn new(config: LearnedConfig) -> LearnedValues {
+        LearnedValues {
+            config,
+            tenants: RwLock::default(),
+            stats: LearnedStats::default(),
+        }
+    }
+
+    fn slot(&self, tenant: &str) -> Option<Arc<Mutex<TenantValues>>> {
+        self.tenants.read().ok()?.get(tenant).cloned()
+    }
+
+    /// What a batch sees of `tenant`'s values.
+    pub fn scope(&self, tenant: &str) -> TenantScope {
+        let snapshot = self
+            .slot(tenant)
+            .and_then(|s| s.lock().ok().map(|t| t.clone()))
+            .unwrap_or_default();
+        TenantScope {
+            tenant: tenant.to_string(),
+            snapshot,
+            fresh: Index::default(),
+            min_bytes: self.config.min_bytes.max(PREFIX_BYTES),
+            ttl: self.config.ttl.0,
+            enabled: self.config.enabled,
+        }
+    }
+
+    /// Keeps what a batch learned for later batches of its tenant.
+    pub fn merge(&self, scope: TenantScope) {
+        if scope.fresh.len() == 0 {
+            return;
+        }
+        let slot = match self.slot(&scope.tenant) {
+            Some(s) => s,
+            None => {
+                let Ok(mut map) = self.tenants.write() else {
+                    return;
+                };
+                Arc::clone(map.entry(scope.tenant.clone()).or_default())
+            }
+        };
+        let Ok(mut t) = slot.lock() else {
+            return;
+        };
+        let (before_len, before_bytes) = (t.len(), t.bytes());
+        let mut recent = (*t.recent).clone();
+        for e in scope.fresh.order {
+            if !recent.contains(&e.text) && !t.base.contains(&e.text) {
+                recent.push(e);
+            }
+        }
+        let c = &self.config;
+        let grown = (recent.len() + t.base.len()).saturating_sub(before_len);
+        let grown_bytes = (recent.bytes + t.base.bytes).saturating_sub(before_bytes);
+        let over_limits = t.base.len() + recent.len() > c.max_values_per_tenant
+            || t.base.bytes + recent.bytes > c.max_bytes_per_tenant.as_usize()
+            || self.stats.values.load(Ordering::Relaxed) + grown > c.max_values
+            || self.stats.bytes.load(Ordering::Relaxed) + grown_bytes > c.max_bytes.as_usize();
+        // Folding copies the large index: done every FOLD_AT values, or 64 KiB of them, or
+        // when a limit is crossed (then every merge pays it until values expire).
+        if recent.len() >= FOLD_AT || recent.bytes >= FOLD_BYTES || over_limits {
+            let mut base = (*t.base).clone();
+            while let Some(e) = recent.order.pop_front() {
+                base.push(e);
+            }
+            let others = (
+                self.stats
+                    .values
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(before_len),
+                self.stats
+                    .bytes
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(before_bytes),
+            );
+            self.trim(&mut base, others);
+            t.base = Arc::new(base);
+            recent = Index::default();
+        }
+        t.recent = Arc::new(recent);
+        let (after_len, after_bytes) = (t.len(), t.bytes());
+        drop(t);
+        self.account(before_len, after_len, &self.stats.values);
+        self.account(before_bytes, after_bytes, &self.stats.bytes);
+    }
+
+    fn account(&self, before: usize, after: usize, total: &AtomicUsize) {
+        if after >= before {
+            total.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            total.fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops expired values, then the oldest until the tenant's limits hold and, with the
+    /// other tenants' `others` (values, bytes), the global ones.
+    fn trim(&self, base: &mut Index, others: (usize, usize)) {
+        let ttl = self.config.ttl.0;
+        let now = Instant::now();
+        while base
+            .order
+            .front()
+            .is_some_and(|e| now.duration_since(e.at) > ttl)
+        {
+            base.pop_oldest();
+            self.stats.expired.fetch_add(1, Ordering::Relaxed);
+        }
+        let c = &self.config;
+        let over = |b: &Index| {
+            b.len() > c.max_values_per_tenant
+                || b.bytes > c.max_bytes_per_tenant.as_usize()
+                || others.0 + b.len() > c.max_values
+                || others.1 + b.bytes > c.max_bytes.as_usize()
+        };
+        while over(base) && base.pop_oldest().is_some() {
+            self.stats.evicted_limit.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+thread_local! {
+    /// The tenant scope of the item being protected on this thread, if learning is on.
+    static SCOPE: RefCell<Option<TenantScope>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `scope` as this thread's learning scope and gives the scope back.
+pub fn with_scope<R>(scope: TenantScope, f: impl FnOnce() -> R) -> (R, TenantScope) {
+    SCOPE.with(|s| *s.borrow_mut() = Some(scope));
+    let out = f();
+    let scope = SCOPE.with(|s| s.borrow_mut().take()).unwrap_or_default();
+    (out, scope)
+}
+
+/// Every place a value learned by the current scope's tenant stands in `text` (none when no
+/// scope is set: `toolwatch redact`, benchmarks of one stage).
+pub fn find_in_scope(text: &str, out: &mut Vec<Hit>) {
+    SCOPE.with(|s| {
+        if let Ok(s) = s.try_borrow() {
+            if let Some(scope) = s.as_ref() {
+                scope.find(text, out);
+            }
+        }
+    });
+}
+
+/// Teaches the current scope's tenant `value`, removed by `rule`.
+pub fn learn_in_scope(rule: &str, value: &str) {
+    SCOPE.with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if let Some(scope) = s.as_mut() {
+                scope.learn(rule, value);
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(config: LearnedConfig) -> LearnedValues {
+        LearnedValues::new(config)
+    }
+
+    fn found(scope: &TenantScope, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        scope.find(text, &mut out);
+        out.iter()
+            .map(|h| text[h.range.clone()].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_value_learned_in_a_batch_is_found_later_in_it_and_in_later_batches() {
+        let s = store(LearnedConfig::default());
+        let mut a = s.scope("acme");
+        a.learn("aws_secret_access_key", "wJalrXUtnFEMI/K7MDENG");
+        assert_eq!(
+            found(&a, "{\"k\": \"wJalrXUtnFEMI/K7MDENG\"}"),
+            ["wJalrXUtnFEMI/K7MDENG"]
+        );
+        s.merge(a);
+        let later = s.scope("acme");
+        let mut hits = Vec::new();
+        later.find("again wJalrXUtnFEMI/K7MDENG.", &mut hits);
+        assert_eq!(hits.len(), 1);
+        assert_eq!(&*hits[0].rule, "learned:aws_secret_access_key");
+        // Another tenant learned nothing.
+        assert!(found(&s.scope("globex"), "wJalrXUtnFEMI/K7MDENG").is_empty());
+        assert_eq!(s.stats.values.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn short_values_and_learned_matches_are_not_learned() {
+        let s = store(LearnedConfig::default());
+        let mut a = s.scope("t");
+        a.learn("secret_key_assignment", "qzva");
+        a.learn("learned:x", "abcdefgh12345");
+        assert_eq!(a.fresh.len(), 0);
+    }
+
+    #[test]
+    fn a_value_inside_a_longer_word_is_not_found_at_its_middle() {
+        let s = store(LearnedConfig::default());
+        let mut a = s.scope("t");
+        a.learn("r", "Zk3q9XbT2mLw");
+        assert_eq!(found(&a, "xZk3q9XbT2mLw"), Vec::<String>::new());
+        assert_eq!(found(&a, "x=Zk3q9XbT2mLw;"), ["Zk3q9XbT2mLw"]);
+    }
+
+    #[test]
+    fn limits_keep_the_newest_values_per_tenant() {
+        let s = store(LearnedConfig {
+            max_values_per_tenant: 300,
+            ..Default::default()
+        });
+        for batch in 0..4 {
+            let mut a = s.scope("t");
+            for i in 0..200 {
+                a.learn("r", &format!("value-{batch}-{i:05}-x"));
+            }
+            s.merge(a);
+        }
+        let a = s.scope("t");
+        assert!(a.snapshot.len() <= 300 + FOLD_AT, "{}", a.snapshot.len());
+        assert_eq!(found(&a, "value-3-00199-x"), ["value-3-00199-x"]);
+        assert!(found(&a, "value-0-00000-x").is_empty());
+        assert!(s.stats.evicted_limit.load(Ordering::Relaxed) >= 400);
+        assert_eq!(s.stats.values.load(Ordering::Relaxed), a.snapshot.len());
+    }
+
+    #[test]
+    fn values_expire_after_their_time_to_live() {
+        let s = store(LearnedConfig {
+            ttl: HumanDuration(Duration::ZERO),
+            ..Default::default()
+        });
+        let mut a = s.scope("t");
+        a.learn("r", "Zk3q9XbT2mLw");
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(found(&a, "Zk3q9XbT2mLw").is_empty());
+    }
+
+    #[test]
+    fn the_thread_scope_is_given_back() {
+        let s = store(LearnedConfig::default());
+        let ((), scope) = with_scope(s.scope("t"), || learn_in_scope("r", "Zk3q9XbT2mLw"));
+        let mut hits = Vec::new();
+        find_in_scope("Zk3q9XbT2mLw", &mut hits);
+        assert!(hits.is_empty(), "no scope outside with_scope");
+        assert_eq!(found(&scope, "Zk3q9XbT2mLw"), ["Zk3q9XbT2mLw"]);
+    }
+}
