@@ -9,9 +9,9 @@
 //! Memory is bounded per tenant and in all (count, bytes, time to live). Values live in
 //! memory only: a restart forgets them, and nothing learned is written anywhere.
 //!
-//! Matching costs one byte loop per string with a hash lookup at each word boundary: a value
-//! is found where it starts a word or where a word ends before it (its first eight bytes are
-//! the lookup key). Each tenant's values sit in two immutable indexes, a large one folded
+//! Matching costs one byte loop per string: at each word start, one bit test (the first two
+//! bytes) and, rarely, a hash lookup (the first eight bytes). A learned value starts with a
+//! letter or digit and is found where it starts a word. Each tenant's values sit in two immutable indexes, a large one folded
 //! from a small recent one every [`FOLD_AT`] values, so a batch takes one snapshot (two `Arc`
 //! clones) and never locks per string.
 
@@ -89,11 +89,29 @@ struct Entry {
 }
 
 /// Values by their first eight bytes, in the order they were learned.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 struct Index {
     by_prefix: FastMap<u64, Vec<Arc<Entry>>>,
     order: VecDeque<Arc<Entry>>,
     bytes: usize,
+    /// One bit per hash of the first two bytes of a value: most word starts are ruled out by
+    /// one bit test before any hashing (512 bytes inline: an empty index allocates nothing).
+    starts: [u64; 64],
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index {
+            by_prefix: FastMap::default(),
+            order: VecDeque::new(),
+            bytes: 0,
+            starts: [0; 64],
+        }
+    }
+}
+
+fn start_bit(b: &[u8]) -> usize {
+    ((usize::from(b[0]) << 5) ^ usize::from(b[1])) & 4095
 }
 
 fn prefix_key(b: &[u8]) -> Option<u64> {
@@ -117,6 +135,8 @@ impl Index {
             return;
         };
         self.bytes += e.text.len();
+        let bit = start_bit(e.text.as_bytes());
+        self.starts[bit / 64] |= 1 << (bit % 64);
         self.by_prefix.entry(k).or_default().push(Arc::clone(&e));
         self.order.push_back(e);
     }
@@ -135,36 +155,36 @@ impl Index {
         Some(e)
     }
 
-    /// Every place in `text` where a value of this index starts at a word boundary.
-    fn find(&self, text: &str, ttl: Duration, now: &mut Option<Instant>, out: &mut Vec<Hit>) {
-        if self.by_prefix.is_empty() {
-            return;
-        }
+    fn may_start(&self, b: &[u8]) -> bool {
+        let bit = start_bit(b);
+        self.starts[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// The values of this index that stand at `b[i..]`.
+    fn find_at(
+        &self,
+        text: &str,
+        i: usize,
+        ttl: Duration,
+        now: &mut Option<Instant>,
+        out: &mut Vec<Hit>,
+    ) {
         let b = text.as_bytes();
-        if b.len() < PREFIX_BYTES {
+        if !self.may_start(&b[i..]) {
             return;
         }
-        let mut prev_word = false;
-        for i in 0..=b.len() - PREFIX_BYTES {
-            let word = b[i].is_ascii_alphanumeric();
-            let boundary = i == 0 || word != prev_word;
-            prev_word = word;
-            if !boundary {
-                continue;
-            }
-            let Some(bucket) = prefix_key(&b[i..]).and_then(|k| self.by_prefix.get(&k)) else {
-                continue;
-            };
-            for e in bucket {
-                let end = i + e.text.len();
-                if b[i..].starts_with(e.text.as_bytes()) && text.is_char_boundary(end) {
-                    let t = *now.get_or_insert_with(Instant::now);
-                    if t.duration_since(e.at) <= ttl {
-                        out.push(Hit {
-                            range: i..end,
-                            rule: Arc::clone(&e.rule),
-                        });
-                    }
+        let Some(bucket) = prefix_key(&b[i..]).and_then(|k| self.by_prefix.get(&k)) else {
+            return;
+        };
+        for e in bucket {
+            let end = i + e.text.len();
+            if b[i..].starts_with(e.text.as_bytes()) && text.is_char_boundary(end) {
+                let t = *now.get_or_insert_with(Instant::now);
+                if t.duration_since(e.at) <= ttl {
+                    out.push(Hit {
+                        range: i..end,
+                        rule: Arc::clone(&e.rule),
+                    });
                 }
             }
         }
@@ -209,15 +229,36 @@ pub struct TenantScope {
 }
 
 impl TenantScope {
-    /// Every place a value this tenant learned stands in `text`.
+    /// Every place a value this tenant learned stands in `text`: one pass over the word
+    /// starts, each looked up in the indexes that hold anything.
     pub fn find(&self, text: &str, out: &mut Vec<Hit>) {
         if !self.enabled {
             return;
         }
+        let all = [&*self.snapshot.base, &*self.snapshot.recent, &self.fresh];
+        let mut indexes = [&self.fresh; 3];
+        let mut n = 0;
+        for x in all.into_iter().filter(|x| x.len() > 0) {
+            indexes[n] = x;
+            n += 1;
+        }
+        let indexes = &indexes[..n];
+        let b = text.as_bytes();
+        if indexes.is_empty() || b.len() < PREFIX_BYTES {
+            return;
+        }
         let mut now = None;
-        self.snapshot.base.find(text, self.ttl, &mut now, out);
-        self.snapshot.recent.find(text, self.ttl, &mut now, out);
-        self.fresh.find(text, self.ttl, &mut now, out);
+        let mut prev_word = false;
+        for (i, c) in b[..=b.len() - PREFIX_BYTES].iter().enumerate() {
+            let word = c.is_ascii_alphanumeric();
+            let starts_word = word && !prev_word;
+            prev_word = word;
+            if starts_word {
+                for x in indexes {
+                    x.find_at(text, i, self.ttl, &mut now, out);
+                }
+            }
+        }
     }
 
     /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is
@@ -228,6 +269,7 @@ impl TenantScope {
             || value.len() > MAX_VALUE_BYTES
             || rule.starts_with(LEARNED_PREFIX)
             || value.trim().len() < value.len()
+            || !value.as_bytes()[0].is_ascii_alphanumeric()
             || self.fresh.contains(value)
             || self.snapshot.recent.contains(value)
             || self.snapshot.base.contains(value)
@@ -321,13 +363,15 @@ impl LearnedValues {
         let c = &self.config;
         let grown = (recent.len() + t.base.len()).saturating_sub(before_len);
         let grown_bytes = (recent.bytes + t.base.bytes).saturating_sub(before_bytes);
-        let over_limits = t.base.len() + recent.len() > c.max_values_per_tenant
-            || t.base.bytes + recent.bytes > c.max_bytes_per_tenant.as_usize()
-            || self.stats.values.load(Ordering::Relaxed) + grown > c.max_values
-            || self.stats.bytes.load(Ordering::Relaxed) + grown_bytes > c.max_bytes.as_usize();
-        // Folding copies the large index: done every FOLD_AT values, or 64 KiB of them, or
-        // when a limit is crossed (then every merge pays it until values expire).
-        if recent.len() >= FOLD_AT || recent.bytes >= FOLD_BYTES || over_limits {
+        // The global limits, with an eighth to spare: past that every merge folds (and
+        // trims) until the tenants are back under them.
+        let over_all = self.stats.values.load(Ordering::Relaxed) + grown
+            > c.max_values + c.max_values / 8
+            || self.stats.bytes.load(Ordering::Relaxed) + grown_bytes
+                > c.max_bytes.as_usize() + c.max_bytes.as_usize() / 8;
+        // Folding copies the large index, so it waits for FOLD_AT values or FOLD_BYTES of them
+        // (limits are applied then: a tenant may be that much over its own until the fold).
+        if recent.len() >= FOLD_AT || recent.bytes >= FOLD_BYTES || over_all {
             let mut base = (*t.base).clone();
             while let Some(e) = recent.order.pop_front() {
                 base.push(e);
