@@ -264,6 +264,24 @@ const DETECTORS: &[D] = &[
     D { id: "tailscale_key", description: "Tailscale API, auth, OAuth client, SCIM or webhook key (tskey-…)",
         keywords: &["tskey-"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(tskey-(?:api|auth|client|scim|webhook)-[A-Za-z0-9]{6,}-[A-Za-z0-9]{16,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "brevo_api_key", description: "Brevo (Sendinblue) API or SMTP key (xkeysib-/xsmtpsib- + 64 hex - 16 alphanumerics)",
+        keywords: &["xkeysib-", "xsmtpsib-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(x(?:keysib|smtpsib)-[a-f0-9]{64}-[A-Za-z0-9]{16})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "docker_swarm_token", description: "Docker Swarm join token (SWMTKN-1-…) or unlock key (SWMKEY-1-…)",
+        keywords: &["swmtkn-1-", "swmkey-1-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(SWMTKN-1-[a-z0-9]{50}-[a-z0-9]{25}|SWMKEY-1-[A-Za-z0-9+/]{43})(?:[^A-Za-z0-9_\-+/]|$)", group: 1, validator: None },
+    D { id: "sonarqube_token", description: "SonarQube user, project or global analysis token (squ_/sqp_/sqa_ + 40 hex)",
+        keywords: &["squ_", "sqp_", "sqa_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sq[upa]_[a-f0-9]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "twilio_auth_token", description: "Twilio auth token (32 hex) after the word twilio",
+        keywords: &["twilio"],
+        regex: r"(?i)twilio[^\n]{0,40}?(?:^|[^A-Za-z0-9_\-])([a-f0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "cohere_api_key", description: "Cohere API key (40 alphanumerics) after the word cohere or CO_API_KEY",
+        keywords: &["cohere", "co_api_key"],
+        regex: r"(?i)(?:cohere|co_api_key)[^\n]{0,40}?(?:^|[^A-Za-z0-9_\-])([A-Za-z0-9]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: Some(Validator::NotTrivial) },
+    D { id: "discord_bot_token", description: "Discord bot token (user id . timestamp . HMAC) after the word discord or bot",
+        keywords: &["discord", "bot "],
+        regex: r"(?i)(?:discord|bot)[^\n]{0,40}?(?:^|[^A-Za-z0-9_\-.])([MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     // --- Credentials in headers, URLs and command lines --------------------------------------
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
@@ -786,6 +804,46 @@ mod tests {
             format!("{{\"grafana\": \"{glsa}\"}}"),
             glsa,
         );
+        let brevo = format!(
+            "xkeysib-{}-{}",
+            cycle("0a1b2c3d4e5f6789", 64),
+            cycle(B62, 16)
+        );
+        tp("brevo_api_key", format!("BREVO_API_KEY={brevo}"), brevo);
+        let swarm = format!(
+            "SWMTKN-1-{}-{}",
+            cycle("3abc9xyz07klmn", 50),
+            cycle("q4w5e6r7t8", 25)
+        );
+        tp(
+            "docker_swarm_token",
+            format!("docker swarm join --token {swarm} 10.0.0.5:2377"),
+            swarm,
+        );
+        let sonar = format!("squ_{}", cycle("5f6278f46c0697b8", 40));
+        tp("sonarqube_token", format!("-Dsonar.token={sonar}"), sonar);
+        let twilio = cycle("9f8e7d6c5b4a3210", 32);
+        tp(
+            "twilio_auth_token",
+            format!("TWILIO_AUTH_TOKEN: {twilio}"),
+            twilio,
+        );
+        let cohere = cycle(B62, 40);
+        tp(
+            "cohere_api_key",
+            format!("{{\"cohere\": {{\"api_key\": \"{cohere}\"}}}}"),
+            cohere,
+        );
+        let discord = format!(
+            "MTIzNDU2Nzg5MDEyMzQ1Njc4OQ.{}.{}",
+            cycle(B62, 6),
+            cycle(B62, 38)
+        );
+        tp(
+            "discord_bot_token",
+            format!("Authorization: Bot {discord}"),
+            discord,
+        );
         let mg = format!("key-{}", cycle("3f9a1c7e5b2d8046", 32));
         tp(
             "mailgun_api_key",
@@ -1024,6 +1082,21 @@ mod tests {
             (
                 "mailgun_api_key",
                 "cache key-3f9a1c7e5b2d80463f9a1c7e5b2d8046 hit",
+            ),
+            ("brevo_api_key", "xkeysib- is Brevo's prefix"),
+            ("docker_swarm_token", "SWMTKN-1-short-token"),
+            ("sonarqube_token", "squ_ and sqp_ prefixes; sqa_1234"),
+            (
+                "twilio_auth_token",
+                "twilio message 3f9a1c7e-5b2d-8046-3f9a-1c7e5b2d8046 queued",
+            ),
+            (
+                "cohere_api_key",
+                "cohere model command-r-plus-08-2024 answered",
+            ),
+            (
+                "discord_bot_token",
+                "discord release notes v1.2.3.4 and a.b.c",
             ),
             (
                 "nats_nkey_seed",
@@ -1480,6 +1553,59 @@ mod tests {
                     C(ALNUM, 16, 48),
                 ],
             ),
+            f(
+                "brevo_api_key",
+                &[L("xkeysib-"), C(HEX, 64, 64), L("-"), C(ALNUM, 16, 16)],
+            ),
+            f(
+                "brevo_api_key",
+                &[L("xsmtpsib-"), C(HEX, 64, 64), L("-"), C(ALNUM, 16, 16)],
+            ),
+            f(
+                "docker_swarm_token",
+                &[
+                    L("SWMTKN-1-"),
+                    C(LOWER_ALNUM, 50, 50),
+                    L("-"),
+                    C(LOWER_ALNUM, 25, 25),
+                ],
+            ),
+            f(
+                "docker_swarm_token",
+                &[
+                    L("SWMKEY-1-"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+                        43,
+                        43,
+                    ),
+                ],
+            ),
+            f("sonarqube_token", &[L("squ_"), C(HEX, 40, 40)]),
+            f("sonarqube_token", &[L("sqp_"), C(HEX, 40, 40)]),
+            f("sonarqube_token", &[L("sqa_"), C(HEX, 40, 40)]),
+            Format {
+                rule: "twilio_auth_token",
+                hint: "twilio ",
+                segs: &[C(HEX, 32, 32)],
+            },
+            Format {
+                rule: "cohere_api_key",
+                hint: "cohere ",
+                segs: &[C(ALNUM, 40, 40)],
+            },
+            Format {
+                rule: "discord_bot_token",
+                hint: "discord ",
+                segs: &[
+                    C("MNO", 1, 1),
+                    C(B64URL, 23, 25),
+                    L("."),
+                    C(B64URL, 6, 6),
+                    L("."),
+                    C(B64URL, 27, 38),
+                ],
+            },
             // Older rules whose alphabets allow `-` and `_` at their ends (once `\b`-anchored,
             // so a token ending in `-` was missed or cut).
             f("heroku_api_key", &[L("HRKU-AA"), C(B64URL, 58, 60)]),

@@ -1253,6 +1253,7 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
         let schemes = [
             "basic",
             "bearer",
+            "bot",
             "ntlm",
             "negotiate",
             "digest",
