@@ -158,7 +158,6 @@ const VALUE_HEADS: &[&str] = &[
     "current",
     "confirm",
     "confirmation",
-    "2",
 ];
 
 /// Qualifiers that make a `key` a credential outright.
@@ -253,11 +252,7 @@ const NOT_SECRET_KEY_QUALIFIERS: &[&str] = &[
     "registry",
     "config",
     "env",
-    "dedupe",
     "metric",
-    "hotkey",
-    "keyboard",
-    "monkey",
 ];
 
 /// Heads that make a key name something about a credential, not the credential.
@@ -363,7 +358,6 @@ const NOT_CREDENTIAL_HEADS: &[&str] = &[
     "algorithm",
     "alg",
     "encoding",
-    "store",
     "vault",
     "dump",
     "list",
@@ -404,7 +398,6 @@ const NOT_CREDENTIAL_HEADS: &[&str] = &[
     "client",
     "service",
     "server",
-    "endpoint",
     "issuer",
     "audience",
     "owner",
@@ -413,7 +406,6 @@ const NOT_CREDENTIAL_HEADS: &[&str] = &[
     "login",
     "email",
     "account",
-    "policy",
     "bits",
     "hex",
     "digits",
@@ -433,7 +425,6 @@ const NOT_CREDENTIAL_HEADS: &[&str] = &[
     "stub",
     "fake",
     "dummy",
-    "len",
     "width",
     "height",
     "color",
@@ -448,7 +439,6 @@ const NOT_CREDENTIAL_HEADS: &[&str] = &[
     "screen",
     "modal",
     "dialog",
-    "field",
 ];
 
 /// The lowercased words of a key: split at non-alphanumerics, at camelCase humps and between
@@ -718,10 +708,11 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
         Syntax::Code => "a bare word in code syntax (-1)",
     });
     if is_identifier_shaped(v) {
-        if bare {
+        // Configuration has no variables: only code's bare words name things.
+        if syntax == Syntax::Code {
             score -= 2;
             reasons.push("shaped like an identifier: camelCase, PascalCase or snake_case (-2)");
-        } else if class < KeyClass::Credential {
+        } else if !bare && class < KeyClass::Credential {
             score -= 1;
             reasons.push("a name (camelCase, PascalCase, snake_case) under a key that is not a credential name (-1)");
         }
@@ -1108,7 +1099,8 @@ fn operator(b: &[u8], ke: usize) -> Option<(Separator, usize)> {
     for op in ASSIGN {
         if rest.starts_with(op) {
             let after = at + op.len();
-            if op == b"=" && rest.get(1) == Some(&b'~') {
+            // `x =~ /re/` matches a pattern (Perl, Ruby); `KEY=~abc` assigns.
+            if op == b"=" && spaced && rest.get(1) == Some(&b'~') {
                 return None;
             }
             let spaced = spaced || b.get(after).is_some_and(|c| matches!(c, b' ' | b'\t'));
@@ -1177,7 +1169,7 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
     if words.last().is_some_and(|w| w == "identified") && sep == Separator::Blank {
         // SQL `IDENTIFIED BY <password>`.
         let rest = &text[at..];
-        if rest.len() > 3 && rest[..3].eq_ignore_ascii_case("by ") {
+        if rest.get(..3).is_some_and(|w| w.eq_ignore_ascii_case("by ")) {
             at = skip_blanks(b, at + 3);
             sql = true;
             words = vec!["password".to_string()];
@@ -1629,6 +1621,48 @@ mod tests {
         ];
         for text in kept {
             assert_eq!(removed(text), Vec::<String>::new(), "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any text, keywords and operators mixed in: no panic, and every removal is a
+        /// non-empty range on character boundaries.
+        #[test]
+        fn any_text_is_judged_without_panics(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::string::string_regex("[a-zA-Z0-9_ .\\-]{0,12}").expect("regex"),
+                    proptest::string::string_regex("(password|token|key|pw|secret|IDENTIFIED|Bot|sid)").expect("regex"),
+                    proptest::string::string_regex("(=|: |:=|\"|'|\\\\\"|&quot;|\\(|\\)|,|<|>|\\[|\\]| BY )").expect("regex"),
+                    proptest::string::string_regex("[日本é\\x{1F600}\n\t]{1,3}").expect("regex"),
+                ],
+                0..24,
+            )
+        ) {
+            let text: String = parts.concat();
+            for r in removals(&text, &keyword_hits(&text)) {
+                proptest::prop_assert!(r.start < r.end && r.end <= text.len());
+                proptest::prop_assert!(text.is_char_boundary(r.start) && text.is_char_boundary(r.end));
+            }
+        }
+
+        /// A literal under a credential name goes, whatever its characters, in .env, YAML,
+        /// JSON and code with quotes.
+        #[test]
+        fn literals_under_credential_names_go(value in "[A-Za-z0-9!@#%^*+/~]{4,40}") {
+            proptest::prop_assume!(!is_filler(&value) && !is_placeholder(&value, "password"));
+            for text in [
+                format!("DB_PASSWORD={value}"),
+                format!("password: \"{value}\""),
+                format!("{{\"api_token\": \"{value}\"}}"),
+                format!("let secret = '{value}';"),
+            ] {
+                let removed: Vec<&str> = removals(&text, &keyword_hits(&text))
+                    .into_iter()
+                    .map(|r| &text[r])
+                    .collect();
+                proptest::prop_assert!(removed.contains(&value.as_str()), "{} -> {:?}", text, removed);
+            }
         }
     }
 
