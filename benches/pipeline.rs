@@ -186,12 +186,21 @@ fn payload(size: usize, secrets: bool, seed: usize) -> String {
 
 fn protect_payloads(c: &mut Criterion) {
     use toolwatch::event::{fixtures, AttrValue, Attributes, GenAiFields, SpanClass, SpanRecord};
-    let redactor = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"bench-key"))
-        .expect("default rules compile");
-    let protector = Protector::new(redactor);
+    // Learned values on (the default) and off, to show what matching them costs.
+    let protector = |learned: bool| {
+        let mut config = RedactionConfig::default();
+        config.learned.enabled = learned;
+        Protector::from_config(&config, KeyedHasher::new(b"bench-key")).expect("rules compile")
+    };
+    let (learning, not_learning) = (protector(true), protector(false));
     let mut g = c.benchmark_group("protect");
-    for size in [1024, 4096, 8192] {
-        for secrets in [false, true] {
+    for (size, secrets, learned) in [1024, 4096, 8192]
+        .into_iter()
+        .flat_map(|size| [(size, false), (size, true)])
+        .flat_map(|(size, secrets)| [(size, secrets, true), (size, secrets, false)])
+    {
+        let protector = if learned { &learning } else { &not_learning };
+        {
             let spans: Vec<SpanRecord> = (0..64)
                 .map(|n| SpanRecord {
                     name: "execute_tool search_orders".into(),
@@ -221,9 +230,10 @@ fn protect_payloads(c: &mut Criterion) {
             };
             g.throughput(Throughput::Bytes(bytes as u64));
             let name = format!(
-                "{}KiB_{}",
+                "{}KiB_{}{}",
                 size / 1024,
-                if secrets { "with_secrets" } else { "clean" }
+                if secrets { "with_secrets" } else { "clean" },
+                if learned { "" } else { "_learned_off" }
             );
             g.bench_function(name, |b| {
                 b.iter_batched(
