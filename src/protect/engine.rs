@@ -427,18 +427,6 @@ impl Redactor {
         if text.len() < MIN_FINDING_BYTES {
             return Some(Vec::new());
         }
-        // Values the item's tenant learned (none outside the daemon's protect).
-        let mut learned_hits = Vec::new();
-        learned::find_in_scope(text, &mut learned_hits);
-        let mut found: Vec<Finding> = learned_hits
-            .into_iter()
-            .map(|h| Finding {
-                rule: h.rule,
-                start: h.range.start,
-                end: h.range.end,
-                rank: LEARNED_RANK,
-            })
-            .collect();
         // A bitset of the detectors to run, on the stack for any realistic rule count.
         let words = self.detectors.len().div_ceil(64);
         let mut stack = [0u64; 4];
@@ -474,6 +462,19 @@ impl Redactor {
                 run[i / 64] |= 1 << (i % 64);
             }
         }
+        // Values the item's tenant learned (none outside the daemon's protect), after the
+        // keyword pass: JSON that pass sends to be parsed is matched leaf by leaf instead.
+        let mut learned_hits = Vec::new();
+        learned::find_in_scope(text, &mut learned_hits);
+        let mut found: Vec<Finding> = learned_hits
+            .into_iter()
+            .map(|h| Finding {
+                rule: h.rule,
+                start: h.range.start,
+                end: h.range.end,
+                rank: LEARNED_RANK,
+            })
+            .collect();
         if run.iter().all(|&w| w == 0) {
             return Some(merged(found));
         }
