@@ -306,9 +306,10 @@ const DETECTORS: &[D] = &[
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
     D { id: "secret_key_assignment", description: "Literal value under a credential name in code, config, JSON, YAML, .env, XML, command lines, SQL or cookies, judged by key and shape together (key context)",
         keywords: super::key_context::KEYWORDS,
-        // Not run: the judgment reads the text around the keyword hits. The regex names the
-        // keywords so the combined set still says when the detector may fire.
-        regex: r"(?i)pass|pw|psw|pssw|pasw|secret|token|cred|key|auth|nonce|salt|seed|verifier|session|sid|cookie|bearer|identified|otp|pin", group: 0, validator: None },
+        // Not run: the judgment reads the text around the keyword hits. The spec's regex is
+        // built from the keywords (`default_detectors`) so the combined set still says when
+        // the detector may fire.
+        regex: "", group: 0, validator: None },
     D { id: "high_entropy_near_keyword", description: "High-entropy string (over 4.2 bits/char, so not hex) near secret/token/credential/api key/private key",
         keywords: &["secret", "token", "credential", "apikey", "api_key", "api-key", "privatekey", "private_key", "accesskey", "access_key"],
         regex: r"(?i)(?:secret|token|credential|api[_\-]?key|private[_\-]?key|access[_\-]?key)[^\n]{0,24}?(?:^|[^A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{24,}={0,2})", group: 1, validator: ENTROPY_4_2 },
@@ -355,6 +356,9 @@ pub const PERSONAL_DATA: &[&str] = &[
     "ipv6_address",
 ];
 
+/// The detector that is the key-context judgment.
+const JUDGED_DETECTOR: &str = "secret_key_assignment";
+
 /// The default detectors as specs.
 pub fn default_detectors() -> Vec<DetectorSpec> {
     DETECTORS
@@ -362,7 +366,11 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
         .map(|d| DetectorSpec {
             id: d.id.to_string(),
             description: d.description.to_string(),
-            regex: d.regex.to_string(),
+            regex: if d.id == JUDGED_DETECTOR {
+                format!("(?i){}", super::key_context::KEYWORDS.join("|"))
+            } else {
+                d.regex.to_string()
+            },
             keywords: d.keywords.iter().map(|k| k.to_string()).collect(),
             group: d.group,
             validator: d.validator,
@@ -371,7 +379,7 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             keys: Vec::new(),
             except_keys: Vec::new(),
             except_context: Vec::new(),
-            judged: d.id == "secret_key_assignment",
+            judged: d.id == JUDGED_DETECTOR,
             // Key-context values are checked by their own validator, which keeps `1234…` runs.
             skip_placeholders: !PERSONAL_DATA.contains(&d.id) && d.id != "secret_key_assignment",
             min_digits: match d.id {

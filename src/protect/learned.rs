@@ -180,7 +180,7 @@ impl Index {
             let end = i + e.text.len();
             if b[i..].starts_with(e.text.as_bytes()) && text.is_char_boundary(end) {
                 let t = *now.get_or_insert_with(Instant::now);
-                if t.duration_since(e.at) <= ttl {
+                if t.duration_since(e.at) < ttl {
                     out.push(Hit {
                         range: i..end,
                         rule: Arc::clone(&e.rule),
@@ -393,16 +393,8 @@ impl LearnedValues {
         t.recent = Arc::new(recent);
         let (after_len, after_bytes) = (t.len(), t.bytes());
         drop(t);
-        self.account(before_len, after_len, &self.stats.values);
-        self.account(before_bytes, after_bytes, &self.stats.bytes);
-    }
-
-    fn account(&self, before: usize, after: usize, total: &AtomicUsize) {
-        if after >= before {
-            total.fetch_add(after - before, Ordering::Relaxed);
-        } else {
-            total.fetch_sub(before - after, Ordering::Relaxed);
-        }
+        account(before_len, after_len, &self.stats.values);
+        account(before_bytes, after_bytes, &self.stats.bytes);
     }
 
     /// Drops expired values, then the oldest until the tenant's limits hold and, with the
@@ -413,7 +405,7 @@ impl LearnedValues {
         while base
             .order
             .front()
-            .is_some_and(|e| now.duration_since(e.at) > ttl)
+            .is_some_and(|e| now.duration_since(e.at) >= ttl)
         {
             base.pop_oldest();
             self.stats.expired.fetch_add(1, Ordering::Relaxed);
@@ -428,6 +420,15 @@ impl LearnedValues {
         while over(base) && base.pop_oldest().is_some() {
             self.stats.evicted_limit.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Moves `total` by the change from `before` to `after`.
+fn account(before: usize, after: usize, total: &AtomicUsize) {
+    if after >= before {
+        total.fetch_add(after - before, Ordering::Relaxed);
+    } else {
+        total.fetch_sub(before - after, Ordering::Relaxed);
     }
 }
 
@@ -550,8 +551,9 @@ mod tests {
         });
         let mut a = s.scope("t");
         a.learn("r", "Zk3q9XbT2mLw");
-        std::thread::sleep(Duration::from_millis(2));
+        // A value is remembered while younger than the ttl: with 0, never.
         assert!(found(&a, "Zk3q9XbT2mLw").is_empty());
+        assert_eq!(a.fresh.len(), 1, "learned, then expired");
     }
 
     #[test]

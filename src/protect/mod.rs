@@ -240,7 +240,8 @@ struct SharedParts {
 /// The learning scopes of one batch, one per tenant named in it.
 struct BatchScopes {
     scopes: Vec<Option<TenantScope>>,
-    by_tenant: HashMap<String, usize>,
+    /// Tenant names come from payloads: the project's fast seeded map, not SipHash.
+    by_tenant: crate::maps::FastMap<String, usize>,
 }
 
 impl BatchScopes {
@@ -255,7 +256,12 @@ impl BatchScopes {
     }
 
     /// Learns the raw idempotency keys of an item before anything of the batch is examined.
-    fn learn_keys(&mut self, i: usize, audit: &AuditFields, attrs: &[&Attributes]) {
+    fn learn_keys<'a>(
+        &mut self,
+        i: usize,
+        audit: &AuditFields,
+        attrs: impl IntoIterator<Item = &'a Attributes>,
+    ) {
         let Some(Some(scope)) = self.scopes.get_mut(i) else {
             return;
         };
@@ -392,7 +398,7 @@ impl Protector {
         let mut report = ProtectReport::default();
         let mut scopes = BatchScopes {
             scopes: Vec::new(),
-            by_tenant: HashMap::new(),
+            by_tenant: crate::maps::map(),
         };
         // Each item's scope, by the tenant it names before protect; raw idempotency keys are
         // learned first, so an echo anywhere in the batch is caught.
@@ -401,10 +407,12 @@ impl Protector {
             .iter()
             .map(|s| {
                 let i = scopes.index(&self.learned, &s.tenant);
-                let mut attrs = vec![&s.attributes, &s.resource.attributes];
-                attrs.extend(s.events.iter().map(|e| &e.attributes));
-                attrs.extend(s.links.iter().map(|l| &l.attributes));
-                scopes.learn_keys(i, &s.audit, &attrs);
+                // Chained, not collected: this runs for every span of every batch.
+                let attrs = [&s.attributes, &s.resource.attributes]
+                    .into_iter()
+                    .chain(s.events.iter().map(|e| &e.attributes))
+                    .chain(s.links.iter().map(|l| &l.attributes));
+                scopes.learn_keys(i, &s.audit, attrs);
                 i
             })
             .collect();
@@ -413,7 +421,7 @@ impl Protector {
             .iter()
             .map(|l| {
                 let i = scopes.index(&self.learned, &l.tenant);
-                scopes.learn_keys(i, &l.audit, &[&l.attributes, &l.resource.attributes]);
+                scopes.learn_keys(i, &l.audit, [&l.attributes, &l.resource.attributes]);
                 i
             })
             .collect();
