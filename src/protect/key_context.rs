@@ -791,10 +791,7 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     if v.starts_with(':') && ident(&v[1..]) {
         return Some("a symbol (:name)");
     }
-    if (v.starts_with('/') || v.starts_with("~/") || v.starts_with("./"))
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_./-~".contains(&b))
-    {
+    if file_path_shaped(v) {
         return Some("a file path");
     }
     // A path of identifiers, maybe called or indexed: `a.b`, `Token::X`, `self->k`,
@@ -1470,6 +1467,30 @@ pub fn removals(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
     out
 }
 
+/// A bare value shaped like a file path: `~/…` or `./…`, or absolute with two segments or more
+/// (`/home/app`), or one lowercase segment (`/tmp`). A single segment with capitals or digits
+/// (`/AAA`, `/x9Q`) reads as a literal that starts with a slash, not as a folder.
+fn file_path_shaped(v: &str) -> bool {
+    if !v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_./-~".contains(&b))
+    {
+        return false;
+    }
+    if v.starts_with("~/") || v.starts_with("./") {
+        return true;
+    }
+    let Some(rest) = v.strip_prefix('/') else {
+        return false;
+    };
+    let segments = rest.split('/').filter(|s| !s.is_empty()).count();
+    segments >= 2
+        || (segments == 1
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b"_.-/".contains(&b)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1529,6 +1550,7 @@ mod tests {
     fn key_context_table() {
         let gone: &[(&str, &str)] = &[
             ("MYSQL_PASSWORD: qzva", "qzva"),
+            ("DB_PASSWORD=/AAA", "/AAA"),
             ("passphrase=\"kdjwhfur\"", "kdjwhfur"),
             ("PASS=\"QWERTYZXCV\"", "QWERTYZXCV"),
             ("current_password: 'abcde'", "abcde"),
@@ -1608,6 +1630,7 @@ mod tests {
             "the token is invalid",
             "pwd = os.getcwd()",
             "PWD=/home/app",
+            "PWD=/tmp",
             "SECRET = getenv(\"GEHE1MN15\", '')",
             "pwdump=n0NeKreD",
             "<add key=\"ClearTextPassword\" value=\"XXXXXXXXXXX\" />",
@@ -1650,7 +1673,10 @@ mod tests {
         /// JSON and code with quotes.
         #[test]
         fn literals_under_credential_names_go(value in "[A-Za-z0-9!@#%^*+/~]{4,40}") {
-            proptest::prop_assume!(!is_filler(&value) && !is_placeholder(&value, "password"));
+            // Path-shaped values (`/tmp`, `/a/B`) are kept as paths on purpose (`PWD=/home/app`).
+            proptest::prop_assume!(
+                !is_filler(&value) && !is_placeholder(&value, "password") && !file_path_shaped(&value)
+            );
             for text in [
                 format!("DB_PASSWORD={value}"),
                 format!("password: \"{value}\""),
