@@ -18,7 +18,10 @@
 # (`toolwatch query`) and the Parquet files under spans/. --threads also samples the daemon's
 # per-thread CPU (/proc/PID/task/*/stat, by thread name) just before SIGTERM. --keep keeps the
 # work directory (data, logs, reports) and prints its path.
-# Prints a readable summary on stderr and one JSON line on stdout.
+# Prints a readable summary on stderr and one JSON line on stdout. Each run also times a fixed
+# CPU-bound task that does not depend on toolwatch (SHA-256 of 1 GiB of zeros, `sha256sum`,
+# user+system CPU): `calibration_cpu_s`. This machine's speed drifts by up to 2x between hours;
+# figures taken hours apart compare only through their calibration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +53,8 @@ if [ "$keep" = 1 ]; then
 else
   trap 'rm -rf "$work"' EXIT
 fi
+
+head -c 1G /dev/zero | /usr/bin/time -f "%U %S" -o "$work/calibration.time" sha256sum > /dev/null
 
 TOOLWATCH_LOG__FORMAT=json /usr/bin/time -v -o "$work/serve.time" \
   "$bin" serve ${LOAD_CONFIG:+--config "$LOAD_CONFIG"} --data-dir "$work/data" \
@@ -132,6 +137,7 @@ user, sys_s, rss = time_v(f"{work}/serve.time")
 gen_user, gen_sys, _ = time_v(f"{work}/loadgen.time")
 stopped = next((json.loads(l) for l in open(f"{work}/serve.log") if '"toolwatch stopped"' in l), {})
 cpu = user + sys_s
+calibration = sum(float(x) for x in open(f"{work}/calibration.time").read().split()[-2:])
 acked = report["spans"]
 out = {
     "acked_spans": acked,
@@ -145,6 +151,7 @@ out = {
     "daemon_sys_s": sys_s,
     "cpu_s_per_million_written": round(cpu / written * 1e6, 1) if written else None,
     "peak_rss_mib": round(rss / 1024),
+    "calibration_cpu_s": round(calibration, 2),
     "acked_spans_per_s": report["spans_per_s"],
     "load_seconds": report["seconds"],
     "shutdown_s": round(float(t1) - float(t0), 2),
@@ -172,7 +179,7 @@ print(f"acked {acked:,} spans ({report['spans_per_s']:,.0f}/s over {report['seco
 per_m = out["cpu_s_per_million_written"]
 print(f"daemon CPU {cpu:.1f} s = {per_m if per_m is not None else '-'} CPU s per million spans written; "
       f"peak RSS {out['peak_rss_mib']} MiB; SIGTERM to exit {out['shutdown_s']} s; "
-      f"loadgen CPU {out['loadgen_cpu_s']} s (not counted)", file=e)
+      f"loadgen CPU {out['loadgen_cpu_s']} s (not counted); calibration {out['calibration_cpu_s']} CPU s", file=e)
 if threads == "1":
     print("threads before SIGTERM: " + ", ".join(f"{k} {v}" for k, v in out["threads_cpu_s_before_sigterm"].items()), file=e)
 print(json.dumps(out))

@@ -185,6 +185,7 @@ pub struct JournalMetrics {
     lag: Family<Owned1, Gauge>,
     cut_bytes: Counter,
     undecodable: Family<Owned1, Counter>,
+    consumer_records: Family<[(&'static str, String); 2], Counter>,
     failed_consumers: Family<Owned1, Gauge>,
     repeated_spans: Counter,
     replayed_rows: Counter,
@@ -231,6 +232,11 @@ impl JournalMetrics {
             "journal_undecodable_records",
             "Journal records a consumer could not decode and skipped, by consumer",
             self.undecodable.clone(),
+        );
+        r.register(
+            "journal_consumer_records",
+            "Journal records a consumer took, by consumer and source: published (the intake's batch as journalled, nothing decoded), shared (decoded by another consumer), decoded (decoded by this one)",
+            self.consumer_records.clone(),
         );
         r.register(
             "journal_consumer_failed",
@@ -290,6 +296,16 @@ impl JournalMetrics {
         self.failed_consumers
             .get_or_create(&[("consumer", consumer.to_string())])
             .set(1);
+    }
+
+    /// Counts a record `consumer` took from `source` (`published`, `shared`, `decoded`).
+    pub fn consumer_record(&self, consumer: &str, source: &'static str) {
+        self.consumer_records
+            .get_or_create(&[
+                ("consumer", consumer.to_string()),
+                ("source", source.to_string()),
+            ])
+            .inc();
     }
 
     /// Counts a record `consumer` could not decode.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::event::EventBatch;
-use crate::journal::codec;
+use crate::journal::codec::{self, JournalEntry};
 use crate::journal::writer::{AppendError, JournalWriter};
 use crate::metrics::Metrics;
 use crate::protect::Protector;
@@ -80,8 +80,12 @@ impl Intake {
                 return Err(Refusal::Unavailable);
             }
         };
-        drop(batch);
-        match self.journal.append(payload).await {
+        // The batch goes with its payload: the consumers take it instead of decoding.
+        match self
+            .journal
+            .append_decoded(payload, JournalEntry::Events(batch))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => {
                 self.metrics.journal.refused(e.reason());

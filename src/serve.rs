@@ -147,7 +147,8 @@ pub async fn run(
     for endpoint in &endpoints {
         export_tails.push(tail(&format!("export-{}", endpoint.name()))?);
     }
-    let (writer, writer_thread) = JournalWriter::spawn(
+    let decoded = Arc::new(DecodedRecords::new(DECODED_RECORDS));
+    let (writer, writer_thread) = JournalWriter::spawn_publishing(
         journal.journal,
         GroupCommit {
             interval: config.journal.group_commit.0,
@@ -156,12 +157,13 @@ pub async fn run(
             queue: config.limits.queue_batches.0,
         },
         Arc::clone(&head),
+        Some(Arc::clone(&decoded)),
     )
     .map_err(|e| ServeError::Thread(e.to_string()))?;
 
     let shared = Shared {
         metrics: Arc::clone(&metrics),
-        decoded: Arc::new(DecodedRecords::new(DECODED_RECORDS)),
+        decoded,
         tenancy: config.tenancy.clone(),
     };
     let stop_consumers = Stop::default();

@@ -10,7 +10,7 @@
 //! not named its tenant yet wait there (see [`crate::tenancy`]), and the checkpoint never
 //! passes one of them.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, JournalEntry};
 use super::head::JournalHead;
-use super::tail::Tail;
+use super::tail::{Record, Tail};
 use crate::tenancy::{Bound, HeldItems};
 
 /// How often a consumer's `tick` runs when records keep coming, and how long it waits for one.
@@ -55,20 +55,111 @@ pub trait Consumer {
 
 /// Records decoded lately, shared by the consumers: they read the same region of the journal
 /// at about the same time, and decoding a record (every string allocated) is most of what a
-/// consumer costs, so the first to reach a record decodes it and the others take it from here.
+/// consumer costs. The intake [`DecodedRecords::publish`]es each batch it journalled as it
+/// had it in memory (decoding the payload would give the same batch), so while the consumers
+/// keep up none of them decodes at all; a record not published, or gone from here, is
+/// decoded by the first consumer to reach it and the others take it from here.
 ///
-/// Sharing only works while the consumers stay within `capacity` records of each other. Under
-/// a load that keeps the CPU busy, the fastest would run ahead, the others would decode for
-/// themselves and fall further behind, so consumers that [`DecodedRecords::join`] are paced:
-/// one more than half the window ahead of the slowest other waits for it, at most
-/// [`PACE_MAX_WAIT`] a record (so a consumer that stalls slows the others to some 50 records a
-/// second, never stops them), and only while the gap is one the wait can close (under
-/// [`PACE_MAX_GAP`] windows; after a restart consumers can start far apart).
+/// Bounds: at most `capacity` records decoded by consumers and [`PUBLISHED_MAX_RECORDS`]
+/// published records of at most [`PUBLISHED_MAX_BYTES`] of payload in all; a record every
+/// paced consumer has passed is dropped at once. When the published records are at their
+/// bound (the consumers are far behind the intake) the intake publishes nothing more until
+/// they catch up, so what is held is what the consumers will read next.
+///
+/// Sharing consumer-decoded records only works while the consumers stay within `capacity`
+/// records of each other. Under a load that keeps the CPU busy, the fastest would run ahead,
+/// the others would decode for themselves and fall further behind, so consumers that
+/// [`DecodedRecords::join`] are paced: one more than half the window ahead of the slowest
+/// other waits for it, at most [`PACE_MAX_WAIT`] a record (so a consumer that stalls slows
+/// the others to some 50 records a second, never stops them), and only while the gap is one
+/// the wait can close (under [`PACE_MAX_GAP`] windows; after a restart consumers can start
+/// far apart).
 pub struct DecodedRecords {
-    recent: Mutex<VecDeque<(u64, Arc<JournalEntry>)>>,
+    recent: Mutex<Recent>,
     capacity: usize,
-    /// The next record of each paced consumer (`u64::MAX` once it stopped).
+    /// The next record of each paced consumer (`u64::MAX` before its first and once it
+    /// stopped).
     lanes: Mutex<Vec<Arc<AtomicU64>>>,
+}
+
+/// Published records held at most (about 1 MiB each decoded at 400 spans a batch).
+pub const PUBLISHED_MAX_RECORDS: usize = 128;
+/// Payload bytes of the published records held, at most.
+pub const PUBLISHED_MAX_BYTES: usize = 64 << 20;
+
+/// The records held, by sequence number.
+#[derive(Default)]
+struct Recent {
+    entries: BTreeMap<u64, Held>,
+    /// How many of `entries` were published, and their payload bytes.
+    published: usize,
+    published_bytes: usize,
+}
+
+struct Held {
+    entry: Arc<JournalEntry>,
+    /// Payload bytes when published by the intake; `None` when decoded by a consumer.
+    published_bytes: Option<usize>,
+}
+
+impl Recent {
+    fn remove(&mut self, seq: u64) {
+        if let Some(held) = self.entries.remove(&seq) {
+            if let Some(bytes) = held.published_bytes {
+                self.published -= 1;
+                self.published_bytes -= bytes;
+            }
+        }
+    }
+
+    /// Drops the records before `seq` (every paced consumer passed them).
+    fn drop_before(&mut self, seq: u64) {
+        while let Some((&first, _)) = self.entries.first_key_value() {
+            if first >= seq {
+                break;
+            }
+            self.remove(first);
+        }
+    }
+
+    /// Drops the oldest consumer-decoded records beyond `capacity` of them.
+    fn trim_decoded(&mut self, capacity: usize) {
+        let mut excess = (self.entries.len() - self.published).saturating_sub(capacity);
+        let oldest: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, h)| h.published_bytes.is_none())
+            .map(|(&s, _)| s)
+            .take(excess)
+            .collect();
+        for seq in oldest {
+            self.remove(seq);
+            excess -= 1;
+        }
+        debug_assert_eq!(excess, 0);
+    }
+}
+
+/// Where a consumer's record came from (see [`DecodedRecords::get`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The intake's batch, as journalled.
+    Published,
+    /// Decoded by another consumer lately.
+    Shared,
+    /// Decoded by this consumer now.
+    Decoded,
+}
+
+impl Source {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Published => "published",
+            Source::Shared => "shared",
+            Source::Decoded => "decoded",
+        }
+    }
 }
 
 /// The longest a paced consumer waits for the others before one record.
@@ -113,10 +204,11 @@ impl Drop for Lane<'_> {
 }
 
 impl DecodedRecords {
-    /// Keeps the last `capacity` decoded records.
+    /// Keeps the last `capacity` records decoded by consumers, and published ones within
+    /// [`PUBLISHED_MAX_RECORDS`] and [`PUBLISHED_MAX_BYTES`].
     pub fn new(capacity: usize) -> DecodedRecords {
         DecodedRecords {
-            recent: Mutex::new(VecDeque::with_capacity(capacity)),
+            recent: Mutex::new(Recent::default()),
             capacity: capacity.max(1),
             lanes: Mutex::new(Vec::new()),
         }
@@ -146,30 +238,92 @@ impl DecodedRecords {
             .unwrap_or(u64::MAX)
     }
 
-    fn find(&self, seq: u64) -> Option<Arc<JournalEntry>> {
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        recent
+    /// The record every paced consumer has reached (`None`: no paced consumer, or one that
+    /// has not read a record yet and may still read any).
+    fn passed_by_all(&self) -> Option<u64> {
+        let lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        // A lane that has not read yet holds u64::MAX: then the min is None too.
+        lanes
             .iter()
-            .rev()
-            .find(|(s, _)| *s == seq)
-            .map(|(_, e)| Arc::clone(e))
+            .map(|l| l.load(Ordering::Relaxed))
+            .try_fold(u64::MAX, |min, n| (n != u64::MAX).then_some(min.min(n)))
+            .filter(|&n| n != u64::MAX)
     }
 
-    /// Record `seq`, decoded from `payload` unless another consumer did so lately.
-    pub fn get(&self, seq: u64, payload: &[u8]) -> Result<Arc<JournalEntry>, codec::CodecError> {
-        if let Some(e) = self.find(seq) {
-            return Ok(e);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record `seq` as the intake journalled it (`payload_bytes` long on disk), for the
+    /// consumers to take instead of decoding it; nothing when the published records are at
+    /// their bound or `seq` is held already.
+    pub fn publish(&self, seq: u64, entry: JournalEntry, payload_bytes: usize) -> bool {
+        let passed = self.passed_by_all();
+        let mut recent = self.lock();
+        if let Some(passed) = passed {
+            recent.drop_before(passed);
+            if seq < passed {
+                return false;
+            }
+        }
+        if recent.published >= PUBLISHED_MAX_RECORDS
+            || recent.published_bytes + payload_bytes > PUBLISHED_MAX_BYTES
+            || recent.entries.contains_key(&seq)
+        {
+            return false;
+        }
+        recent.published += 1;
+        recent.published_bytes += payload_bytes;
+        recent.entries.insert(
+            seq,
+            Held {
+                entry: Arc::new(entry),
+                published_bytes: Some(payload_bytes),
+            },
+        );
+        true
+    }
+
+    /// Record `seq` and where it came from, if it is held (published, or decoded lately).
+    pub fn held(&self, seq: u64) -> Option<(Arc<JournalEntry>, Source)> {
+        let passed = self.passed_by_all();
+        let mut recent = self.lock();
+        if let Some(passed) = passed {
+            recent.drop_before(passed);
+        }
+        recent.entries.get(&seq).map(|held| {
+            let source = match held.published_bytes {
+                Some(_) => Source::Published,
+                None => Source::Shared,
+            };
+            (Arc::clone(&held.entry), source)
+        })
+    }
+
+    /// Record `seq`: as published or decoded by another consumer lately, else decoded from
+    /// `payload` now; and where it came from.
+    pub fn get(
+        &self,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<(Arc<JournalEntry>, Source), codec::CodecError> {
+        if let Some(held) = self.held(seq) {
+            return Ok(held);
         }
         // Decoded outside the lock; two consumers may both decode a record now and then.
         let entry = Arc::new(codec::decode(payload)?);
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        if !recent.iter().any(|(s, _)| *s == seq) {
-            recent.push_back((seq, Arc::clone(&entry)));
-            while recent.len() > self.capacity {
-                recent.pop_front();
-            }
+        let mut recent = self.lock();
+        if !recent.entries.contains_key(&seq) {
+            recent.entries.insert(
+                seq,
+                Held {
+                    entry: Arc::clone(&entry),
+                    published_bytes: None,
+                },
+            );
+            recent.trim_decoded(self.capacity);
         }
-        Ok(entry)
+        Ok((entry, Source::Decoded))
     }
 }
 
@@ -204,7 +358,10 @@ pub fn run<C: Consumer>(
         // Checked before reading, so whatever was durable when drained was set gets read.
         let drained = stop.drained.is_cancelled();
         let wait = consumer.tick_due_in().map_or(TICK, |d| d.min(TICK));
-        let records = match tail.read(READ_RECORDS, READ_BYTES, wait) {
+        // A record published or decoded lately is not read from disk at all.
+        let records = match tail
+            .read_or_take(READ_RECORDS, READ_BYTES, wait, |seq| decoded.held(seq))
+        {
             Ok(r) => r,
             Err(e) => {
                 // A damaged segment: stop reading rather than skip acknowledged data; the
@@ -216,19 +373,28 @@ pub fn run<C: Consumer>(
             }
         };
         let caught_up = records.is_empty();
-        for (seq, payload) in records {
+        for (seq, record) in records {
             last_seq = seq;
             if let Some(lane) = &lane {
                 lane.pace(seq);
             }
-            match decoded.get(seq, &payload) {
-                Ok(entry) => match &*entry {
-                    JournalEntry::Events(batch) => match held.bind(seq, batch, Instant::now()) {
-                        Bound::AsIs => consumer.record(seq, &entry),
-                        Bound::Changed(b) => consumer.record(seq, &JournalEntry::Events(b)),
-                    },
-                    JournalEntry::AlarmLogs(_) => consumer.record(seq, &entry),
-                },
+            let entry = match record {
+                Record::Taken(held) => Ok(held),
+                Record::Payload(payload) => decoded.get(seq, &payload),
+            };
+            match entry {
+                Ok((entry, source)) => {
+                    metrics.consumer_record(tail.consumer(), source.as_str());
+                    match &*entry {
+                        JournalEntry::Events(batch) => {
+                            match held.bind(seq, batch, Instant::now()) {
+                                Bound::AsIs => consumer.record(seq, &entry),
+                                Bound::Changed(b) => consumer.record(seq, &JournalEntry::Events(b)),
+                            }
+                        }
+                        JournalEntry::AlarmLogs(_) => consumer.record(seq, &entry),
+                    }
+                }
                 Err(e) => {
                     metrics.undecodable(tail.consumer());
                     tracing::error!(consumer = tail.consumer(), seq, error = %e, "journal record cannot be decoded; skipped");
@@ -326,22 +492,111 @@ mod tests {
         assert!(!a.pace(17));
     }
 
-    #[test]
-    fn consumers_share_a_record_decoded_lately_and_the_oldest_goes() {
-        let decoded = DecodedRecords::new(2);
-        let payload = codec::encode_events(&EventBatch {
+    fn one_span_payload() -> Vec<u8> {
+        codec::encode_events(&EventBatch {
             spans: vec![fixtures::span()],
             logs: Vec::new(),
         })
-        .expect("encodes");
-        let a = decoded.get(1, &payload).expect("decode");
-        let b = decoded.get(1, &payload).expect("shared");
+        .expect("encodes")
+    }
+
+    #[test]
+    fn consumers_share_a_record_decoded_lately_and_the_oldest_goes() {
+        let decoded = DecodedRecords::new(2);
+        let payload = one_span_payload();
+        let (a, source) = decoded.get(1, &payload).expect("decode");
+        assert_eq!(source, Source::Decoded);
+        let (b, source) = decoded.get(1, &payload).expect("shared");
+        assert_eq!(source, Source::Shared);
         assert!(Arc::ptr_eq(&a, &b));
         decoded.get(2, &payload).expect("decode");
         decoded.get(3, &payload).expect("decode");
         // Record 1 fell out: a new decode, equal but not shared.
-        let c = decoded.get(1, &payload).expect("decode again");
+        let (c, source) = decoded.get(1, &payload).expect("decode again");
+        assert_eq!(source, Source::Decoded);
         assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(a, c);
         assert!(decoded.get(4, b"\x01garbage").is_err());
+    }
+
+    #[test]
+    fn a_published_record_is_taken_as_published_and_never_decoded() {
+        let decoded = DecodedRecords::new(2);
+        let batch = EventBatch {
+            spans: vec![fixtures::span()],
+            logs: Vec::new(),
+        };
+        assert!(decoded.publish(5, JournalEntry::Events(batch.clone()), 100));
+        assert!(
+            !decoded.publish(5, JournalEntry::Events(batch.clone()), 100),
+            "held already"
+        );
+        // The payload is not read: garbage would not decode.
+        let (a, source) = decoded.get(5, b"\x01garbage").expect("published");
+        assert_eq!(source, Source::Published);
+        assert_eq!(*a, JournalEntry::Events(batch.clone()));
+        let (b, _) = decoded.get(5, b"").expect("published");
+        assert!(Arc::ptr_eq(&a, &b));
+        // Consumer decodes beyond their capacity do not push published records out.
+        let payload = one_span_payload();
+        for seq in 6..10 {
+            assert_eq!(
+                decoded.get(seq, &payload).expect("decode").1,
+                Source::Decoded
+            );
+        }
+        assert_eq!(
+            decoded.get(5, b"").expect("still held").1,
+            Source::Published
+        );
+        let recent = decoded.lock();
+        assert_eq!((recent.entries.len(), recent.published), (3, 1));
+        assert_eq!(recent.published_bytes, 100);
+    }
+
+    #[test]
+    fn published_records_stay_within_their_bounds() {
+        let decoded = DecodedRecords::new(2);
+        let entry = || JournalEntry::AlarmLogs(vec![1, 2, 3]);
+        for seq in 0..PUBLISHED_MAX_RECORDS as u64 {
+            assert!(decoded.publish(seq, entry(), 10));
+        }
+        assert!(!decoded.publish(1_000, entry(), 10), "at the record bound");
+        assert_eq!(decoded.lock().published, PUBLISHED_MAX_RECORDS);
+        // The bytes bound, on its own.
+        let decoded = DecodedRecords::new(2);
+        assert!(decoded.publish(0, entry(), PUBLISHED_MAX_BYTES - 10));
+        assert!(!decoded.publish(1, entry(), 11), "one byte over");
+        assert!(decoded.publish(1, entry(), 10), "exactly at the bound");
+        assert_eq!(decoded.lock().published_bytes, PUBLISHED_MAX_BYTES);
+    }
+
+    #[test]
+    fn records_every_paced_consumer_passed_are_dropped() {
+        let decoded = DecodedRecords::new(8);
+        let entry = || JournalEntry::AlarmLogs(vec![7]);
+        let a = decoded.join();
+        let b = decoded.join();
+        for seq in 1..=6 {
+            assert!(decoded.publish(seq, entry(), 10));
+        }
+        a.pace(5);
+        // b has not started: nothing it may still read goes.
+        assert_eq!(decoded.get(5, b"").expect("held").1, Source::Published);
+        b.pace(3);
+        // Both passed 1 and 2.
+        assert_eq!(decoded.get(3, b"").expect("held").1, Source::Published);
+        {
+            let recent = decoded.lock();
+            assert_eq!(
+                recent.entries.keys().copied().collect::<Vec<_>>(),
+                vec![3, 4, 5, 6]
+            );
+            assert_eq!((recent.published, recent.published_bytes), (4, 40));
+        }
+        // A record the consumers passed is not published again.
+        assert!(!decoded.publish(2, entry(), 10));
+        drop(a);
+        drop(b);
     }
 }

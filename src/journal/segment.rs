@@ -120,6 +120,47 @@ impl SegmentReader {
         Ok(())
     }
 
+    /// Passes over the next record without reading its payload (a record whose content the
+    /// caller has already): its length, or why there is none. The header is checked as
+    /// [`SegmentReader::next_record`] checks it; the payload's checksum is not.
+    pub fn skip_record(&mut self) -> std::io::Result<Result<(u64, u32), End>> {
+        if self.offset == self.len {
+            return Ok(Err(End::Clean));
+        }
+        let invalid = |offset, why| Ok(Err(End::Invalid { offset, why }));
+        if self.len - self.offset < RECORD_HEADER_BYTES {
+            return invalid(self.offset, "record header is torn");
+        }
+        let (len, _, seq) = self.read_header()?;
+        if len > MAX_PAYLOAD {
+            return invalid(self.offset, "record length is implausible");
+        }
+        if self.len - self.offset - RECORD_HEADER_BYTES < u64::from(len) {
+            return invalid(self.offset, "record is torn");
+        }
+        if seq != self.next_seq {
+            return invalid(self.offset, "record is out of sequence");
+        }
+        self.reader.seek_relative(i64::from(len))?;
+        self.offset += RECORD_HEADER_BYTES + u64::from(len);
+        self.next_seq += 1;
+        Ok(Ok((seq, len)))
+    }
+
+    /// Reads a record header: payload length, checksum, sequence number.
+    fn read_header(&mut self) -> std::io::Result<(u32, u32, u64)> {
+        let mut head = [0u8; RECORD_HEADER_BYTES as usize];
+        self.reader.read_exact(&mut head)?;
+        let word = |i: usize| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&head[i..i + 4]);
+            u32::from_le_bytes(b)
+        };
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&head[8..16]);
+        Ok((word(0), word(4), u64::from_le_bytes(seq)))
+    }
+
     /// The next record, or why there is none.
     pub fn next_record(&mut self) -> std::io::Result<Result<(u64, Vec<u8>), End>> {
         if self.offset == self.len {
@@ -129,17 +170,7 @@ impl SegmentReader {
         if self.len - self.offset < RECORD_HEADER_BYTES {
             return invalid(self.offset, "record header is torn");
         }
-        let mut head = [0u8; RECORD_HEADER_BYTES as usize];
-        self.reader.read_exact(&mut head)?;
-        let word = |i: usize| {
-            let mut b = [0u8; 4];
-            b.copy_from_slice(&head[i..i + 4]);
-            u32::from_le_bytes(b)
-        };
-        let (len, crc) = (word(0), word(4));
-        let mut seq = [0u8; 8];
-        seq.copy_from_slice(&head[8..16]);
-        let seq = u64::from_le_bytes(seq);
+        let (len, crc, seq) = self.read_header()?;
         if len > MAX_PAYLOAD {
             return invalid(self.offset, "record length is implausible");
         }

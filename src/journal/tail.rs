@@ -9,6 +9,14 @@ use super::head::JournalHead;
 use super::segment::{self, End, SegmentReader};
 use super::{io, read_checkpoint, write_checkpoint, JournalError};
 
+/// A record [`Tail::read_or_take`] hands over.
+pub enum Record<T> {
+    /// Its payload, read from disk and checked.
+    Payload(Vec<u8>),
+    /// What the caller already had for it.
+    Taken(T),
+}
+
 /// One consumer's position in the journal and its open segment.
 pub struct Tail {
     dir: PathBuf,
@@ -80,8 +88,51 @@ impl Tail {
         Ok(out)
     }
 
+    /// As [`Tail::read`], but a record whose content `have` returns is passed over on disk
+    /// (its payload neither read nor checked) and handed over as that content.
+    pub fn read_or_take<T>(
+        &mut self,
+        max_records: usize,
+        max_bytes: usize,
+        wait: Duration,
+        mut have: impl FnMut(u64) -> Option<T>,
+    ) -> Result<Vec<(u64, Record<T>)>, JournalError> {
+        let committed = self.head.wait_past(self.next, wait);
+        if let Some((reader, path)) = self.reader.as_mut() {
+            reader.refresh().map_err(|e| io(path, e))?;
+        }
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        while self.next < committed && out.len() < max_records && bytes < max_bytes {
+            if let Some(content) = have(self.next) {
+                let (seq, len) = self.skip_record()?;
+                bytes += len as usize;
+                out.push((seq, Record::Taken(content)));
+            } else {
+                let (seq, payload) = self.next_record()?;
+                bytes += payload.len();
+                out.push((seq, Record::Payload(payload)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Passes over the record at `self.next`, which the head says is durable: its number and
+    /// payload length.
+    fn skip_record(&mut self) -> Result<(u64, u32), JournalError> {
+        self.step(|reader| reader.skip_record())
+    }
+
     /// The record at `self.next`, which the head says is durable.
     fn next_record(&mut self) -> Result<(u64, Vec<u8>), JournalError> {
+        self.step(|reader| reader.next_record())
+    }
+
+    /// Reads the record at `self.next` with `read`, opening its segment as needed.
+    fn step<R>(
+        &mut self,
+        mut read: impl FnMut(&mut SegmentReader) -> std::io::Result<Result<(u64, R), End>>,
+    ) -> Result<(u64, R), JournalError> {
         loop {
             let (reader, path) = match self.reader.as_mut() {
                 Some(open) => (&mut open.0, open.1.clone()),
@@ -91,7 +142,7 @@ impl Tail {
                     (&mut open.0, open.1.clone())
                 }
             };
-            match reader.next_record().map_err(|e| io(&path, e))? {
+            match read(reader).map_err(|e| io(&path, e))? {
                 // Skipping up to the checkpoint inside the first segment read.
                 Ok((seq, _)) if seq < self.next => {}
                 Ok((seq, payload)) => {

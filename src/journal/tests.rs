@@ -287,6 +287,53 @@ mod live {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tail_passes_over_records_it_has_and_reads_the_others() {
+        use super::super::tail::Record;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (writer, _head, mut tails) = start(dir.path(), 2048, &["a", "b"]);
+        for i in 0..60u64 {
+            writer.append(payload(i + 1, 100)).await.expect("append");
+        }
+        // The payloads of records 1..=20 are damaged on disk: a tail that has them never reads
+        // them, a tail that reads them finds the damage.
+        let first = segments(dir.path()).remove(0).path;
+        let mut bytes = std::fs::read(&first).expect("segment");
+        let at = segment::HEADER_BYTES as usize + segment::RECORD_HEADER_BYTES as usize + 5;
+        bytes[at] ^= 0xff;
+        std::fs::write(&first, &bytes).expect("damage");
+        let mut tail = tails.remove(0);
+        let mut got = Vec::new();
+        while got.len() < 60 {
+            let batch = tail
+                .read_or_take(7, 1 << 20, Duration::from_secs(10), |seq| {
+                    (seq <= 20 || seq % 2 == 0).then_some(seq * 1000)
+                })
+                .expect("read");
+            got.extend(batch);
+        }
+        assert_eq!(got.len(), 60);
+        for (i, (seq, record)) in got.iter().enumerate() {
+            assert_eq!(*seq, i as u64 + 1);
+            match record {
+                Record::Taken(v) => {
+                    assert!(*seq <= 20 || seq % 2 == 0, "{seq}");
+                    assert_eq!(*v, seq * 1000);
+                }
+                Record::Payload(p) => {
+                    assert!(*seq > 20 && seq % 2 == 1, "{seq}");
+                    assert_eq!(*p, payload(*seq, 100));
+                }
+            }
+        }
+        // Read, the damaged record is an error, never data.
+        let err = tails[0]
+            .read_or_take(7, 1 << 20, Duration::from_secs(1), |_| None::<u64>)
+            .err()
+            .expect("damage found");
+        assert!(err.to_string().contains("checksum"), "{err}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn segments_go_once_every_consumer_passed_them_and_not_before() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (writer, head, tails) = start(dir.path(), 2048, &["fast", "slow"]);

@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::codec::JournalEntry;
+use super::consume::DecodedRecords;
 use super::head::JournalHead;
 use super::Journal;
 
@@ -82,6 +84,8 @@ pub struct WriterTotals {
 
 struct Request {
     payload: Vec<u8>,
+    /// What `payload` decodes to, when the caller has it.
+    entry: Option<JournalEntry>,
     done: oneshot::Sender<Result<u64, AppendError>>,
 }
 
@@ -101,11 +105,23 @@ impl JournalWriter {
         config: GroupCommit,
         head: Arc<JournalHead>,
     ) -> std::io::Result<(JournalWriter, JoinHandle<(Journal, WriterTotals)>)> {
+        JournalWriter::spawn_publishing(journal, config, head, None)
+    }
+
+    /// As [`JournalWriter::spawn`]; the entries of records appended with
+    /// [`JournalWriter::append_decoded`] are also published to `decoded` once durable and
+    /// before the head says so, so no consumer reaches such a record before it is there.
+    pub fn spawn_publishing(
+        journal: Journal,
+        config: GroupCommit,
+        head: Arc<JournalHead>,
+        decoded: Option<Arc<DecodedRecords>>,
+    ) -> std::io::Result<(JournalWriter, JoinHandle<(Journal, WriterTotals)>)> {
         let (tx, rx) = mpsc::sync_channel(config.queue.max(1));
         let handle = std::thread::Builder::new()
             .name("toolwatch-journal".into())
             .spawn(move || {
-                let out = run(journal, rx, config, &head);
+                let out = run(journal, rx, config, &head, decoded.as_deref());
                 head.close();
                 out
             })?;
@@ -114,8 +130,30 @@ impl JournalWriter {
 
     /// Makes `payload` durable; returns its sequence number once it is fsynced.
     pub async fn append(&self, payload: Vec<u8>) -> Result<u64, AppendError> {
+        self.send(payload, None).await
+    }
+
+    /// As [`JournalWriter::append`], with what `payload` decodes to (see
+    /// [`JournalWriter::spawn_publishing`]).
+    pub async fn append_decoded(
+        &self,
+        payload: Vec<u8>,
+        entry: JournalEntry,
+    ) -> Result<u64, AppendError> {
+        self.send(payload, Some(entry)).await
+    }
+
+    async fn send(
+        &self,
+        payload: Vec<u8>,
+        entry: Option<JournalEntry>,
+    ) -> Result<u64, AppendError> {
         let (done, wait) = oneshot::channel();
-        match self.tx.try_send(Request { payload, done }) {
+        match self.tx.try_send(Request {
+            payload,
+            entry,
+            done,
+        }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(AppendError::Busy),
             Err(TrySendError::Disconnected(_)) => return Err(AppendError::Closed),
@@ -149,6 +187,7 @@ fn run(
     rx: Receiver<Request>,
     config: GroupCommit,
     head: &JournalHead,
+    decoded: Option<&DecodedRecords>,
 ) -> (Journal, WriterTotals) {
     let mut totals = WriterTotals::default();
     let mut failed: Option<String> = None;
@@ -199,7 +238,8 @@ fn run(
                 continue;
             }
             let seq = journal.append(&r.payload);
-            accepted.push((seq, r.done));
+            let entry = decoded.and(r.entry).map(|e| (e, r.payload.len()));
+            accepted.push((seq, entry, r.done));
         }
         if accepted.is_empty() {
             continue;
@@ -208,19 +248,26 @@ fn run(
             Ok(()) => {
                 totals.commits += 1;
                 totals.records += accepted.len() as u64;
+                if let Some(decoded) = decoded {
+                    for (seq, entry, _) in &mut accepted {
+                        if let Some((entry, bytes)) = entry.take() {
+                            decoded.publish(*seq, entry, bytes);
+                        }
+                    }
+                }
                 head.publish_commit(
                     journal.next_seq(),
                     journal.disk_bytes(),
                     accepted.len() as u64,
                 );
-                for (seq, done) in accepted {
+                for (seq, _, done) in accepted {
                     let _ = done.send(Ok(seq));
                 }
             }
             Err(e) => {
                 let why = e.to_string();
                 tracing::error!(error = %why, "journal write failed; refusing data until restart");
-                for (_, done) in accepted {
+                for (_, _, done) in accepted {
                     let _ = done.send(Err(AppendError::Failed(why.clone())));
                 }
                 failed = Some(why);

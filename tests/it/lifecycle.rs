@@ -26,6 +26,25 @@ fn files_complete_by_age_and_are_readable_while_serving() {
         (rows.len() as u64 == expected).then_some(rows)
     });
     assert_eq!(rows.len() as u64, expected);
+    // Every record each consumer took is counted once by where it came from, and the intake's
+    // batches reach the consumers without a decode.
+    let records = wait_for("every consumer to count every record", || {
+        let records = d.metric("toolwatch_journal_records_total")?;
+        let taken = |consumer: &str, source: &str| {
+            d.metric(&format!(
+                "toolwatch_journal_consumer_records_total{{consumer=\"{consumer}\",source=\"{source}\"}}"
+            ))
+            .unwrap_or(0.0)
+        };
+        ["archive", "assemble", "budgets"]
+            .iter()
+            .all(|c| {
+                taken(c, "published") >= 1.0
+                    && taken(c, "published") + taken(c, "shared") + taken(c, "decoded") == records
+            })
+            .then_some(records)
+    });
+    assert!(records >= 1.0);
     // Partial files exist only under the hidden in-progress name.
     let second = loadgen(&d.grpc_url(), "40", "2");
     for f in parquet_files(&d.data_dir, "spans") {
