@@ -313,14 +313,11 @@ impl DecodedRecords {
         // Decoded outside the lock; two consumers may both decode a record now and then.
         let entry = Arc::new(codec::decode(payload)?);
         let mut recent = self.lock();
-        if !recent.entries.contains_key(&seq) {
-            recent.entries.insert(
-                seq,
-                Held {
-                    entry: Arc::clone(&entry),
-                    published_bytes: None,
-                },
-            );
+        if let std::collections::btree_map::Entry::Vacant(slot) = recent.entries.entry(seq) {
+            slot.insert(Held {
+                entry: Arc::clone(&entry),
+                published_bytes: None,
+            });
             recent.trim_decoded(self.capacity);
         }
         Ok((entry, Source::Decoded))
