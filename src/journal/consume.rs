@@ -55,15 +55,16 @@ pub trait Consumer {
 
 /// Records decoded lately, shared by the consumers: they read the same region of the journal
 /// at about the same time, and decoding a record (every string allocated) is most of what a
-/// consumer costs. The intake [`DecodedRecords::publish`]es each batch it journalled as it
-/// had it in memory (decoding the payload would give the same batch), so while the consumers
-/// keep up none of them decodes at all; a record not published, or gone from here, is
-/// decoded by the first consumer to reach it and the others take it from here.
+/// consumer costs. The journal writer [`DecodedRecords::publish`]es each batch the intake
+/// handed it as the intake had it in memory (decoding the payload would give the same batch),
+/// so while the consumers keep up none of them decodes at all; a record not published, or
+/// gone from here, is decoded by the first consumer to reach it and the others take it from
+/// here.
 ///
 /// Bounds: at most `capacity` records decoded by consumers and [`PUBLISHED_MAX_RECORDS`]
 /// published records of at most [`PUBLISHED_MAX_BYTES`] of payload in all; a record every
 /// paced consumer has passed is dropped at once. When the published records are at their
-/// bound (the consumers are far behind the intake) the intake publishes nothing more until
+/// bound (the consumers are far behind the intake) the writer publishes nothing more until
 /// they catch up, so what is held is what the consumers will read next.
 ///
 /// Sharing consumer-decoded records only works while the consumers stay within `capacity`
@@ -124,7 +125,7 @@ impl Recent {
 
     /// Drops the oldest consumer-decoded records beyond `capacity` of them.
     fn trim_decoded(&mut self, capacity: usize) {
-        let mut excess = (self.entries.len() - self.published).saturating_sub(capacity);
+        let excess = (self.entries.len() - self.published).saturating_sub(capacity);
         let oldest: Vec<u64> = self
             .entries
             .iter()
@@ -134,9 +135,7 @@ impl Recent {
             .collect();
         for seq in oldest {
             self.remove(seq);
-            excess -= 1;
         }
-        debug_assert_eq!(excess, 0);
     }
 }
 
@@ -254,7 +253,7 @@ impl DecodedRecords {
         self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Record `seq` as the intake journalled it (`payload_bytes` long on disk), for the
+    /// Record `seq` as the intake handed it to the journal (`payload_bytes` long on disk), for the
     /// consumers to take instead of decoding it; nothing when the published records are at
     /// their bound or `seq` is held already.
     pub fn publish(&self, seq: u64, entry: JournalEntry, payload_bytes: usize) -> bool {
@@ -356,9 +355,7 @@ pub fn run<C: Consumer>(
         let drained = stop.drained.is_cancelled();
         let wait = consumer.tick_due_in().map_or(TICK, |d| d.min(TICK));
         // A record published or decoded lately is not read from disk at all.
-        let records = match tail
-            .read_or_take(READ_RECORDS, READ_BYTES, wait, |seq| decoded.held(seq))
-        {
+        let records = match tail.read(READ_RECORDS, READ_BYTES, wait, |seq| decoded.held(seq)) {
             Ok(r) => r,
             Err(e) => {
                 // A damaged segment: stop reading rather than skip acknowledged data; the

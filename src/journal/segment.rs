@@ -124,31 +124,45 @@ impl SegmentReader {
     /// caller has already): its length, or why there is none. The header is checked as
     /// [`SegmentReader::next_record`] checks it; the payload's checksum is not.
     pub fn skip_record(&mut self) -> std::io::Result<Result<(u64, u32), End>> {
-        if self.offset == self.len {
-            return Ok(Err(End::Clean));
-        }
-        let invalid = |offset, why| Ok(Err(End::Invalid { offset, why }));
-        if self.len - self.offset < RECORD_HEADER_BYTES {
-            return invalid(self.offset, "record header is torn");
-        }
-        let (len, _, seq) = self.read_header()?;
-        if len > MAX_PAYLOAD {
-            return invalid(self.offset, "record length is implausible");
-        }
-        if self.len - self.offset - RECORD_HEADER_BYTES < u64::from(len) {
-            return invalid(self.offset, "record is torn");
-        }
+        let (len, _, seq) = match self.next_header()? {
+            Ok(h) => h,
+            Err(end) => return Ok(Err(end)),
+        };
         if seq != self.next_seq {
-            return invalid(self.offset, "record is out of sequence");
+            return Ok(Err(self.invalid("record is out of sequence")));
         }
         self.reader.seek_relative(i64::from(len))?;
-        self.offset += RECORD_HEADER_BYTES + u64::from(len);
-        self.next_seq += 1;
+        self.passed(len);
         Ok(Ok((seq, len)))
     }
 
-    /// Reads a record header: payload length, checksum, sequence number.
-    fn read_header(&mut self) -> std::io::Result<(u32, u32, u64)> {
+    /// The next record, or why there is none.
+    pub fn next_record(&mut self) -> std::io::Result<Result<(u64, Vec<u8>), End>> {
+        let (len, crc, seq) = match self.next_header()? {
+            Ok(h) => h,
+            Err(end) => return Ok(Err(end)),
+        };
+        let mut payload = vec![0u8; len as usize];
+        self.reader.read_exact(&mut payload)?;
+        if checksum(seq, &payload) != crc {
+            return Ok(Err(self.invalid("record checksum does not match")));
+        }
+        if seq != self.next_seq {
+            return Ok(Err(self.invalid("record is out of sequence")));
+        }
+        self.passed(len);
+        Ok(Ok((seq, payload)))
+    }
+
+    /// The next record's header (payload length, checksum, sequence number) once the file
+    /// is known to hold the whole record, or why there is none.
+    fn next_header(&mut self) -> std::io::Result<Result<(u32, u32, u64), End>> {
+        if self.offset == self.len {
+            return Ok(Err(End::Clean));
+        }
+        if self.len - self.offset < RECORD_HEADER_BYTES {
+            return Ok(Err(self.invalid("record header is torn")));
+        }
         let mut head = [0u8; RECORD_HEADER_BYTES as usize];
         self.reader.read_exact(&mut head)?;
         let word = |i: usize| {
@@ -158,36 +172,28 @@ impl SegmentReader {
         };
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&head[8..16]);
-        Ok((word(0), word(4), u64::from_le_bytes(seq)))
-    }
-
-    /// The next record, or why there is none.
-    pub fn next_record(&mut self) -> std::io::Result<Result<(u64, Vec<u8>), End>> {
-        if self.offset == self.len {
-            return Ok(Err(End::Clean));
-        }
-        let invalid = |offset, why| Ok(Err(End::Invalid { offset, why }));
-        if self.len - self.offset < RECORD_HEADER_BYTES {
-            return invalid(self.offset, "record header is torn");
-        }
-        let (len, crc, seq) = self.read_header()?;
+        let (len, crc, seq) = (word(0), word(4), u64::from_le_bytes(seq));
         if len > MAX_PAYLOAD {
-            return invalid(self.offset, "record length is implausible");
+            return Ok(Err(self.invalid("record length is implausible")));
         }
         if self.len - self.offset - RECORD_HEADER_BYTES < u64::from(len) {
-            return invalid(self.offset, "record is torn");
+            return Ok(Err(self.invalid("record is torn")));
         }
-        let mut payload = vec![0u8; len as usize];
-        self.reader.read_exact(&mut payload)?;
-        if checksum(seq, &payload) != crc {
-            return invalid(self.offset, "record checksum does not match");
+        Ok(Ok((len, crc, seq)))
+    }
+
+    /// The record at the current offset is invalid.
+    fn invalid(&self, why: &'static str) -> End {
+        End::Invalid {
+            offset: self.offset,
+            why,
         }
-        if seq != self.next_seq {
-            return invalid(self.offset, "record is out of sequence");
-        }
+    }
+
+    /// Moves past a record of `len` payload bytes.
+    fn passed(&mut self, len: u32) {
         self.offset += RECORD_HEADER_BYTES + u64::from(len);
         self.next_seq += 1;
-        Ok(Ok((seq, payload)))
     }
 }
 

@@ -9,7 +9,7 @@ use super::head::JournalHead;
 use super::segment::{self, End, SegmentReader};
 use super::{io, read_checkpoint, write_checkpoint, JournalError};
 
-/// A record [`Tail::read_or_take`] hands over.
+/// A record [`Tail::read`] hands over.
 pub enum Record<T> {
     /// Its payload, read from disk and checked.
     Payload(Vec<u8>),
@@ -65,32 +65,10 @@ impl Tail {
 
     /// Durable records from the current position on, at most `max_records` and about
     /// `max_bytes`; waits up to `wait` when there are none. Empty means nothing new (or, with
-    /// [`JournalHead::is_closed`], nothing more ever).
-    pub fn read(
-        &mut self,
-        max_records: usize,
-        max_bytes: usize,
-        wait: Duration,
-    ) -> Result<Vec<(u64, Vec<u8>)>, JournalError> {
-        let committed = self.head.wait_past(self.next, wait);
-        // Every record before `committed` was written before it was published: with the
-        // length read now, none of them can look torn.
-        if let Some((reader, path)) = self.reader.as_mut() {
-            reader.refresh().map_err(|e| io(path, e))?;
-        }
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        while self.next < committed && out.len() < max_records && bytes < max_bytes {
-            let (seq, payload) = self.next_record()?;
-            bytes += payload.len();
-            out.push((seq, payload));
-        }
-        Ok(out)
-    }
-
-    /// As [`Tail::read`], but a record whose content `have` returns is passed over on disk
-    /// (its payload neither read nor checked) and handed over as that content.
-    pub fn read_or_take<T>(
+    /// [`JournalHead::is_closed`], nothing more ever). A record whose content `have` returns
+    /// is passed over on disk (its payload neither read nor checked) and handed over as that
+    /// content; the others are read and checked.
+    pub fn read<T>(
         &mut self,
         max_records: usize,
         max_bytes: usize,
@@ -98,6 +76,8 @@ impl Tail {
         mut have: impl FnMut(u64) -> Option<T>,
     ) -> Result<Vec<(u64, Record<T>)>, JournalError> {
         let committed = self.head.wait_past(self.next, wait);
+        // Every record before `committed` was written before it was published: with the
+        // length read now, none of them can look torn.
         if let Some((reader, path)) = self.reader.as_mut() {
             reader.refresh().map_err(|e| io(path, e))?;
         }
