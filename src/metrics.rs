@@ -143,8 +143,6 @@ pub struct Metrics {
     learned_values: Gauge,
     learned_bytes: Gauge,
     learned_forgotten: Family<Labels1, Counter>,
-    /// The forgotten totals last reported (limit, ttl): the counters take the difference.
-    learned_forgotten_seen: [std::sync::atomic::AtomicU64; 2],
     /// Tenancy metrics.
     pub tenancy: TenancyMetrics,
     quarantined: Family<Labels2, Counter>,
@@ -740,7 +738,6 @@ impl Metrics {
             learned_values: Gauge::default(),
             learned_bytes: Gauge::default(),
             learned_forgotten: Family::default(),
-            learned_forgotten_seen: Default::default(),
             quarantined: Family::default(),
             budget: BudgetMetrics::default(),
             journal: JournalMetrics::default(),
@@ -972,23 +969,19 @@ impl Metrics {
         }
     }
 
-    /// Reports what the tenants have learned.
+    /// Reports what the tenants have learned. Called from one task only (the daemon's gauge
+    /// refresher): the counters move by what the totals grew since their last report.
     pub fn learned(&self, stats: &crate::protect::learned::LearnedStats) {
         use std::sync::atomic::Ordering::Relaxed;
         let to_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.learned_values.set(to_i64(stats.values.load(Relaxed)));
         self.learned_bytes.set(to_i64(stats.bytes.load(Relaxed)));
-        let totals = [
-            stats.evicted_limit.load(Relaxed),
-            stats.expired.load(Relaxed),
-        ];
-        for (i, reason) in ["limit", "ttl"].into_iter().enumerate() {
-            let before = self.learned_forgotten_seen[i].fetch_max(totals[i], Relaxed);
-            if totals[i] > before {
-                self.learned_forgotten
-                    .get_or_create(&[("reason", reason)])
-                    .inc_by(totals[i] - before);
-            }
+        for (reason, total) in [
+            ("limit", stats.evicted_limit.load(Relaxed)),
+            ("ttl", stats.expired.load(Relaxed)),
+        ] {
+            let counter = self.learned_forgotten.get_or_create(&[("reason", reason)]);
+            counter.inc_by(total.saturating_sub(counter.get()));
         }
     }
 
@@ -1082,6 +1075,30 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn learned_counters_move_by_what_the_totals_grew() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = Metrics::new();
+        let stats = crate::protect::learned::LearnedStats::default();
+        stats.values.store(7, Relaxed);
+        stats.bytes.store(90, Relaxed);
+        stats.evicted_limit.store(3, Relaxed);
+        m.learned(&stats);
+        m.learned(&stats);
+        stats.expired.store(2, Relaxed);
+        stats.evicted_limit.store(5, Relaxed);
+        m.learned(&stats);
+        let text = m.render();
+        for line in [
+            "toolwatch_protect_learned_values 7",
+            "toolwatch_protect_learned_bytes 90",
+            "toolwatch_protect_learned_forgotten_total{reason=\"limit\"} 5",
+            "toolwatch_protect_learned_forgotten_total{reason=\"ttl\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
 
     #[test]
     fn tenant_series_are_capped_and_quiet_usage_series_removed() {

@@ -68,7 +68,6 @@ impl Intake {
             .conflicts(self.tenants.resolve(&mut batch));
         let report = self.protector.protect(&mut batch);
         self.metrics.redactions(&report.hits);
-        self.metrics.learned(self.protector.learned_stats());
         self.metrics.quarantined(&report.quarantined);
         if batch.is_empty() {
             return Ok(());

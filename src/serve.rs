@@ -276,6 +276,7 @@ pub async fn run(
         )?);
     }
 
+    let learned_stats = protector.learned_stats();
     let intake = Arc::new(Intake::new(
         protector,
         crate::tenancy::TraceTenants::new(config.tenancy.remembered_traces.0),
@@ -322,7 +323,11 @@ pub async fn run(
     ));
     // The receivers own the intake (and its journal writer) from here on.
     drop(ctx);
-    let journal_gauges = tokio::spawn(observe_journal(Arc::clone(&head), Arc::clone(&metrics)));
+    let journal_gauges = tokio::spawn(observe_gauges(
+        Arc::clone(&head),
+        learned_stats,
+        Arc::clone(&metrics),
+    ));
 
     // Readers of this data directory (`query`, `trace`) find the daemon here to flush.
     let _address_file = match crate::archive::flush::publish_address(&data_dir, addrs.admin) {
@@ -548,14 +553,20 @@ async fn wait_finished<T>(thread: &std::thread::JoinHandle<T>, limit: Duration) 
     true
 }
 
-/// Refreshes the journal's gauges every second, and keeps `/readyz` at 503 while the journal
-/// is (nearly) full, not only right after a refusal.
-async fn observe_journal(head: Arc<JournalHead>, metrics: Arc<Metrics>) {
+/// Refreshes the journal's and the learned values' gauges every second (off the intake's
+/// path), and keeps `/readyz` at 503 while the journal is (nearly) full, not only right after
+/// a refusal.
+async fn observe_gauges(
+    head: Arc<JournalHead>,
+    learned: Arc<crate::protect::learned::LearnedStats>,
+    metrics: Arc<Metrics>,
+) {
     const EVERY: Duration = Duration::from_secs(1);
     let mut every = tokio::time::interval(EVERY);
     loop {
         every.tick().await;
         metrics.journal.observe(head.state());
+        metrics.learned(&learned);
         if head.fill() >= JOURNAL_FULL {
             metrics.refusing_for(EVERY * 2);
         }

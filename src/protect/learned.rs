@@ -302,8 +302,8 @@ pub struct LearnedStats {
 pub struct LearnedValues {
     config: LearnedConfig,
     tenants: RwLock<FastMap<String, Arc<Mutex<TenantValues>>>>,
-    /// Counts for `/metrics`.
-    pub stats: LearnedStats,
+    /// Counts for `/metrics` (read by the daemon's gauge refresher).
+    pub stats: Arc<LearnedStats>,
 }
 
 impl LearnedValues {
@@ -312,7 +312,7 @@ impl LearnedValues {
         LearnedValues {
             config,
             tenants: RwLock::default(),
-            stats: LearnedStats::default(),
+            stats: Arc::default(),
         }
     }
 
@@ -338,24 +338,34 @@ impl LearnedValues {
 
     /// Keeps what a batch learned for later batches of its tenant.
     pub fn merge(&self, scope: TenantScope) {
-        if scope.fresh.len() == 0 {
+        let TenantScope {
+            tenant,
+            snapshot,
+            fresh,
+            ..
+        } = scope;
+        // The batch's own snapshot goes first: the tenant's indexes are then copied below only
+        // while another batch of the tenant holds them.
+        drop(snapshot);
+        if fresh.len() == 0 {
             return;
         }
-        let slot = match self.slot(&scope.tenant) {
+        let slot = match self.slot(&tenant) {
             Some(s) => s,
             None => {
                 let Ok(mut map) = self.tenants.write() else {
                     return;
                 };
-                Arc::clone(map.entry(scope.tenant.clone()).or_default())
+                Arc::clone(map.entry(tenant).or_default())
             }
         };
-        let Ok(mut t) = slot.lock() else {
+        let Ok(mut guard) = slot.lock() else {
             return;
         };
+        let t: &mut TenantValues = &mut guard;
         let (before_len, before_bytes) = (t.len(), t.bytes());
-        let mut recent = (*t.recent).clone();
-        for e in scope.fresh.order {
+        let recent = Arc::make_mut(&mut t.recent);
+        for e in fresh.order {
             if !recent.contains(&e.text) && !t.base.contains(&e.text) {
                 recent.push(e);
             }
@@ -369,13 +379,15 @@ impl LearnedValues {
             > c.max_values + c.max_values / 8
             || self.stats.bytes.load(Ordering::Relaxed) + grown_bytes
                 > c.max_bytes.as_usize() + c.max_bytes.as_usize() / 8;
-        // Folding copies the large index, so it waits for FOLD_AT values or FOLD_BYTES of them
-        // (limits are applied then: a tenant may be that much over its own until the fold).
+        // Folding copies the large index when a batch holds it, so it waits for FOLD_AT values
+        // or FOLD_BYTES of them (limits are applied then: a tenant may be that much over its
+        // own until the fold).
         if recent.len() >= FOLD_AT || recent.bytes >= FOLD_BYTES || over_all {
-            let mut base = (*t.base).clone();
+            let base = Arc::make_mut(&mut t.base);
             while let Some(e) = recent.order.pop_front() {
                 base.push(e);
             }
+            *recent = Index::default();
             let others = (
                 self.stats
                     .values
@@ -386,13 +398,10 @@ impl LearnedValues {
                     .load(Ordering::Relaxed)
                     .saturating_sub(before_bytes),
             );
-            self.trim(&mut base, others);
-            t.base = Arc::new(base);
-            recent = Index::default();
+            self.trim(base, others);
         }
-        t.recent = Arc::new(recent);
         let (after_len, after_bytes) = (t.len(), t.bytes());
-        drop(t);
+        drop(guard);
         account(before_len, after_len, &self.stats.values);
         account(before_bytes, after_bytes, &self.stats.bytes);
     }

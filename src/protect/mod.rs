@@ -378,8 +378,8 @@ impl Protector {
     }
 
     /// What the tenants have learned, in counts (for `/metrics`).
-    pub fn learned_stats(&self) -> &learned::LearnedStats {
-        &self.learned.stats
+    pub fn learned_stats(&self) -> Arc<learned::LearnedStats> {
+        Arc::clone(&self.learned.stats)
     }
 
     fn rules_for(&self, tenant: &str) -> &RuleSet {

@@ -6,7 +6,7 @@
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use serde_json::{json, Value};
 
-use crate::harness::{loadgen, read_table_python, Daemon};
+use crate::harness::{loadgen, read_table_python, wait_for, Daemon};
 use crate::otlp_json::post_accepted;
 
 /// Our own canaries, one per family, none of them real.
@@ -379,6 +379,18 @@ fn body_of<'a>(logs: &'a [serde_json::Map<String, Value>], tenant: &str, starts:
 fn a_secret_seen_in_context_is_removed_bare_in_later_batches_of_its_tenant_only() {
     let mut d = Daemon::start();
     send_learned(&d, "both");
+    // Two values learned, both acme's (the secret and the raw key), and nothing forgotten:
+    // the gauges are refreshed every second.
+    let bytes = (LEARNED_SECRET.len() + LEARNED_IDEMPOTENCY_KEY.len()) as f64;
+    wait_for("the learned values' gauges", || {
+        (d.metric("toolwatch_protect_learned_values") == Some(2.0)
+            && d.metric("toolwatch_protect_learned_bytes") == Some(bytes))
+        .then_some(())
+    });
+    for reason in ["limit", "ttl"] {
+        let sample = format!("toolwatch_protect_learned_forgotten_total{{reason=\"{reason}\"}}");
+        assert_eq!(d.metric(&sample), Some(0.0), "{sample}");
+    }
     let (_, metrics) = d.admin_get("/metrics");
     d.stop();
 
