@@ -200,52 +200,50 @@ fn protect_payloads(c: &mut Criterion) {
         .flat_map(|(size, secrets)| [(size, secrets, true), (size, secrets, false)])
     {
         let protector = if learned { &learning } else { &not_learning };
-        {
-            let spans: Vec<SpanRecord> = (0..64)
-                .map(|n| SpanRecord {
-                    name: "execute_tool search_orders".into(),
-                    class: SpanClass::Tool,
-                    gen_ai: GenAiFields {
-                        tool_arguments: Some(payload(size / 2, secrets, n)),
-                        tool_result: Some(payload(size / 2, secrets, n + 1000)),
-                        ..Default::default()
-                    },
-                    attributes: Attributes(vec![(
-                        "http.url".into(),
-                        AttrValue::Str("https://orders.internal.example/v1/orders?page=2".into()),
-                    )]),
-                    ..fixtures::span()
-                })
-                .collect();
-            let bytes: usize = spans
-                .iter()
-                .map(|s| {
-                    s.gen_ai.tool_arguments.as_ref().map_or(0, String::len)
-                        + s.gen_ai.tool_result.as_ref().map_or(0, String::len)
-                })
-                .sum();
-            let batch = EventBatch {
-                spans,
-                logs: vec![],
-            };
-            g.throughput(Throughput::Bytes(bytes as u64));
-            let name = format!(
-                "{}KiB_{}{}",
-                size / 1024,
-                if secrets { "with_secrets" } else { "clean" },
-                if learned { "" } else { "_learned_off" }
-            );
-            g.bench_function(name, |b| {
-                b.iter_batched(
-                    || batch.clone(),
-                    |mut batch| {
-                        protector.protect(&mut batch);
-                        batch
-                    },
-                    BatchSize::LargeInput,
-                )
-            });
-        }
+        let spans: Vec<SpanRecord> = (0..64)
+            .map(|n| SpanRecord {
+                name: "execute_tool search_orders".into(),
+                class: SpanClass::Tool,
+                gen_ai: GenAiFields {
+                    tool_arguments: Some(payload(size / 2, secrets, n)),
+                    tool_result: Some(payload(size / 2, secrets, n + 1000)),
+                    ..Default::default()
+                },
+                attributes: Attributes(vec![(
+                    "http.url".into(),
+                    AttrValue::Str("https://orders.internal.example/v1/orders?page=2".into()),
+                )]),
+                ..fixtures::span()
+            })
+            .collect();
+        let bytes: usize = spans
+            .iter()
+            .map(|s| {
+                s.gen_ai.tool_arguments.as_ref().map_or(0, String::len)
+                    + s.gen_ai.tool_result.as_ref().map_or(0, String::len)
+            })
+            .sum();
+        let batch = EventBatch {
+            spans,
+            logs: vec![],
+        };
+        g.throughput(Throughput::Bytes(bytes as u64));
+        let name = format!(
+            "{}KiB_{}{}",
+            size / 1024,
+            if secrets { "with_secrets" } else { "clean" },
+            if learned { "" } else { "_learned_off" }
+        );
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || batch.clone(),
+                |mut batch| {
+                    protector.protect(&mut batch);
+                    batch
+                },
+                BatchSize::LargeInput,
+            )
+        });
     }
     g.finish();
 }
