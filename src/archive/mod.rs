@@ -132,6 +132,10 @@ pub struct Archive {
     /// Bytes this writer holds in `buffers`; also counted in `budget`.
     held: usize,
     budget: Arc<SharedBudget>,
+    /// This writer's slot in `budget`, where it publishes `largest`.
+    budget_slot: Option<usize>,
+    /// Bytes of this writer's largest buffer, as last published.
+    largest: usize,
     /// Parquet writer settings per table (by [`table_index`]).
     props: [WriterProperties; 4],
     /// Partitions whose buffer reached `max_file_bytes` during the current call.
@@ -206,6 +210,7 @@ impl Archive {
             )
         });
         let settings = file_settings(config);
+        let budget = SharedBudget::for_data_dir(data_dir, config.buffer_bytes.as_usize());
         Ok(Archive {
             data_dir: data_dir.to_path_buf(),
             batch_rows: config.batch_rows.0,
@@ -214,7 +219,9 @@ impl Archive {
             buffers: HashMap::new(),
             per_table: [0; 4],
             held: 0,
-            budget: SharedBudget::for_data_dir(data_dir, config.buffer_bytes.as_usize()),
+            budget_slot: budget.register(),
+            budget,
+            largest: 0,
             props: [
                 writer_properties(&settings, Table::Spans)?,
                 writer_properties(&settings, Table::Logs)?,
@@ -318,6 +325,7 @@ impl Archive {
         }
         self.held = self.held.saturating_add_signed(change);
         self.budget.change(change);
+        self.publish_largest();
         out
     }
 
@@ -349,9 +357,18 @@ impl Archive {
     /// Uses `budget` for the buffered rows instead of the data directory's (tests, tools).
     pub fn with_budget(mut self, budget: Arc<SharedBudget>) -> Archive {
         self.budget.change(-(self.held as isize));
+        self.budget.set_largest(self.budget_slot, 0);
         budget.change(self.held as isize);
+        self.budget_slot = budget.register();
+        budget.set_largest(self.budget_slot, self.largest);
         self.budget = budget;
         self
+    }
+
+    /// Publishes this writer's largest buffer in the shared budget, counted afresh.
+    fn publish_largest(&mut self) {
+        self.largest = self.buffers.values().map(|b| b.bytes()).max().unwrap_or(0);
+        self.budget.set_largest(self.budget_slot, self.largest);
     }
 
     /// Adds a batch of protected events (journal record `seq`, if it came from one). Files
@@ -541,6 +558,9 @@ impl Archive {
             .set_open_files(key.table.as_str(), self.per_table[i]);
         self.held = self.held.saturating_sub(buf.bytes());
         self.budget.change(-(buf.bytes() as isize));
+        if buf.bytes() >= self.largest {
+            self.publish_largest();
+        }
         Some(buf)
     }
 
@@ -602,9 +622,14 @@ impl Archive {
         let batch = (self.batch_rows, BATCH_BYTES);
         match buffer.add(records, n, fill, batch, &self.props[table_index(table)]) {
             Ok(delta) => {
-                let full = buffer.bytes() as u64 >= self.settings.max_bytes;
+                let bytes = buffer.bytes();
+                let full = bytes as u64 >= self.settings.max_bytes;
                 self.held = self.held.saturating_add_signed(delta);
                 self.budget.change(delta);
+                if bytes > self.largest {
+                    self.largest = bytes;
+                    self.budget.set_largest(self.budget_slot, bytes);
+                }
                 if full && !self.due.contains(&key) {
                     self.due.push(key);
                 }
@@ -630,8 +655,10 @@ impl Archive {
     }
 
     /// Writes out the largest buffers until the shared budget is back to its low-water
-    /// mark (or this writer has nothing left). Partitions being compacted are skipped first,
-    /// then waited for if the budget is still exceeded.
+    /// mark (or this writer has nothing left), as long as they are the largest of all the
+    /// budget's writers (see [`SharedBudget`]; when it is far over, whatever their size).
+    /// Partitions being compacted are skipped first, then waited for if the budget is still
+    /// exceeded.
     fn relieve_budget(&mut self) {
         for wait in [Wait::No, Wait::Yes] {
             if !self.budget.over() || self.held == 0 {
@@ -644,9 +671,15 @@ impl Archive {
                 .iter()
                 .map(|(k, b)| (k.clone(), b.bytes()))
                 .collect();
-            for key in buffer::largest_first(&sizes, self.held, 0) {
+            for (key, bytes) in buffer::largest_first(&sizes, self.held, 0) {
                 if self.held <= target {
                     break;
+                }
+                if bytes < self.budget.largest_elsewhere(self.budget_slot)
+                    && !self.budget.far_over()
+                {
+                    // Another writer holds larger buffers: they go first, at its next call.
+                    return;
                 }
                 self.write_out(&key, wait);
             }
@@ -788,6 +821,7 @@ impl Drop for Archive {
         // Rows never written (a test's crash, or a writer dropped without close) no longer
         // count against the shared budget.
         self.budget.change(-(self.held as isize));
+        self.budget.set_largest(self.budget_slot, 0);
         if let Some(c) = self.compactor.take() {
             c.signal_stop();
         }
@@ -1027,6 +1061,48 @@ mod tests {
         assert_eq!(totals.span_rows, 60 + 20 + 5 + 20 + 80);
         assert_eq!(a.pinned_record(), None);
         assert_eq!(a.buffered_bytes(), 0);
+    }
+
+    #[test]
+    fn over_a_shared_budget_the_writer_with_the_largest_buffers_relieves_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (big, small) = (bytes_of(60), bytes_of(5));
+        let budget = SharedBudget::new(3 * big + 10 * small + small / 2);
+        // Writer `a` (spans, say) holds three large buffers, `b` (summaries) ten small ones.
+        let mut a = archive(dir.path(), usize::MAX / 2).with_budget(Arc::clone(&budget));
+        let other = tempfile::tempdir().expect("tempdir");
+        let mut b = archive(other.path(), usize::MAX / 2).with_budget(Arc::clone(&budget));
+        for (i, t) in ["a1", "a2", "a3"].iter().enumerate() {
+            a.append(Some(i as u64 + 1), &spans(t, 60, 1000 * i as u64));
+        }
+        for i in 0..10u64 {
+            b.append(Some(10 + i), &spans(&format!("b{i}"), 5, 100_000 + 100 * i));
+        }
+        assert!(!budget.over());
+        // `b` pushes the total over; its buffers are the smallest, so it writes none of them.
+        b.append(Some(30), &spans("b0", 5, 200_000));
+        assert!(budget.over());
+        assert_eq!(b.open_files(), 10);
+        assert!(files(other.path(), "b0").is_empty());
+        // `a`'s next call writes its largest buffer, which brings the total under 7/8.
+        a.append(Some(31), &spans("a1", 1, 300_000));
+        assert!(!budget.over());
+        assert_eq!(a.open_files(), 2);
+        assert_eq!(files(dir.path(), "a1").len(), 1);
+        assert!(budget.used() <= budget.low_water(), "{}", budget.used());
+        // Far over the budget, `b` writes its own largest without waiting for `a`.
+        for i in 0..40u64 {
+            b.append(Some(40 + i), &spans("b1", 5, 400_000 + 100 * i));
+            if !files(other.path(), "b1").is_empty() {
+                break;
+            }
+        }
+        assert!(budget.far_over() || !files(other.path(), "b1").is_empty());
+        assert_eq!(files(other.path(), "b1").len(), 1);
+        assert_eq!(b.open_files(), 9);
+        a.close();
+        b.close();
+        assert_eq!(budget.used(), 0);
     }
 
     /// Rows of a Parquet file in memory, and its span ids.
