@@ -1105,6 +1105,73 @@ mod tests {
         assert_eq!(budget.used(), 0);
     }
 
+    #[test]
+    fn columns_empty_in_a_files_first_batch_are_not_compressed_and_keep_later_values() {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = test_archive(dir.path(), 10, usize::MAX / 2);
+        // The first batch (10 rows) has no status message; 5 later rows have one.
+        a.append(Some(1), &spans("a", 10, 0));
+        let mut late = spans("a", 5, 100);
+        for s in &mut late.spans {
+            s.status_message = "late message".into();
+        }
+        a.append(Some(2), &late);
+        a.close();
+        let names = files(dir.path(), "a");
+        assert_eq!(names.len(), 1);
+        let key = PartitionKey::new(Table::Spans, "a", T0);
+        let path = key.dir(dir.path()).join(&names[0]);
+        let file = std::fs::File::open(&path).expect("open");
+        let reader = SerializedFileReader::new(file).expect("parquet");
+        let group = reader.metadata().row_group(0);
+        let codec = |name: &str| {
+            (0..group.num_columns())
+                .map(|i| group.column(i))
+                .find(|c| c.column_path().string() == name)
+                .map(|c| c.compression())
+                .expect("column")
+        };
+        assert_eq!(
+            codec("status_message"),
+            parquet::basic::Compression::UNCOMPRESSED
+        );
+        assert!(matches!(
+            codec("span_id"),
+            parquet::basic::Compression::ZSTD(_)
+        ));
+        assert!(matches!(
+            codec("name"),
+            parquet::basic::Compression::ZSTD(_)
+        ));
+        let bytes = bytes::Bytes::from(std::fs::read(&path).expect("read"));
+        let batches: Vec<_> =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .expect("reader")
+                .build()
+                .expect("reader")
+                .collect::<Result<_, _>>()
+                .expect("rows");
+        let messages: Vec<Option<String>> = batches
+            .iter()
+            .flat_map(|b| {
+                use arrow::array::Array;
+                let col = b.column_by_name("status_message").expect("column");
+                let col = col
+                    .as_any()
+                    .downcast_ref::<arrow::array::StringArray>()
+                    .expect("strings");
+                let values: Vec<Option<String>> = (0..col.len())
+                    .map(|i| (!col.is_null(i)).then(|| col.value(i).to_string()))
+                    .collect();
+                values
+            })
+            .collect();
+        let mut expected = vec![None; 10];
+        expected.extend(vec![Some("late message".to_string()); 5]);
+        assert_eq!(messages, expected);
+    }
+
     /// Rows of a Parquet file in memory, and its span ids.
     fn read_copy(data: &bytes::Bytes) -> Vec<String> {
         use arrow::array::{Array, StringArray};

@@ -13,7 +13,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use super::schema::{JSON_COLUMNS, SMALL_COLUMNS, UNIQUE_COLUMNS};
+use super::schema::{JSON_COLUMNS, REQUEST_SMALL_COLUMNS, SMALL_COLUMNS, UNIQUE_COLUMNS};
 use super::ArchiveError;
 use crate::event::SCHEMA_VERSION;
 
@@ -155,10 +155,13 @@ pub fn writer_properties(
     for col in JSON_COLUMNS.iter().chain(UNIQUE_COLUMNS) {
         b = b.set_column_dictionary_enabled(column_path(col), false);
     }
-    if matches!(table, Table::Spans | Table::Logs) {
-        for col in SMALL_COLUMNS {
-            b = b.set_column_compression(column_path(col), Compression::UNCOMPRESSED);
-        }
+    let small: &[&str] = match table {
+        Table::Spans | Table::Logs => SMALL_COLUMNS,
+        Table::Requests => REQUEST_SMALL_COLUMNS,
+        Table::Alarms => &[],
+    };
+    for col in small {
+        b = b.set_column_compression(column_path(col), Compression::UNCOMPRESSED);
     }
     let bloom_columns: &[&str] = match table {
         Table::Spans => &["trace_id", "request_id"],

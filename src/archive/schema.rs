@@ -307,6 +307,33 @@ pub const SMALL_COLUMNS: &[&str] = &[
     "redactions.entries.values",
 ];
 
+/// The request summaries' columns of few distinct values (outcomes, versions, flags and the
+/// per-request counters, mostly 0 or small), written uncompressed for the reasons of
+/// [`SMALL_COLUMNS`]: on the blast load their zstd ratios were 0.67 to 0.95 (larger than
+/// uncompressed). Ids, times, durations, tokens, costs and the per-tool map stay compressed.
+pub const REQUEST_SMALL_COLUMNS: &[&str] = &[
+    "schema_version",
+    "summary_version",
+    "outcome",
+    "completeness",
+    "stop_reason",
+    "principal_id",
+    "cost_disagrees",
+    "claimed_cost_usd",
+    "span_count",
+    "orphan_count",
+    "model_turns",
+    "tool_calls",
+    "downstream_calls",
+    "unpriced_model_turns",
+    "denials",
+    "confirmations_requested",
+    "confirmations_approved",
+    "retries",
+    "timeouts",
+    "errors",
+];
+
 fn empty_to_none(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
