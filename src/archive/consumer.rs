@@ -8,7 +8,7 @@
 //! A span sent twice (a client retrying a request whose answer it lost) is dropped by its
 //! tenant, trace and span id within a window of recent spans.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +26,8 @@ use crate::metrics::Metrics;
 /// The last spans seen, by tenant, trace and span id, to drop repeats.
 pub struct RecentSpans {
     hasher: RandomState,
-    seen: HashSet<u64>,
+    /// Keyed SipHash values of the spans' ids (set membership needs no second keyed hash).
+    seen: crate::maps::FastSet<u64>,
     order: VecDeque<u64>,
     capacity: usize,
 }
@@ -37,7 +38,10 @@ impl RecentSpans {
     pub fn new(capacity: usize) -> RecentSpans {
         RecentSpans {
             hasher: RandomState::new(),
-            seen: HashSet::with_capacity(capacity.min(1 << 16)),
+            seen: crate::maps::FastSet::with_capacity_and_hasher(
+                capacity.min(1 << 16),
+                Default::default(),
+            ),
             order: VecDeque::with_capacity(capacity.min(1 << 16)),
             capacity: capacity.max(1),
         }
@@ -124,7 +128,7 @@ pub struct ArchiveConsumer {
     /// Records before this were read before the last stop, and may be in completed files.
     replay_before: u64,
     /// Per partition, the last record in its completed files (looked up once, for replay).
-    completed: HashMap<PartitionKey, u64>,
+    completed: crate::maps::FastMap<PartitionKey, u64>,
     recent: RecentSpans,
     pause: Duration,
     metrics: Arc<Metrics>,
@@ -147,7 +151,7 @@ impl ArchiveConsumer {
             data_dir: data_dir.to_path_buf(),
             journal_id: journal_id.to_string(),
             replay_before,
-            completed: HashMap::new(),
+            completed: crate::maps::map(),
             recent,
             pause,
             metrics,

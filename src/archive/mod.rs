@@ -31,7 +31,6 @@ pub mod rows;
 pub mod schema;
 pub mod snapshot;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -126,7 +125,7 @@ pub struct Archive {
     instance_id: String,
     sequence: u64,
     /// Rows not yet in a completed file, by partition.
-    buffers: HashMap<PartitionKey, PartitionBuffer>,
+    buffers: crate::maps::FastMap<PartitionKey, PartitionBuffer>,
     /// Buffers per table, for the metric.
     per_table: [usize; 4],
     /// Bytes this writer holds in `buffers`; also counted in `budget`.
@@ -216,7 +215,7 @@ impl Archive {
             batch_rows: config.batch_rows.0,
             instance_id,
             sequence: 0,
-            buffers: HashMap::new(),
+            buffers: crate::maps::map(),
             per_table: [0; 4],
             held: 0,
             budget_slot: budget.register(),
@@ -834,7 +833,7 @@ fn group_by_partition<'a, T: 'a>(
     items: impl Iterator<Item = &'a T>,
     at: impl Fn(&'a T) -> (&'a str, i64),
 ) -> Vec<Vec<&'a T>> {
-    let mut index: HashMap<(&'a str, i64), usize> = HashMap::new();
+    let mut index: crate::maps::FastMap<(&'a str, i64), usize> = crate::maps::map();
     let mut groups: Vec<Vec<&'a T>> = Vec::new();
     for item in items {
         let (tenant, ns) = at(item);

@@ -3,7 +3,7 @@
 //! `summarize` is a pure function of the sets of span and log facts: the order they arrived
 //! in, duplicates and the batches they came in cannot change it (a property test checks).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::prices::{disagrees, PriceTable, TokenCounts};
@@ -17,7 +17,7 @@ pub type Text = Arc<str>;
 /// rather than an allocation. Bounded: past `LIMIT` distinct strings it starts over (strings
 /// already shared stay valid).
 #[derive(Debug, Default)]
-pub struct Interner(HashSet<Arc<str>>);
+pub struct Interner(crate::maps::FastSet<Arc<str>>);
 
 impl Interner {
     const LIMIT: usize = 65_536;
