@@ -1143,6 +1143,11 @@ mod tests {
             codec("name"),
             parquet::basic::Compression::ZSTD(_)
         ));
+        // JSON columns stay compressed even when the first batch has none of them.
+        assert!(matches!(
+            codec("tool_arguments"),
+            parquet::basic::Compression::ZSTD(_)
+        ));
         let bytes = bytes::Bytes::from(std::fs::read(&path).expect("read"));
         let batches: Vec<_> =
             parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
