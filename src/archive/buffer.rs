@@ -126,8 +126,7 @@ impl PartitionBuffer {
             Some(w) => w,
             slot => {
                 self.schema = Some(batch.schema());
-                let props = without_compression_where_null(&batch, props);
-                slot.insert(new_writer(batch.schema(), &props)?)
+                slot.insert(new_writer(batch.schema(), props)?)
             }
         };
         writer.write(&batch).map_err(ArchiveError::Parquet)?;
@@ -239,50 +238,6 @@ fn readable_copy(
         .finish()
         .map_err(ArchiveError::Parquet)?;
     Ok(Some((out, rows.max(0) as u64)))
-}
-
-/// `props` with compression off for the columns that hold no value in `first`, the first
-/// batch of a file: a column absent from a tenant's or an executor's rows is absent from most
-/// of a partition's file, its pages are a few bytes of definition levels that zstd does not
-/// shrink, and each compressed column chunk costs a zstd compressor and decompressor to set
-/// up, whose CPU-feature probe (`cpuid`) traps to the hypervisor on virtual machines (measured
-/// here: 8% of the daemon's CPU at a thousand tenants, whose files are small). Should the
-/// column hold values later in the file they are stored uncompressed, which compaction undoes.
-/// The JSON columns (arguments, results, attributes, bodies) are left compressed whatever the
-/// first batch holds: they are most of a file's bytes and compress 40 to 200 times, and a
-/// first batch of only, say, downstream HTTP spans has no tool arguments at all (measured: the
-/// overload test's files grew enough to slow the archive under its journal pressure).
-pub fn without_compression_where_null(
-    first: &arrow::record_batch::RecordBatch,
-    props: &WriterProperties,
-) -> WriterProperties {
-    let schema = first.schema();
-    let empty: Vec<&str> = schema
-        .fields()
-        .iter()
-        .zip(first.columns())
-        .filter(|(f, c)| {
-            c.null_count() == c.len() && !super::schema::JSON_COLUMNS.contains(&f.name().as_str())
-        })
-        .map(|(f, _)| f.name().as_str())
-        .collect();
-    if empty.is_empty() {
-        return props.clone();
-    }
-    let Ok(descr) = ArrowSchemaConverter::new().convert(&schema) else {
-        return props.clone();
-    };
-    let mut b = props.clone().into_builder();
-    for col in descr.columns() {
-        let path = col.path();
-        let root = path.parts().first().map(String::as_str);
-        if root.is_some_and(|r| empty.contains(&r))
-            && props.compression(path) != Compression::UNCOMPRESSED
-        {
-            b = b.set_column_compression(path.clone(), Compression::UNCOMPRESSED);
-        }
-    }
-    b.build()
 }
 
 /// Writer properties of the copy of rows not yet encoded.

@@ -194,14 +194,7 @@ fn archive_files_have_statistics_page_indexes_and_bloom_filters() {
     let rg = meta.row_group(0);
     for (i, col) in rg.columns().iter().enumerate() {
         let name = col.column_path().string();
-        // Columns of few values, and those with no value in the file (a file's columns empty
-        // in its first batch), are not compressed; every other column is.
-        let empty = col
-            .statistics()
-            .and_then(|s| s.null_count_opt())
-            .is_some_and(|n| n == rg.num_rows() as u64)
-            && !toolwatch::archive::schema::JSON_COLUMNS.contains(&name.as_str());
-        if toolwatch::archive::schema::SMALL_COLUMNS.contains(&name.as_str()) || empty {
+        if toolwatch::archive::schema::SMALL_COLUMNS.contains(&name.as_str()) {
             assert_eq!(col.compression(), Compression::UNCOMPRESSED, "{name}");
         } else {
             assert!(matches!(col.compression(), Compression::ZSTD(_)), "{name}");
