@@ -318,7 +318,7 @@ const DETECTORS: &[D] = &[
         keywords: &["@"],
         regex: r"(?:^|[^A-Za-z0-9._%+\-])([A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]{2,24})(?:[^A-Za-z0-9]|$)", group: 1, validator: None },
     D { id: "phone_number_international", description: "Phone number in international form (+CC …)",
-        keywords: &["+"],
+        keywords: &[],
         regex: r"(?:^|[^\w+])(\+[1-9]\d{0,2}[\s.\-]?(?:\(\d{1,4}\)[\s.\-]?)?\d{1,4}(?:[\s.\-]?\d{2,5}){1,4})(?:[^\w]|$)", group: 1, validator: Some(Validator::PhoneDigits) },
     D { id: "phone_number_north_american", description: "North American phone number ((415) 555-0132, 415-555-0132, 415.555.0132)",
         keywords: &[],
@@ -333,13 +333,13 @@ const DETECTORS: &[D] = &[
         keywords: &[],
         regex: r"(?:^|[^A-Za-z0-9])([A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30})(?:[^A-Za-z0-9]|$)", group: 1, validator: Some(Validator::IbanMod97) },
     D { id: "us_social_security_number", description: "US social security number (AAA-GG-SSSS, issued ranges)",
-        keywords: &["-"],
+        keywords: &[],
         regex: r"(?:^|[^\d\-])(\d{3}-\d{2}-\d{4})(?:[^\d\-]|$)", group: 1, validator: Some(Validator::UsSsn) },
     D { id: "ipv4_address", description: "IPv4 address (not a longer dotted version string; not loopback, unspecified, broadcast or documentation)",
-        keywords: &["."],
+        keywords: &[],
         regex: r"(?:^|[^\w.])((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})(?:[^\w.]|\.(?:\s|$)|$)", group: 1, validator: Some(Validator::Ipv4) },
     D { id: "ipv6_address", description: "IPv6 address (full, or compressed with at least two groups; not loopback or documentation)",
-        keywords: &[":"],
+        keywords: &[],
         regex: r"(?:^|[^\w:])((?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|(?:[0-9a-fA-F]{1,4}:){2,6}:(?:[0-9a-fA-F]{1,4}:){0,5}[0-9a-fA-F]{1,4})(?:[^\w:]|$)", group: 1, validator: Some(Validator::Ipv6) },
 ];
 
@@ -380,6 +380,7 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             except_keys: Vec::new(),
             except_context: Vec::new(),
             judged: d.id == JUDGED_DETECTOR,
+            gate: super::shape::ShapeGate::of_detector(d.id),
             // Key-context values are checked by their own validator, which keeps `1234…` runs.
             skip_placeholders: !PERSONAL_DATA.contains(&d.id) && d.id != "secret_key_assignment",
             min_digits: match d.id {

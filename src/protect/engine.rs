@@ -13,6 +13,7 @@ use super::catalogue;
 use super::key_context::{self, Judgment, KeyClass, Syntax};
 use super::learned;
 use super::rules::{Action, DetectorSpec, KeyGlob, KeyRuleSpec, RedactionConfig};
+use super::shape::{ShapeGate, Shapes};
 use super::validators::Validator;
 use super::KeyedHasher;
 use crate::event::Redactions;
@@ -78,6 +79,8 @@ struct Detector {
     except_context: Vec<KeyGlob>,
     /// The key-context judgment over keyword hits, not the regex.
     judged: bool,
+    /// A shape the text must hold before the regex runs (built-in personal data).
+    gate: Option<ShapeGate>,
     /// What it removes is a secret worth learning (not personal data).
     learnable: bool,
 }
@@ -480,6 +483,8 @@ impl Redactor {
         }
         let digits = text.bytes().filter(u8::is_ascii_digit).count();
         let lower_key = key.map(lowercase);
+        // Found on the first gated candidate, once per string.
+        let mut shapes: Option<Shapes> = None;
         // Only the flagged detectors are visited (a few of ~95 for most strings): walking the
         // whole catalogue per string was 5% of the daemon's CPU under load.
         let mut candidates: Vec<usize> = Vec::new();
@@ -489,7 +494,11 @@ impl Redactor {
                 let i = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 let d = &self.detectors[i];
-                if digits >= d.min_digits && d.applies_under(lower_key.as_deref()) {
+                if digits >= d.min_digits
+                    && d.applies_under(lower_key.as_deref())
+                    && d.gate
+                        .is_none_or(|g| shapes.get_or_insert_with(|| Shapes::of(text)).has(g))
+                {
                     candidates.push(i);
                 }
             }
@@ -713,6 +722,7 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         except_keys: globs(&spec.except_keys),
         except_context: globs(&spec.except_context),
         judged: spec.judged,
+        gate: spec.gate,
         learnable: !catalogue::PERSONAL_DATA.contains(&spec.id.as_str()),
     })
 }

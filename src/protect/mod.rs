@@ -13,6 +13,7 @@ pub mod engine;
 pub mod key_context;
 pub mod learned;
 pub mod rules;
+pub mod shape;
 pub mod validators;
 pub mod walk;
 

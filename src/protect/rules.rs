@@ -72,6 +72,10 @@ pub struct DetectorSpec {
     /// its keywords' hits, not its regex (which only names the keywords).
     #[serde(skip)]
     pub judged: bool,
+    /// Built in only: a cheap shape the text must hold before the regex runs
+    /// ([`super::shape`]), for personal data without keywords.
+    #[serde(skip)]
+    pub gate: Option<super::shape::ShapeGate>,
 }
 
 /// A signal a rule can be scoped to.
