@@ -282,6 +282,15 @@ const DETECTORS: &[D] = &[
     D { id: "discord_bot_token", description: "Discord bot token (user id . timestamp . HMAC) after the word discord or bot",
         keywords: &["discord", "bot "],
         regex: r"(?i)(?:discord|bot)[^\n]{0,40}?(?:^|[^A-Za-z0-9_\-.])([MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "tencent_cloud_secret_id", description: "Tencent Cloud API SecretId (AKID + 32 alphanumerics)",
+        keywords: &["akid"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(AKID[A-Za-z0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "firebase_cloud_messaging_server_key", description: "Firebase Cloud Messaging legacy server key (AAAA…:APA91b…)",
+        keywords: &[":apa91b"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(AAAA[A-Za-z0-9_\-]{7}:APA91b[A-Za-z0-9_\-]{134})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "mistral_api_key", description: "Mistral AI API key (32 alphanumerics) after the word mistral",
+        keywords: &["mistral"],
+        regex: r"(?i)mistral[^\n]{0,40}?(?:^|[^A-Za-z0-9_\-])([A-Za-z0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: Some(Validator::NotTrivial) },
     // --- Credentials in headers, URLs and command lines --------------------------------------
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
@@ -843,6 +852,24 @@ mod tests {
             format!("{{\"cohere\": {{\"api_key\": \"{cohere}\"}}}}"),
             cohere,
         );
+        let akid = format!("AKID{}", cycle(B62, 32));
+        tp(
+            "tencent_cloud_secret_id",
+            format!("TENCENTCLOUD_SECRET_ID={akid}"),
+            akid,
+        );
+        let fcm = format!("AAAA{}:APA91b{}", cycle(B62, 7), cycle(B62, 134));
+        tp(
+            "firebase_cloud_messaging_server_key",
+            format!("Authorization: key={fcm}"),
+            fcm,
+        );
+        let mistral = cycle(B62, 32);
+        tp(
+            "mistral_api_key",
+            format!("MISTRAL_API_KEY=\"{mistral}\""),
+            mistral,
+        );
         let discord = format!(
             "MTIzNDU2Nzg5MDEyMzQ1Njc4OQ.{}.{}",
             cycle(B62, 6),
@@ -1102,6 +1129,18 @@ mod tests {
             (
                 "cohere_api_key",
                 "cohere model command-r-plus-08-2024 answered",
+            ),
+            (
+                "tencent_cloud_secret_id",
+                "AKID is the prefix; AKIDshort1234 is not a key",
+            ),
+            (
+                "firebase_cloud_messaging_server_key",
+                "registration token fcm:APA91bShortValue123",
+            ),
+            (
+                "mistral_api_key",
+                "mistral model mistral-large-2411 answered in 0.8 s",
             ),
             (
                 "discord_bot_token",
@@ -1602,6 +1641,21 @@ mod tests {
                 rule: "cohere_api_key",
                 hint: "cohere ",
                 segs: &[C(ALNUM, 40, 40)],
+            },
+            f("tencent_cloud_secret_id", &[L("AKID"), C(ALNUM, 32, 32)]),
+            f(
+                "firebase_cloud_messaging_server_key",
+                &[
+                    L("AAAA"),
+                    C(B64URL, 7, 7),
+                    L(":APA91b"),
+                    C(B64URL, 134, 134),
+                ],
+            ),
+            Format {
+                rule: "mistral_api_key",
+                hint: "mistral ",
+                segs: &[C(ALNUM, 32, 32)],
             },
             Format {
                 rule: "discord_bot_token",
