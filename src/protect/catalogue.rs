@@ -288,6 +288,9 @@ const DETECTORS: &[D] = &[
     D { id: "firebase_cloud_messaging_server_key", description: "Firebase Cloud Messaging legacy server key (AAAA…:APA91b…)",
         keywords: &[":apa91b"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(AAAA[A-Za-z0-9_\-]{7}:APA91b[A-Za-z0-9_\-]{134})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "jfrog_token", description: "JFrog Artifactory API key (AKCp + 69) or identity/reference token (cmVmdGtu + 56)",
+        keywords: &["akcp", "cmvmdgtu"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(AKCp[0-9][A-Za-z0-9]{68}|cmVmdGtu[A-Za-z0-9]{56})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "mistral_api_key", description: "Mistral AI API key (32 alphanumerics) after the word mistral",
         keywords: &["mistral"],
         regex: r"(?i)mistral[^\n]{0,40}?(?:^|[^A-Za-z0-9_\-])([A-Za-z0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: Some(Validator::NotTrivial) },
@@ -304,6 +307,9 @@ const DETECTORS: &[D] = &[
     D { id: "connection_string_password", description: "Password in a key=value connection string (Password=…;)",
         keywords: &["password=", "pwd=", "password =", "pwd ="],
         regex: r#"(?i)(?:^|[;\s"'])(?:password|pwd)\s*=\s*([^;\s"']+)"#, group: 1, validator: None },
+    D { id: "powershell_plaintext_secure_string", description: "Literal password turned into a SecureString in PowerShell (ConvertTo-SecureString \"…\" -AsPlainText)",
+        keywords: &["convertto-securestring"],
+        regex: r#"(?i)ConvertTo-SecureString\s+(?:-String\s+)?["']([^"'\r\n]+)["']\s+-AsPlainText"#, group: 1, validator: None },
     D { id: "curl_user_credentials", description: "Credentials on a curl command line (-u user:pass, --user)",
         keywords: &["-u", "--user"],
         regex: r#"(?:^|\s)(?:-u|--user)[\s=]+["']?[^\s:"']*:([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
@@ -619,6 +625,16 @@ mod tests {
             s("hunter22"),
         );
         tp(
+            "powershell_plaintext_secure_string",
+            s("$pw = ConvertTo-SecureString 'Winter2026!' -AsPlainText -Force"),
+            s("Winter2026!"),
+        );
+        tp(
+            "powershell_plaintext_secure_string",
+            s("ConvertTo-SecureString -String \"qzva\" -AsPlainText -Force"),
+            s("qzva"),
+        );
+        tp(
             "cli_secret_flag",
             s("mysql --password=Zq8vLx2Rk --host db"),
             s("Zq8vLx2Rk"),
@@ -864,6 +880,14 @@ mod tests {
             format!("Authorization: key={fcm}"),
             fcm,
         );
+        let jfrog = format!("AKCp8{}", cycle(B62, 68));
+        tp(
+            "jfrog_token",
+            format!("ARTIFACTORY_API_KEY = '{jfrog}'"),
+            jfrog,
+        );
+        let reftkn = format!("cmVmdGtu{}", cycle(B62, 56));
+        tp("jfrog_token", format!("--access-token {reftkn}"), reftkn);
         let mistral = cycle(B62, 32);
         tp(
             "mistral_api_key",
@@ -1142,6 +1166,7 @@ mod tests {
                 "mistral_api_key",
                 "mistral model mistral-large-2411 answered in 0.8 s",
             ),
+            ("jfrog_token", "AKCp is JFrog's prefix; cmVmdGtu decodes to reftkn"),
             (
                 "discord_bot_token",
                 "discord release notes v1.2.3.4 and a.b.c",
@@ -1196,6 +1221,10 @@ mod tests {
                 "the password policy requires 12 characters",
             ),
             ("curl_user_credentials", "curl -u is the flag"),
+            (
+                "powershell_plaintext_secure_string",
+                "$pw = ConvertTo-SecureString $env:SVC_PASSWORD -AsPlainText -Force",
+            ),
             ("cli_secret_flag", "--password-file /run/secrets/db"),
             ("secret_key_assignment", "TOKEN_COUNT is an integer"),
             (
@@ -1652,6 +1681,11 @@ mod tests {
                     C(B64URL, 134, 134),
                 ],
             ),
+            f(
+                "jfrog_token",
+                &[L("AKCp"), C("0123456789", 1, 1), C(ALNUM, 68, 68)],
+            ),
+            f("jfrog_token", &[L("cmVmdGtu"), C(ALNUM, 56, 56)]),
             Format {
                 rule: "mistral_api_key",
                 hint: "mistral ",
