@@ -240,7 +240,7 @@ impl Consumer for ArchiveConsumer {
 
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64 {
         self.archive
-            .tick(Instant::now(), next_seq, head.under_pressure())
+            .tick(Instant::now(), next_seq, head.pressure())
             .unwrap_or(next_seq)
     }
 

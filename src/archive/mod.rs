@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::event::EventBatch;
+use crate::journal::head::Pressure;
 use crate::metrics::Metrics;
 use buffer::{PartitionBuffer, SharedBudget};
 use config::ArchiveConfig;
@@ -76,6 +77,12 @@ impl ArchiveError {
 
 /// Early write-outs under journal pressure happen at most this often.
 pub const PRESSURE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often buffers holding the journal back are written out while it is nearly full:
+/// receivers refuse data until the journal frees space, and writing out only every
+/// [`PRESSURE_EVERY`] freed it in bursts that a sender retrying once a second could miss for
+/// half a minute.
+pub const NEARLY_FULL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 const HOUR_NS: i64 = 3_600_000_000_000;
 
@@ -264,7 +271,7 @@ impl Archive {
     /// over); and while the journal is under `pressure` (see
     /// `journal::head::JournalHead::under_pressure`), writes out the buffers that hold it back.
     /// Returns [`Archive::pinned_record`] after all that.
-    pub fn tick(&mut self, now: Instant, next_seq: u64, pressure: bool) -> Option<u64> {
+    pub fn tick(&mut self, now: Instant, next_seq: u64, pressure: Pressure) -> Option<u64> {
         self.complete_due(now);
         self.copy_if_asked(next_seq);
         self.flush_if_asked(next_seq);
@@ -431,13 +438,16 @@ impl Archive {
 
     /// When the journal is over half full (`pressure`), writes out the buffers that hold it
     /// back rather than let receivers refuse data; at most every [`PRESSURE_EVERY`], since
-    /// each time makes small files. (Whether another consumer is further behind does not
-    /// matter: waiting for each other, two consumers could hold the journal full for good.)
-    fn relieve_journal(&mut self, pressure: bool, next_seq: u64) {
-        if self.pinned_record().is_none()
-            || !pressure
-            || self.last_pressure.elapsed() < PRESSURE_EVERY
-        {
+    /// each time makes small files, or every [`NEARLY_FULL_EVERY`] once it is nearly full.
+    /// (Whether another consumer is further behind does not matter: waiting for each other,
+    /// two consumers could hold the journal full for good.)
+    fn relieve_journal(&mut self, pressure: Pressure, next_seq: u64) {
+        let every = match pressure {
+            Pressure::None => return,
+            Pressure::Over => PRESSURE_EVERY,
+            Pressure::NearlyFull => NEARLY_FULL_EVERY,
+        };
+        if self.pinned_record().is_none() || self.last_pressure.elapsed() < every {
             return;
         }
         self.last_pressure = Instant::now();
@@ -1274,21 +1284,36 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut a = archive(dir.path(), usize::MAX / 2);
         a.append(Some(1), &spans("a", 3, 0));
-        assert_eq!(a.tick(Instant::now(), 2, false), Some(1), "no pressure");
         assert_eq!(
-            a.tick(Instant::now(), 2, true),
+            a.tick(Instant::now(), 2, Pressure::None),
+            Some(1),
+            "no pressure"
+        );
+        assert_eq!(
+            a.tick(Instant::now(), 2, Pressure::Over),
             Some(1),
             "too soon after opening"
         );
         a.last_pressure = Instant::now().checked_sub(PRESSURE_EVERY).expect("uptime");
-        assert_eq!(a.tick(Instant::now(), 2, true), None);
+        assert_eq!(a.tick(Instant::now(), 2, Pressure::Over), None);
         assert_eq!(files(dir.path(), "a").len(), 1);
         a.append(Some(2), &spans("a", 3, 10));
         assert_eq!(
-            a.tick(Instant::now(), 3, true),
+            a.tick(Instant::now(), 3, Pressure::Over),
             Some(2),
             "at most every PRESSURE_EVERY"
         );
+        // Nearly full: a second is enough, where over half it is not.
+        a.last_pressure = Instant::now()
+            .checked_sub(NEARLY_FULL_EVERY)
+            .expect("uptime");
+        assert_eq!(
+            a.tick(Instant::now(), 3, Pressure::Over),
+            Some(2),
+            "over half: still at most every PRESSURE_EVERY"
+        );
+        assert_eq!(a.tick(Instant::now(), 3, Pressure::NearlyFull), None);
+        assert_eq!(files(dir.path(), "a").len(), 2);
         assert_eq!(a.close().span_rows, 6);
     }
 

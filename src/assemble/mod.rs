@@ -770,7 +770,7 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
         let pressure = head.under_pressure();
         let pinned = self
             .archive
-            .tick(std::time::Instant::now(), next_seq, pressure);
+            .tick(std::time::Instant::now(), next_seq, head.pressure());
         self.metrics.assemble_state(
             self.assembler.requests_held(),
             self.assembler.spans_held(),

@@ -156,7 +156,7 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         // Alarms come from no journal record, so the archive's tick never writes them out for
         // journal pressure: what holds the journal here is the saved state (below).
         let pressure = head.under_pressure();
-        self.stage.archive.tick(now, next_seq, pressure);
+        self.stage.archive.tick(now, next_seq, head.pressure());
         if now.duration_since(self.last_gauges) >= GAUGES_EVERY {
             self.last_gauges = now;
             refresh_metrics(&self.stage);

@@ -185,7 +185,33 @@ impl JournalHead {
     pub fn under_pressure(&self) -> bool {
         self.fill() > PRESSURE
     }
+
+    /// How hard consumers should let go of the journal: not at all, now and then (over
+    /// [`PRESSURE`]), or often (over [`NEARLY_FULL`], where receivers are about to refuse).
+    pub fn pressure(&self) -> Pressure {
+        match self.fill() {
+            f if f > NEARLY_FULL => Pressure::NearlyFull,
+            f if f > PRESSURE => Pressure::Over,
+            _ => Pressure::None,
+        }
+    }
 }
+
+/// How full the journal is, for the consumers that hold it back (see
+/// [`JournalHead::pressure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pressure {
+    /// Under [`PRESSURE`].
+    None,
+    /// Over [`PRESSURE`].
+    Over,
+    /// Over [`NEARLY_FULL`]: receivers refuse data until consumers let go.
+    NearlyFull,
+}
+
+/// The share of `journal.max_bytes` above which receivers are about to refuse data and
+/// consumers let go of the journal as often as every second (see [`JournalHead::pressure`]).
+pub const NEARLY_FULL: f64 = 0.9;
 
 /// The share of `journal.max_bytes` above which the journal is under pressure (see
 /// [`JournalHead::under_pressure`]).
