@@ -181,7 +181,8 @@ const DETECTORS: &[D] = &[
         regex: r"\b(EAA[A-Za-z0-9]{100,})\b", group: 1, validator: None },
     D { id: "alibaba_access_key_id", description: "Alibaba Cloud AccessKey id (LTAI…)",
         keywords: &["ltai"],
-        regex: r"\b(LTAI[A-Za-z0-9]{20})\b", group: 1, validator: None },
+        // 24 characters, or 16 for older ids (as public rule sets have it).
+        regex: r"\b(LTAI[A-Za-z0-9]{12}(?:[A-Za-z0-9]{8})?)\b", group: 1, validator: None },
     D { id: "harness_api_key", description: "Harness personal or service-account token (pat./sat.)",
         keywords: &["pat.", "sat."],
         regex: r"\b((?:pat|sat)\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20})\b", group: 1, validator: None },
@@ -770,6 +771,11 @@ mod tests {
             s("LTAI5tQ9mX2pL7vR4tY8wN6b"),
         );
         tp(
+            "alibaba_access_key_id",
+            s("aliyun.access-key-id=LTAI9mX2pL7vR4tY"),
+            s("LTAI9mX2pL7vR4tY"),
+        );
+        tp(
             "secret_key_assignment",
             s("var deployToken string = \"q8Zr2LmX4vT9wK1p\""),
             s("q8Zr2LmX4vT9wK1p"),
@@ -1268,7 +1274,7 @@ mod tests {
             ("sourcegraph_access_token", "sgp_local is a name"),
             ("intra42_client_secret", "s-s4t2ud- cut short"),
             ("facebook_access_token", "EAAC certification body"),
-            ("alibaba_access_key_id", "LTAI short"),
+            ("alibaba_access_key_id", "LTAI short and LTAIabcdefghijklmn (14)"),
             ("phone_number_in_context", "call 12 retried 3 times"),
             ("harness_api_key", "compat.mode.enabled"),
             (
