@@ -767,10 +767,11 @@ impl crate::journal::consume::Consumer for AssembleConsumer {
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
         let out = self.assembler.due(self.now_ms());
         self.write(out);
-        let pressure = head.under_pressure();
+        let level = head.pressure();
+        let pressure = level != crate::journal::head::Pressure::None;
         let pinned = self
             .archive
-            .tick(std::time::Instant::now(), next_seq, head.pressure());
+            .tick(std::time::Instant::now(), next_seq, level);
         self.metrics.assemble_state(
             self.assembler.requests_held(),
             self.assembler.spans_held(),

@@ -155,8 +155,9 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         }
         // Alarms come from no journal record, so the archive's tick never writes them out for
         // journal pressure: what holds the journal here is the saved state (below).
-        let pressure = head.under_pressure();
-        self.stage.archive.tick(now, next_seq, head.pressure());
+        let level = head.pressure();
+        let pressure = level != crate::journal::head::Pressure::None;
+        self.stage.archive.tick(now, next_seq, level);
         if now.duration_since(self.last_gauges) >= GAUGES_EVERY {
             self.last_gauges = now;
             refresh_metrics(&self.stage);

@@ -151,6 +151,9 @@ pub enum Source {
 }
 
 impl Source {
+    /// Every source, in the order of [`Source::index`].
+    pub const ALL: [Source; 3] = [Source::Published, Source::Shared, Source::Decoded];
+
     /// Label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -158,6 +161,11 @@ impl Source {
             Source::Shared => "shared",
             Source::Decoded => "decoded",
         }
+    }
+
+    /// Position in [`Source::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -344,6 +352,7 @@ pub fn run<C: Consumer>(
 ) -> C::Totals {
     let metrics = &all_metrics.journal;
     let lane = paced.then(|| decoded.join());
+    let taken_from = metrics.consumer_records(tail.consumer(), Source::ALL.map(Source::as_str));
     let mut last_tick = Instant::now();
     let mut saved = tail.next_seq();
     let mut last_seq = saved.saturating_sub(1);
@@ -378,7 +387,7 @@ pub fn run<C: Consumer>(
             };
             match entry {
                 Ok((entry, source)) => {
-                    metrics.consumer_record(tail.consumer(), source.as_str());
+                    taken_from[source.index()].inc();
                     match &*entry {
                         JournalEntry::Events(batch) => {
                             match held.bind(seq, batch, Instant::now()) {

@@ -179,15 +179,10 @@ impl JournalHead {
         (self.disk_bytes() as f64 / self.max_bytes as f64).min(1.0)
     }
 
-    /// True when the journal is over [`PRESSURE`] of its bound: consumers that hold it back
-    /// (open archive buffers, unsummarized requests, unsaved budget windows) let go early
-    /// rather than make receivers refuse data.
-    pub fn under_pressure(&self) -> bool {
-        self.fill() > PRESSURE
-    }
-
-    /// How hard consumers should let go of the journal: not at all, now and then (over
-    /// [`PRESSURE`]), or often (over [`NEARLY_FULL`], where receivers are about to refuse).
+    /// How hard the consumers that hold the journal back (open archive buffers, unsummarized
+    /// requests, unsaved budget windows) should let go of it rather than make receivers refuse
+    /// data: not at all, now and then (over [`PRESSURE`] of its bound), or often (over
+    /// [`NEARLY_FULL`]).
     pub fn pressure(&self) -> Pressure {
         match self.fill() {
             f if f > NEARLY_FULL => Pressure::NearlyFull,
@@ -205,7 +200,7 @@ pub enum Pressure {
     None,
     /// Over [`PRESSURE`].
     Over,
-    /// Over [`NEARLY_FULL`]: receivers refuse data until consumers let go.
+    /// Over [`NEARLY_FULL`]: receivers are about to refuse data.
     NearlyFull,
 }
 
@@ -214,7 +209,7 @@ pub enum Pressure {
 pub const NEARLY_FULL: f64 = 0.9;
 
 /// The share of `journal.max_bytes` above which the journal is under pressure (see
-/// [`JournalHead::under_pressure`]).
+/// [`JournalHead::pressure`]).
 pub const PRESSURE: f64 = 0.5;
 
 #[cfg(test)]

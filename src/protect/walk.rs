@@ -119,7 +119,7 @@ fn redact_base64(
     key: Option<&str>,
     layers: usize,
 ) -> bool {
-    if layers == 0 || !has_base64_run(s) {
+    if layers == 0 {
         return false;
     }
     let mut out = String::new();
@@ -145,20 +145,6 @@ fn redact_base64(
     true
 }
 
-/// True when `s` has a run of base64-alphabet bytes long enough to be a token: a byte loop,
-/// far cheaper than the token regex on the many strings that have none.
-fn has_base64_run(s: &str) -> bool {
-    let mut run = 0;
-    for &b in s.as_bytes() {
-        // Branch-free: this runs over every byte of every string.
-        run = (run + 1) * usize::from(BASE64_BYTES[usize::from(b)]);
-        if run >= 24 {
-            return true;
-        }
-    }
-    false
-}
-
 /// 1 for the bytes of the standard and URL-safe base64 alphabets.
 const BASE64_BYTES: [u8; 256] = {
     let mut t = [0u8; 256];
@@ -175,9 +161,6 @@ const BASE64_BYTES: [u8; 256] = {
 
 /// True when some base64 token in `s` decodes to text holding a finding.
 fn base64_hides_finding(r: &Redactor, s: &str, key: Option<&str>) -> bool {
-    if !has_base64_run(s) {
-        return false;
-    }
     base64_tokens(s).any(|m| {
         base64_text(&s[m]).is_some_and(|mut text| {
             redact_layer(
