@@ -12,7 +12,10 @@
 //! Refusals with the retryable codes of the OTLP specification (HTTP 429/502/503/504, gRPC
 //! `RESOURCE_EXHAUSTED`/`UNAVAILABLE`) and transport errors (refused or reset connections, as
 //! when the daemon restarts) are retried with exponential backoff (capped at 1 s, or the
-//! server's `Retry-After`/`RetryInfo` when longer) for up to 30 s per export.
+//! server's `Retry-After`/`RetryInfo` when longer) for up to 300 s per export, the
+//! OpenTelemetry Collector exporters' default `retry_on_failure.max_elapsed_time`: while
+//! toolwatch refuses, it does not choose whom to let in next, so one sender can wait much
+//! longer than the average (fair admission between senders is issue 14's per-tenant limits).
 //!
 //! [`blast`] is the other mode, for measuring the daemon rather than testing it: a handful of
 //! batches of agent requests encoded to OTLP/HTTP protobuf once, then sent over a few
@@ -1181,10 +1184,11 @@ fn transport_error(e: &reqwest::Error) -> String {
     text
 }
 
-/// Attempts per export at most.
-const MAX_ATTEMPTS: u32 = 64;
-/// Time an export may spend being retried: long enough to outlast a daemon restart.
-const MAX_RETRY_TIME: Duration = Duration::from_secs(30);
+/// Attempts per export at most (about one a second once backoff reaches its cap).
+const MAX_ATTEMPTS: u32 = 400;
+/// Time an export may spend being retried: the Collector exporters' default, long enough to
+/// outlast a daemon restart and an overload.
+const MAX_RETRY_TIME: Duration = Duration::from_secs(300);
 /// Backoff between attempts: from the first delay, doubling up to the cap.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -1427,6 +1431,8 @@ pub const BLAST_PLANTED_KEY: &str = "sk_live_T3stOnlyN0tAR3alK3yAbCdEf012345";
 const BLAST_ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 /// A refused batch is resent for this long at most in `--batches` mode.
 const MAX_BLAST_REFUSAL_TIME: Duration = Duration::from_secs(300);
+/// How long blast waits for a connection before it gives up on a batch (a dead daemon).
+const MAX_BLAST_TRANSPORT_TIME: Duration = Duration::from_secs(30);
 
 /// The splitmix64 finalizer: a bijection of u64 (distinct inputs, distinct outputs) that maps
 /// only 0 to 0.
@@ -2144,7 +2150,7 @@ async fn blast_batch(
             BlastSent::Transport(why) => {
                 report.transport_errors += 1;
                 let since = *transport_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > MAX_RETRY_TIME {
+                if since.elapsed() > MAX_BLAST_TRANSPORT_TIME {
                     return BatchEnd::Failed(format!(
                         "no connection for {:.0}s: {why}",
                         since.elapsed().as_secs_f64()

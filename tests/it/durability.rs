@@ -812,7 +812,7 @@ fn overload_is_refused_with_retryable_codes_memory_stays_bounded_and_everything_
         .expect("Retry-After in seconds");
     assert!(retry_after >= 1, "Retry-After {retry_after}");
 
-    let (lg_status, lg_report, lg_stderr) = lg.finish(Duration::from_secs(120));
+    let (lg_status, lg_report, lg_stderr) = lg.finish(Duration::from_secs(360));
     let py_out = py.wait_with_output().expect("Python exporter");
     assert!(
         py_out.status.success(),
