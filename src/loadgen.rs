@@ -454,7 +454,7 @@ const TOOLS: &[Tool] = &[
 /// Fake secrets and personal data planted in tool payloads so that redaction can be tested.
 /// All are syntactically plausible and none is real.
 pub const PLANTED: &[&str] = &[
-    "AKIAIOSFODNN7EXAMPLE",
+    "AKIAT3STONLYN0TREAL7",
     "sk-proj-T3stOnlyN0tAR3alK3yAbCdEfGhIjKlMnOpQrStUvWxYz012345",
     "ghp_T3stOnlyT0ken7f3a9c2e1d5b8a4c6e0f2d9",
     "jane.doe@example.com",

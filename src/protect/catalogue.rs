@@ -50,7 +50,7 @@ const DETECTORS: &[D] = &[
         regex: r"\b(do[opr]_v1_[a-f0-9]{64})\b", group: 1, validator: None },
     D { id: "heroku_api_key", description: "Heroku API key (HRKU-…)",
         keywords: &["hrku-"],
-        regex: r"(?:^|[^A-Za-z0-9_])(HRKU-(?:AA)?[0-9A-Za-z_\-]{58,60})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_])(HRKU-(?:AA)?[0-9A-Za-z_\-]{58,60}|HRKU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "cloudflare_origin_ca_key", description: "Cloudflare origin CA key (v1.0-…)",
         keywords: &["v1.0-"],
         regex: r"\b(v1\.0-[a-f0-9]{24}-[a-f0-9]{146})\b", group: 1, validator: None },
@@ -85,9 +85,9 @@ const DETECTORS: &[D] = &[
     D { id: "hashicorp_token", description: "HashiCorp Terraform Cloud or Vault token",
         keywords: &[".atlasv1.", "hvs.", "hvb.", "hvr."],
         regex: r"\b([A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,70}|hv[sbr]\.[A-Za-z0-9_\-]{24,})", group: 1, validator: None },
-    D { id: "docker_pat", description: "Docker Hub personal access token",
-        keywords: &["dckr_pat_"],
-        regex: r"\b(dckr_pat_[A-Za-z0-9_\-]{27,})", group: 1, validator: None },
+    D { id: "docker_pat", description: "Docker Hub personal or organization access token (dckr_pat_/dckr_oat_)",
+        keywords: &["dckr_pat_", "dckr_oat_"],
+        regex: r"\b(dckr_(?:pat|oat)_[A-Za-z0-9_\-]{27,})", group: 1, validator: None },
     // --- LLM providers -----------------------------------------------------------------------
     D { id: "openai_api_key", description: "OpenAI API key (sk-…T3BlbkFJ…, sk-proj-, sk-svcacct-, sk-admin-)",
         keywords: &["sk-"],
@@ -169,7 +169,7 @@ const DETECTORS: &[D] = &[
         regex: r"\b(AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58})\b", group: 1, validator: None },
     D { id: "notion_api_token", description: "Notion integration token (ntn_…)",
         keywords: &["ntn_"],
-        regex: r"\b(ntn_[0-9]{11}[A-Za-z0-9]{35})\b", group: 1, validator: None },
+        regex: r"\b(ntn_[A-Za-z0-9]{46})\b", group: 1, validator: None },
     D { id: "sourcegraph_access_token", description: "Sourcegraph access token (sgp_…)",
         keywords: &["sgp_"],
         regex: r"\b(sgp_(?:(?:[A-Fa-f0-9]{16}|local)_)?[A-Fa-f0-9]{40})\b", group: 1, validator: None },
@@ -178,7 +178,7 @@ const DETECTORS: &[D] = &[
         regex: r"\b(s-s4t2(?:ud|af)-[a-f0-9]{64})\b", group: 1, validator: None },
     D { id: "facebook_access_token", description: "Facebook / Meta Graph API access token (EAA…)",
         keywords: &["eaa"],
-        regex: r"\b(EAA[A-Za-z0-9]{100,})\b", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9+/_\-])(EAA[A-Za-z0-9]{100,})(?:[^A-Za-z0-9+/=_\-]|$)", group: 1, validator: None },
     D { id: "alibaba_access_key_id", description: "Alibaba Cloud AccessKey id (LTAI…)",
         keywords: &["ltai"],
         // 24 characters, or 16 for older ids (as public rule sets have it).
@@ -231,7 +231,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^A-Za-z0-9_\-])(sntrys_eyJ[A-Za-z0-9+/]{30,}={0,2}_[A-Za-z0-9+/]{43}|sntryu_[a-f0-9]{64})(?:[^A-Za-z0-9_\-+/=]|$)", group: 1, validator: None },
     D { id: "supabase_secret_key", description: "Supabase personal access token or secret API key (sbp_/sb_secret_)",
         keywords: &["sbp_", "sb_secret_"],
-        regex: r"(?:^|[^A-Za-z0-9_\-])(sbp_[a-f0-9]{40}|sb_secret_[A-Za-z0-9_\-]{24,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sbp_(?:v0_)?[a-f0-9]{40}|sb_secret_[A-Za-z0-9_\-]{24,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "planetscale_token", description: "PlanetScale service token, password or OAuth token (pscale_tkn_/pscale_pw_/pscale_oauth_)",
         keywords: &["pscale_tkn_", "pscale_pw_", "pscale_oauth_"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.\-]{32,})", group: 1, validator: None },
@@ -295,6 +295,33 @@ const DETECTORS: &[D] = &[
     D { id: "mistral_api_key", description: "Mistral AI API key (32 alphanumerics) after the word mistral",
         keywords: &["mistral"],
         regex: r"(?i)mistral[^\n]{0,40}?(?:^|[^A-Za-z0-9_\-])([A-Za-z0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: Some(Validator::NotTrivial) },
+    D { id: "llamacloud_api_key", description: "LlamaCloud (LlamaIndex) API key (llx- + 48)",
+        keywords: &["llx-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(llx-[A-Za-z0-9_\-]{48})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "together_api_key", description: "Together AI API key (tgp_v1_ + 43 base64url)",
+        keywords: &["tgp_v1_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(tgp_v1_[A-Za-z0-9_\-]{43})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "wundergraph_cosmo_api_key", description: "WunderGraph Cosmo API key (cosmo_ + 32 hex)",
+        keywords: &["cosmo_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(cosmo_[a-f0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "bitbucket_app_password", description: "Bitbucket app password (ATBB + 24 alphanumerics + 8 hex of checksum)",
+        keywords: &["atbb"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(ATBB[A-Za-z0-9]{24}[A-F0-9]{8})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "google_oauth_client_secret", description: "Google OAuth 2.0 client secret (GOCSPX- + 28)",
+        keywords: &["gocspx-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(GOCSPX-[A-Za-z0-9_\-]{28})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "grafana_api_key", description: "Grafana API key of the older kind (base64 of {\"k\":…}, eyJrIjoi…)",
+        keywords: &["eyjrijoi"],
+        regex: r"(?:^|[^A-Za-z0-9_\-+/])(eyJrIjoi[A-Za-z0-9+/]{40,400}={0,2})(?:[^A-Za-z0-9_\-+/=]|$)", group: 1, validator: None },
+    D { id: "dropbox_long_lived_token", description: "Dropbox long-lived access token (11 + AAAAAAAAAA + 43)",
+        keywords: &["aaaaaaaaaa"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])([A-Za-z0-9]{11}AAAAAAAAAA[A-Za-z0-9_\-=]{43})(?:[^A-Za-z0-9_\-=]|$)", group: 1, validator: None },
+    D { id: "alibaba_access_key_secret", description: "Alibaba Cloud AccessKey secret (30 alphanumerics) after an LTAI AccessKey id",
+        keywords: &["ltai"],
+        regex: r"LTAI[A-Za-z0-9]{12,20}[^\n]{0,40}?(?:[^A-Za-z0-9_\-])([A-Za-z0-9]{30})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: Some(Validator::NotTrivial) },
+    D { id: "salesforce_consumer_key", description: "Salesforce connected-app consumer key (3MVG + 50 to 100, not ending in a dot)",
+        keywords: &["3mvg"],
+        regex: r"(?:^|[^A-Za-z0-9_\-.])(3MVG[A-Za-z0-9._]{49,99}[A-Za-z0-9_])(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     // --- Credentials in headers, URLs and command lines --------------------------------------
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
@@ -307,7 +334,9 @@ const DETECTORS: &[D] = &[
         regex: r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]+:([^\s/@"'<>]+)@"#, group: 1, validator: None },
     D { id: "connection_string_password", description: "Password in a key=value connection string (Password=…;)",
         keywords: &["password=", "pwd=", "password =", "pwd ="],
-        regex: r#"(?i)(?:^|[;\s"'])(?:password|pwd)\s*=\s*([^;\s"']+)"#, group: 1, validator: None },
+        // Either after a `;` (one pair of several), or unspaced and ended by `;`: code's
+        // `pwd = os.getcwd()` and `password = pass;` are judged by key context instead.
+        regex: r#"(?i);[ \t]*(?:password|pwd)[ \t]*=[ \t]*([^;\s"']+)|(?:^|[\s"'])(?:password|pwd)=([^;\s"'()]+);"#, group: 1, validator: None },
     D { id: "powershell_plaintext_secure_string", description: "Literal password turned into a SecureString in PowerShell (ConvertTo-SecureString \"…\" -AsPlainText)",
         keywords: &["convertto-securestring"],
         regex: r#"(?i)ConvertTo-SecureString\s+(?:-String\s+)?["']([^"'\r\n]+)["']\s+-AsPlainText"#, group: 1, validator: None },
@@ -466,8 +495,8 @@ mod tests {
         let s = |x: &str| x.to_string();
         tp(
             "aws_access_key_id",
-            s("aws_access_key_id=AKIAIOSFODNN7EXAMPLE"),
-            s("AKIAIOSFODNN7EXAMPLE"),
+            s("aws_access_key_id=AKIAT3STONLYN0TREAL7"),
+            s("AKIAT3STONLYN0TREAL7"),
         );
         tp(
             "aws_access_key_id",
@@ -476,8 +505,8 @@ mod tests {
         );
         tp(
             "aws_secret_access_key",
-            s("aws_secret_access_key = \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\""),
-            s("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+            s("aws_secret_access_key = \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYT3stOnlyK3\""),
+            s("wJalrXUtnFEMI/K7MDENG/bPxRfiCYT3stOnlyK3"),
         );
         let bedrock = format!("ABSK{}", cycle("QmVkcm9ja0FQSUtleS1hYmNk", 120));
         tp("aws_bedrock_api_key", format!("key {bedrock}"), bedrock);
@@ -618,6 +647,11 @@ mod tests {
         tp(
             "connection_string_password",
             s("Server=db;Database=x;User Id=sa;Password=Tr0ub4dor&3;"),
+            s("Tr0ub4dor&3"),
+        );
+        tp(
+            "connection_string_password",
+            s("\"Password=Tr0ub4dor&3;Server=db;Database=x\""),
             s("Tr0ub4dor&3"),
         );
         tp(
@@ -1033,6 +1067,88 @@ mod tests {
             format!("{{\"Api-Key\": \"{nrak}\"}}"),
             nrak,
         );
+        let llx = format!("llx-{}", cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 48));
+        tp(
+            "llamacloud_api_key",
+            format!("LLAMA_CLOUD_API_KEY={llx}"),
+            llx,
+        );
+        let tgp = format!("tgp_v1_{}", cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 43));
+        tp(
+            "together_api_key",
+            format!("client = Together(api_key=\"{tgp}\")"),
+            tgp,
+        );
+        let cosmo = format!("cosmo_{}", cycle("3f9a1c7e5b2d8046", 32));
+        tp(
+            "wundergraph_cosmo_api_key",
+            format!("export COSMO_API_KEY={cosmo}"),
+            cosmo,
+        );
+        let atbb = format!(
+            "ATBB{}{}",
+            cycle("aZ3kQ9mX2pL7vR4tY8wN6bC1", 24),
+            "54D591C4"
+        );
+        tp(
+            "bitbucket_app_password",
+            format!("git clone https://me:{atbb}@bitbucket.org/team/repo.git"),
+            atbb,
+        );
+        let gocspx = format!("GOCSPX-{}", cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 28));
+        tp(
+            "google_oauth_client_secret",
+            format!("{{\"client_secret\":\"{gocspx}\",\"redirect_uris\":[]}}"),
+            gocspx,
+        );
+        // base64 of {"k":"…","n":"deploy","id":1}
+        let grafana =
+            "eyJrIjoiT0tTcG1pUlY2RnVKZTFVaDFsNFZXdE9ZWmNrMkZYbk4iLCJuIjoiZGVwbG95IiwiaWQiOjF9";
+        tp(
+            "grafana_api_key",
+            format!("Authorization: Bearer {grafana}"),
+            s(grafana),
+        );
+        let dbx = format!(
+            "{}AAAAAAAAAA{}",
+            cycle("aZ3kQ9mX2pL", 11),
+            cycle("c72L3T6rQK5_1mB5a06-ijnwRG91deTxvSqdZNAlxq8", 43)
+        );
+        tp(
+            "dropbox_long_lived_token",
+            format!("dbx = dropbox.Dropbox('{dbx}')"),
+            dbx,
+        );
+        tp(
+            "alibaba_access_key_secret",
+            s("client = AcsClient('LTAI5tQ9mX2pL7vR4tY8wN6b', 'Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3k', 'cn-hangzhou')"),
+            s("Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3k"),
+        );
+        tp(
+            "alibaba_access_key_secret",
+            s("AccessKeyId=LTAI4GQ9mX2pL7vR, AccessKeySecret=Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3k"),
+            s("Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3k"),
+        );
+        let mvg = format!("3MVG9{}", cycle("aZ3kQ9mX2pL7vR4.tY8wN6bC1_dF5gH0jK", 80));
+        tp(
+            "salesforce_consumer_key",
+            format!("sf_client_id: {mvg}"),
+            mvg,
+        );
+        tp(
+            "heroku_api_key",
+            s("HEROKU_API_KEY=HRKU-f1274537-88fb-4eaf-beda-453bd9a496ef"),
+            s("HRKU-f1274537-88fb-4eaf-beda-453bd9a496ef"),
+        );
+        let dckr_oat = format!(
+            "dckr_oat_{}",
+            cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 32)
+        );
+        tp(
+            "docker_pat",
+            format!("docker login -u myorg --password-stdin <<< {dckr_oat}"),
+            dckr_oat,
+        );
         let nrii = format!("NRII-{}", cycle("aZ3k-Q9mX2pL7vR4", 32));
         tp("new_relic_key", format!("insert key {nrii}"), nrii);
         let dt = format!(
@@ -1083,7 +1199,35 @@ mod tests {
                 "AKIAIOSFODNN7EXAMPL is one short; akiaiosfodnn7example is lowercase",
             ),
             ("aws_secret_access_key", "aws_region = us-east-1"),
+            // AWS's documented example keys are documentation.
+            ("aws_access_key_id", "see AKIAIOSFODNN7EXAMPLE in the AWS docs"),
+            (
+                "aws_bedrock_api_key",
+                "ABSKQmVkcm9ja0FQSUtleS1EXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLE",
+            ),
             ("aws_bedrock_api_key", "ABSK is a prefix but this is short"),
+            (
+                "facebook_access_token",
+                "data:image/jpeg;base64,JHuvg39lz4T/EAACRvAWiwzR8rcXFsLiUH13ybj0tdEaNOOyOCeLr1Pimz063torSJYoIkhjXokahQPwFbHK3fcsQTyWsySxOY5EO5WU4INJpNWY4yc+MfMO",
+            ),
+            ("llamacloud_api_key", "llx-short and cellx-a"),
+            ("together_api_key", "tgp_v1_ alone"),
+            (
+                "wundergraph_cosmo_api_key",
+                "cosmo_db_client = cosmo_connect(); cosmo_3f9a1c7e5b2d8046",
+            ),
+            ("bitbucket_app_password", "ATBB is a prefix; ATBBshortToken"),
+            ("google_oauth_client_secret", "GOCSPX- is the prefix"),
+            ("grafana_api_key", "eyJrIjoi is short"),
+            (
+                "dropbox_long_lived_token",
+                "padding AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==",
+            ),
+            (
+                "alibaba_access_key_secret",
+                "LTAI5tQ9mX2pL7vR4tY8wN6b, region cn-hangzhou, AAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            ),
+            ("salesforce_consumer_key", "3MVG is the prefix of 3MVG9short"),
             ("gcp_api_key", "AIzaSy too short"),
             (
                 "gcp_service_account_private_key_id",
@@ -1226,6 +1370,8 @@ mod tests {
                 "connection_string_password",
                 "the password policy requires 12 characters",
             ),
+            ("connection_string_password", "pwd = os.getcwd()"),
+            ("connection_string_password", "password = pass;"),
             ("curl_user_credentials", "curl -u is the flag"),
             (
                 "powershell_plaintext_secure_string",
@@ -1709,6 +1855,81 @@ mod tests {
                     C(B64URL, 27, 38),
                 ],
             },
+            f("llamacloud_api_key", &[L("llx-"), C(B64URL, 48, 48)]),
+            f("together_api_key", &[L("tgp_v1_"), C(B64URL, 43, 43)]),
+            f("wundergraph_cosmo_api_key", &[L("cosmo_"), C(HEX, 32, 32)]),
+            f(
+                "bitbucket_app_password",
+                &[L("ATBB"), C(ALNUM, 24, 24), C("0123456789ABCDEF", 8, 8)],
+            ),
+            f(
+                "google_oauth_client_secret",
+                &[L("GOCSPX-"), C(B64URL, 28, 28)],
+            ),
+            f(
+                "grafana_api_key",
+                &[
+                    L("eyJrIjoi"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+                        40,
+                        400,
+                    ),
+                    C("=", 0, 2),
+                ],
+            ),
+            f(
+                "dropbox_long_lived_token",
+                &[
+                    C(ALNUM, 11, 11),
+                    L("AAAAAAAAAA"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=",
+                        43,
+                        43,
+                    ),
+                ],
+            ),
+            Format {
+                rule: "alibaba_access_key_secret",
+                hint: "LTAI5tQ9mX2pL7vR4tY8wN6b ",
+                segs: &[C(ALNUM, 30, 30)],
+            },
+            f(
+                "salesforce_consumer_key",
+                &[
+                    L("3MVG"),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._",
+                        49,
+                        99,
+                    ),
+                    // A dot ends a sentence, not a key.
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_",
+                        1,
+                        1,
+                    ),
+                ],
+            ),
+            f(
+                "heroku_api_key",
+                &[
+                    L("HRKU-"),
+                    C(HEX, 8, 8),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 12, 12),
+                ],
+            ),
+            f("docker_pat", &[L("dckr_oat_"), C(B64URL, 27, 40)]),
+            f("notion_api_token", &[L("ntn_"), C(ALNUM, 46, 46)]),
+            f("supabase_secret_key", &[L("sbp_v0_"), C(HEX, 40, 40)]),
             // Older rules whose alphabets allow `-` and `_` at their ends (once `\b`-anchored,
             // so a token ending in `-` was missed or cut).
             f("heroku_api_key", &[L("HRKU-AA"), C(B64URL, 58, 60)]),

@@ -620,7 +620,9 @@ impl Detector {
             }
         } else {
             for caps in self.regex.captures_iter(text) {
-                let (Some(all), Some(m)) = (caps.get(0), caps.get(self.group)) else {
+                // A group left out of an alternation gives way to the first later one taken.
+                let m = (self.group..caps.len()).find_map(|g| caps.get(g));
+                let (Some(all), Some(m)) = (caps.get(0), m) else {
                     continue;
                 };
                 if !self.context_excepted(&text[all.start()..m.start()]) {

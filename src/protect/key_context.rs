@@ -161,7 +161,8 @@ const VALUE_HEADS: &[&str] = &[
 ];
 
 /// Qualifiers that make a `key` a credential outright.
-const CREDENTIAL_KEY_QUALIFIERS: &[&str] = &["secret", "private", "api", "access"];
+/// (`pkey` and `privkey` are how OpenSSL and much code name a private key.)
+const CREDENTIAL_KEY_QUALIFIERS: &[&str] = &["secret", "private", "priv", "p", "api", "access"];
 
 /// Qualifiers that make a `key` secret material.
 const MATERIAL_KEY_QUALIFIERS: &[&str] = &[
@@ -656,6 +657,18 @@ const CONSTANTS: &[&str] = &[
     "this",
 ];
 
+/// Authorization schemes: the word alone (`AUTH = ("Basic "`) carries no credential.
+const AUTH_SCHEMES: &[&str] = &[
+    "basic",
+    "bearer",
+    "bot",
+    "ntlm",
+    "negotiate",
+    "digest",
+    "token",
+    "apikey",
+];
+
 /// Judges `value` under a key of class `class` (named `key`) written in `syntax`; `next` is
 /// the text right after a bare value (a `(` makes it a call).
 pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str) -> Judgment {
@@ -683,6 +696,9 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
         }
     }
     let lower = v.to_ascii_lowercase();
+    if AUTH_SCHEMES.contains(&lower.as_str()) {
+        return Judgment::kept("an auth scheme without its credential (Basic, Bearer…)");
+    }
     if CONSTANTS.contains(&lower.as_str()) {
         return Judgment::kept("a constant (true, null, none…)");
     }
@@ -787,6 +803,15 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     }
     if !bare {
         return None;
+    }
+    // `(load_key(path))`: an expression in parentheses is what it holds.
+    if v.starts_with('(') {
+        let inner = v.trim_start_matches('(').trim_end_matches(')');
+        return if inner.is_empty() {
+            None
+        } else {
+            reference(inner, bare, next)
+        };
     }
     if v.starts_with(':') && ident(&v[1..]) {
         return Some("a symbol (:name)");
@@ -1205,12 +1230,23 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
     if sep == Separator::Call {
         return call_candidate(text, ks, ke, at, &words, class);
     }
-    if sep == Separator::Blank && !(flag || sql) {
+    // `#define TOKEN abc`, `%define token abc`: a macro's body is its value, quoted or not.
+    let directive = sep == Separator::Blank && before_word_is(b, ks, b"define");
+    if sep == Separator::Blank && !(flag || sql || directive) {
         // Blanks alone separate a key from a quoted value only (`SET password "…"`,
         // `PASSWORD 'x'` in SQL, `#define TOKEN "…"`).
         opening_quote(b, at)?;
     }
     let mut at = skip_blanks(b, at);
+    // `pkey = ("…"`: a literal in parentheses (Python's way to continue a string) is a
+    // literal still.
+    if matches!(sep, Separator::Assign { .. } | Separator::Colon { .. }) && b.get(at) == Some(&b'(')
+    {
+        let inner = skip_blanks(b, at + 1);
+        if opening_quote(b, skip_string_prefix(b, inner)).is_some() {
+            at = inner;
+        }
+    }
     if sep == Separator::Element {
         while at < b.len() && b[at].is_ascii_whitespace() {
             at += 1;
@@ -1239,21 +1275,12 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
         let (mut start, mut end) = bare_value(b, at);
         // An auth scheme is not the credential: the token after it is.
         let scheme = &text[start..end];
-        let schemes = [
-            "basic",
-            "bearer",
-            "bot",
-            "ntlm",
-            "negotiate",
-            "digest",
-            "token",
-            "apikey",
-        ];
-        if schemes.iter().any(|s| scheme.eq_ignore_ascii_case(s)) && b.get(end) == Some(&b' ') {
+        if AUTH_SCHEMES.iter().any(|s| scheme.eq_ignore_ascii_case(s)) && b.get(end) == Some(&b' ')
+        {
             (start, end) = bare_value(b, end + 1);
         }
         let next = &text[end..];
-        let syntax = bare_syntax(sep, flag || sql, xml, next);
+        let syntax = bare_syntax(sep, flag || sql, xml || directive, next);
         (start..end, syntax, next)
     };
     if value.is_empty() {
@@ -1304,6 +1331,19 @@ fn named_value_pair(text: &str, ke: usize) -> Option<Candidate> {
         syntax: Syntax::Quoted,
         judgment,
     })
+}
+
+/// True when the word right before the key starting at `ks` (blanks between) is `word`,
+/// as `define` in `#define TOKEN …`.
+fn before_word_is(b: &[u8], ks: usize, word: &[u8]) -> bool {
+    let mut end = ks;
+    while end > 0 && matches!(b[end - 1], b' ' | b'\t') {
+        end -= 1;
+    }
+    end < ks && b[..end].ends_with(word) && {
+        let start = end - word.len();
+        start == 0 || !b[start - 1].is_ascii_alphanumeric()
+    }
 }
 
 /// `u"…"`, `b'…'`, `r"…"`, `f"…"`, `@"…"`: the prefix is skipped.
@@ -1595,6 +1635,17 @@ mod tests {
                 "<add key=\"SmtpPassword\" value=\"Hunter2Winter!\" />",
                 "Hunter2Winter!",
             ),
+            (
+                "pkey = (\"LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t\"",
+                "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t",
+            ),
+            (
+                "privkey: 'c2VjcmV0a2V5bWF0ZXJpYWw='",
+                "c2VjcmV0a2V5bWF0ZXJpYWw=",
+            ),
+            ("#define API_TOKEN q8Zr2LmX4vT9", "q8Zr2LmX4vT9"),
+            ("%define token 4b9a6d8b4bc56fbfa1c6", "4b9a6d8b4bc56fbfa1c6"),
+            ("password = (\"Winter2026!\")", "Winter2026!"),
         ];
         for (text, secret) in gone {
             let r = removed(text);
@@ -1641,6 +1692,13 @@ mod tests {
             "secret_len: u32,",
             "fn verify(password: &str) -> bool",
             "def login(password: str, token: Optional[str] = None):",
+            "#define PASSWORD_MAX 64",
+            "#define TOKEN_H",
+            "#define API_TOKEN get_token()",
+            "pkey = (load_key(path))",
+            "undefined token here",
+            "AUTH = (\"Basic \"",
+            "headers[\"Authorization\"] = \"Bearer \" + token",
         ];
         for text in kept {
             assert_eq!(removed(text), Vec::<String>::new(), "{text}");

@@ -35,7 +35,8 @@ pub struct DetectorSpec {
     /// always runs.
     #[serde(default)]
     pub keywords: Vec<String>,
-    /// Capture group to replace (0 = the whole match).
+    /// Capture group to replace (0 = the whole match). When it takes no part in a match (one
+    /// side of an alternation), the first later group that does is replaced.
     #[serde(default)]
     pub group: usize,
     /// Optional check of the matched text.

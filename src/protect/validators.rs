@@ -261,8 +261,20 @@ pub fn pem_body(text: &str) -> bool {
     body >= 16
 }
 
-/// Runs that random key material essentially never contains but documentation does.
-const SEQUENCES: &[&str] = &["abcdefghij", "ABCDEFGHIJ", "0123456789", "1234567890"];
+/// Runs that random key material essentially never contains but documentation does: counting
+/// sequences, the `EXAMPLE` that marks AWS's documented keys (`AKIAIOSFODNN7EXAMPLE`), and
+/// masking runs (`sk_live_********…`).
+const SEQUENCES: &[&str] = &[
+    "abcdefghij",
+    "ABCDEFGHIJ",
+    "0123456789",
+    "1234567890",
+    "EXAMPLE",
+    "########",
+    "********",
+    "XXXXXXXX",
+    "xxxxxxxx",
+];
 
 /// A placeholder rather than a value: mostly one repeated character (`xxxx…`, `****`,
 /// `AIzaaaaa…`), a template reference (`${X}`, `$1`, `{{x}}`), or an angle- or square-
