@@ -15,6 +15,20 @@ use crate::event::{AttrValue, Attributes, Redactions};
 
 /// Rule id recorded when a structure is deeper than `redaction.max_depth`.
 pub const MAX_DEPTH_RULE: &str = "max_depth_exceeded";
+/// The rule id of a JSON Web Key's private members.
+pub const JWK_RULE: &str = "jwk_private_key";
+
+/// Members that hold a JSON Web Key's private or symmetric key material (RFC 7518 section
+/// 6.3.2 for RSA, 6.2.2 for EC and OKP's `d`, 6.4.1 for `oct`'s `k`).
+const JWK_PRIVATE_MEMBERS: &[&str] = &["d", "p", "q", "dp", "dq", "qi", "k", "oth"];
+
+/// True when `key` of this object is a private member of a JSON Web Key: the object names its
+/// key type (`kty`), and these one- and two-letter names mean key material only then.
+fn jwk_private_member(map: &serde_json::Map<String, Value>, key: &str, value: &Value) -> bool {
+    JWK_PRIVATE_MEMBERS.contains(&key)
+        && map.get("kty").is_some_and(Value::is_string)
+        && !(value.is_null() || value.as_str().is_some_and(str::is_empty))
+}
 /// Rule id recorded when a bytes value is not UTF-8 text and is removed.
 pub const BINARY_RULE: &str = "unexaminable_bytes";
 /// Rule id recorded when a value is cut at `redaction.max_value_bytes`.
@@ -452,8 +466,26 @@ fn redact_json_under(
         }
         Value::Object(map) => {
             let mut changed = false;
+            let jwk: Vec<String> = map
+                .iter()
+                .filter(|(k, val)| jwk_private_member(map, k, val))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in &jwk {
+                if let Some(val) = map.get_mut(k) {
+                    if let Some(text) = val.as_str() {
+                        super::learned::learn_in_scope(JWK_RULE, text);
+                    }
+                    *val = Value::String(format!("[REDACTED:{JWK_RULE}]"));
+                    count(hits, JWK_RULE);
+                    changed = true;
+                }
+            }
             let mut dropped = Vec::new();
             for (k, val) in map.iter_mut() {
+                if jwk.contains(k) {
+                    continue;
+                }
                 let empty = val.is_null() || val.as_str().is_some_and(str::is_empty);
                 let original = || match &*val {
                     Value::String(s) => s.clone(),
@@ -782,6 +814,18 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
         Value::Object(map) => {
             for (k, val) in map {
                 let p = format!("{path}.{k}");
+                if jwk_private_member(map, k, val) {
+                    let len = val.as_str().map_or_else(|| val.to_string().len(), str::len);
+                    out.push(Explanation {
+                        path: p,
+                        rule: JWK_RULE.into(),
+                        start: 0,
+                        end: len,
+                        removed: true,
+                        why: "a private member of a JSON Web Key (the object has kty)".into(),
+                    });
+                    continue;
+                }
                 if r.is_allowed_key(k) {
                     continue;
                 }
@@ -874,6 +918,31 @@ mod tests {
             ..Default::default()
         };
         Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules")
+    }
+
+    #[test]
+    fn private_members_of_json_web_keys_go_and_public_ones_stay() {
+        let r = redactor(4096);
+        let mut hits = Redactions::new();
+        let text = r#"{"keys":[{"kty":"RSA","kid":"k1","n":"0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw","e":"AQAB","d":"X4cTteJY_gn4FYPsXB8rdXix5vwsg1FLN5E3EaG6RJoVH-HLLKD9M7dx5oo7GURknchnrRweUkC7hT5fJLM0WbFAKNLWY2vv7B6NqXSzUvxT0_YSfqijwp3RTzlBaCxWp4doFk5N2o8Gy_nHNKroADIkJ46pRUohsXywbReAdYaMwFs9tv8d_cPVY3i07a3t8MN6TNwm0dSawm9v47UiCl3Sk5ZiG7xojPLu4sbg1U2jx4IBTNBznbJSzFHK66jT8bgkuqsk0GjskDJk19Z4qwjwbsnn4j2WBii3RL-Us2lGVkY8fkFzme1z0HbIkfz0Y6mqnOYtqc0X4jfcKoAC8Q","p":"83i-7IvMGXoMXCskv73TKr8637FiO7Z27zv8oj6pbWUQyLPQBQxtPVnwD20R-60eTDmD2ujnMt5PoqMrm8RfmNhVWDtjjMmCMjOpSXicFHj7XOuVIYQyqVWlWEh6dN36GVZYk93N8Bc9vY41xy8B9RzzOGVQzXvNEvn7O0nVbfs","q":"3dfOR9cuYq-0S-mkFLzgItgMEfFzB2q3hWehMuG0oCuqnb3vobLyumqjVZQO1dIrdwgTnCdpYzBcOfW5r370AFXjiWft_NGEiovonizhKpo9VVS78TzFgxkIdrecRezsZ-1kYd_s1qDbxtkDEgfAITAG9LUnADun4vIcb6yelxk","dp":"G4sPXkc6Ya9y8oJW9_ILj4xuppu0lzi_H7VTkS8xj5SdX3coE0oimYwxIi2emTAue0UOa5dpgFGyBJ4c8tQ2VF402XRugKDTP8akYhFo5tAA77Qe_NmtuYZc3C3m3I24G2GvR5sSDxUyAN2zq8Lfn9EUms6rY3Ob8YeiKkTiBj0","dq":"s9lAH9fggBsoFR8Oac2R_E2gw282rT2kGOAhvIllETE1efrA6huUUvMfBcMpn8lqeW6vzznYY5SSQF7pMdC_agI3nG8Ibp1BUb0JUiraRNqUfLhcQb_d9GF4Dh7e74WbRsobRonujTYN1xCaP6TO61jvWrX-L18txXw494Q_cgk","qi":"GyM_p6JrXySiz1toFgKbWV-JdI3jQ4ypu9rbMWx3rQJBfmt0FoYzgUIZEVFEcOqwemRN81zoDAaa-Bk0KWNGDjJHZDdDmFhW3AN7lI-puxk_mHZGJ11rxyR8O55XLSe3SPmRfKwZI6yU24ZxvQKFYItdldUKGzO6Ia6zTKhAVRU"},{"kty":"oct","k":"GawgguFyGrWKav7AX4VKUg"},{"kid":"k3","d":"not-a-jwk-member"}]}"#;
+        let out = redact_document(&r, text, &mut hits);
+        let v: Value = serde_json::from_str(&out).expect("JSON");
+        let keys = v["keys"].as_array().expect("keys");
+        for m in ["d", "p", "q", "dp", "dq", "qi"] {
+            assert_eq!(keys[0][m], "[REDACTED:jwk_private_key]", "{m}");
+        }
+        assert_eq!(keys[0]["e"], "AQAB");
+        assert_eq!(keys[0]["kid"], "k1");
+        assert!(keys[0]["n"].as_str().is_some_and(|n| n.starts_with("0vx7")));
+        assert_eq!(keys[1]["k"], "[REDACTED:jwk_private_key]");
+        assert_eq!(keys[2]["d"], "not-a-jwk-member");
+        assert_eq!(hits.get(JWK_RULE).copied(), Some(7));
+        let explained = explain(&r, text);
+        assert_eq!(
+            explained.iter().filter(|e| e.rule == JWK_RULE).count(),
+            7,
+            "{explained:?}"
+        );
     }
 
     #[test]

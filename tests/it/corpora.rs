@@ -423,7 +423,7 @@ fn credsweeper_corpus_recall_and_false_positives() {
             println!("  {rule}: {:.0}% of {}", t.pct(), t.total);
         }
     }
-    // Floors just under the figures of 2026-12-02 (BENCHMARKS.md, "Key context and learned values").
+    // Floors just under the figures of 2026-12-02 (BENCHMARKS.md, "Nine more formats, ...").
     let floor = |part: Part| recall.get(&part).copied().unwrap_or_default()[0].pct();
     assert!(
         floor(Part::Tuning) >= TUNING_RECALL_FLOOR,
@@ -480,8 +480,8 @@ fn collect_pem_key(keys: &mut Vec<PemKey>, d: &Value, part: Part) {
 }
 
 /// CredSweeper corpus, plain form: recall floors per part.
-const TUNING_RECALL_FLOOR: f64 = 50.0;
-const HELD_OUT_RECALL_FLOOR: f64 = 47.0;
+const TUNING_RECALL_FLOOR: f64 = 57.0;
+const HELD_OUT_RECALL_FLOOR: f64 = 50.0;
 
 /// Presidio entities the catalogue claims to cover, and the rule family that covers each.
 const COVERED: &[&str] = &[
