@@ -68,8 +68,8 @@ const DETECTORS: &[D] = &[
         keywords: &["github_pat_"],
         regex: r"\b(github_pat_[A-Za-z0-9_]{82})\b", group: 1, validator: None },
     D { id: "gitlab_token", description: "GitLab personal, pipeline, runner or deploy token (glpat-/glptt-/glrt-/gldt-…)",
-        keywords: &["glpat-", "glptt-", "glrt-", "gldt-", "glsoat-", "glcbt-", "glft-", "glimt-", "glagent-", "gloas-", "glrtr-"],
-        regex: r"\b((?:glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glft|glimt|glagent|gloas)-[A-Za-z0-9_\-.]{20,})", group: 1, validator: None },
+        keywords: &["glpat-", "glptt-", "glrt-", "gldt-", "glsoat-", "glcbt-", "glft-", "glimt-", "glagent-", "gloas-", "glrtr-", "gr1348941"],
+        regex: r"\b((?:glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glft|glimt|glagent|gloas)-[A-Za-z0-9_\-.]{20,}|GR1348941[A-Za-z0-9_\-]{20,})", group: 1, validator: None },
     D { id: "npm_token", description: "npm access token (npm_…) with a valid CRC32 checksum",
         keywords: &["npm_"],
         regex: r"\b(npm_[A-Za-z0-9]{36})\b", group: 1, validator: Some(Validator::NpmCrc32) },
@@ -79,9 +79,12 @@ const DETECTORS: &[D] = &[
     D { id: "pypi_token", description: "PyPI upload token",
         keywords: &["pypi-ageichlwas5vcmc"],
         regex: r"\b(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,})", group: 1, validator: None },
-    D { id: "atlassian_api_token", description: "Atlassian API token (ATATT…)",
-        keywords: &["atatt"],
-        regex: r"\b(ATATT[A-Za-z0-9_\-=]{180,})", group: 1, validator: None },
+    D { id: "atlassian_api_token", description: "Atlassian API token or Bitbucket repository, project or workspace access token (ATATT…/ATCTT…)",
+        keywords: &["atatt", "atctt"],
+        regex: r"\b(AT[AC]TT[A-Za-z0-9_\-=]{180,})", group: 1, validator: None },
+    D { id: "bitbucket_data_center_token", description: "Bitbucket Data Center HTTP access token (BBDC- + 44 base64)",
+        keywords: &["bbdc-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(BBDC-[NMO][ADgjQTwz][A-Za-z0-9+/]{42})(?:[^A-Za-z0-9_\-+/=]|$)", group: 1, validator: None },
     D { id: "hashicorp_token", description: "HashiCorp Terraform Cloud or Vault token",
         keywords: &[".atlasv1.", "hvs.", "hvb.", "hvr."],
         regex: r"\b([A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,70}|hv[sbr]\.[A-Za-z0-9_\-]{24,})", group: 1, validator: None },
@@ -322,6 +325,15 @@ const DETECTORS: &[D] = &[
     D { id: "salesforce_consumer_key", description: "Salesforce connected-app consumer key (3MVG + 50 to 100, not ending in a dot)",
         keywords: &["3mvg"],
         regex: r"(?:^|[^A-Za-z0-9_\-.])(3MVG[A-Za-z0-9._]{49,99}[A-Za-z0-9_])(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "instagram_access_token", description: "Instagram API access token (IGQVJ + 100 or more)",
+        keywords: &["igqvj"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(IGQVJ[A-Za-z0-9_\-]{100,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "google_oauth_access_token", description: "Google OAuth 2.0 access token (ya29. + 20 or more)",
+        keywords: &["ya29."],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(ya29\.[A-Za-z0-9_\-]{20,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "amazon_mws_auth_token", description: "Amazon Marketplace Web Service auth token (amzn.mws.<uuid>)",
+        keywords: &["amzn.mws."],
+        regex: r"\b(amzn\.mws\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b", group: 1, validator: None },
     // --- Credentials in headers, URLs and command lines --------------------------------------
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
@@ -1149,6 +1161,51 @@ mod tests {
             format!("docker login -u myorg --password-stdin <<< {dckr_oat}"),
             dckr_oat,
         );
+        let atctt = format!(
+            "ATCTT3xFfGN0{}={}",
+            cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 171),
+            "0A1B2C3D"
+        );
+        tp(
+            "atlassian_api_token",
+            format!("BITBUCKET_ACCESS_TOKEN={atctt}"),
+            atctt,
+        );
+        let bbdc = format!("BBDC-Mz{}", cycle("aZ3k+Q9mX2pL7vR4/tY8wN6bC1dF5gH0jK", 42));
+        tp(
+            "bitbucket_data_center_token",
+            format!("Authorization: Bearer {bbdc}"),
+            bbdc,
+        );
+        let gr = format!(
+            "GR1348941{}",
+            cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 20)
+        );
+        tp(
+            "gitlab_token",
+            format!("gitlab-runner register --registration-token {gr}"),
+            gr,
+        );
+        let igqvj = format!("IGQVJ{}", cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 140));
+        tp(
+            "instagram_access_token",
+            format!("https://graph.instagram.com/me?fields=id&access_token={igqvj}"),
+            igqvj,
+        );
+        let ya29 = format!(
+            "ya29.a0{}",
+            cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 150)
+        );
+        tp(
+            "google_oauth_access_token",
+            format!("{{\"access_token\":\"{ya29}\",\"expires_in\":3599}}"),
+            ya29,
+        );
+        tp(
+            "amazon_mws_auth_token",
+            s("MWSAuthToken=amzn.mws.4ea38b7b-f563-7709-4bae-87aea15c0a2e"),
+            s("amzn.mws.4ea38b7b-f563-7709-4bae-87aea15c0a2e"),
+        );
         let nrii = format!("NRII-{}", cycle("aZ3k-Q9mX2pL7vR4", 32));
         tp("new_relic_key", format!("insert key {nrii}"), nrii);
         let dt = format!(
@@ -1211,6 +1268,10 @@ mod tests {
                 "data:image/jpeg;base64,JHuvg39lz4T/EAACRvAWiwzR8rcXFsLiUH13ybj0tdEaNOOyOCeLr1Pimz063torSJYoIkhjXokahQPwFbHK3fcsQTyWsySxOY5EO5WU4INJpNWY4yc+MfMO",
             ),
             ("llamacloud_api_key", "llx-short and cellx-a"),
+            ("bitbucket_data_center_token", "BBDC-short, and BBDC-Xz is not the alphabet"),
+            ("instagram_access_token", "IGQVJ is the prefix of IGQVJshort"),
+            ("google_oauth_access_token", "ya29.short and ya29 alone"),
+            ("amazon_mws_auth_token", "amzn.mws. without its id"),
             ("together_api_key", "tgp_v1_ alone"),
             (
                 "wundergraph_cosmo_api_key",
@@ -1856,6 +1917,49 @@ mod tests {
                 ],
             },
             f("llamacloud_api_key", &[L("llx-"), C(B64URL, 48, 48)]),
+            f(
+                "atlassian_api_token",
+                &[
+                    L("ATCTT3xFfGN0"),
+                    C(B64URL, 171, 171),
+                    L("="),
+                    C("0123456789ABCDEF", 8, 8),
+                ],
+            ),
+            f(
+                "bitbucket_data_center_token",
+                &[
+                    L("BBDC-"),
+                    C("NMO", 1, 1),
+                    C("ADgjQTwz", 1, 1),
+                    C(
+                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+                        42,
+                        42,
+                    ),
+                ],
+            ),
+            f("gitlab_token", &[L("GR1348941"), C(B64URL, 20, 30)]),
+            f("instagram_access_token", &[L("IGQVJ"), C(B64URL, 100, 250)]),
+            f(
+                "google_oauth_access_token",
+                &[L("ya29."), C(B64URL, 20, 250)],
+            ),
+            f(
+                "amazon_mws_auth_token",
+                &[
+                    L("amzn.mws."),
+                    C(HEX, 8, 8),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 12, 12),
+                ],
+            ),
             f("together_api_key", &[L("tgp_v1_"), C(B64URL, 43, 43)]),
             f("wundergraph_cosmo_api_key", &[L("cosmo_"), C(HEX, 32, 32)]),
             f(
