@@ -67,6 +67,45 @@ fn count(hits: &mut Redactions, rule: &str) {
 /// Rule id recorded when a base64 token decoded to text holding a finding.
 pub const BASE64_RULE: &str = "base64_encoded";
 
+/// Rule id of an Atlassian Data Center personal access token (Jira, Confluence, Bitbucket).
+pub const ATLASSIAN_DC_PAT_RULE: &str = "atlassian_data_center_pat";
+
+/// True for an Atlassian Data Center personal access token: 44 characters of standard base64
+/// that decode to 33 bytes, a numeric token id, `:` and the secret (the token has no prefix;
+/// its structure is what tells it from other base64).
+fn atlassian_dc_pat(token: &str) -> bool {
+    use base64::Engine;
+    if token.len() != 44 || !token.starts_with(['M', 'N', 'O']) {
+        return false;
+    }
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD_NO_PAD.decode(token) else {
+        return false;
+    };
+    let id = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+    (1..=16).contains(&id) && bytes.get(id) == Some(&b':') && bytes.len() > id + 16
+}
+
+/// The Atlassian Data Center tokens in the base64 run `run` of `s`: the run itself, or, in a
+/// URL path (`/token/<pat>`), one of its segments between slashes.
+fn atlassian_dc_pats(s: &str, run: std::ops::Range<usize>) -> Vec<std::ops::Range<usize>> {
+    let token = &s[run.clone()];
+    if token.len() < 44 {
+        return Vec::new();
+    }
+    if atlassian_dc_pat(token) {
+        return vec![run];
+    }
+    let mut out = Vec::new();
+    let mut at = run.start;
+    for segment in token.split('/') {
+        if atlassian_dc_pat(segment) {
+            out.push(at..at + segment.len());
+        }
+        at += segment.len() + 1;
+    }
+    out
+}
+
 /// Recorded when a JSON document that repeats a key is stored as parsed (the repeated key's
 /// earlier values are gone, unexamined values with them).
 pub const DUPLICATE_KEY_RULE: &str = "json_duplicate_key_dropped";
@@ -139,6 +178,17 @@ fn redact_base64(
     let mut out = String::new();
     let mut last = 0;
     for m in base64_tokens(s) {
+        let pats = atlassian_dc_pats(s, m.clone());
+        if !pats.is_empty() {
+            for p in pats {
+                super::learned::learn_in_scope(ATLASSIAN_DC_PAT_RULE, &s[p.clone()]);
+                out.push_str(&s[last..p.start]);
+                out.push_str(&format!("[REDACTED:{ATLASSIAN_DC_PAT_RULE}]"));
+                last = p.end;
+                count(hits, ATLASSIAN_DC_PAT_RULE);
+            }
+            continue;
+        }
         let Some(mut text) = base64_text(&s[m.clone()]) else {
             continue;
         };
@@ -176,16 +226,17 @@ const BASE64_BYTES: [u8; 256] = {
 /// True when some base64 token in `s` decodes to text holding a finding.
 fn base64_hides_finding(r: &Redactor, s: &str, key: Option<&str>) -> bool {
     base64_tokens(s).any(|m| {
-        base64_text(&s[m]).is_some_and(|mut text| {
-            redact_layer(
-                r,
-                &mut text,
-                &mut Redactions::new(),
-                1,
-                key,
-                BASE64_LAYERS - 1,
-            )
-        })
+        !atlassian_dc_pats(s, m.clone()).is_empty()
+            || base64_text(&s[m]).is_some_and(|mut text| {
+                redact_layer(
+                    r,
+                    &mut text,
+                    &mut Redactions::new(),
+                    1,
+                    key,
+                    BASE64_LAYERS - 1,
+                )
+            })
     })
 }
 
@@ -243,6 +294,8 @@ fn redact_plain_and_structured(
             && json_unescape(s)
                 .is_none_or(|u| r.scan_unless_rule_key(&u, key).is_some_and(|f| f.is_empty()))
             && !base64_hides_finding(r, s, key)
+            // A JSON Web Key's private members are known by their object, not their text.
+            && !s.contains("kty")
         {
             return false;
         }
@@ -713,6 +766,40 @@ pub fn explain(r: &Redactor, text: &str) -> Vec<Explanation> {
     out
 }
 
+/// The base64 tokens of `text` that go: Atlassian Data Center tokens, and tokens whose
+/// decoded text holds a finding.
+fn explain_base64(
+    r: &Redactor,
+    text: &str,
+    path: &str,
+    key: Option<&str>,
+    out: &mut Vec<Explanation>,
+) {
+    for m in base64_tokens(text) {
+        let pats = atlassian_dc_pats(text, m.clone());
+        for p in &pats {
+            out.push(Explanation {
+                path: path.to_string(),
+                rule: ATLASSIAN_DC_PAT_RULE.into(),
+                start: p.start,
+                end: p.end,
+                removed: true,
+                why: "base64 of a numeric token id, ':' and a secret: an Atlassian Data Center personal access token".into(),
+            });
+        }
+        if pats.is_empty() && base64_hides_finding(r, &text[m.clone()], key) {
+            out.push(Explanation {
+                path: path.to_string(),
+                rule: BASE64_RULE.into(),
+                start: m.start,
+                end: m.end,
+                removed: true,
+                why: "decodes to text that holds a finding".into(),
+            });
+        }
+    }
+}
+
 fn explain_text(
     r: &Redactor,
     text: &str,
@@ -746,6 +833,7 @@ fn explain_text(
             why,
         });
     }
+    explain_base64(r, text, path, key, out);
     for c in candidates.iter().filter(|c| !c.judgment.removed) {
         out.push(Explanation {
             path: path.to_string(),
@@ -918,6 +1006,61 @@ mod tests {
             ..Default::default()
         };
         Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules")
+    }
+
+    #[test]
+    fn a_json_web_key_in_a_string_value_is_parsed_and_its_private_member_goes() {
+        let r = redactor(4096);
+        let mut hits = Redactions::new();
+        let mut s =
+            r#"{"keys":[{"kty":"oct","kid":"hmac-1","k":"GawgguFyGrWKav7AX4VKUg"}]}"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert!(!s.contains("GawgguFyGrWKav7AX4VKUg"), "{s}");
+        assert!(s.contains("hmac-1"), "{s}");
+        assert_eq!(hits.get(JWK_RULE).copied(), Some(1));
+    }
+
+    #[test]
+    fn atlassian_data_center_tokens_go_and_other_base64_stays() {
+        let r = redactor(4096);
+        // base64 of "926607655526:" and 20 random bytes; of "123456789012:" and 20 ASCII bytes.
+        for pat in [
+            "OTI2NjA3NjU1NTI2Oh2DOnASdOHoIhEGyqIuYrdkYaQZ",
+            "MTIzNDU2Nzg5MDEyOjEyMzQ1Njc4OTAxMjM0NTY3ODkw",
+        ] {
+            for text in [
+                format!("jira for ci: {pat} (expires in 90 days)"),
+                format!("{{\"jira\": {{\"pat\": \"{pat}\"}}}}"),
+                format!("https://example.com/token/{pat}"),
+            ] {
+                let mut s = text.clone();
+                let mut hits = Redactions::new();
+                assert!(redact_string(&r, &mut s, &mut hits, 0), "{text}");
+                assert!(!s.contains(pat), "{s}");
+                assert!(hits.contains_key(ATLASSIAN_DC_PAT_RULE), "{text}: {hits:?}");
+            }
+        }
+        // 44 characters of base64 that are no such token: a digest, text, an id without ':'.
+        for kept in [
+            "digest MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz here",
+            "sha MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWZh end",
+            "ZmFrZWtleW1hdGVyaWFsMTIzNDU2Nzg5MDEyMzQ1Njc4OTA",
+        ] {
+            let mut s = kept.to_string();
+            let mut hits = Redactions::new();
+            redact_string(&r, &mut s, &mut hits, 0);
+            assert!(!hits.contains_key(ATLASSIAN_DC_PAT_RULE), "{kept}: {s}");
+        }
+        let e = explain(
+            &r,
+            "jira for ci: OTI2NjA3NjU1NTI2Oh2DOnASdOHoIhEGyqIuYrdkYaQZ",
+        );
+        assert_eq!(
+            e.iter()
+                .map(|e| (e.rule.as_str(), e.start, e.end))
+                .collect::<Vec<_>>(),
+            [(ATLASSIAN_DC_PAT_RULE, 13, 57)]
+        );
     }
 
     #[test]
