@@ -771,6 +771,11 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
 
 /// Why `v` is a reference to a value held elsewhere, if it is one.
 fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
+    // `ENC(…)` (Jasypt, Spring) holds a value encrypted for a key kept elsewhere: written to
+    // be committed, and useless without that key.
+    if v.len() > 5 && v.starts_with("ENC(") && v.ends_with(')') {
+        return Some("an encrypted value (ENC(…))");
+    }
     if v.starts_with("$(") || (v.starts_with('`') && v.ends_with('`')) {
         return Some("a command substitution ($(…))");
     }
@@ -1698,6 +1703,8 @@ mod tests {
             "pkey = (load_key(path))",
             "undefined token here",
             "AUTH = (\"Basic \"",
+            "{\"secretKey\": \"ENC(2dfRFqV/cS6TzRd+JyO=)\"}",
+            "spring.datasource.password=ENC(G6N718UuyPE5bHyWKyuLQSm02auQPUtm)",
             "headers[\"Authorization\"] = \"Bearer \" + token",
         ];
         for text in kept {
