@@ -334,6 +334,30 @@ const DETECTORS: &[D] = &[
     D { id: "amazon_mws_auth_token", description: "Amazon Marketplace Web Service auth token (amzn.mws.<uuid>)",
         keywords: &["amzn.mws."],
         regex: r"\b(amzn\.mws\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b", group: 1, validator: None },
+    D { id: "openrouter_api_key", description: "OpenRouter API key (sk-or-v1- + 64 hex)",
+        keywords: &["sk-or-v1-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sk-or-v1-[a-f0-9]{64})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "sk_hex_api_key", description: "API key of sk- + 32 hex (DeepSeek and other OpenAI-compatible providers)",
+        keywords: &["sk-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sk-[a-f0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "nvidia_api_key", description: "NVIDIA API catalog / NIM key (nvapi- + 60 to 70)",
+        keywords: &["nvapi-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(nvapi-[A-Za-z0-9_\-]{60,70})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "cerebras_api_key", description: "Cerebras API key (csk- + 48 lowercase alphanumerics)",
+        keywords: &["csk-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(csk-[a-z0-9]{48})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "pinecone_api_key", description: "Pinecone API key (pcsk_ + id + _ + secret)",
+        keywords: &["pcsk_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(pcsk_[A-Za-z0-9]{4,10}_[A-Za-z0-9]{50,80})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "tavily_api_key", description: "Tavily API key (tvly- + 30 to 40, optionally tvly-dev-/tvly-prod-)",
+        keywords: &["tvly-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(tvly-(?:dev-|prod-)?[A-Za-z0-9]{30,40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "langsmith_api_key", description: "LangSmith personal or service key (lsv2_pt_/lsv2_sk_ + 32 hex + _ + 10 hex)",
+        keywords: &["lsv2_pt_", "lsv2_sk_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "langfuse_secret_key", description: "Langfuse secret key (sk-lf- + UUID; the pk-lf- public key stays)",
+        keywords: &["sk-lf-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sk-lf-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     // --- Credentials in headers, URLs and command lines --------------------------------------
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
@@ -1206,6 +1230,57 @@ mod tests {
             s("MWSAuthToken=amzn.mws.4ea38b7b-f563-7709-4bae-87aea15c0a2e"),
             s("amzn.mws.4ea38b7b-f563-7709-4bae-87aea15c0a2e"),
         );
+        let or = format!("sk-or-v1-{}", cycle("3f9a1c7e5b2d8046", 64));
+        tp("openrouter_api_key", format!("OPENROUTER_API_KEY={or}"), or);
+        let skhex = format!("sk-{}", cycle("3f9a1c7e5b2d8046", 32));
+        tp(
+            "sk_hex_api_key",
+            format!("client = OpenAI(api_key=\"{skhex}\", base_url=\"https://api.deepseek.com\")"),
+            skhex,
+        );
+        let nvapi = format!("nvapi-{}", cycle("aZ3k_Q9mX2pL7vR4-tY8wN6bC1dF5gH0jK", 64));
+        tp(
+            "nvidia_api_key",
+            format!("Authorization: Bearer {nvapi}"),
+            nvapi,
+        );
+        let csk = format!("csk-{}", cycle("85fv2ekx4856xnp38jt82e", 48));
+        tp(
+            "cerebras_api_key",
+            format!("export CEREBRAS_API_KEY=\"{csk}\""),
+            csk,
+        );
+        let pcsk = format!(
+            "pcsk_{}_{}",
+            cycle("6e2JzS", 6),
+            cycle("aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jK", 63)
+        );
+        tp(
+            "pinecone_api_key",
+            format!("pc = Pinecone(api_key=\"{pcsk}\")"),
+            pcsk,
+        );
+        let tvly = format!("tvly-dev-{}", cycle("aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jK", 32));
+        tp(
+            "tavily_api_key",
+            format!("{{\"api_key\": \"{tvly}\", \"query\": \"weather\"}}"),
+            tvly,
+        );
+        let lsv2 = format!(
+            "lsv2_pt_{}_{}",
+            cycle("3f9a1c7e5b2d8046", 32),
+            cycle("0a1b2c3d4e", 10)
+        );
+        tp(
+            "langsmith_api_key",
+            format!("LANGSMITH_API_KEY={lsv2}"),
+            lsv2,
+        );
+        tp(
+            "langfuse_secret_key",
+            s("Langfuse(public_key=\"pk-lf-1234abcd-0000-4000-8000-0123456789ab\", secret_key=\"sk-lf-3f9a1c7e-5b2d-4046-8a1b-2c3d4e5f6a7b\")"),
+            s("sk-lf-3f9a1c7e-5b2d-4046-8a1b-2c3d4e5f6a7b"),
+        );
         let nrii = format!("NRII-{}", cycle("aZ3k-Q9mX2pL7vR4", 32));
         tp("new_relic_key", format!("insert key {nrii}"), nrii);
         let dt = format!(
@@ -1268,6 +1343,20 @@ mod tests {
                 "data:image/jpeg;base64,JHuvg39lz4T/EAACRvAWiwzR8rcXFsLiUH13ybj0tdEaNOOyOCeLr1Pimz063torSJYoIkhjXokahQPwFbHK3fcsQTyWsySxOY5EO5WU4INJpNWY4yc+MfMO",
             ),
             ("llamacloud_api_key", "llx-short and cellx-a"),
+            ("openrouter_api_key", "sk-or-v1-... in the docs"),
+            (
+                "sk_hex_api_key",
+                "task-3f9a1c7e5b2d80463f9a1c7e5b2d8046 and sk-3f9a1c7e5b2d8046",
+            ),
+            ("nvidia_api_key", "nvapi-your-key-here"),
+            ("cerebras_api_key", "csk-abc and desk-85fv2ekx4856xnp38jt82eeeyrcjwhw2n9pmd9nnkv4ftpej"),
+            ("pinecone_api_key", "pcsk_... in the docs"),
+            ("tavily_api_key", "tvly-YOUR_API_KEY"),
+            ("langsmith_api_key", "lsv2_pt_xxxxx"),
+            (
+                "langfuse_secret_key",
+                "pk-lf-1234abcd-0000-4000-8000-0123456789ab is the public key",
+            ),
             ("bitbucket_data_center_token", "BBDC-short, and BBDC-Xz is not the alphabet"),
             ("instagram_access_token", "IGQVJ is the prefix of IGQVJshort"),
             ("google_oauth_access_token", "ya29.short and ya29 alone"),
@@ -1917,6 +2006,35 @@ mod tests {
                 ],
             },
             f("llamacloud_api_key", &[L("llx-"), C(B64URL, 48, 48)]),
+            f("openrouter_api_key", &[L("sk-or-v1-"), C(HEX, 64, 64)]),
+            f("sk_hex_api_key", &[L("sk-"), C(HEX, 32, 32)]),
+            f("nvidia_api_key", &[L("nvapi-"), C(B64URL, 60, 70)]),
+            f("cerebras_api_key", &[L("csk-"), C(LOWER_ALNUM, 48, 48)]),
+            f(
+                "pinecone_api_key",
+                &[L("pcsk_"), C(ALNUM, 4, 10), L("_"), C(ALNUM, 50, 80)],
+            ),
+            f("tavily_api_key", &[L("tvly-"), C(ALNUM, 30, 40)]),
+            f("tavily_api_key", &[L("tvly-dev-"), C(ALNUM, 30, 40)]),
+            f(
+                "langsmith_api_key",
+                &[L("lsv2_sk_"), C(HEX, 32, 32), L("_"), C(HEX, 10, 10)],
+            ),
+            f(
+                "langfuse_secret_key",
+                &[
+                    L("sk-lf-"),
+                    C(HEX, 8, 8),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 4, 4),
+                    L("-"),
+                    C(HEX, 12, 12),
+                ],
+            ),
             f(
                 "atlassian_api_token",
                 &[
