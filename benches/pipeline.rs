@@ -194,19 +194,30 @@ fn protect_payloads(c: &mut Criterion) {
     };
     let (learning, not_learning) = (protector(true), protector(false));
     let mut g = c.benchmark_group("protect");
-    for (size, secrets, learned) in [1024, 4096, 8192]
+    // Secrets in every span's payloads (a stress case: every document holds one), in none,
+    // and in one span of sixteen (closer to what agents send: most tool calls carry none).
+    let cases = [1024, 4096, 8192]
         .into_iter()
-        .flat_map(|size| [(size, false), (size, true)])
-        .flat_map(|(size, secrets)| [(size, secrets, true), (size, secrets, false)])
-    {
+        .flat_map(|size| [(size, 0), (size, 1)])
+        .flat_map(|(size, every)| [(size, every, true), (size, every, false)])
+        .chain([(4096, 16, true)]);
+    for (size, every, learned) in cases {
         let protector = if learned { &learning } else { &not_learning };
-        let spans: Vec<SpanRecord> = (0..64)
+        let spans: Vec<SpanRecord> = (0..64usize)
             .map(|n| SpanRecord {
                 name: "execute_tool search_orders".into(),
                 class: SpanClass::Tool,
                 gen_ai: GenAiFields {
-                    tool_arguments: Some(payload(size / 2, secrets, n)),
-                    tool_result: Some(payload(size / 2, secrets, n + 1000)),
+                    tool_arguments: Some(payload(
+                        size / 2,
+                        every > 0 && n.is_multiple_of(every),
+                        n,
+                    )),
+                    tool_result: Some(payload(
+                        size / 2,
+                        every > 0 && n.is_multiple_of(every),
+                        n + 1000,
+                    )),
                     ..Default::default()
                 },
                 attributes: Attributes(vec![(
@@ -231,7 +242,11 @@ fn protect_payloads(c: &mut Criterion) {
         let name = format!(
             "{}KiB_{}{}",
             size / 1024,
-            if secrets { "with_secrets" } else { "clean" },
+            match every {
+                0 => "clean".to_string(),
+                1 => "with_secrets".to_string(),
+                n => format!("one_in_{n}_with_secrets"),
+            },
             if learned { "" } else { "_learned_off" }
         );
         g.bench_function(name, |b| {

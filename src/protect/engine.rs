@@ -125,6 +125,8 @@ pub enum KeyRuleDecision<'a> {
     Kept(Judgment),
     /// No rule covers the key (or its validator refuses the value).
     None,
+    /// The key is on the allowlist: its value is never touched.
+    Allowed,
 }
 
 /// One thing a detector found in a string.
@@ -162,6 +164,9 @@ pub struct Redactor {
     every_text_may_hold_rule_key: bool,
     /// Some detector runs only under certain keys.
     key_scoped_detectors: bool,
+    /// Some detector runs only under certain keys or not under some: only then does a scan
+    /// need the key (lowercased, once per string).
+    detectors_read_keys: bool,
     /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
     key_cache: std::sync::RwLock<crate::maps::FastMap<String, KeyVerdict>>,
     /// The key-context detector, whose keyword hits it reads.
@@ -276,6 +281,9 @@ impl Redactor {
             every_text_may_hold_rule_key: key_literals.is_none()
                 && key_rules.iter().any(|r| !r.globs.is_empty()),
             key_scoped_detectors: detectors.iter().any(|d| !d.keys.is_empty()),
+            detectors_read_keys: detectors
+                .iter()
+                .any(|d| !d.keys.is_empty() || !d.except_keys.is_empty()),
             set,
             detectors,
             prefilter,
@@ -389,7 +397,8 @@ impl Redactor {
                     None => KeyRuleDecision::None,
                 }
             }
-            KeyVerdict::Allowed | KeyVerdict::Free => KeyRuleDecision::None,
+            KeyVerdict::Allowed => KeyRuleDecision::Allowed,
+            KeyVerdict::Free => KeyRuleDecision::None,
         }
     }
 
@@ -397,7 +406,7 @@ impl Redactor {
     pub fn key_rule(&self, key: &str, value: Option<&str>) -> Option<&KeyRule> {
         match self.key_rule_decision(key, value) {
             KeyRuleDecision::Fires(rule, _) => Some(rule),
-            KeyRuleDecision::Kept(_) | KeyRuleDecision::None => None,
+            KeyRuleDecision::Kept(_) | KeyRuleDecision::None | KeyRuleDecision::Allowed => None,
         }
     }
 
@@ -482,34 +491,47 @@ impl Redactor {
             return Some(merged(found));
         }
         let digits = text.bytes().filter(u8::is_ascii_digit).count();
-        let lower_key = key.map(lowercase);
+        let lower_key = key.filter(|_| self.detectors_read_keys).map(lowercase);
         // Found on the first gated candidate, once per string.
         let mut shapes: Option<Shapes> = None;
         // Only the flagged detectors are visited (a few of ~95 for most strings): walking the
-        // whole catalogue per string was 5% of the daemon's CPU under load.
-        let mut candidates: Vec<usize> = Vec::new();
-        for (w, &word) in run.iter().enumerate() {
-            let mut bits = word;
+        // whole catalogue per string was 5% of the daemon's CPU under load. The candidates
+        // stay in the bitset (cleared where they drop out): no allocation per string.
+        let mut candidates = 0usize;
+        for (w, word) in run.iter_mut().enumerate() {
+            let mut bits = *word;
             while bits != 0 {
-                let i = w * 64 + bits.trailing_zeros() as usize;
+                let bit = bits.trailing_zeros();
                 bits &= bits - 1;
-                let d = &self.detectors[i];
+                let d = &self.detectors[w * 64 + bit as usize];
                 if digits >= d.min_digits
                     && d.applies_under(lower_key.as_deref())
                     && d.gate
                         .is_none_or(|g| shapes.get_or_insert_with(|| Shapes::of(text)).has(g))
                 {
-                    candidates.push(i);
+                    candidates += 1;
+                } else {
+                    *word &= !(1u64 << bit);
                 }
             }
         }
-        if candidates.is_empty() {
+        if candidates == 0 {
             return Some(merged(found));
         }
         // With several candidates, one pass of the combined set is cheaper than one pass per
         // regex; it also rules out the candidates that do not match at all.
-        let matched = (candidates.len() > 2).then(|| self.set.matches(text));
-        for i in candidates {
+        let matched = (candidates > 2).then(|| self.set.matches(text));
+        let chosen = run.iter().enumerate().flat_map(|(w, &word)| {
+            let mut bits = word;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let i = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    i
+                })
+            })
+        });
+        for i in chosen {
             let d = &self.detectors[i];
             if d.judged {
                 d.find_judged(text, &judged_hits, &self.allow_values, &mut found);

@@ -500,6 +500,9 @@ fn redact_json_under(
     }
     match v {
         Value::String(s) => redact_string_under(r, s, hits, depth, key),
+        // Five characters at most (`-9999`): shorter than anything a rule or learned value
+        // finds, so not even formatted.
+        Value::Number(n) if n.as_i64().is_some_and(|v| v.abs() < 10_000) => false,
         Value::Number(n) => {
             let text = n.to_string();
             match r.redact_text_under(&text, key, hits) {
@@ -591,12 +594,12 @@ fn key_rule_outcome(
     hits: &mut Redactions,
     depth: usize,
 ) -> KeyRuleOutcome {
-    // An allowed key's value is never touched.
-    if r.is_allowed_key(key) {
-        return KeyRuleOutcome::Keep;
-    }
-    let Some(rule) = r.key_rule(key, value) else {
-        return KeyRuleOutcome::Scan;
+    // One look-up says both whether the key is allowed and which rule covers it.
+    let rule = match r.key_rule_decision(key, value) {
+        // An allowed key's value is never touched.
+        KeyRuleDecision::Allowed => return KeyRuleOutcome::Keep,
+        KeyRuleDecision::Fires(rule, _) => rule,
+        KeyRuleDecision::Kept(_) | KeyRuleDecision::None => return KeyRuleOutcome::Scan,
     };
     if empty {
         return KeyRuleOutcome::Keep;
@@ -941,7 +944,7 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
                         removed: false,
                         why: judgment_line(&j),
                     }),
-                    KeyRuleDecision::None => {}
+                    KeyRuleDecision::None | KeyRuleDecision::Allowed => {}
                 }
                 let at = Place {
                     path: p,
