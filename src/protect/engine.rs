@@ -243,6 +243,10 @@ impl Redactor {
         // Key-rule literals ride in the same automaton: the clean-JSON test then costs no pass
         // of its own.
         let key_literals = key_literals(&key_rules);
+        // So does `kty`: a JSON Web Key's private members are known by their object, so a
+        // document naming a key type must be parsed.
+        keywords.push("kty".to_string());
+        keyword_owner.push(KEY_LITERAL);
         if let Some(literals) = &key_literals {
             for l in literals {
                 keywords.push(l.to_ascii_lowercase());

