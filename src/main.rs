@@ -561,7 +561,15 @@ fn redact(args: RedactArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if args.explain {
-        for e in walk::explain(&redactor, &input) {
+        let explained = walk::explain(&redactor, &input);
+        // Silence would leave the user guessing whether --explain ran at all.
+        if explained.is_empty() {
+            println!(
+                "kept\t-\t$\t0..{}\tnothing to judge: no rule's keyword or shape is in the text, and no key names a credential",
+                input.len()
+            );
+        }
+        for e in explained {
             let verdict = if e.removed { "removed" } else { "kept" };
             println!(
                 "{verdict}\t{}\t{}\t{}..{}\t{}",

@@ -550,7 +550,12 @@ fn head_class(head: &str, prev: Option<&str>) -> KeyClass {
     // One word ending in `key` (`apikey`, `secretkey`, `signingkey`): its qualifier decides;
     // an unknown one (`monkey`, `turkey`) names no key at all.
     if let Some(q) = head.strip_suffix("key").filter(|q| !q.is_empty()) {
-        return key_qualified_by(q).unwrap_or(KeyClass::Other);
+        // `APIkey`, `SSHkey` split as `ap` + `ikey`, `ss` + `hkey` (the hump rule that keeps
+        // `HTTPServer` whole): the capital left on the head belongs to the word before.
+        let rejoined = || prev.and_then(|p| key_qualified_by(&format!("{p}{q}")));
+        return key_qualified_by(q)
+            .or_else(rejoined)
+            .unwrap_or(KeyClass::Other);
     }
     if let Some(q) = head.strip_suffix("token").filter(|q| !q.is_empty()) {
         if !q.ends_with("de") {
@@ -1584,6 +1589,9 @@ mod tests {
             ("pwdump", Other),
             ("nonce", Material),
             ("salt3", Material),
+            ("APIkey", Credential),
+            ("SSHkey", Material),
+            ("MONkey", Other),
         ] {
             assert_eq!(classify_key(key), class, "{key}");
         }

@@ -190,6 +190,17 @@ fn redact_prints_redacted_text_and_explains_hits() {
         )
     );
     let dir = tempfile::tempdir().expect("tempdir");
+    // Text holding nothing any rule looks at says so instead of printing nothing.
+    let clean = dir.path().join("clean.txt");
+    std::fs::write(&clean, "all orders shipped").expect("write");
+    let out = run(
+        &["redact", "--explain", clean.to_str().expect("utf-8")],
+        &[],
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "kept\t-\t$\t0..18\tnothing to judge: no rule's keyword or shape is in the text, and no key names a credential\n"
+    );
     let file = dir.path().join("in.txt");
     std::fs::write(&file, "mail jane@example.com now").expect("write");
     let out = run(&["redact", file.to_str().expect("utf-8")], &[]);
