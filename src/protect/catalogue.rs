@@ -318,7 +318,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^A-Za-z0-9_\-+/])(eyJrIjoi[A-Za-z0-9+/]{40,400}={0,2})(?:[^A-Za-z0-9_\-+/=]|$)", group: 1, validator: None },
     D { id: "dropbox_long_lived_token", description: "Dropbox long-lived access token (11 + AAAAAAAAAA + 43)",
         keywords: &["aaaaaaaaaa"],
-        regex: r"(?:^|[^A-Za-z0-9_\-])([A-Za-z0-9]{11}AAAAAAAAAA[A-Za-z0-9_\-=]{43})(?:[^A-Za-z0-9_\-=]|$)", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_\-+/])([A-Za-z0-9]{11}AAAAAAAAAA[A-Za-z0-9_\-=]{43})(?:[^A-Za-z0-9_\-=+/]|$)", group: 1, validator: None },
     D { id: "alibaba_access_key_secret", description: "Alibaba Cloud AccessKey secret (30 alphanumerics) after an LTAI AccessKey id",
         keywords: &["ltai"],
         regex: r"LTAI[A-Za-z0-9]{12,20}[^\n]{0,40}?(?:[^A-Za-z0-9_\-])([A-Za-z0-9]{30})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: Some(Validator::NotTrivial) },
@@ -454,6 +454,12 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             },
             keywords: d.keywords.iter().map(|k| k.to_string()).collect(),
             group: d.group,
+            // One rule, two shapes of the same password, each with its own group.
+            alternate_groups: if d.id == "connection_string_password" {
+                vec![2]
+            } else {
+                Vec::new()
+            },
             validator: d.validator,
             action: Action::Mask,
             signals: Vec::new(),
@@ -1372,6 +1378,10 @@ mod tests {
             (
                 "dropbox_long_lived_token",
                 "padding AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==",
+            ),
+            (
+                "dropbox_long_lived_token",
+                "data:image/png;base64,iVBORw0KGgo+QEocEYEHs8AAAAAAAAAAAAAAAAH0xfERObUk8ACpV4GlQuye2j0lwVjAPfeqUrLY/8ACpV",
             ),
             (
                 "alibaba_access_key_secret",

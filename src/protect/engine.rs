@@ -68,6 +68,7 @@ struct Detector {
     id: Arc<str>,
     regex: Regex,
     group: usize,
+    alternate_groups: Vec<usize>,
     validator: Option<Validator>,
     action: Action,
     skip_placeholders: bool,
@@ -646,8 +647,10 @@ impl Detector {
             }
         } else {
             for caps in self.regex.captures_iter(text) {
-                // A group left out of an alternation gives way to the first later one taken.
-                let m = (self.group..caps.len()).find_map(|g| caps.get(g));
+                // A group left out of an alternation gives way to its configured stand-ins.
+                let m = caps
+                    .get(self.group)
+                    .or_else(|| self.alternate_groups.iter().find_map(|&g| caps.get(g)));
                 let (Some(all), Some(m)) = (caps.get(0), m) else {
                     continue;
                 };
@@ -730,6 +733,17 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
             id: spec.id.clone(),
             source: Box::new(e),
         })?;
+    if let Some(&g) = spec
+        .alternate_groups
+        .iter()
+        .find(|&&g| g >= regex.captures_len())
+    {
+        return Err(RuleError::Group {
+            id: spec.id.clone(),
+            group: g,
+            groups: regex.captures_len(),
+        });
+    }
     if spec.group >= regex.captures_len() {
         return Err(RuleError::Group {
             id: spec.id.clone(),
@@ -743,6 +757,7 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         id: Arc::from(spec.id.as_str()),
         regex,
         group: spec.group,
+        alternate_groups: spec.alternate_groups.clone(),
         validator: spec.validator,
         action: spec.action,
         skip_placeholders: spec.skip_placeholders,

@@ -35,10 +35,14 @@ pub struct DetectorSpec {
     /// always runs.
     #[serde(default)]
     pub keywords: Vec<String>,
-    /// Capture group to replace (0 = the whole match). When it takes no part in a match (one
-    /// side of an alternation), the first later group that does is replaced.
+    /// Capture group to replace (0 = the whole match).
     #[serde(default)]
     pub group: usize,
+    /// Groups that stand in for `group` when it takes no part in a match (the other sides of
+    /// an alternation, each with its own group): the first of them that does is replaced.
+    /// Empty: a match without `group` is skipped.
+    #[serde(default)]
+    pub alternate_groups: Vec<usize>,
     /// Optional check of the matched text.
     #[serde(default)]
     pub validator: Option<Validator>,
