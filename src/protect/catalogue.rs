@@ -1727,14 +1727,31 @@ mod tests {
         const HEX: &str = "0123456789abcdef";
         const HEX_MIXED: &str = "0123456789abcdefABCDEF";
         const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+        const B64: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        const B64URL_PAD: &str =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=";
         const B32: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
         /// A literal, or a run of `min..=max` characters from an alphabet.
         enum Seg {
             L(&'static str),
             C(&'static str, usize, usize),
+            /// A lowercase UUID (8-4-4-4-12 hex).
+            Uuid,
         }
-        use Seg::{C, L};
+        use Seg::{Uuid, C, L};
+
+        const UUID_SEGS: &[Seg] = &[
+            C(HEX, 8, 8),
+            L("-"),
+            C(HEX, 4, 4),
+            L("-"),
+            C(HEX, 4, 4),
+            L("-"),
+            C(HEX, 4, 4),
+            L("-"),
+            C(HEX, 12, 12),
+        ];
 
         /// A rule, a word its format needs nearby (for the context-gated rules), a format.
         struct Format {
@@ -1824,17 +1841,7 @@ mod tests {
                 hint: "okta ",
                 segs: &[L("00"), C(B64URL, 40, 40)],
             },
-            f(
-                "dropbox_access_token",
-                &[
-                    L("sl."),
-                    C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=",
-                        130,
-                        200,
-                    ),
-                ],
-            ),
+            f("dropbox_access_token", &[L("sl."), C(B64URL_PAD, 130, 200)]),
             f("dropbox_access_token", &[L("sl.u."), C(B64URL, 130, 400)]),
             f(
                 "salesforce_access_token",
@@ -1851,20 +1858,7 @@ mod tests {
             ),
             f(
                 "sentry_token",
-                &[
-                    L("sntrys_eyJ"),
-                    C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-                        30,
-                        200,
-                    ),
-                    L("_"),
-                    C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-                        43,
-                        43,
-                    ),
-                ],
+                &[L("sntrys_eyJ"), C(B64, 30, 200), L("_"), C(B64, 43, 43)],
             ),
             f("sentry_token", &[L("sntryu_"), C(HEX, 64, 64)]),
             f("supabase_secret_key", &[L("sbp_"), C(HEX, 40, 40)]),
@@ -1959,17 +1953,7 @@ mod tests {
                     C(LOWER_ALNUM, 25, 25),
                 ],
             ),
-            f(
-                "docker_swarm_token",
-                &[
-                    L("SWMKEY-1-"),
-                    C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-                        43,
-                        43,
-                    ),
-                ],
-            ),
+            f("docker_swarm_token", &[L("SWMKEY-1-"), C(B64, 43, 43)]),
             f("sonarqube_token", &[L("squ_"), C(HEX, 40, 40)]),
             f("sonarqube_token", &[L("sqp_"), C(HEX, 40, 40)]),
             f("sonarqube_token", &[L("sqa_"), C(HEX, 40, 40)]),
@@ -2030,21 +2014,7 @@ mod tests {
                 "langsmith_api_key",
                 &[L("lsv2_sk_"), C(HEX, 32, 32), L("_"), C(HEX, 10, 10)],
             ),
-            f(
-                "langfuse_secret_key",
-                &[
-                    L("sk-lf-"),
-                    C(HEX, 8, 8),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 12, 12),
-                ],
-            ),
+            f("langfuse_secret_key", &[L("sk-lf-"), Uuid]),
             f(
                 "atlassian_api_token",
                 &[
@@ -2060,11 +2030,7 @@ mod tests {
                     L("BBDC-"),
                     C("NMO", 1, 1),
                     C("ADgjQTwz", 1, 1),
-                    C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-                        42,
-                        42,
-                    ),
+                    C(B64, 42, 42),
                 ],
             ),
             f("gitlab_token", &[L("GR1348941"), C(B64URL, 20, 30)]),
@@ -2073,21 +2039,7 @@ mod tests {
                 "google_oauth_access_token",
                 &[L("ya29."), C(B64URL, 20, 250)],
             ),
-            f(
-                "amazon_mws_auth_token",
-                &[
-                    L("amzn.mws."),
-                    C(HEX, 8, 8),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 12, 12),
-                ],
-            ),
+            f("amazon_mws_auth_token", &[L("amzn.mws."), Uuid]),
             f("together_api_key", &[L("tgp_v1_"), C(B64URL, 43, 43)]),
             f("wundergraph_cosmo_api_key", &[L("cosmo_"), C(HEX, 32, 32)]),
             f(
@@ -2100,27 +2052,11 @@ mod tests {
             ),
             f(
                 "grafana_api_key",
-                &[
-                    L("eyJrIjoi"),
-                    C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-                        40,
-                        400,
-                    ),
-                    C("=", 0, 2),
-                ],
+                &[L("eyJrIjoi"), C(B64, 40, 400), C("=", 0, 2)],
             ),
             f(
                 "dropbox_long_lived_token",
-                &[
-                    C(ALNUM, 11, 11),
-                    L("AAAAAAAAAA"),
-                    C(
-                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=",
-                        43,
-                        43,
-                    ),
-                ],
+                &[C(ALNUM, 11, 11), L("AAAAAAAAAA"), C(B64URL_PAD, 43, 43)],
             ),
             Format {
                 rule: "alibaba_access_key_secret",
@@ -2144,21 +2080,7 @@ mod tests {
                     ),
                 ],
             ),
-            f(
-                "heroku_api_key",
-                &[
-                    L("HRKU-"),
-                    C(HEX, 8, 8),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 4, 4),
-                    L("-"),
-                    C(HEX, 12, 12),
-                ],
-            ),
+            f("heroku_api_key", &[L("HRKU-"), Uuid]),
             f("docker_pat", &[L("dckr_oat_"), C(B64URL, 27, 40)]),
             f("notion_api_token", &[L("ntn_"), C(ALNUM, 46, 46)]),
             f("supabase_secret_key", &[L("sbp_v0_"), C(HEX, 40, 40)]),
@@ -2213,34 +2135,43 @@ mod tests {
         fn token(fmt: &Format, rng: &mut Rng, edge: Edge, len: Option<bool>) -> String {
             let mut t = String::new();
             for seg in fmt.segs {
-                match *seg {
-                    L(lit) => t.push_str(lit),
-                    C(alphabet, min, max) => {
-                        let chars: Vec<char> = alphabet.chars().collect();
-                        let edges: Vec<char> = chars
-                            .iter()
-                            .copied()
-                            .filter(|c| !c.is_ascii_alphanumeric())
-                            .collect();
-                        let n = match len {
-                            Some(false) => min,
-                            Some(true) => max,
-                            None => min + rng.below(max - min + 1),
+                push_seg(&mut t, seg, rng, edge, len);
+            }
+            t
+        }
+
+        fn push_seg(t: &mut String, seg: &Seg, rng: &mut Rng, edge: Edge, len: Option<bool>) {
+            match *seg {
+                L(lit) => t.push_str(lit),
+                Uuid => {
+                    for s in UUID_SEGS {
+                        push_seg(t, s, rng, edge, len);
+                    }
+                }
+                C(alphabet, min, max) => {
+                    let chars: Vec<char> = alphabet.chars().collect();
+                    let edges: Vec<char> = chars
+                        .iter()
+                        .copied()
+                        .filter(|c| !c.is_ascii_alphanumeric())
+                        .collect();
+                    let n = match len {
+                        Some(false) => min,
+                        Some(true) => max,
+                        None => min + rng.below(max - min + 1),
+                    };
+                    for i in 0..n {
+                        let at_start = i == 0 && matches!(edge, Edge::Start | Edge::Both);
+                        let at_end = i + 1 == n && matches!(edge, Edge::End | Edge::Both);
+                        let pool = if (at_start || at_end) && !edges.is_empty() {
+                            &edges
+                        } else {
+                            &chars
                         };
-                        for i in 0..n {
-                            let at_start = i == 0 && matches!(edge, Edge::Start | Edge::Both);
-                            let at_end = i + 1 == n && matches!(edge, Edge::End | Edge::Both);
-                            let pool = if (at_start || at_end) && !edges.is_empty() {
-                                &edges
-                            } else {
-                                &chars
-                            };
-                            t.push(pool[rng.below(pool.len())]);
-                        }
+                        t.push(pool[rng.below(pool.len())]);
                     }
                 }
             }
-            t
         }
 
         /// The ways a token arrives: a JSON value, an env line, alone, ending a sentence, in

@@ -733,22 +733,15 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
             id: spec.id.clone(),
             source: Box::new(e),
         })?;
-    if let Some(&g) = spec
-        .alternate_groups
-        .iter()
-        .find(|&&g| g >= regex.captures_len())
+    let groups = regex.captures_len();
+    if let Some(&group) = std::iter::once(&spec.group)
+        .chain(&spec.alternate_groups)
+        .find(|&&g| g >= groups)
     {
         return Err(RuleError::Group {
             id: spec.id.clone(),
-            group: g,
-            groups: regex.captures_len(),
-        });
-    }
-    if spec.group >= regex.captures_len() {
-        return Err(RuleError::Group {
-            id: spec.id.clone(),
-            group: spec.group,
-            groups: regex.captures_len(),
+            group,
+            groups,
         });
     }
     Ok(Detector {

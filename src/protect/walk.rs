@@ -22,11 +22,15 @@ pub const JWK_RULE: &str = "jwk_private_key";
 /// 6.3.2 for RSA, 6.2.2 for EC and OKP's `d`, 6.4.1 for `oct`'s `k`).
 const JWK_PRIVATE_MEMBERS: &[&str] = &["d", "p", "q", "dp", "dq", "qi", "k", "oth"];
 
-/// True when `key` of this object is a private member of a JSON Web Key: the object names its
-/// key type (`kty`), and these one- and two-letter names mean key material only then.
-fn jwk_private_member(map: &serde_json::Map<String, Value>, key: &str, value: &Value) -> bool {
+/// True when the object is a JSON Web Key: it names its key type (`kty`).
+fn is_jwk(map: &serde_json::Map<String, Value>) -> bool {
+    map.get("kty").is_some_and(Value::is_string)
+}
+
+/// True when `key` of a JSON Web Key holds key material: these one- and two-letter names mean
+/// that only in an object naming its key type ([`is_jwk`]).
+fn jwk_private_member(key: &str, value: &Value) -> bool {
     JWK_PRIVATE_MEMBERS.contains(&key)
-        && map.get("kty").is_some_and(Value::is_string)
         && !(value.is_null() || value.as_str().is_some_and(str::is_empty))
 }
 /// Rule id recorded when a bytes value is not UTF-8 text and is removed.
@@ -185,17 +189,15 @@ fn redact_base64(
     if layers == 0 {
         return false;
     }
-    let mut out = String::new();
-    let mut last = 0;
+    // What goes, in order: Atlassian tokens found by their structure, and tokens whose
+    // decoded text holds a finding.
+    let mut cuts: Vec<(std::ops::Range<usize>, &'static str)> = Vec::new();
     for m in base64_tokens(s) {
         let pats = atlassian_dc_pats(s, m.clone());
         if !pats.is_empty() {
             for p in pats {
                 super::learned::learn_in_scope(ATLASSIAN_DC_PAT_RULE, &s[p.clone()]);
-                out.push_str(&s[last..p.start]);
-                out.push_str(&format!("[REDACTED:{ATLASSIAN_DC_PAT_RULE}]"));
-                last = p.end;
-                count(hits, ATLASSIAN_DC_PAT_RULE);
+                cuts.push((p, ATLASSIAN_DC_PAT_RULE));
             }
             continue;
         }
@@ -204,15 +206,20 @@ fn redact_base64(
         };
         let mut inner = Redactions::new();
         if redact_layer(r, &mut text, &mut inner, depth + 1, key, layers - 1) {
-            out.push_str(&s[last..m.start]);
-            out.push_str(&format!("[REDACTED:{BASE64_RULE}]"));
-            last = m.end;
             super::add_hits(hits, &inner);
-            count(hits, BASE64_RULE);
+            cuts.push((m, BASE64_RULE));
         }
     }
-    if last == 0 {
+    if cuts.is_empty() {
         return false;
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut last = 0;
+    for (range, rule) in cuts {
+        out.push_str(&s[last..range.start]);
+        out.push_str(&format!("[REDACTED:{rule}]"));
+        last = range.end;
+        count(hits, rule);
     }
     out.push_str(&s[last..]);
     *s = out;
@@ -548,24 +555,16 @@ fn redact_json_under(
         }
         Value::Object(map) => {
             let mut changed = false;
-            let jwk: Vec<String> = map
-                .iter()
-                .filter(|(k, val)| jwk_private_member(map, k, val))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in &jwk {
-                if let Some(val) = map.get_mut(k) {
+            let jwk = is_jwk(map);
+            let mut dropped = Vec::new();
+            for (k, val) in map.iter_mut() {
+                if jwk && jwk_private_member(k, val) {
                     if let Some(text) = val.as_str() {
                         super::learned::learn_in_scope(JWK_RULE, text);
                     }
                     *val = Value::String(format!("[REDACTED:{JWK_RULE}]"));
                     count(hits, JWK_RULE);
                     changed = true;
-                }
-            }
-            let mut dropped = Vec::new();
-            for (k, val) in map.iter_mut() {
-                if jwk.contains(k) {
                     continue;
                 }
                 let empty = val.is_null() || val.as_str().is_some_and(str::is_empty);
@@ -929,9 +928,10 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
             }
         }
         Value::Object(map) => {
+            let jwk = is_jwk(map);
             for (k, val) in map {
                 let p = format!("{path}.{k}");
-                if jwk_private_member(map, k, val) {
+                if jwk && jwk_private_member(k, val) {
                     let len = val.as_str().map_or_else(|| val.to_string().len(), str::len);
                     out.push(Explanation {
                         path: p,
@@ -1037,6 +1037,14 @@ mod tests {
         Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules")
     }
 
+    fn redactor_at_depth(max_depth: usize) -> Redactor {
+        let cfg = RedactionConfig {
+            max_depth,
+            ..Default::default()
+        };
+        Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules")
+    }
+
     #[test]
     fn a_json_web_key_in_a_string_value_is_parsed_and_its_private_member_goes() {
         let r = redactor(4096);
@@ -1108,15 +1116,9 @@ mod tests {
 
     #[test]
     fn at_the_depth_limit_base64_text_still_fails_closed() {
-        // A JSON document one level above the limit: its base64 text cannot be decoded and
-        // examined, so it goes, as before the clean test learned to cover base64 tokens.
         // The e-mail makes the outer document be parsed; its "a" string then sits at the
-        // limit, and the base64 inside it would be one level deeper.
-        let cfg = RedactionConfig {
-            max_depth: 2,
-            ..Default::default()
-        };
-        let r = Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules");
+        // limit, so the base64 inside it, one level deeper, cannot be examined and goes.
+        let r = redactor_at_depth(2);
         let mut hits = Redactions::new();
         let mut s =
             r#"{"c":"jane@example.com","a":"{\"b\":\"aGVsbG8gd29ybGQgdGhpcyBpcyBwbGFpbg==\"}"}"#
@@ -1346,11 +1348,7 @@ mod tests {
 
     #[test]
     fn too_deep_and_binary_values_are_removed_whole() {
-        let cfg = RedactionConfig {
-            max_depth: 3,
-            ..Default::default()
-        };
-        let r = Redactor::new(&cfg, KeyedHasher::new(b"k")).expect("rules");
+        let r = redactor_at_depth(3);
         let mut hits = Redactions::new();
         let mut deep = AttrValue::Str("x".into());
         for _ in 0..6 {
