@@ -367,15 +367,20 @@ const DETECTORS: &[D] = &[
         regex: r"(?i)\bbasic\s+([A-Za-z0-9+/]{6,}={0,2})", group: 1, validator: Some(Validator::BasicAuth) },
     D { id: "url_userinfo_password", description: "Password in a URL's userinfo (scheme://user:password@host)",
         keywords: &["://"],
-        regex: r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]+:([^\s/@"'<>]+)@"#, group: 1, validator: None },
+        // The user may be an e-mail address with its `@` unescaped (`smtps://me@mail.example:pw@smtp…`).
+        regex: r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]+(?:@[^\s:/@"'<>]+)?:([^\s/@"'<>]+)@"#, group: 1, validator: None },
     D { id: "connection_string_password", description: "Password in a key=value connection string (Password=…;)",
         keywords: &["password=", "pwd=", "password =", "pwd ="],
         // Either after a `;` (one pair of several), or unspaced and ended by `;`: code's
         // `pwd = os.getcwd()` and `password = pass;` are judged by key context instead.
         regex: r#"(?i);[ \t]*(?:password|pwd)[ \t]*=[ \t]*([^;\s"']+)|(?:^|[\s"'])(?:password|pwd)=([^;\s"'()]+);"#, group: 1, validator: None },
-    D { id: "powershell_plaintext_secure_string", description: "Literal password turned into a SecureString in PowerShell (ConvertTo-SecureString \"…\" -AsPlainText)",
+    D { id: "powershell_plaintext_secure_string", description: "Literal string turned into a SecureString in PowerShell (ConvertTo-SecureString \"…\" -AsPlainText, or a bare literal after its switches)",
         keywords: &["convertto-securestring"],
-        regex: r#"(?i)ConvertTo-SecureString\s+(?:-String\s+)?["']([^"'\r\n]+)["']\s+-AsPlainText"#, group: 1, validator: None },
+        // The literal is the first argument that is not a switch, a `$variable` or a `(…)`
+        // expression, quoted or bare; without -AsPlainText it is an encrypted standard
+        // string, which opens with the same key and is removed too. A bare literal holds
+        // something besides letters, so prose ("ConvertTo-SecureString to make…") stays.
+        regex: r#"(?i)ConvertTo-SecureString(?:\s+-(?:String|AsPlainText|Force)\b)*\s+(?:["']([^"'\r\n]+)["']|([A-Za-z]*[^A-Za-z\s"'$(\-|;.,][^\s|;]*))"#, group: 1, validator: None },
     D { id: "curl_user_credentials", description: "Credentials on a curl command line (-u user:pass, --user)",
         keywords: &["-u", "--user"],
         regex: r#"(?:^|\s)(?:-u|--user)[\s=]+["']?[^\s:"']*:([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
@@ -455,7 +460,10 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             keywords: d.keywords.iter().map(|k| k.to_string()).collect(),
             group: d.group,
             // One rule, two shapes of the same password, each with its own group.
-            alternate_groups: if d.id == "connection_string_password" {
+            alternate_groups: if matches!(
+                d.id,
+                "connection_string_password" | "powershell_plaintext_secure_string"
+            ) {
                 vec![2]
             } else {
                 Vec::new()
@@ -710,6 +718,21 @@ mod tests {
             "powershell_plaintext_secure_string",
             s("ConvertTo-SecureString -String \"qzva\" -AsPlainText -Force"),
             s("qzva"),
+        );
+        tp(
+            "powershell_plaintext_secure_string",
+            s("ConvertTo-SecureString -String -Force dsjUE#$gds8s"),
+            s("dsjUE#$gds8s"),
+        );
+        tp(
+            "powershell_plaintext_secure_string",
+            s("$k = ConvertTo-SecureString 01000000d08c9ddf0115d1118c7a00c04fc297eb01000000 | Out-Null"),
+            s("01000000d08c9ddf0115d1118c7a00c04fc297eb01000000"),
+        );
+        tp(
+            "url_userinfo_password",
+            s("SMTP_URL=smtps://alerts@mail.example.com:FnD83JZs@smtp.example.com:465"),
+            s("FnD83JZs"),
         );
         tp(
             "cli_secret_flag",
@@ -1526,6 +1549,19 @@ mod tests {
                 "Basic aGVsbG8gd29ybGQ= is hello world",
             ),
             ("url_userinfo_password", "https://example.com/path:8080"),
+            (
+                "url_userinfo_password",
+                "ssh://git@github.example.com:22/org/repo and mailto:a@b.example",
+            ),
+            (
+                "powershell_plaintext_secure_string",
+                "ConvertTo-SecureString -String (Get-Content pw.txt) -AsPlainText -Force",
+            ),
+            ("powershell_plaintext_secure_string", "ConvertTo-SecureString | Get-Member"),
+            (
+                "powershell_plaintext_secure_string",
+                "Use ConvertTo-SecureString to make a secure string, then ConvertTo-SecureString -Key $k.",
+            ),
             (
                 "connection_string_password",
                 "the password policy requires 12 characters",

@@ -1289,6 +1289,11 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
         {
             (start, end) = bare_value(b, end + 1);
         }
+        if b.get(end) != Some(&b'(') && b[start..end].ends_with(b"(") {
+            if let Some(c) = env_default_candidate(text, ks, ke, start..end, class) {
+                return Some(c);
+            }
+        }
         let next = &text[end..];
         let syntax = bare_syntax(sep, flag || sql, xml || directive, next);
         (start..end, syntax, next)
@@ -1433,30 +1438,7 @@ fn call_candidate(
     {
         return None;
     }
-    let b = text.as_bytes();
-    let mut at = open;
-    let mut last: Option<Range<usize>> = None;
-    loop {
-        at = skip_blanks(b, at);
-        let at_value = skip_string_prefix(b, at);
-        let Some((q, close)) = opening_quote(b, at_value) else {
-            // Only literal arguments: a variable among them makes this code we cannot read.
-            if b.get(at) == Some(&b')') {
-                break;
-            }
-            return None;
-        };
-        let start = at_value + q;
-        let end = closing_quote(b, start, close)?;
-        last = Some(start..end);
-        at = skip_blanks(b, end + close.len());
-        match b.get(at) {
-            Some(b',') => at += 1,
-            Some(b')') => break,
-            _ => return None,
-        }
-    }
-    let value = last?;
+    let value = literal_arguments(text.as_bytes(), open)?.pop()?;
     let judgment = judge(
         class,
         &text[ks..ke],
@@ -1469,6 +1451,80 @@ fn call_candidate(
         value,
         class,
         syntax: Syntax::Argument,
+        judgment,
+    })
+}
+
+/// The string literals passed to a call whose `(` ends at `open`, when every argument is one
+/// (a variable among them makes this code we cannot read).
+fn literal_arguments(b: &[u8], open: usize) -> Option<Vec<Range<usize>>> {
+    let mut at = open;
+    let mut out = Vec::new();
+    loop {
+        at = skip_blanks(b, at);
+        let at_value = skip_string_prefix(b, at);
+        let Some((q, close)) = opening_quote(b, at_value) else {
+            if b.get(at) == Some(&b')') {
+                break;
+            }
+            return None;
+        };
+        let start = at_value + q;
+        let end = closing_quote(b, start, close)?;
+        out.push(start..end);
+        at = skip_blanks(b, end + close.len());
+        match b.get(at) {
+            Some(b',') => at += 1,
+            Some(b')') => break,
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// `SECRET_KEY = os.environ.get("SECRET_KEY", "dev-k3y")`, `env('DB_PASSWORD', 'secret')`,
+/// `ENV.fetch("TOKEN", "abc")`: under a credential key, the fallback of an environment
+/// lookup is a literal written into the code, judged like any quoted literal.
+fn env_default_candidate(
+    text: &str,
+    ks: usize,
+    ke: usize,
+    call: Range<usize>,
+    class: KeyClass,
+) -> Option<Candidate> {
+    let path = text[call.clone()].strip_suffix('(')?;
+    let segments: Vec<String> = path
+        .split(['.', ':', '>', '-'])
+        .filter(|s| !s.is_empty())
+        .map(|s| s.to_ascii_lowercase())
+        .collect();
+    let env_lookup = match segments.as_slice() {
+        [.., f] if matches!(f.as_str(), "getenv" | "get_env" | "env") => true,
+        [.., e, f] => {
+            matches!(e.as_str(), "environ" | "env") && matches!(f.as_str(), "get" | "fetch")
+        }
+        _ => false,
+    };
+    if !env_lookup {
+        return None;
+    }
+    let args = literal_arguments(text.as_bytes(), call.end)?;
+    let [_, .., value] = args.as_slice() else {
+        return None;
+    };
+    let value = value.clone();
+    let judgment = judge(
+        class,
+        &text[ks..ke],
+        &text[value.clone()],
+        Syntax::Quoted,
+        "",
+    );
+    Some(Candidate {
+        key: ks..ke,
+        value,
+        class,
+        syntax: Syntax::Quoted,
         judgment,
     })
 }
@@ -1659,6 +1715,20 @@ mod tests {
             ("#define API_TOKEN q8Zr2LmX4vT9", "q8Zr2LmX4vT9"),
             ("%define token 4b9a6d8b4bc56fbfa1c6", "4b9a6d8b4bc56fbfa1c6"),
             ("password = (\"Winter2026!\")", "Winter2026!"),
+            // The fallback of an environment lookup is a literal in the code.
+            (
+                "SECRET_KEY = os.environ.get('SECRET_KEY', 'django-insecure-8f#k2@x')",
+                "django-insecure-8f#k2@x",
+            ),
+            (
+                "if SECRET := getenv(\"CEKPET\", \"GEHEIMN1S\"):",
+                "GEHEIMN1S",
+            ),
+            ("'password' => env('DB_PASSWORD', 'Zq9xkw2'),", "Zq9xkw2"),
+            (
+                "token = ENV.fetch(\"GH_TOKEN\", \"ghx8831kq\")",
+                "ghx8831kq",
+            ),
         ];
         for (text, secret) in gone {
             let r = removed(text);
@@ -1696,6 +1766,10 @@ mod tests {
             "PWD=/home/app",
             "PWD=/tmp",
             "SECRET = getenv(\"GEHE1MN15\", '')",
+            "password = os.getenv(\"DB_PASSWORD\")",
+            "password = config.get(\"db\", \"password_file\")",
+            "token = os.environ.get(\"TOKEN\", default_token)",
+            "'password' => env('DB_PASSWORD', 'secret'),",
             "pwdump=n0NeKreD",
             "<add key=\"ClearTextPassword\" value=\"XXXXXXXXXXX\" />",
             "schemaKey = 'DOC_Vector_5_32'",
