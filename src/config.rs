@@ -27,6 +27,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Limits applied to what receivers accept.
     pub limits: LimitsConfig,
+    /// Who may send, and which tenants each sender may write.
+    pub auth: crate::receive::auth::AuthConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
     /// The write-ahead journal between `protect` and the consumers.
@@ -316,6 +318,12 @@ impl Config {
                 ),
             });
         }
+        crate::receive::auth::SenderDirectory::from_config(&self.auth).map_err(|e| {
+            ConfigError::Invalid {
+                origin: "auth".into(),
+                message: e.to_string(),
+            }
+        })?;
         let l = &self.listen;
         let named = [
             ("listen.otlp_grpc", l.otlp_grpc),
@@ -332,6 +340,16 @@ impl Config {
                         ),
                     });
                 }
+            }
+        }
+        if self.auth.mode == crate::receive::auth::AuthMode::Off {
+            if let Some((name, addr)) = named.iter().find(|(_, a)| !a.ip().is_loopback()) {
+                return Err(ConfigError::Invalid {
+                    origin: "auth.mode".into(),
+                    message: format!(
+                        "is \"off\" but {name} is {addr}, which other machines can reach: anyone there could write as any tenant. Set auth.mode = \"required\" with [[auth.senders]], or listen on 127.0.0.1 / ::1 only"
+                    ),
+                });
             }
         }
         Ok(())
@@ -354,6 +372,12 @@ impl Config {
         for e in &mut shown.export.endpoints {
             mask_headers(&mut e.headers);
             e.url = masked_url(&e.url);
+        }
+        // A token's hash is no credential, but it lets anyone test a guess offline.
+        for s in &mut shown.auth.senders {
+            for h in &mut s.token_sha256 {
+                *h = "<hidden>".into();
+            }
         }
         shown.to_toml()
     }
@@ -414,6 +438,37 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn without_auth_every_listener_must_be_loopback() {
+        let mut c = Config::default();
+        c.validate().expect("loopback defaults");
+        c.listen.otlp_http = "0.0.0.0:4318".parse().expect("addr");
+        let e = c.validate().expect_err("reachable without auth");
+        assert!(
+            e.to_string().contains("listen.otlp_http is 0.0.0.0:4318"),
+            "{e}"
+        );
+        c.listen.otlp_http = "[::1]:4318".parse().expect("addr");
+        c.validate().expect("::1 is loopback");
+        c.listen.admin = "10.0.0.5:9464".parse().expect("addr");
+        assert!(c.validate().is_err(), "the admin listener counts too");
+        c.auth = toml::from_str(&format!(
+            "mode = \"required\"\n[[senders]]\nname = \"eu\"\ntoken_sha256 = \"{}\"\ntenants = [\"acme\"]\n",
+            crate::receive::auth::token_sha256("s3cret-token")
+        ))
+        .expect("auth");
+        c.validate().expect("auth required");
+        let shown = c.to_display_toml();
+        assert!(!shown.contains(&crate::receive::auth::token_sha256("s3cret-token")));
+        assert!(!shown.contains("s3cret-token"));
+        c.auth.senders[0].token_sha256 = vec!["nothex".into()];
+        let e = c.validate().expect_err("bad hash");
+        assert!(
+            e.to_string().contains("not 64 hex digits") && !e.to_string().contains("nothex"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_journal_too_small_for_its_segments_is_refused() {
         let mut c = Config::default();

@@ -471,6 +471,9 @@ pub enum Source {
     /// Inferred from another attribute that is still there (the operation from
     /// `openinference.span.kind`).
     Inferred,
+    /// The request's `x-toolwatch-tenant` header (only for the claimed tenant), for items
+    /// that named none themselves.
+    Header,
 }
 
 /// The typed fields of one item that did not come from their canonical attribute, so that
@@ -492,7 +495,7 @@ impl SourceKeys {
         match self.get(field) {
             None => Some(field.key()),
             Some(Source::Key(k)) => Some(k),
-            Some(Source::Resource | Source::Inferred) => None,
+            Some(Source::Resource | Source::Inferred | Source::Header) => None,
         }
     }
 }
@@ -504,6 +507,7 @@ enum SourceWire<'a> {
     Key(&'a str),
     Resource,
     Inferred,
+    Header,
 }
 
 impl Serialize for Source {
@@ -512,6 +516,7 @@ impl Serialize for Source {
             Source::Key(k) => SourceWire::Key(k),
             Source::Resource => SourceWire::Resource,
             Source::Inferred => SourceWire::Inferred,
+            Source::Header => SourceWire::Header,
         }
         .serialize(s)
     }
@@ -525,6 +530,7 @@ impl<'de> Deserialize<'de> for Source {
             Key(String),
             Resource,
             Inferred,
+            Header,
         }
         Ok(match Owned::deserialize(d)? {
             Owned::Key(k) => Source::Key(source_key(&k).ok_or_else(|| {
@@ -532,6 +538,7 @@ impl<'de> Deserialize<'de> for Source {
             })?),
             Owned::Resource => Source::Resource,
             Owned::Inferred => Source::Inferred,
+            Owned::Header => Source::Header,
         })
     }
 }
@@ -831,6 +838,14 @@ pub struct SpanRecord {
     pub redactions: Redactions,
     /// Which attribute each typed field was read from, where that was not its canonical name.
     pub source_keys: SourceKeys,
+    /// The authenticated sender (not in the serde form: the journal codec writes it once per
+    /// batch, since one request has one sender).
+    #[serde(skip)]
+    pub sender: Option<Arc<Sender>>,
+    /// The item named a tenant its sender may not write and is filed under the sender's own
+    /// (its claim kept in `audit.claimed_tenant`).
+    #[serde(skip)]
+    pub tenant_mismatch: bool,
 }
 
 /// Counts of things the sender dropped, kept for completeness audits.
@@ -884,6 +899,57 @@ pub struct LogRecord {
     pub redactions: Redactions,
     /// Which attribute each audit field was read from, where that was not its canonical name.
     pub source_keys: SourceKeys,
+    /// The authenticated sender (see [`SpanRecord::sender`]).
+    #[serde(skip)]
+    pub sender: Option<Arc<Sender>>,
+    /// See [`SpanRecord::tenant_mismatch`].
+    #[serde(skip)]
+    pub tenant_mismatch: bool,
+}
+
+/// Who sent an item, as the receivers authenticated it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sender {
+    /// The configured name (`[[auth.senders]] name`).
+    pub name: Arc<str>,
+    /// The tenants it may write.
+    pub tenants: SenderTenants,
+}
+
+/// The tenants one sender may write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SenderTenants {
+    /// `["*"]`: any tenant it names (a trusted gateway).
+    Any,
+    /// These; the first is where a claim outside them is filed.
+    Listed(Vec<String>),
+}
+
+impl Sender {
+    /// True when the sender may write `tenant`.
+    pub fn permits(&self, tenant: &str) -> bool {
+        match &self.tenants {
+            SenderTenants::Any => true,
+            SenderTenants::Listed(t) => t.iter().any(|x| x == tenant),
+        }
+    }
+
+    /// Where this sender's items go when their claim is not one of its tenants, or they name
+    /// none; `None` for a sender that may write any tenant.
+    pub fn home_tenant(&self) -> Option<&str> {
+        match &self.tenants {
+            SenderTenants::Any => None,
+            SenderTenants::Listed(t) => t.first().map(String::as_str),
+        }
+    }
+
+    /// The only tenant it may write, if it has exactly one.
+    pub fn sole_tenant(&self) -> Option<&str> {
+        match &self.tenants {
+            SenderTenants::Listed(t) if t.len() == 1 => Some(&t[0]),
+            _ => None,
+        }
+    }
 }
 
 /// Redaction rule ids and how often each fired on one item, in rule-id order.
@@ -989,6 +1055,8 @@ pub mod fixtures {
             dropped: DroppedCounts::default(),
             redactions: Redactions::new(),
             source_keys: SourceKeys::default(),
+            sender: None,
+            tenant_mismatch: false,
         }
     }
 
@@ -1011,6 +1079,8 @@ pub mod fixtures {
             dropped_attributes: 0,
             redactions: Redactions::new(),
             source_keys: SourceKeys::default(),
+            sender: None,
+            tenant_mismatch: false,
         }
     }
 }

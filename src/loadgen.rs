@@ -78,6 +78,27 @@ pub struct LoadgenOptions {
     pub acked_file: Option<PathBuf>,
     /// Appends the same lines for every span of a traces export before it is first sent.
     pub sent_file: Option<PathBuf>,
+    /// Sent as `authorization: Bearer <token>` with every export.
+    pub token: Option<String>,
+}
+
+/// `authorization: Bearer <token>` as a header value, marked sensitive (kept out of debug
+/// output); an error for a token no header can carry.
+fn bearer_header(token: &str) -> Result<http::HeaderValue, LoadgenError> {
+    let mut v = http::HeaderValue::from_str(&format!("Bearer {}", token.trim())).map_err(|_| {
+        LoadgenError::Options("the token holds characters a header cannot carry".into())
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+/// Default headers for a reqwest client: the bearer token, if any.
+fn auth_headers(token: Option<&str>) -> Result<reqwest::header::HeaderMap, LoadgenError> {
+    let mut h = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        h.insert(reqwest::header::AUTHORIZATION, bearer_header(t)?);
+    }
+    Ok(h)
 }
 
 /// The shape of the generated agent runs.
@@ -1055,6 +1076,18 @@ pub fn generate(seed: u64, tenants: u32, base_ns: u64, count: u64) -> Vec<AgentR
 struct GrpcClients {
     traces: TraceServiceClient<tonic::transport::Channel>,
     logs: LogsServiceClient<tonic::transport::Channel>,
+    auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl GrpcClients {
+    /// The message as a request carrying the bearer token, if any.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        if let Some(a) = &self.auth {
+            r.metadata_mut().insert("authorization", a.clone());
+        }
+        r
+    }
 }
 
 enum Client {
@@ -1083,13 +1116,31 @@ impl Client {
                         target: opts.target.clone(),
                         detail: e.to_string(),
                     })?;
+                let auth = match opts.token.as_deref() {
+                    Some(t) => Some(
+                        tonic::metadata::MetadataValue::try_from(bearer_header(t)?.as_bytes())
+                            .map_err(|_| {
+                                LoadgenError::Options(
+                                    "the token holds characters gRPC metadata cannot carry".into(),
+                                )
+                            })?,
+                    ),
+                    None => None,
+                };
                 Ok(Client::Grpc(Box::new(GrpcClients {
                     traces: TraceServiceClient::new(channel.clone()),
                     logs: LogsServiceClient::new(channel),
+                    auth,
                 })))
             }
             Protocol::Http => Ok(Client::Http(
-                reqwest::Client::new(),
+                reqwest::Client::builder()
+                    .default_headers(auth_headers(opts.token.as_deref())?)
+                    .build()
+                    .map_err(|e| LoadgenError::Connect {
+                        target: opts.target.clone(),
+                        detail: e.to_string(),
+                    })?,
                 opts.target.trim_end_matches('/').to_string(),
             )),
         }
@@ -1100,7 +1151,11 @@ impl Client {
             Client::Grpc(g) => {
                 let bytes = req.encoded_len() as u64;
                 grpc_outcome(
-                    g.traces.clone().export(req.clone()).await.map(|_| ()),
+                    g.traces
+                        .clone()
+                        .export(g.request(req.clone()))
+                        .await
+                        .map(|_| ()),
                     bytes,
                 )
             }
@@ -1114,7 +1169,14 @@ impl Client {
         match self {
             Client::Grpc(g) => {
                 let bytes = req.encoded_len() as u64;
-                grpc_outcome(g.logs.clone().export(req.clone()).await.map(|_| ()), bytes)
+                grpc_outcome(
+                    g.logs
+                        .clone()
+                        .export(g.request(req.clone()))
+                        .await
+                        .map(|_| ()),
+                    bytes,
+                )
             }
             Client::Http(c, base) => {
                 http_send(c, &format!("{base}/v1/logs"), req.encode_to_vec()).await
@@ -1416,6 +1478,8 @@ pub struct BlastOptions {
     pub tenant_on: TenantOn,
     /// Seed for the content of the batch templates (ids are fresh on every run regardless).
     pub seed: u64,
+    /// Sent as `authorization: Bearer <token>` with every batch.
+    pub token: Option<String>,
 }
 
 /// Spans per blast request: the root, 3 model turns, 3 tool calls, 3 downstream calls.
@@ -2217,6 +2281,7 @@ pub async fn blast(opts: BlastOptions) -> Result<BlastReport, LoadgenError> {
     for _ in 0..opts.connections {
         // One client per connection, one batch in flight on it: one keep-alive connection.
         let client = reqwest::Client::builder()
+            .default_headers(auth_headers(opts.token.as_deref())?)
             .pool_max_idle_per_host(1)
             .tcp_nodelay(true)
             // An answer this late counts as a transport error: the batch is sent again.
@@ -2353,6 +2418,7 @@ mod tests {
             tenants,
             tenant_on,
             seed: 1,
+            token: None,
         }
     }
 

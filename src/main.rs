@@ -1,7 +1,7 @@
 //! The `toolwatch` command line: parses, then calls one function per command.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -251,6 +251,11 @@ struct LoadgenArgs {
         ]
     )]
     blast: bool,
+    /// Send the bearer token in FILE's first line as `authorization: Bearer <token>` (for a
+    /// daemon with auth.mode = "required"). A file, not a flag: a command line is readable by
+    /// every user of the machine.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
     /// With --blast: keep-alive connections, each with one batch in flight.
     #[arg(long, default_value_t = 2, value_name = "N", requires = "blast")]
     connections: usize,
@@ -641,7 +646,16 @@ fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("toolwatch: {e}");
         return ExitCode::from(2);
     }
+    let config_data_dir = config.storage.data_dir.clone();
+    let listen = config.listen.clone();
     init_logging(&config);
+    // SIGHUP reads the same file and environment again, with the same flags applied.
+    let reload: toolwatch::serve::ConfigSource = Some(Box::new(move || {
+        let mut c = load_config(&args.config)?;
+        c.storage.data_dir.clone_from(&config_data_dir);
+        c.listen = listen.clone();
+        Ok(c)
+    }));
     let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
@@ -649,6 +663,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     match runtime.block_on(toolwatch::serve::run(
         config,
         toolwatch::serve::stop_signal(),
+        reload,
     )) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
@@ -672,9 +687,28 @@ fn check_config(args: ConfigArg) -> ExitCode {
     }
 }
 
+/// The token in `--token-file`'s first line.
+fn read_token(file: Option<&Path>) -> Result<Option<String>, String> {
+    let Some(f) = file else { return Ok(None) };
+    let text =
+        std::fs::read_to_string(f).map_err(|e| format!("--token-file {}: {e}", f.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.is_empty() {
+        return Err(format!(
+            "--token-file {}: the first line is empty",
+            f.display()
+        ));
+    }
+    Ok(Some(token))
+}
+
 fn run_loadgen(args: LoadgenArgs) -> ExitCode {
+    let token = match read_token(args.token_file.as_deref()) {
+        Ok(t) => t,
+        Err(e) => return usage_error(e),
+    };
     if args.blast {
-        return run_blast(args);
+        return run_blast(args, token);
     }
     let protocol = if args.http {
         Protocol::Http
@@ -697,6 +731,7 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
         profile: args.profile,
         acked_file: args.acked_file,
         sent_file: args.sent_file,
+        token,
     };
     let runtime = match runtime() {
         Ok(r) => r,
@@ -722,7 +757,7 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
     }
 }
 
-fn run_blast(args: LoadgenArgs) -> ExitCode {
+fn run_blast(args: LoadgenArgs, token: Option<String>) -> ExitCode {
     let length = match (args.batches, args.duration) {
         (Some(n), _) => BlastLength::Batches(n),
         (None, d) => BlastLength::Duration(d.unwrap_or(std::time::Duration::from_secs(10))),
@@ -737,6 +772,7 @@ fn run_blast(args: LoadgenArgs) -> ExitCode {
         tenants: args.tenants.unwrap_or(20),
         tenant_on: args.tenant_on,
         seed: args.seed,
+        token,
     };
     let runtime = match runtime() {
         Ok(r) => r,

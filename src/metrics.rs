@@ -78,6 +78,8 @@ pub enum RejectReason {
     ShuttingDown,
     /// The journal cannot be written.
     StorageFailed,
+    /// No known credential (see `toolwatch_auth_refused_total` for why).
+    Unauthenticated,
 }
 
 impl RejectReason {
@@ -92,6 +94,7 @@ impl RejectReason {
             RejectReason::Overloaded => "overloaded",
             RejectReason::ShuttingDown => "shutting_down",
             RejectReason::StorageFailed => "storage_failed",
+            RejectReason::Unauthenticated => "unauthenticated",
         }
     }
 }
@@ -116,6 +119,7 @@ pub struct Metrics {
     refusing_until: std::sync::atomic::AtomicI64,
     requests: Family<Labels2, Counter>,
     rejected: Family<Labels3, Counter>,
+    auth_refused: Family<Labels2, Counter>,
     received_bytes: Family<Labels2, Counter>,
     received_items: Family<Labels1, Counter>,
     archive_rows: Family<Labels1, Counter>,
@@ -326,6 +330,7 @@ impl JournalMetrics {
 #[derive(Default)]
 pub struct TenancyMetrics {
     conflicts: Counter,
+    mismatched: Family<Owned1, Counter>,
     held: Family<Owned1, Gauge>,
     unresolved: Family<[(&'static str, String); 2], Counter>,
 }
@@ -336,6 +341,11 @@ impl TenancyMetrics {
             "tenant_conflicts",
             "Spans and log records that named another tenant than their trace's (filed under the trace's, their claim kept in claimed_tenant)",
             self.conflicts.clone(),
+        );
+        r.register(
+            "tenant_mismatch",
+            "Spans and log records that claimed a tenant their authenticated sender may not write (filed under the sender's first tenant, the claim kept in claimed_tenant), by sender",
+            self.mismatched.clone(),
         );
         r.register(
             "tenant_held_items",
@@ -353,6 +363,15 @@ impl TenancyMetrics {
     pub fn conflicts(&self, n: u64) {
         if n > 0 {
             self.conflicts.inc_by(n);
+        }
+    }
+
+    /// Counts items of `sender` filed under its home tenant because of their claim.
+    pub fn mismatched(&self, sender: &str, n: u64) {
+        if n > 0 {
+            self.mismatched
+                .get_or_create(&[("sender", sender.to_string())])
+                .inc_by(n);
         }
     }
 
@@ -721,6 +740,7 @@ impl Metrics {
             refusing_until: std::sync::atomic::AtomicI64::new(0),
             requests: Family::default(),
             rejected: Family::default(),
+            auth_refused: Family::default(),
             received_bytes: Family::default(),
             received_items: Family::default(),
             archive_rows: Family::default(),
@@ -789,6 +809,11 @@ impl Metrics {
             "otlp_rejected_requests",
             "OTLP export requests refused, by transport, signal and reason",
             m.rejected.clone(),
+        );
+        registry.register(
+            "auth_refused",
+            "OTLP requests refused for their credential, by transport and reason (missing, malformed, unknown_token); the token is never recorded",
+            m.auth_refused.clone(),
         );
         registry.register(
             "otlp_received_bytes",
@@ -941,6 +966,13 @@ impl Metrics {
                 ("signal", s.as_str()),
                 ("reason", r.as_str()),
             ])
+            .inc();
+    }
+
+    /// A request refused for its credential.
+    pub fn auth_refused(&self, t: Transport, reason: &'static str) {
+        self.auth_refused
+            .get_or_create(&[("transport", t.as_str()), ("reason", reason)])
             .inc();
     }
 

@@ -9,12 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::event::EventBatch;
+use crate::event::{EventBatch, Sender};
 use crate::journal::codec::{self, JournalEntry};
 use crate::journal::writer::{AppendError, JournalWriter};
 use crate::metrics::Metrics;
 use crate::protect::Protector;
-use crate::tenancy::TraceTenants;
+use crate::tenancy::{binding, TraceTenants};
 
 /// Why the pipeline did not take a batch; all are worth retrying later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +28,15 @@ pub enum Refusal {
     /// The daemon is shutting down.
     #[error("toolwatch is shutting down; retry later")]
     ShuttingDown,
+}
+
+/// Who a request came from, as the receiver authenticated it.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The sender its token names (`None`: auth is off and no known token came).
+    pub sender: Option<Arc<Sender>>,
+    /// The request's `x-toolwatch-tenant` header, for items that name no tenant.
+    pub tenant_header: Option<String>,
 }
 
 /// The entry to the pipeline after `receive`.
@@ -57,15 +66,24 @@ impl Intake {
         }
     }
 
-    /// Files the batch's items under their traces' tenants, protects and journals it; on
-    /// `Ok` it is durable. Tenants come first, so each tenant's own redaction rules apply.
-    pub async fn submit(&self, mut batch: EventBatch) -> Result<(), Refusal> {
+    /// Files the batch's items under their traces' tenants within what its sender may
+    /// write, protects and journals it; on `Ok` it is durable. Tenants come first, so each
+    /// tenant's own redaction rules apply.
+    pub async fn submit(&self, mut batch: EventBatch, origin: &Origin) -> Result<(), Refusal> {
         if batch.is_empty() {
             return Ok(());
         }
+        let sender = origin.sender.as_ref();
+        let mut moved = binding::before_traces(&mut batch, sender, origin.tenant_header.as_deref());
         self.metrics
             .tenancy
             .conflicts(self.tenants.resolve(&mut batch));
+        if sender.is_some() {
+            moved += binding::after_traces(&mut batch);
+        }
+        if let Some(s) = sender {
+            self.metrics.tenancy.mismatched(&s.name, moved);
+        }
         let report = self.protector.protect(&mut batch);
         self.metrics.redactions(&report.hits);
         self.metrics.quarantined(&report.quarantined);

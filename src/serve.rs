@@ -40,6 +40,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
 use crate::protect::{KeyError, Protector};
+use crate::receive::auth::{AuthConfigError, SenderDirectory, SharedDirectory};
 use crate::receive::{grpc, http, ReceiverContext};
 
 /// Longest time an alarm waits in an open file before `query` can see it.
@@ -96,6 +97,9 @@ pub enum ServeError {
     /// The budget configuration cannot work.
     #[error(transparent)]
     Budget(#[from] crate::budget::config::BudgetError),
+    /// The `[auth]` section cannot work.
+    #[error("auth: {0}")]
+    Auth(#[from] AuthConfigError),
 }
 
 /// Addresses actually bound (useful when a configured port is 0).
@@ -119,10 +123,16 @@ fn bound(l: &TcpListener, fallback: SocketAddr) -> SocketAddr {
     l.local_addr().unwrap_or(fallback)
 }
 
+/// How SIGHUP reads the configuration again (the same file, environment and flags as at
+/// start); `None` leaves SIGHUP without effect.
+pub type ConfigSource =
+    Option<Box<dyn Fn() -> Result<Config, crate::config::ConfigError> + Send + Sync>>;
+
 /// Runs the daemon until `stop` completes; returns what the archive wrote.
 pub async fn run(
     config: Config,
     stop: impl Future<Output = ()> + Send + 'static,
+    reload: ConfigSource,
 ) -> Result<ArchiveTotals, ServeError> {
     let data_dir = config.storage.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServeError::DataDir {
@@ -130,6 +140,9 @@ pub async fn run(
         source,
     })?;
     let metrics = Arc::new(Metrics::new());
+    let senders = Arc::new(SharedDirectory::new(SenderDirectory::from_config(
+        &config.auth,
+    )?));
     let hasher = config.hashing.current(&data_dir)?;
     let protector = Protector::from_config(&config.redaction, hasher)?;
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
@@ -289,6 +302,7 @@ pub async fn run(
         metrics: Arc::clone(&metrics),
         max_body_bytes: config.limits.max_request_bytes.as_usize(),
         retry_after: config.limits.retry_after.0,
+        senders: Arc::clone(&senders),
     });
 
     let grpc_listener = bind("OTLP/gRPC", config.listen.otlp_grpc).await?;
@@ -337,6 +351,7 @@ pub async fn run(
             None
         }
     };
+    let reloader = tokio::spawn(reload_on_hangup(reload, senders));
     metrics.set_ready(true);
     tracing::info!(
         otlp_grpc = %addrs.otlp_grpc,
@@ -349,6 +364,7 @@ pub async fn run(
     );
 
     stop.await;
+    reloader.abort();
     tracing::info!("stopping: refusing new data, finishing what was accepted");
     metrics.set_ready(false);
     stop_receivers.cancel();
@@ -642,6 +658,50 @@ async fn serve_until(listener: TcpListener, router: axum::Router, stop: Cancella
         .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "server stopped with an error");
+    }
+}
+
+/// On each SIGHUP, reads the configuration again and puts its `[auth]` senders in force for
+/// requests that start from then on (requests in flight finish under the senders they were
+/// authenticated by). A configuration that does not load or validate is refused, logged, and
+/// the senders in force stay. Other sections take effect at the next start.
+async fn reload_on_hangup(reload: ConfigSource, senders: Arc<SharedDirectory>) {
+    let Some(reload) = reload else { return };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangup = match signal(SignalKind::hangup()) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(error = %e, "SIGHUP cannot be watched; credentials reload only at a restart");
+                return;
+            }
+        };
+        while hangup.recv().await.is_some() {
+            let loaded = reload().and_then(|c| c.validate().map(|()| c));
+            match loaded.map(|c| SenderDirectory::from_config(&c.auth)) {
+                Ok(Ok(d)) => {
+                    let n = d.senders();
+                    let required = d.required();
+                    senders.replace(d);
+                    tracing::info!(
+                        senders = n,
+                        auth_required = required,
+                        "SIGHUP: senders reloaded"
+                    );
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "SIGHUP: [auth] refused; the senders in force stay")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: configuration refused; the senders in force stay")
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (reload, senders);
     }
 }
 

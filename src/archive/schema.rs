@@ -207,6 +207,7 @@ pub fn spans_schema() -> SchemaRef {
         Field::new("dropped_events_count", DataType::Int64, false),
         Field::new("dropped_links_count", DataType::Int64, false),
         redactions_field(),
+        utf8("sender", true),
     ]);
     Arc::new(Schema::new(f))
 }
@@ -234,6 +235,7 @@ pub fn logs_schema() -> SchemaRef {
         utf8("attributes", false),
         Field::new("dropped_attributes_count", DataType::Int64, false),
         redactions_field(),
+        utf8("sender", true),
     ]);
     Arc::new(Schema::new(f))
 }
@@ -296,6 +298,7 @@ pub const SMALL_COLUMNS: &[&str] = &[
     "stop_reason",
     "cancelled",
     "claimed_tenant",
+    "sender",
     "claimed_cost_usd",
     "mcp_method",
     "mcp_session_id",
@@ -612,6 +615,7 @@ pub struct SpanRows {
     json: [StringBuilder; 4],
     dropped: [Int64Builder; 3],
     redactions: CountsColumn,
+    sender: StringBuilder,
     scratch: Vec<u8>,
 }
 
@@ -632,6 +636,7 @@ impl Default for SpanRows {
             json: Small::small(),
             dropped: Small::small(),
             redactions: CountsColumn::default(),
+            sender: StringBuilder::small(),
             scratch: Vec::new(),
         }
     }
@@ -685,6 +690,7 @@ impl TableRows for SpanRows {
                 .map(|b| Arc::new(b.finish()) as ArrayRef),
         );
         cols.push(self.redactions.finish());
+        cols.push(Arc::new(self.sender.finish()));
         self.len = 0;
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
@@ -717,6 +723,7 @@ impl TableRows for SpanRows {
                 .map(|b| Arc::new(b.finish_cloned()) as ArrayRef),
         );
         cols.push(self.redactions.finish_cloned());
+        cols.push(Arc::new(self.sender.finish_cloned()));
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
 
@@ -781,6 +788,8 @@ impl SpanRows {
         de.append_value(i64::from(s.dropped.events));
         dl.append_value(i64::from(s.dropped.links));
         self.redactions.append_redactions(&s.redactions)?;
+        self.sender
+            .append_option(s.sender.as_deref().map(|s| &*s.name));
         self.len += 1;
         Ok(())
     }
@@ -800,6 +809,7 @@ pub struct LogRows {
     json: [StringBuilder; 2],
     dropped: Int64Builder,
     redactions: CountsColumn,
+    sender: StringBuilder,
     scratch: Vec<u8>,
 }
 
@@ -818,6 +828,7 @@ impl Default for LogRows {
             json: Small::small(),
             dropped: Int64Builder::small(),
             redactions: CountsColumn::default(),
+            sender: StringBuilder::small(),
             scratch: Vec::new(),
         }
     }
@@ -868,6 +879,7 @@ impl TableRows for LogRows {
         );
         cols.push(Arc::new(self.dropped.finish()));
         cols.push(self.redactions.finish());
+        cols.push(Arc::new(self.sender.finish()));
         self.len = 0;
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
@@ -898,6 +910,7 @@ impl TableRows for LogRows {
         );
         cols.push(Arc::new(self.dropped.finish_cloned()));
         cols.push(self.redactions.finish_cloned());
+        cols.push(Arc::new(self.sender.finish_cloned()));
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
 
@@ -934,6 +947,8 @@ impl LogRows {
         attr_json.append_value(json_text(&r.attributes, &mut self.scratch));
         self.dropped.append_value(i64::from(r.dropped_attributes));
         self.redactions.append_redactions(&r.redactions)?;
+        self.sender
+            .append_option(r.sender.as_deref().map(|s| &*s.name));
         self.len += 1;
         Ok(())
     }

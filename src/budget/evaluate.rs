@@ -26,6 +26,8 @@ pub enum Scope {
     Request,
     /// A tenant over a window.
     Tenant,
+    /// An authenticated sender (a tenant-binding alarm).
+    Sender,
     /// A principal over a window.
     Principal,
 }
@@ -37,6 +39,7 @@ impl Scope {
             Scope::Request => "request",
             Scope::Tenant => "tenant",
             Scope::Principal => "principal",
+            Scope::Sender => "sender",
         }
     }
 }
@@ -94,8 +97,16 @@ pub struct Alarm {
     pub trace_id: Option<String>,
 }
 
+/// The pseudo-budget of tenant-binding alarms: a sender's items claimed a tenant it may not
+/// write.
+pub const TENANT_BINDING: &str = "tenant_binding";
+
+/// A tenant-binding episode resolves after this long without another mismatch.
+const MISMATCH_QUIET_NS: i64 = 10 * 60 * 1_000_000_000;
+
 fn reason(budget: &str, level: Level) -> String {
     match level {
+        Level::Limit if budget == TENANT_BINDING => "tenant_mismatch".into(),
         Level::Limit if budget == "repeated_calls" => "repeated_call".into(),
         Level::Limit if budget == "wall_time" => "wall_time_exceeded".into(),
         Level::Limit => format!("budget_exhausted:{budget}"),
@@ -500,6 +511,15 @@ pub struct BudgetEvaluator {
     tenants: FastMap<String, TenantState>,
     totals: FastMap<String, TenantTotals>,
     evicted: u64,
+    mismatches: FastMap<std::sync::Arc<str>, MismatchEpisode>,
+}
+
+/// An open tenant-binding episode of one sender.
+struct MismatchEpisode {
+    alarm_id: String,
+    tenant: String,
+    items: u64,
+    last_ns: i64,
 }
 
 /// Buckets per window: minute windows move in seconds, hour windows in minutes, day windows in
@@ -589,6 +609,7 @@ impl BudgetEvaluator {
             tenants: FastMap::default(),
             totals: FastMap::default(),
             evicted: 0,
+            mismatches: FastMap::default(),
         }
     }
 
@@ -612,8 +633,88 @@ impl BudgetEvaluator {
         let mut out = Vec::new();
         for span in &batch.spans {
             self.observe_span(span, now_ns, &mut out);
+            if span.tenant_mismatch {
+                let trace = hex_id(&span.trace_id);
+                let request = span.audit.request_id.as_deref();
+                self.observe_mismatch(
+                    &span.sender,
+                    &span.tenant,
+                    request,
+                    Some(&trace),
+                    now_ns,
+                    &mut out,
+                );
+            }
+        }
+        for log in batch.logs.iter().filter(|l| l.tenant_mismatch) {
+            let trace = log.trace_id.map(|t| hex_id(&t));
+            let request = log.audit.request_id.as_deref();
+            self.observe_mismatch(
+                &log.sender,
+                &log.tenant,
+                request,
+                trace.as_deref(),
+                now_ns,
+                &mut out,
+            );
         }
         out
+    }
+
+    /// An item of `sender` claimed a tenant it may not write (filed under `tenant`): the
+    /// first opens the sender's episode with an alarm; later ones extend it.
+    fn observe_mismatch(
+        &mut self,
+        sender: &Option<std::sync::Arc<crate::event::Sender>>,
+        tenant: &str,
+        request_id: Option<&str>,
+        trace_id: Option<&str>,
+        now_ns: i64,
+        out: &mut Vec<Alarm>,
+    ) {
+        let Some(sender) = sender else { return };
+        if let Some(e) = self.mismatches.get_mut(&sender.name) {
+            e.items += 1;
+            e.last_ns = now_ns;
+            return;
+        }
+        let ctx = Context {
+            scope: Scope::Sender,
+            scope_id: &sender.name,
+            tenant,
+            request_id,
+            trace_id,
+            now_ns,
+        };
+        let alarm_id = alarm_id(&ctx, TENANT_BINDING);
+        out.push(ctx.alarm(&alarm_id, TENANT_BINDING, Level::Limit, 1.0, 0.0));
+        self.mismatches.insert(
+            std::sync::Arc::clone(&sender.name),
+            MismatchEpisode {
+                alarm_id,
+                tenant: tenant.to_string(),
+                items: 1,
+                last_ns: now_ns,
+            },
+        );
+    }
+
+    /// Tenant-binding episodes quiet for [`MISMATCH_QUIET_NS`] resolve.
+    fn resolve_quiet_mismatches(&mut self, now_ns: i64, out: &mut Vec<Alarm>) {
+        self.mismatches.retain(|sender, e| {
+            if now_ns.saturating_sub(e.last_ns) < MISMATCH_QUIET_NS {
+                return true;
+            }
+            let ctx = Context::of_window(Scope::Sender, sender, &e.tenant, now_ns);
+            out.push(ctx.alarm(
+                &e.alarm_id,
+                TENANT_BINDING,
+                Level::Resolved,
+                e.items as f64,
+                0.0,
+            ));
+            false
+        });
     }
 
     fn observe_span(&mut self, span: &SpanRecord, now_ns: i64, out: &mut Vec<Alarm>) {
@@ -722,6 +823,7 @@ impl BudgetEvaluator {
         }
         self.evict_over_limit(now_ns, &mut out);
         self.tenants.retain(|_, t| !t.is_idle());
+        self.resolve_quiet_mismatches(now_ns, &mut out);
         out
     }
 
@@ -1210,6 +1312,67 @@ mod tests {
             .iter()
             .map(|a| (a.budget.clone(), a.level.as_str(), a.reason.clone()))
             .collect()
+    }
+
+    #[test]
+    fn a_sender_claiming_outside_its_tenants_opens_one_episode_that_resolves_when_quiet() {
+        let mut e = BudgetEvaluator::new(BudgetConfig::default(), PriceTable::default());
+        let sender = Some(std::sync::Arc::new(crate::event::Sender {
+            name: "executor-eu".into(),
+            tenants: crate::event::SenderTenants::Listed(vec!["acme".into()]),
+        }));
+        let mut bad = tool_span(1, "{}");
+        bad.sender = sender.clone();
+        bad.tenant_mismatch = true;
+        let mut fine = tool_span(2, "{}");
+        fine.sender = sender.clone();
+        let out = e.observe(&batch(vec![fine.clone(), bad.clone()]), 2_000 * SEC);
+        assert_eq!(
+            fired(&out),
+            [(
+                TENANT_BINDING.to_string(),
+                "limit",
+                "tenant_mismatch".to_string()
+            )]
+        );
+        let a = &out[0];
+        assert_eq!(
+            (
+                a.scope,
+                a.scope_id.as_str(),
+                a.tenant.as_str(),
+                a.request_id.as_deref()
+            ),
+            (Scope::Sender, "executor-eu", "acme", Some("req-loop"))
+        );
+        assert_eq!(a.trace_id.as_deref(), Some(hex_id(&bad.trace_id).as_str()));
+        let mut log = fixtures::log();
+        log.sender = sender;
+        log.tenant_mismatch = true;
+        let more = EventBatch {
+            spans: vec![bad.clone()],
+            logs: vec![log],
+        };
+        assert!(e.observe(&more, 2_100 * SEC).is_empty(), "one episode");
+        assert!(e.tick(2_100 * SEC + MISMATCH_QUIET_NS - 1).is_empty());
+        let resolved = e.tick(2_100 * SEC + MISMATCH_QUIET_NS);
+        assert_eq!(
+            fired(&resolved),
+            [(
+                TENANT_BINDING.to_string(),
+                "resolved",
+                "resolved:tenant_binding".to_string()
+            )]
+        );
+        assert_eq!(
+            (resolved[0].alarm_id.as_str(), resolved[0].observed),
+            (a.alarm_id.as_str(), 3.0)
+        );
+        assert_eq!(
+            fired(&e.observe(&batch(vec![bad]), 9_000 * SEC)).len(),
+            1,
+            "a new episode"
+        );
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! its items; each distinct one is written once in a table and each item names it by index,
 //! so 500 spans of one resource carry it once, and reading gives back shared `Arc`s.
 //!
+//! Version 2 adds, after the batch, each item's sender and whether its claim was outside
+//! the sender's tenants ([`Origins`]: a table of distinct senders and a code per item, empty
+//! when no item has a sender); version 1 payloads still read, as items without a sender.
+//!
 //! Any change to the encoded types (the event model's field order, new variants anywhere but
 //! at the end of an enum) changes the format: raise [`VERSION`], and keep reading the old one
 //! while journals written by the previous build can still be on disk.
@@ -16,10 +20,16 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{EventBatch, LogRecord, Resource, Scope, SpanRecord};
+use crate::event::{EventBatch, LogRecord, Resource, Scope, Sender, SpanRecord};
 
 /// Version of the payload layout written by this build.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+
+/// The oldest version this build reads.
+const OLDEST_READ: u8 = 1;
+
+/// Set in an item's origin code when its claim was outside its sender's tenants.
+const MISMATCH_BIT: u32 = 1 << 31;
 
 const KIND_EVENTS: u8 = 0;
 const KIND_ALARM_LOGS: u8 = 1;
@@ -43,7 +53,7 @@ pub enum CodecError {
     #[error("journal payload is empty")]
     Empty,
     /// Written by a build with another layout.
-    #[error("journal payload version {0} is not one this build reads (it reads {VERSION})")]
+    #[error("journal payload version {0} is not one this build reads (it reads {OLDEST_READ} to {VERSION})")]
     Version(u8),
     /// The kind byte names no known kind.
     #[error("journal payload kind {0} is unknown (0 = events, 1 = alarm logs)")]
@@ -84,6 +94,23 @@ struct Wire {
     scopes: Vec<Scope>,
     spans: Vec<(u32, u32, SpanRecord)>,
     logs: Vec<(u32, u32, LogRecord)>,
+}
+
+/// Who sent each item (version 2): distinct senders, and per item, spans then logs, 0 for
+/// none or the sender's index + 1, with [`MISMATCH_BIT`] set for a claim outside its tenants.
+#[derive(Serialize, Deserialize)]
+struct Origins<S> {
+    senders: Vec<S>,
+    items: Vec<u32>,
+}
+
+impl<S> Origins<S> {
+    fn none() -> Self {
+        Origins {
+            senders: Vec::new(),
+            items: Vec::new(),
+        }
+    }
 }
 
 /// Assigns each distinct `Arc` (by pointer) an index in first-seen order.
@@ -141,7 +168,30 @@ pub fn encode_events(batch: &EventBatch) -> Result<Vec<u8>, CodecError> {
     let out = vec![VERSION, KIND_EVENTS];
     // Writing to a Vec fails only when a serializer refuses a value, which none of these
     // types should; the batch is then refused, never a panic on what a sender sent.
-    postcard::to_extend(&wire, out).map_err(|e| CodecError::Encode(e.to_string()))
+    let out = postcard::to_extend(&wire, out).map_err(|e| CodecError::Encode(e.to_string()))?;
+    postcard::to_extend(&origins_of(batch), out).map_err(|e| CodecError::Encode(e.to_string()))
+}
+
+fn origins_of(batch: &EventBatch) -> Origins<&Sender> {
+    let items = batch
+        .spans
+        .iter()
+        .map(|s| (&s.sender, s.tenant_mismatch))
+        .chain(batch.logs.iter().map(|l| (&l.sender, l.tenant_mismatch)));
+    if items.clone().all(|(s, m)| s.is_none() && !m) {
+        return Origins::none();
+    }
+    let mut senders = Table::new();
+    let items = items
+        .map(|(s, mismatch)| {
+            let id = s.as_ref().map_or(0, |s| senders.id(s) + 1);
+            id | if mismatch { MISMATCH_BIT } else { 0 }
+        })
+        .collect();
+    Origins {
+        senders: senders.items,
+        items,
+    }
 }
 
 /// Encodes alarm logs (a prost-encoded `ExportLogsServiceRequest`).
@@ -155,20 +205,25 @@ pub fn encode_alarms(request: &[u8]) -> Vec<u8> {
 /// Decodes a payload written by [`encode`]. Damaged input is an error, never a panic.
 pub fn decode(bytes: &[u8]) -> Result<JournalEntry, CodecError> {
     let (&version, rest) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if version != VERSION {
+    if !(OLDEST_READ..=VERSION).contains(&version) {
         return Err(CodecError::Version(version));
     }
     let (&kind, body) = rest.split_first().ok_or(CodecError::Kind(u8::MAX))?;
     match kind {
-        KIND_EVENTS => decode_events(body).map(JournalEntry::Events),
+        KIND_EVENTS => decode_events(body, version).map(JournalEntry::Events),
         KIND_ALARM_LOGS => Ok(JournalEntry::AlarmLogs(body.to_vec())),
         other => Err(CodecError::Kind(other)),
     }
 }
 
-fn decode_events(body: &[u8]) -> Result<EventBatch, CodecError> {
-    let (wire, left): (Wire, _) =
+fn decode_events(body: &[u8], version: u8) -> Result<EventBatch, CodecError> {
+    let (wire, mut left): (Wire, _) =
         postcard::take_from_bytes(body).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    let mut origins = Origins::<Sender>::none();
+    if version >= 2 {
+        (origins, left) =
+            postcard::take_from_bytes(left).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    }
     if !left.is_empty() {
         return Err(CodecError::Trailing(left.len()));
     }
@@ -202,7 +257,46 @@ fn decode_events(body: &[u8]) -> Result<EventBatch, CodecError> {
         (log.resource, log.scope) = pick(offset + i, r, s)?;
         batch.logs.push(log);
     }
+    set_origins(&mut batch, origins)?;
     Ok(batch)
+}
+
+fn set_origins(batch: &mut EventBatch, origins: Origins<Sender>) -> Result<(), CodecError> {
+    if origins.items.is_empty() {
+        return Ok(());
+    }
+    let items = batch.len();
+    if origins.items.len() != items {
+        return Err(CodecError::Malformed(format!(
+            "{} item origins for {items} items",
+            origins.items.len()
+        )));
+    }
+    let senders: Vec<Arc<Sender>> = origins.senders.into_iter().map(Arc::new).collect();
+    let origin = |item: usize, code: u32| -> Result<(Option<Arc<Sender>>, bool), CodecError> {
+        let id = code & !MISMATCH_BIT;
+        let sender = match id {
+            0 => None,
+            n => Some(Arc::clone(senders.get(n as usize - 1).ok_or(
+                CodecError::Index {
+                    item,
+                    what: "sender",
+                    index: n - 1,
+                    len: senders.len(),
+                },
+            )?)),
+        };
+        Ok((sender, code & MISMATCH_BIT != 0))
+    };
+    let (span_codes, log_codes) = origins.items.split_at(batch.spans.len());
+    for (i, (s, &code)) in batch.spans.iter_mut().zip(span_codes).enumerate() {
+        (s.sender, s.tenant_mismatch) = origin(i, code)?;
+    }
+    let offset = batch.spans.len();
+    for (i, (l, &code)) in batch.logs.iter_mut().zip(log_codes).enumerate() {
+        (l.sender, l.tenant_mismatch) = origin(offset + i, code)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -340,6 +434,8 @@ mod tests {
                 (Field::RequestId, Source::Resource),
                 (Field::Operation, Source::Inferred),
             ]),
+            sender: None,
+            tenant_mismatch: false,
         };
         let other = SpanRecord {
             resource: Arc::clone(&res_b),
@@ -370,6 +466,8 @@ mod tests {
             dropped_attributes: 5,
             redactions: [("email".to_string(), 1)].into_iter().collect(),
             source_keys: SourceKeys(vec![(Field::PrincipalId, Source::Resource)]),
+            sender: None,
+            tenant_mismatch: false,
         };
         EventBatch {
             spans: vec![span, other, third],
@@ -495,10 +593,70 @@ mod tests {
     }
 
     #[test]
+    fn senders_and_mismatches_round_trip_and_version_1_still_reads() {
+        let eu = Arc::new(Sender {
+            name: "executor-eu".into(),
+            tenants: crate::event::SenderTenants::Listed(vec!["acme".into(), "globex".into()]),
+        });
+        let gw = Arc::new(Sender {
+            name: "gateway".into(),
+            tenants: crate::event::SenderTenants::Any,
+        });
+        let mut batch = rich_batch();
+        batch.spans[0].sender = Some(Arc::clone(&eu));
+        batch.spans[0].tenant_mismatch = true;
+        batch.spans[1].sender = Some(Arc::clone(&gw));
+        if let Some(l) = batch.logs.first_mut() {
+            l.sender = Some(Arc::clone(&eu));
+        }
+        let bytes = encode_events(&batch).expect("encodes");
+        let Ok(JournalEntry::Events(back)) = decode(&bytes) else {
+            panic!("decodes");
+        };
+        assert_eq!(back, batch);
+        assert!(
+            Arc::ptr_eq(
+                back.spans[0].sender.as_ref().expect("sender"),
+                back.logs[0].sender.as_ref().expect("sender")
+            ),
+            "one sender, shared"
+        );
+        assert!(back.spans[2..]
+            .iter()
+            .all(|s| s.sender.is_none() && !s.tenant_mismatch));
+
+        // Version 1 wrote the batch alone: it reads as items without a sender.
+        let plain = rich_batch();
+        let mut v1 = encode_events(&plain).expect("encodes");
+        assert_eq!(v1.pop(), Some(0), "no senders");
+        assert_eq!(v1.pop(), Some(0), "no item codes");
+        v1[0] = 1;
+        assert_eq!(decode(&v1), Ok(JournalEntry::Events(plain)));
+        // An origin table that does not fit the batch is an error, not a panic.
+        let one = EventBatch {
+            spans: vec![fixtures::span()],
+            logs: Vec::new(),
+        };
+        let mut bytes = encode_events(&one).expect("encodes");
+        bytes.truncate(bytes.len() - 2);
+        bytes.extend_from_slice(&[0, 2, 0, 0]);
+        assert_eq!(
+            decode(&bytes),
+            Err(CodecError::Malformed("2 item origins for 1 items".into()))
+        );
+        bytes.truncate(bytes.len() - 4);
+        bytes.extend_from_slice(&[0, 1, 1]);
+        assert!(matches!(
+            decode(&bytes),
+            Err(CodecError::Index { what: "sender", .. })
+        ));
+    }
+
+    #[test]
     fn deep_nesting_is_refused_not_a_stack_overflow() {
         // One resource (service name "") with one attribute (key "") whose value is
         // Array[Array[...]]: in postcard, variant 5 and length 1, repeated.
-        let mut body = vec![VERSION, KIND_EVENTS, 1, 0, 1, 0];
+        let mut body = vec![1, KIND_EVENTS, 1, 0, 1, 0];
         let depth = 100_000;
         let mut value = Vec::with_capacity(depth * 2);
         for _ in 0..depth {

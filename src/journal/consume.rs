@@ -439,6 +439,13 @@ fn report_held(held: &mut HeldItems, consumer: &str, metrics: &crate::metrics::M
     for (why, n) in held.take_unresolved() {
         metrics.tenancy.unresolved(consumer, why.as_str(), n);
     }
+    // Every consumer moves the same items; the archive's count is the one reported.
+    let moved = held.take_moved();
+    if consumer == "archive" {
+        for (sender, n) in moved {
+            metrics.tenancy.mismatched(&sender, n);
+        }
+    }
 }
 
 /// Writes the checkpoint when it moved; returns the one on disk.

@@ -94,6 +94,8 @@ async fn receive<M: Ingestible>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(), ReceiveError> {
+    // Before anything of the request is read: an unknown sender learns nothing else.
+    let origin = ctx.authenticate(headers)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -128,7 +130,8 @@ async fn receive<M: Ingestible>(
         }
     };
     let request: M = decode::protobuf(&message)?;
-    ctx.ingest(Transport::Grpc, wire_bytes, request).await
+    ctx.ingest(Transport::Grpc, wire_bytes, request, &origin)
+        .await
 }
 
 /// Splits the single length-prefixed message of a unary call.
@@ -171,6 +174,7 @@ fn status_of(e: &ReceiveError, ctx: &ReceiverContext) -> Status {
             Status::new(Code::InvalidArgument, message)
         }
         ReceiveError::Encoding(_) => Status::new(Code::Unimplemented, message),
+        ReceiveError::Unauthenticated(_) => Status::new(Code::Unauthenticated, message),
         ReceiveError::Refused(r) => {
             let code = match r {
                 Refusal::Overloaded => Code::ResourceExhausted,

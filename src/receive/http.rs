@@ -2,7 +2,8 @@
 //!
 //! Answers follow the OTLP specification: 200 with an export response in the request's
 //! encoding; 400 for malformed or invalid data, 413 for an oversized body, 415 for an
-//! unsupported content type or encoding, 429/503 with `Retry-After` when refusing load.
+//! unsupported content type or encoding, 429/503 with `Retry-After` when refusing load, 401
+//! with `WWW-Authenticate: Bearer` when a required credential is missing or unknown.
 //! Error bodies are a `google.rpc.Status` in the request's encoding.
 
 use std::sync::Arc;
@@ -100,6 +101,8 @@ async fn receive<M: Ingestible>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(), ReceiveError> {
+    // Before anything of the request is read: an unknown sender learns nothing else.
+    let origin = ctx.authenticate(headers)?;
     let format = match format_of(headers) {
         Some(f) => f,
         None => {
@@ -128,7 +131,8 @@ async fn receive<M: Ingestible>(
         Format::Protobuf => decode::protobuf(&plain)?,
         Format::Json => decode::json(&plain)?,
     };
-    ctx.ingest(Transport::Http, wire_bytes, request).await
+    ctx.ingest(Transport::Http, wire_bytes, request, &origin)
+        .await
 }
 
 fn header_text(headers: &HeaderMap, name: header::HeaderName) -> String {
@@ -178,6 +182,7 @@ fn grpc_code(e: &ReceiveError) -> tonic::Code {
         ReceiveError::Refused(Refusal::ShuttingDown | Refusal::Unavailable) => {
             tonic::Code::Unavailable
         }
+        ReceiveError::Unauthenticated(_) => tonic::Code::Unauthenticated,
     }
 }
 
@@ -192,6 +197,7 @@ fn http_status(e: &ReceiveError) -> StatusCode {
         ReceiveError::Refused(Refusal::ShuttingDown | Refusal::Unavailable) => {
             StatusCode::SERVICE_UNAVAILABLE
         }
+        ReceiveError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
     }
 }
 
@@ -215,6 +221,12 @@ fn failure(format: Format, e: &ReceiveError, ctx: &ReceiverContext) -> Response 
         body,
     )
         .into_response();
+    if matches!(e, ReceiveError::Unauthenticated(_)) {
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"toolwatch\""),
+        );
+    }
     if matches!(e, ReceiveError::Refused(_)) {
         let secs = ctx.retry_after.as_secs().max(1);
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {

@@ -6,6 +6,7 @@
 //! kept); bodies are bounded before and after decompression; overload is refused with the
 //! retryable codes OTLP clients understand; every refusal is counted by reason.
 
+pub mod auth;
 pub mod decode;
 pub mod grpc;
 pub mod http;
@@ -19,7 +20,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use crate::event::EventBatch;
 use crate::metrics::{Metrics, RejectReason, Signal, Transport};
-use crate::pipeline::{Intake, Refusal};
+use crate::pipeline::{Intake, Origin, Refusal};
 use decode::{DecodeError, OtlpRequest};
 use normalize::NormalizeError;
 
@@ -33,6 +34,8 @@ pub struct ReceiverContext {
     pub max_body_bytes: usize,
     /// Delay suggested to clients that are refused for overload.
     pub retry_after: Duration,
+    /// The senders in force (replaced on SIGHUP).
+    pub senders: Arc<auth::SharedDirectory>,
 }
 
 /// Why a request was refused.
@@ -53,6 +56,9 @@ pub enum ReceiveError {
     /// The pipeline refused the batch.
     #[error("{0}")]
     Refused(#[from] Refusal),
+    /// No known credential.
+    #[error("{0}")]
+    Unauthenticated(#[from] auth::AuthFailure),
 }
 
 impl ReceiveError {
@@ -67,6 +73,7 @@ impl ReceiveError {
             ReceiveError::Refused(Refusal::Overloaded) => RejectReason::Overloaded,
             ReceiveError::Refused(Refusal::ShuttingDown) => RejectReason::ShuttingDown,
             ReceiveError::Refused(Refusal::Unavailable) => RejectReason::StorageFailed,
+            ReceiveError::Unauthenticated(_) => RejectReason::Unauthenticated,
         }
     }
 }
@@ -113,16 +120,32 @@ pub(crate) async fn read_body(
 }
 
 impl ReceiverContext {
+    /// The request's sender and tenant header; refused before its body is read when
+    /// authentication is required and it has no known token.
+    pub fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<Origin, ReceiveError> {
+        let sender = self.senders.current().authenticate(headers)?;
+        let tenant_header = headers
+            .get(crate::tenancy::binding::TENANT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        Ok(Origin {
+            sender,
+            tenant_header,
+        })
+    }
+
     /// Normalizes a decoded request and hands it on; counts the outcome.
     pub async fn ingest<M: Ingestible>(
         &self,
         transport: Transport,
         wire_bytes: usize,
         request: M,
+        origin: &Origin,
     ) -> Result<(), ReceiveError> {
         let batch = request.normalize()?;
         let items = batch.len();
-        self.intake.submit(batch).await?;
+        self.intake.submit(batch, origin).await?;
         self.metrics
             .accepted(transport, M::SIGNAL, wire_bytes, items);
         Ok(())
@@ -132,6 +155,9 @@ impl ReceiverContext {
     pub fn refused(&self, transport: Transport, signal: Signal, e: &ReceiveError) {
         let reason = e.reason();
         self.metrics.rejected(transport, signal, reason);
+        if let ReceiveError::Unauthenticated(why) = e {
+            self.metrics.auth_refused(transport, why.as_str());
+        }
         tracing::debug!(
             transport = transport.as_str(),
             signal = signal.as_str(),

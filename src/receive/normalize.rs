@@ -515,6 +515,8 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                     },
                     redactions: Default::default(),
                     source_keys: ex.sources,
+                    sender: None,
+                    tenant_mismatch: false,
                 });
             }
         }
@@ -560,6 +562,8 @@ pub fn logs(req: ExportLogsServiceRequest) -> Result<EventBatch, NormalizeError>
                     dropped_attributes: rec.dropped_attributes_count,
                     redactions: Default::default(),
                     source_keys: ex.sources,
+                    sender: None,
+                    tenant_mismatch: false,
                 });
             }
         }

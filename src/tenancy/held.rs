@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::binding;
 use super::traces::Remembered;
 use super::{log_unnamed, span_unnamed, TenancyConfig};
 use crate::event::{EventBatch, LogRecord, SpanRecord, TraceId};
@@ -39,6 +40,48 @@ impl Unresolved {
     }
 }
 
+/// With no waiting, unnamed items go on at once: under their sender's home tenant where it
+/// has one, else as they are.
+fn go_on_unnamed(batch: &EventBatch) -> Bound {
+    let homed = |sender: &Option<std::sync::Arc<crate::event::Sender>>| {
+        sender
+            .as_deref()
+            .and_then(crate::event::Sender::home_tenant)
+            .is_some()
+    };
+    let any = batch
+        .spans
+        .iter()
+        .any(|s| span_unnamed(s) && homed(&s.sender))
+        || batch
+            .logs
+            .iter()
+            .any(|l| log_unnamed(l) && homed(&l.sender));
+    if !any {
+        return Bound::AsIs;
+    }
+    let mut out = batch.clone();
+    for s in out.spans.iter_mut().filter(|s| span_unnamed(s)) {
+        binding::release(
+            &s.sender,
+            &mut s.tenant,
+            &mut s.audit,
+            &mut s.tenant_mismatch,
+            None,
+        );
+    }
+    for l in out.logs.iter_mut().filter(|l| log_unnamed(l)) {
+        binding::release(
+            &l.sender,
+            &mut l.tenant,
+            &mut l.audit,
+            &mut l.tenant_mismatch,
+            None,
+        );
+    }
+    Bound::Changed(out)
+}
+
 enum Item {
     Span(Box<SpanRecord>),
     Log(Box<LogRecord>),
@@ -66,6 +109,8 @@ pub struct HeldItems {
     released: VecDeque<(u64, u64)>,
     replay_before: u64,
     unresolved: Vec<(Unresolved, u64)>,
+    /// Released items filed under their sender's home tenant, not their trace's, by sender.
+    moved: BTreeMap<std::sync::Arc<str>, u64>,
 }
 
 impl HeldItems {
@@ -83,6 +128,7 @@ impl HeldItems {
             released: VecDeque::new(),
             replay_before,
             unresolved: Vec::new(),
+            moved: BTreeMap::new(),
         }
     }
 
@@ -96,6 +142,21 @@ impl HeldItems {
         self.count == 0
     }
 
+    /// Released items filed under their sender's home tenant because their trace's tenant
+    /// is not one the sender may write, since the last call.
+    pub fn take_moved(&mut self) -> BTreeMap<std::sync::Arc<str>, u64> {
+        std::mem::take(&mut self.moved)
+    }
+
+    fn count_moved(&mut self, sender: &Option<std::sync::Arc<crate::event::Sender>>, moved: bool) {
+        if let (true, Some(s)) = (moved, sender) {
+            *self
+                .moved
+                .entry(std::sync::Arc::clone(&s.name))
+                .or_default() += 1;
+        }
+    }
+
     /// Items that went on without a tenant since the last call, by reason.
     pub fn take_unresolved(&mut self) -> Vec<(Unresolved, u64)> {
         std::mem::take(&mut self.unresolved)
@@ -104,7 +165,7 @@ impl HeldItems {
     /// Binds journal record `seq`'s `batch`.
     pub fn bind(&mut self, seq: u64, batch: &EventBatch, now: Instant) -> Bound {
         if self.wait.is_zero() {
-            return Bound::AsIs;
+            return go_on_unnamed(batch);
         }
         // The intake filed every named item under its trace's tenant as known then: the
         // latest is the one to follow.
@@ -133,7 +194,14 @@ impl HeldItems {
                 out.spans.push(s.clone());
             } else if let Some(t) = self.tenants.get(&s.trace_id) {
                 let mut s = s.clone();
-                s.tenant = t.to_string();
+                let moved = binding::release(
+                    &s.sender,
+                    &mut s.tenant,
+                    &mut s.audit,
+                    &mut s.tenant_mismatch,
+                    Some(t),
+                );
+                self.count_moved(&s.sender, moved);
                 out.spans.push(s);
             } else {
                 self.hold(seq, s.trace_id, Item::Span(Box::new(s.clone())), now);
@@ -146,7 +214,14 @@ impl HeldItems {
                 Some(trace) => match self.tenants.get(&trace) {
                     Some(t) => {
                         let mut l = l.clone();
-                        l.tenant = t.to_string();
+                        let moved = binding::release(
+                            &l.sender,
+                            &mut l.tenant,
+                            &mut l.audit,
+                            &mut l.tenant_mismatch,
+                            Some(t),
+                        );
+                        self.count_moved(&l.sender, moved);
                         out.logs.push(l);
                     }
                     None => self.hold(seq, trace, Item::Log(Box::new(l.clone())), now),
@@ -278,17 +353,28 @@ impl HeldItems {
                     self.origins.remove(&seq);
                 }
             }
+            let t = tenant.as_deref();
             match item {
                 Item::Span(mut s) => {
-                    if let Some(t) = &tenant {
-                        s.tenant = t.to_string();
-                    }
+                    let moved = binding::release(
+                        &s.sender,
+                        &mut s.tenant,
+                        &mut s.audit,
+                        &mut s.tenant_mismatch,
+                        t,
+                    );
+                    self.count_moved(&s.sender, moved);
                     out.spans.push(*s);
                 }
                 Item::Log(mut l) => {
-                    if let Some(t) = &tenant {
-                        l.tenant = t.to_string();
-                    }
+                    let moved = binding::release(
+                        &l.sender,
+                        &mut l.tenant,
+                        &mut l.audit,
+                        &mut l.tenant_mismatch,
+                        t,
+                    );
+                    self.count_moved(&l.sender, moved);
                     out.logs.push(*l);
                 }
             }

@@ -20,6 +20,7 @@
 //! Only trace ids link items: request ids are chosen by executors and repeat across tenants,
 //! so linking by them would file one tenant's data under another's.
 
+pub mod binding;
 mod held;
 mod traces;
 

@@ -31,14 +31,25 @@ impl Claim {
     }
 
     fn own(sources: &SourceKeys) -> bool {
-        sources.get(Field::ClaimedTenant) != Some(Source::Resource)
+        !matches!(
+            sources.get(Field::ClaimedTenant),
+            Some(Source::Resource | Source::Header)
+        )
     }
 
+    // An item whose claim its sender may not write names its trace (its sender's tenant)
+    // only as weakly as a resource does, so any rightful claim outranks it.
     fn of_span(s: &SpanRecord) -> Claim {
+        if s.tenant_mismatch {
+            return Claim::Resource;
+        }
         Claim::of(Claim::own(&s.source_keys), s.parent_span_id.is_none())
     }
 
     fn of_log(l: &LogRecord) -> Claim {
+        if l.tenant_mismatch {
+            return Claim::Resource;
+        }
         Claim::of(Claim::own(&l.source_keys), false)
     }
 }

@@ -209,6 +209,11 @@ impl Daemon {
         metric_at(self.admin, sample)
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// Sends a signal and waits for exit.
     pub fn signal(&mut self, sig: i32) -> ExitStatus {
         let mut child = self.child.take().expect("daemon running");
@@ -418,12 +423,18 @@ pub fn python() -> PathBuf {
 
 /// Runs a script from `tests/python`; returns stdout, panicking with stderr on failure.
 pub fn run_python(script: &str, args: &[&str]) -> String {
+    run_python_env(script, args, &[])
+}
+
+/// [`run_python`] with extra environment variables.
+pub fn run_python_env(script: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(script);
     let out = Command::new(python())
         .arg(&path)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run python");
     assert!(
@@ -509,4 +520,25 @@ pub fn loadgen_cost(e: &toolwatch::loadgen::ExpectedSummary) -> f64 {
         + e.cache_read_tokens as f64 * p.cached_input_per_million.unwrap_or(0.0)
         + e.output_tokens as f64 * p.output_per_million)
         / 1e6
+}
+
+/// Every byte of every file under `dir` (archive, journal, state), concatenated.
+pub fn all_bytes(dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).expect("read dir").flatten() {
+                stack.push(e.path());
+            }
+        } else if let Ok(b) = std::fs::read(&p) {
+            out.extend(b);
+        }
+    }
+    out
+}
+
+/// True when `needle` occurs in `hay`.
+pub fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }

@@ -2,6 +2,7 @@
 //! One test binary, because each one links everything.
 
 mod assemble;
+mod auth;
 mod bad_input;
 mod budget;
 mod cli;

@@ -6,7 +6,7 @@
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use serde_json::{json, Value};
 
-use crate::harness::{loadgen, read_table_python, wait_for, Daemon};
+use crate::harness::{all_bytes, contains, loadgen, read_table_python, wait_for, Daemon};
 use crate::otlp_json::post_accepted;
 
 /// Our own canaries, one per family, none of them real.
@@ -344,25 +344,6 @@ fn send_learned(d: &Daemon, phase: &str) {
 }
 
 /// Every byte under `dir`, files concatenated.
-fn all_bytes(dir: &std::path::Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        if p.is_dir() {
-            for e in std::fs::read_dir(&p).expect("read dir").flatten() {
-                stack.push(e.path());
-            }
-        } else if let Ok(b) = std::fs::read(&p) {
-            out.extend(b);
-        }
-    }
-    out
-}
-
-fn contains(hay: &[u8], needle: &str) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
-
 fn body_of<'a>(logs: &'a [serde_json::Map<String, Value>], tenant: &str, starts: &str) -> &'a str {
     logs.iter()
         .filter(|r| r["tenant"] == tenant)

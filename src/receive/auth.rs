@@ -1,0 +1,448 @@
+//! Who may send: bearer tokens on both receivers, each naming a sender and the tenants it
+//! may write.
+//!
+//! Senders present `authorization: Bearer <token>` (OTLP/HTTP header, gRPC metadata: the
+//! conventions every OTLP exporter speaks through `OTEL_EXPORTER_OTLP_HEADERS`). The
+//! configuration holds only the SHA-256 of each token, so neither the file nor `check-config`
+//! holds a usable credential; a presented token is hashed and looked up, and the token itself
+//! is never stored, logged or counted. The directory is replaced whole on SIGHUP: a request
+//! holds the directory it was authenticated against, so rotation never affects one in flight.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use axum::http::HeaderMap;
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use crate::event::{Sender, SenderTenants};
+
+/// The `[auth]` section of the config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// `off` (the default: only allowed while every listener is loopback) or `required`.
+    pub mode: AuthMode,
+    /// The senders that may write.
+    pub senders: Vec<SenderConfig>,
+}
+
+/// Whether senders must authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Anyone who reaches a receiver may write as any tenant it names.
+    #[default]
+    Off,
+    /// Every OTLP request needs a known bearer token.
+    Required,
+}
+
+/// One `[[auth.senders]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SenderConfig {
+    /// The sender's name: in the `sender` column, metric labels and alarms.
+    pub name: String,
+    /// Hex SHA-256 of the sender's bearer token, or a list of them (an old and a new token
+    /// while a rotation rolls out).
+    #[serde(deserialize_with = "one_or_many")]
+    pub token_sha256: Vec<String>,
+    /// Tenants this sender may write; `["*"]` for any. The first is where a claim outside the
+    /// list is filed.
+    pub tenants: Vec<String>,
+}
+
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// What is wrong with an `[auth]` section.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthConfigError {
+    /// `mode = "required"` with nobody allowed in.
+    #[error("auth.mode is \"required\" but auth.senders is empty: no sender could write")]
+    NoSenders,
+    /// A sender without a usable name.
+    #[error("auth.senders[{index}].name {name:?} must be 1-64 letters, digits, '.', '_' or '-'")]
+    BadName {
+        /// Position in the list.
+        index: usize,
+        /// The name given.
+        name: String,
+    },
+    /// Two senders with one name.
+    #[error("auth.senders: the name {0:?} is used twice")]
+    DuplicateName(String),
+    /// A hash that is not 64 hex digits (the value itself is not repeated).
+    #[error("auth.senders[{index}] ({name}): token_sha256 entry {entry} is not 64 hex digits (the hex SHA-256 of the token, e.g. `printf %s \"$TOKEN\" | sha256sum`)")]
+    BadHash {
+        /// Position in the list.
+        index: usize,
+        /// The sender's name.
+        name: String,
+        /// Position in its hash list.
+        entry: usize,
+    },
+    /// A sender without a token.
+    #[error("auth.senders[{index}] ({name}): token_sha256 is empty")]
+    NoHash {
+        /// Position in the list.
+        index: usize,
+        /// The sender's name.
+        name: String,
+    },
+    /// One token for two senders: it could not say which one sent.
+    #[error("auth.senders: {first} and {second} have the same token hash; each sender needs its own token")]
+    SharedHash {
+        /// The first sender.
+        first: String,
+        /// The second.
+        second: String,
+    },
+    /// A sender with no tenants, or a bad tenant name.
+    #[error("auth.senders[{index}] ({name}): {message}")]
+    BadTenants {
+        /// Position in the list.
+        index: usize,
+        /// The sender's name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Why a request was not let in; the label of `toolwatch_auth_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthFailure {
+    /// No `authorization` header or metadata.
+    #[error("authentication required: send `authorization: Bearer <token>`")]
+    Missing,
+    /// A header that is not `Bearer <token>`.
+    #[error("authentication failed: the authorization header is not `Bearer <token>`")]
+    Malformed,
+    /// A token no sender has.
+    #[error("authentication failed: the token is not one toolwatch knows")]
+    Unknown,
+}
+
+impl AuthFailure {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing",
+            AuthFailure::Malformed => "malformed",
+            AuthFailure::Unknown => "unknown_token",
+        }
+    }
+}
+
+/// The senders of one configuration, by token hash.
+#[derive(Debug, Default)]
+pub struct SenderDirectory {
+    required: bool,
+    by_hash: BTreeMap<[u8; 32], Arc<Sender>>,
+}
+
+impl SenderDirectory {
+    /// Checks and compiles `[auth]`.
+    pub fn from_config(config: &AuthConfig) -> Result<SenderDirectory, AuthConfigError> {
+        let required = config.mode == AuthMode::Required;
+        if required && config.senders.is_empty() {
+            return Err(AuthConfigError::NoSenders);
+        }
+        let mut names = BTreeSet::new();
+        let mut by_hash: BTreeMap<[u8; 32], Arc<Sender>> = BTreeMap::new();
+        for (index, s) in config.senders.iter().enumerate() {
+            if !valid_name(&s.name) {
+                return Err(AuthConfigError::BadName {
+                    index,
+                    name: s.name.clone(),
+                });
+            }
+            if !names.insert(s.name.as_str()) {
+                return Err(AuthConfigError::DuplicateName(s.name.clone()));
+            }
+            let sender = Arc::new(Sender {
+                name: s.name.as_str().into(),
+                tenants: tenants_of(index, s)?,
+            });
+            if s.token_sha256.is_empty() {
+                return Err(AuthConfigError::NoHash {
+                    index,
+                    name: s.name.clone(),
+                });
+            }
+            for (entry, h) in s.token_sha256.iter().enumerate() {
+                let hash = parse_hash(h).ok_or_else(|| AuthConfigError::BadHash {
+                    index,
+                    name: s.name.clone(),
+                    entry,
+                })?;
+                if let Some(other) = by_hash.insert(hash, Arc::clone(&sender)) {
+                    if other.name != sender.name {
+                        return Err(AuthConfigError::SharedHash {
+                            first: other.name.to_string(),
+                            second: s.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(SenderDirectory { required, by_hash })
+    }
+
+    /// True when requests must authenticate.
+    pub fn required(&self) -> bool {
+        self.required
+    }
+
+    /// Number of senders.
+    pub fn senders(&self) -> usize {
+        self.by_hash
+            .values()
+            .map(|s| &*s.name)
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    /// The sender a request's headers name: `Ok(None)` when auth is off and nothing was
+    /// presented. With auth off a presented token is still honoured, so senders can be
+    /// configured before auth is switched on.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Option<Arc<Sender>>, AuthFailure> {
+        let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
+            return if self.required {
+                Err(AuthFailure::Missing)
+            } else {
+                Ok(None)
+            };
+        };
+        let token = bearer_token(value.as_bytes()).ok_or(AuthFailure::Malformed)?;
+        let hash: [u8; 32] = Sha256::digest(token).into();
+        match self.by_hash.get(&hash) {
+            Some(s) => Ok(Some(Arc::clone(s))),
+            None if self.required => Err(AuthFailure::Unknown),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The directory in force; SIGHUP swaps in a new one.
+#[derive(Debug, Default)]
+pub struct SharedDirectory(RwLock<Arc<SenderDirectory>>);
+
+impl SharedDirectory {
+    /// A shared directory starting with `d`.
+    pub fn new(d: SenderDirectory) -> SharedDirectory {
+        SharedDirectory(RwLock::new(Arc::new(d)))
+    }
+
+    /// The directory now.
+    pub fn current(&self) -> Arc<SenderDirectory> {
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Puts `d` in force for requests that start from now on.
+    pub fn replace(&self, d: SenderDirectory) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(d);
+    }
+}
+
+/// The token of `Bearer <token>` (scheme case-insensitive, one or more blanks).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let token = rest.trim_ascii();
+    (rest.first().is_some_and(|c| *c == b' ' || *c == b'\t') && !token.is_empty()).then_some(token)
+}
+
+fn parse_hash(h: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(h.trim(), &mut out).ok()?;
+    Some(out)
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+fn tenants_of(index: usize, s: &SenderConfig) -> Result<SenderTenants, AuthConfigError> {
+    let bad = |message: String| AuthConfigError::BadTenants {
+        index,
+        name: s.name.clone(),
+        message,
+    };
+    match s.tenants.as_slice() {
+        [] => Err(bad(
+            "tenants is empty: list the tenants it may write, or [\"*\"] for any".into(),
+        )),
+        [any] if any == "*" => Ok(SenderTenants::Any),
+        list => {
+            for t in list {
+                if t == "*" {
+                    return Err(bad("\"*\" must be the only entry of tenants".into()));
+                }
+                if t.is_empty() || t.len() > 128 || t.chars().any(char::is_control) {
+                    return Err(bad(format!(
+                        "tenant {t:?} is not a tenant name (1-128 characters, no control characters)"
+                    )));
+                }
+            }
+            Ok(SenderTenants::Listed(list.to_vec()))
+        }
+    }
+}
+
+/// Hex SHA-256 of a token, as `token_sha256` wants it.
+pub fn token_sha256(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn config(mode: AuthMode) -> AuthConfig {
+        AuthConfig {
+            mode,
+            senders: vec![
+                SenderConfig {
+                    name: "executor-eu".into(),
+                    token_sha256: vec![token_sha256("tok-eu-1"), token_sha256("tok-eu-2")],
+                    tenants: vec!["acme".into(), "globex".into()],
+                },
+                SenderConfig {
+                    name: "gateway".into(),
+                    token_sha256: vec![token_sha256("tok-gw").to_uppercase()],
+                    tenants: vec!["*".into()],
+                },
+            ],
+        }
+    }
+
+    fn headers(auth: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(a) = auth {
+            h.insert(
+                axum::http::header::AUTHORIZATION,
+                HeaderValue::from_str(a).expect("header"),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn tokens_name_their_sender_and_failures_their_reason() {
+        let d = SenderDirectory::from_config(&config(AuthMode::Required)).expect("valid");
+        assert_eq!(d.senders(), 2);
+        let eu = d
+            .authenticate(&headers(Some("Bearer tok-eu-2")))
+            .expect("ok");
+        assert_eq!(eu.as_deref().map(|s| &*s.name), Some("executor-eu"));
+        let gw = d
+            .authenticate(&headers(Some("bearer   tok-gw ")))
+            .expect("ok");
+        assert_eq!(
+            gw.as_ref().map(|s| s.tenants.clone()),
+            Some(SenderTenants::Any)
+        );
+        assert_eq!(d.authenticate(&headers(None)), Err(AuthFailure::Missing));
+        assert_eq!(
+            d.authenticate(&headers(Some("Bearer tok-eu-3"))),
+            Err(AuthFailure::Unknown)
+        );
+        for bad in [
+            "Basic dG9rLWV1LTE=",
+            "Bearer",
+            "Bearer ",
+            "Bearertok-eu-1",
+            "tok-eu-1",
+        ] {
+            assert_eq!(
+                d.authenticate(&headers(Some(bad))),
+                Err(AuthFailure::Malformed),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn with_auth_off_a_known_token_still_names_its_sender() {
+        let d = SenderDirectory::from_config(&config(AuthMode::Off)).expect("valid");
+        assert_eq!(d.authenticate(&headers(None)), Ok(None));
+        assert_eq!(d.authenticate(&headers(Some("Bearer nope"))), Ok(None));
+        let s = d
+            .authenticate(&headers(Some("Bearer tok-eu-1")))
+            .expect("ok");
+        assert!(s.is_some_and(|s| s.permits("globex") && !s.permits("initech")));
+    }
+
+    #[test]
+    fn bad_sections_are_refused_with_what_is_wrong_and_no_hash_in_the_message() {
+        let mut c = config(AuthMode::Required);
+        c.senders[1].token_sha256 = vec!["deadbeef".into()];
+        let e = SenderDirectory::from_config(&c).expect_err("short hash");
+        assert!(matches!(e, AuthConfigError::BadHash { entry: 0, .. }));
+        assert!(!e.to_string().contains("deadbeef"), "{e}");
+
+        let mut c = config(AuthMode::Required);
+        c.senders[1].token_sha256 = c.senders[0].token_sha256.clone();
+        assert!(matches!(
+            SenderDirectory::from_config(&c),
+            Err(AuthConfigError::SharedHash { .. })
+        ));
+
+        let mut c = config(AuthMode::Required);
+        c.senders[1].name = "executor-eu".into();
+        assert!(matches!(
+            SenderDirectory::from_config(&c),
+            Err(AuthConfigError::DuplicateName(_))
+        ));
+
+        for tenants in [
+            vec![],
+            vec!["acme".to_string(), "*".to_string()],
+            vec!["a\nb".into()],
+        ] {
+            let mut c = config(AuthMode::Required);
+            c.senders[0].tenants = tenants;
+            assert!(matches!(
+                SenderDirectory::from_config(&c),
+                Err(AuthConfigError::BadTenants { .. })
+            ));
+        }
+        let c = AuthConfig {
+            mode: AuthMode::Required,
+            senders: Vec::new(),
+        };
+        assert_eq!(
+            SenderDirectory::from_config(&c).err(),
+            Some(AuthConfigError::NoSenders)
+        );
+    }
+
+    #[test]
+    fn a_single_hash_or_a_list_is_read() {
+        let c: AuthConfig = toml::from_str(&format!(
+            "mode = \"required\"\n[[senders]]\nname = \"a\"\ntoken_sha256 = \"{}\"\ntenants = [\"acme\"]\n",
+            token_sha256("t")
+        ))
+        .expect("toml");
+        assert_eq!(c.senders[0].token_sha256, [token_sha256("t")]);
+    }
+}

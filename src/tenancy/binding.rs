@@ -1,0 +1,448 @@
+//! Binding: an authenticated sender writes only the tenants it was given.
+//!
+//! The claim an item makes (its own `executor.tenant_id`, its resource's, the request's
+//! `x-toolwatch-tenant` header, or its trace's) is honoured only when the sender may write
+//! that tenant. Otherwise the item is filed under the sender's first tenant, keeps what it
+//! claimed in `claimed_tenant`, and is marked `tenant_mismatch` (counted and raised as an
+//! alarm downstream). A sender with one tenant needs no claim at all.
+
+use std::sync::Arc;
+
+use super::{log_unnamed, span_unnamed};
+use crate::event::{AuditFields, EventBatch, Field, Sender, Source, SourceKeys};
+
+/// The request's tenant header (for multi-tenant executors).
+pub const TENANT_HEADER: &str = "x-toolwatch-tenant";
+
+/// Marks each item with its sender and gives items that name no tenant the request's header
+/// claim; then items whose own claim the sender may not write are filed under its home
+/// tenant. Runs before the trace's tenant is looked up, so a refused claim never names a
+/// trace's tenant. Returns how many items were moved.
+pub fn before_traces(
+    batch: &mut EventBatch,
+    sender: Option<&Arc<Sender>>,
+    header_claim: Option<&str>,
+) -> u64 {
+    let header_claim = header_claim.filter(|h| !h.is_empty());
+    let mut moved = 0;
+    for s in &mut batch.spans {
+        s.sender = sender.cloned();
+        if span_unnamed(s) {
+            claim_from_header(
+                &mut s.audit,
+                &mut s.source_keys,
+                &mut s.tenant,
+                header_claim,
+            );
+        }
+        let unnamed = span_unnamed(s);
+        moved += u64::from(own_claim(
+            sender,
+            &mut s.tenant,
+            unnamed,
+            &mut s.tenant_mismatch,
+        ));
+    }
+    for l in &mut batch.logs {
+        l.sender = sender.cloned();
+        if l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty) {
+            claim_from_header(
+                &mut l.audit,
+                &mut l.source_keys,
+                &mut l.tenant,
+                header_claim,
+            );
+        }
+        let unnamed = l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty);
+        moved += u64::from(own_claim(
+            sender,
+            &mut l.tenant,
+            unnamed,
+            &mut l.tenant_mismatch,
+        ));
+    }
+    moved
+}
+
+/// After the trace's tenant was looked up: items that took a tenant their sender may not
+/// write (a trace another sender named) go to the sender's home tenant, the trace's tenant
+/// kept as their claim. Returns how many were moved.
+pub fn after_traces(batch: &mut EventBatch) -> u64 {
+    let mut moved = 0;
+    for s in &mut batch.spans {
+        if !span_unnamed(s) {
+            moved += u64::from(refuse_outside(
+                &s.sender,
+                &mut s.tenant,
+                &mut s.audit,
+                &mut s.tenant_mismatch,
+            ));
+        }
+    }
+    for l in &mut batch.logs {
+        let named = !l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty)
+            || l.tenant != crate::event::DEFAULT_TENANT;
+        if named {
+            moved += u64::from(refuse_outside(
+                &l.sender,
+                &mut l.tenant,
+                &mut l.audit,
+                &mut l.tenant_mismatch,
+            ));
+        } else if !log_unnamed(l) {
+            // No claim and no trace to learn one from: its sender's home.
+            release(
+                &l.sender,
+                &mut l.tenant,
+                &mut l.audit,
+                &mut l.tenant_mismatch,
+                None,
+            );
+        }
+    }
+    moved
+}
+
+/// The tenant a held item goes on under, given its trace's tenant (`None`: the trace never
+/// named one): the trace's if its sender may write it, else its sender's home tenant, with
+/// the trace's tenant kept as its claim and the mismatch marked. True when it was moved.
+pub fn release(
+    sender: &Option<Arc<Sender>>,
+    tenant: &mut String,
+    audit: &mut AuditFields,
+    mismatch: &mut bool,
+    trace_tenant: Option<&str>,
+) -> bool {
+    match trace_tenant {
+        Some(t) => {
+            *tenant = t.to_string();
+            refuse_outside(sender, tenant, audit, mismatch)
+        }
+        None => {
+            // It named nothing: its sender's home, or `default` for an unbound sender.
+            if let Some(home) = sender.as_deref().and_then(Sender::home_tenant) {
+                if !sender.as_deref().is_some_and(|s| s.permits(tenant)) {
+                    *tenant = home.to_string();
+                }
+            }
+            false
+        }
+    }
+}
+
+fn claim_from_header(
+    audit: &mut AuditFields,
+    sources: &mut SourceKeys,
+    tenant: &mut String,
+    header: Option<&str>,
+) {
+    let Some(h) = header else { return };
+    audit.claimed_tenant = Some(h.to_string());
+    *tenant = h.to_string();
+    sources.0.retain(|(f, _)| *f != Field::ClaimedTenant);
+    sources.0.push((Field::ClaimedTenant, Source::Header));
+    sources.0.sort_by_key(|(f, _)| *f);
+}
+
+/// The item's own claim against its sender's tenants; true when it was moved.
+fn own_claim(
+    sender: Option<&Arc<Sender>>,
+    tenant: &mut String,
+    unnamed: bool,
+    mismatch: &mut bool,
+) -> bool {
+    let Some(sender) = sender else { return false };
+    if unnamed {
+        if let Some(sole) = sender.sole_tenant() {
+            *tenant = sole.to_string();
+        }
+        return false;
+    }
+    if sender.permits(tenant) {
+        return false;
+    }
+    match sender.home_tenant() {
+        Some(home) => {
+            *tenant = home.to_string();
+            *mismatch = true;
+            true
+        }
+        None => false,
+    }
+}
+
+fn refuse_outside(
+    sender: &Option<Arc<Sender>>,
+    tenant: &mut String,
+    audit: &mut AuditFields,
+    mismatch: &mut bool,
+) -> bool {
+    let Some(sender) = sender else { return false };
+    if sender.permits(tenant) {
+        return false;
+    }
+    let Some(home) = sender.home_tenant() else {
+        return false;
+    };
+    if audit.claimed_tenant.as_deref().is_none_or(str::is_empty) {
+        audit.claimed_tenant = Some(tenant.clone());
+    }
+    *tenant = home.to_string();
+    *mismatch = true;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{fixtures, SenderTenants, DEFAULT_TENANT};
+    use crate::tenancy::TraceTenants;
+
+    fn sender(name: &str, tenants: &[&str]) -> Arc<Sender> {
+        Arc::new(Sender {
+            name: name.into(),
+            tenants: if tenants == ["*"] {
+                SenderTenants::Any
+            } else {
+                SenderTenants::Listed(tenants.iter().map(|t| t.to_string()).collect())
+            },
+        })
+    }
+
+    fn span(
+        trace: u8,
+        id: u8,
+        parent: Option<u8>,
+        claim: Option<&str>,
+    ) -> crate::event::SpanRecord {
+        let mut s = fixtures::span();
+        s.trace_id = [trace; 16];
+        s.span_id = [id; 8];
+        s.parent_span_id = parent.map(|p| [p; 8]);
+        s.audit.claimed_tenant = claim.map(str::to_string);
+        s.tenant = claim.unwrap_or(DEFAULT_TENANT).to_string();
+        s
+    }
+
+    /// The intake's order: bind own claims, resolve by trace, bind again.
+    fn intake(
+        traces: &TraceTenants,
+        batch: &mut EventBatch,
+        sender: Option<&Arc<Sender>>,
+        header: Option<&str>,
+    ) -> u64 {
+        let before = before_traces(batch, sender, header);
+        traces.resolve(batch);
+        before + after_traces(batch)
+    }
+
+    fn filed(b: &EventBatch) -> Vec<(&str, Option<&str>, bool)> {
+        b.spans
+            .iter()
+            .map(|s| {
+                (
+                    s.tenant.as_str(),
+                    s.audit.claimed_tenant.as_deref(),
+                    s.tenant_mismatch,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_outside_the_senders_tenants_is_filed_under_its_first_and_kept() {
+        let traces = TraceTenants::new(64);
+        let eu = sender("eu", &["acme", "globex"]);
+        let mut b = EventBatch {
+            spans: vec![
+                span(1, 1, None, Some("victim")),
+                span(1, 2, Some(1), None),
+                span(2, 3, None, Some("globex")),
+            ],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut b, Some(&eu), None), 1);
+        assert_eq!(
+            filed(&b),
+            [
+                ("acme", Some("victim"), true),
+                ("acme", None, false),
+                ("globex", Some("globex"), false)
+            ]
+        );
+        assert!(b
+            .spans
+            .iter()
+            .all(|s| s.sender.as_deref().map(|s| &*s.name) == Some("eu")));
+    }
+
+    #[test]
+    fn a_sole_tenant_needs_no_claim_and_any_permits_every_claim() {
+        let traces = TraceTenants::new(64);
+        let one = sender("one", &["acme"]);
+        let mut b = EventBatch {
+            spans: vec![span(1, 2, Some(1), None), span(1, 3, Some(1), Some("acme"))],
+            logs: vec![fixtures::log()],
+        };
+        assert_eq!(intake(&traces, &mut b, Some(&one), None), 0);
+        assert_eq!(
+            filed(&b),
+            [("acme", None, false), ("acme", Some("acme"), false)]
+        );
+        assert_eq!(b.logs[0].tenant, "acme");
+
+        let any = sender("gw", &["*"]);
+        let mut b = EventBatch {
+            spans: vec![span(5, 1, None, Some("initech"))],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut b, Some(&any), None), 0);
+        assert_eq!(filed(&b), [("initech", Some("initech"), false)]);
+    }
+
+    #[test]
+    fn the_header_claims_for_items_that_name_nothing_and_is_bound_too() {
+        let traces = TraceTenants::new(64);
+        let eu = sender("eu", &["acme", "globex"]);
+        let mut b = EventBatch {
+            spans: vec![span(1, 1, None, None), span(2, 1, None, Some("acme"))],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut b, Some(&eu), Some("globex")), 0);
+        assert_eq!(
+            filed(&b),
+            [
+                ("globex", Some("globex"), false),
+                ("acme", Some("acme"), false)
+            ]
+        );
+        assert_eq!(
+            b.spans[0].source_keys.get(Field::ClaimedTenant),
+            Some(Source::Header)
+        );
+        let mut b = EventBatch {
+            spans: vec![span(3, 1, None, None)],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut b, Some(&eu), Some("victim")), 1);
+        assert_eq!(filed(&b), [("acme", Some("victim"), true)]);
+    }
+
+    #[test]
+    fn a_trace_named_by_another_sender_does_not_carry_this_senders_items_into_it() {
+        let traces = TraceTenants::new(64);
+        let a = sender("a", &["acme"]);
+        let b_sender = sender("b", &["globex", "hooli"]);
+        let mut first = EventBatch {
+            spans: vec![span(7, 1, None, Some("acme"))],
+            logs: Vec::new(),
+        };
+        intake(&traces, &mut first, Some(&a), None);
+        // Sender b guesses acme's trace id and sends an unnamed child.
+        let mut second = EventBatch {
+            spans: vec![span(7, 9, Some(1), None)],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut second, Some(&b_sender), None), 1);
+        assert_eq!(filed(&second), [("globex", Some("acme"), true)]);
+    }
+
+    #[test]
+    fn a_refused_claim_does_not_name_the_trace_for_other_senders() {
+        let traces = TraceTenants::new(64);
+        let intruder = sender("b", &["globex"]);
+        let owner = sender("a", &["acme"]);
+        let mut forged = EventBatch {
+            spans: vec![span(4, 1, None, Some("acme"))],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut forged, Some(&intruder), None), 1);
+        let mut real = EventBatch {
+            spans: vec![span(4, 2, Some(1), None)],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut real, Some(&owner), None), 0);
+        assert_eq!(filed(&real), [("acme", None, false)]);
+    }
+
+    #[test]
+    fn held_items_are_released_within_their_senders_tenants() {
+        let eu = Some(sender("eu", &["acme", "globex"]));
+        let mut s = span(1, 2, Some(1), None);
+        s.sender = eu.clone();
+        let mut t = s.tenant.clone();
+        assert!(!release(
+            &s.sender,
+            &mut t,
+            &mut s.audit,
+            &mut s.tenant_mismatch,
+            Some("globex")
+        ));
+        assert_eq!(t, "globex");
+        let mut t = s.tenant.clone();
+        assert!(release(
+            &s.sender,
+            &mut t,
+            &mut s.audit,
+            &mut s.tenant_mismatch,
+            Some("victim")
+        ));
+        assert_eq!(
+            (t.as_str(), s.audit.claimed_tenant.as_deref()),
+            ("acme", Some("victim"))
+        );
+        let mut s = span(1, 3, Some(1), None);
+        s.sender = eu;
+        let mut t = s.tenant.clone();
+        assert!(!release(
+            &s.sender,
+            &mut t,
+            &mut s.audit,
+            &mut s.tenant_mismatch,
+            None
+        ));
+        assert_eq!(t, "acme", "named nothing: its sender's home");
+        let mut t = DEFAULT_TENANT.to_string();
+        assert!(!release(
+            &None,
+            &mut t,
+            &mut s.audit,
+            &mut s.tenant_mismatch,
+            None
+        ));
+        assert_eq!(t, DEFAULT_TENANT, "no sender: default, as before");
+    }
+
+    #[test]
+    fn a_log_with_neither_claim_nor_trace_goes_to_its_senders_home() {
+        let traces = TraceTenants::new(64);
+        let eu = sender("eu", &["acme", "globex"]);
+        let mut traced = fixtures::log();
+        traced.trace_id = Some([9; 16]);
+        let mut b = EventBatch {
+            spans: Vec::new(),
+            logs: vec![fixtures::log(), traced],
+        };
+        assert_eq!(intake(&traces, &mut b, Some(&eu), None), 0);
+        assert_eq!(b.logs[0].tenant, "acme");
+        assert!(!b.logs[0].tenant_mismatch && b.logs[0].audit.claimed_tenant.is_none());
+        assert_eq!(
+            b.logs[1].tenant, DEFAULT_TENANT,
+            "held by the consumers for its trace"
+        );
+    }
+
+    #[test]
+    fn without_a_sender_nothing_changes() {
+        let traces = TraceTenants::new(64);
+        let mut b = EventBatch {
+            spans: vec![span(1, 1, None, Some("victim")), span(1, 2, Some(1), None)],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut b, None, None), 0);
+        assert_eq!(
+            filed(&b),
+            [("victim", Some("victim"), false), ("victim", None, false)]
+        );
+    }
+}
