@@ -104,9 +104,9 @@ pub const BUFFERED_CONTENT_TYPE: &str = "application/vnd.toolwatch.buffered-rows
 /// the readers the copies are for read the data directory on this host anyway.
 async fn buffered(
     State(state): State<AdminState>,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    ConnectInfo(peer): ConnectInfo<crate::receive::tls::Peer>,
 ) -> axum::response::Response {
-    if !peer.ip().is_loopback() {
+    if !peer.addr.ip().is_loopback() {
         state.metrics.reader_copy_refused();
         return json_response(
             StatusCode::FORBIDDEN,
@@ -265,7 +265,11 @@ mod tests {
             .body(Body::empty())
             .expect("request");
         let addr: std::net::SocketAddr = peer.parse().expect("addr");
-        req.extensions_mut().insert(ConnectInfo(addr));
+        req.extensions_mut()
+            .insert(ConnectInfo(crate::receive::tls::Peer {
+                addr,
+                client_names: Arc::from(Vec::new()),
+            }));
         let resp = router(state()).oneshot(req).await.expect("answer");
         let status = resp.status();
         let body = axum::body::to_bytes(resp.into_body(), 1 << 20)

@@ -29,6 +29,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Who may send, and which tenants each sender may write.
     pub auth: crate::receive::auth::AuthConfig,
+    /// How the OTLP receivers talk: TLS.
+    pub receive: ReceiveConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
     /// The write-ahead journal between `protect` and the consumers.
@@ -69,6 +71,14 @@ impl Default for ListenConfig {
             admin: SocketAddr::from(([127, 0, 0, 1], 9464)),
         }
     }
+}
+
+/// The `[receive]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReceiveConfig {
+    /// TLS on both OTLP receivers (and mTLS senders).
+    pub tls: crate::receive::tls::TlsConfig,
 }
 
 /// Where data is kept.
@@ -321,6 +331,12 @@ impl Config {
         crate::receive::auth::SenderDirectory::from_config(&self.auth).map_err(|e| {
             ConfigError::Invalid {
                 origin: "auth".into(),
+                message: e.to_string(),
+            }
+        })?;
+        crate::receive::tls::server_config(&self.receive.tls).map_err(|e| {
+            ConfigError::Invalid {
+                origin: "receive.tls".into(),
                 message: e.to_string(),
             }
         })?;

@@ -120,6 +120,7 @@ pub struct Metrics {
     requests: Family<Labels2, Counter>,
     rejected: Family<Labels3, Counter>,
     auth_refused: Family<Labels2, Counter>,
+    tls_failed: Family<Labels2, Counter>,
     received_bytes: Family<Labels2, Counter>,
     received_items: Family<Labels1, Counter>,
     archive_rows: Family<Labels1, Counter>,
@@ -741,6 +742,7 @@ impl Metrics {
             requests: Family::default(),
             rejected: Family::default(),
             auth_refused: Family::default(),
+            tls_failed: Family::default(),
             received_bytes: Family::default(),
             received_items: Family::default(),
             archive_rows: Family::default(),
@@ -814,6 +816,11 @@ impl Metrics {
             "auth_refused",
             "OTLP requests refused for their credential, by transport and reason (missing, malformed, unknown_token); the token is never recorded",
             m.auth_refused.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes that failed, by listener and reason (no_client_certificate, bad_certificate, protocol, timeout)",
+            m.tls_failed.clone(),
         );
         registry.register(
             "otlp_received_bytes",
@@ -966,6 +973,13 @@ impl Metrics {
                 ("signal", s.as_str()),
                 ("reason", r.as_str()),
             ])
+            .inc();
+    }
+
+    /// A TLS handshake on `listener` that failed.
+    pub fn tls_failed(&self, listener: &'static str, reason: &'static str) {
+        self.tls_failed
+            .get_or_create(&[("listener", listener), ("reason", reason)])
             .inc();
     }
 

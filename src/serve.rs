@@ -41,6 +41,7 @@ use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
 use crate::protect::{KeyError, Protector};
 use crate::receive::auth::{AuthConfigError, SenderDirectory, SharedDirectory};
+use crate::receive::tls::{OtlpListener, Peer, SharedTls, TlsError};
 use crate::receive::{grpc, http, ReceiverContext};
 
 /// Longest time an alarm waits in an open file before `query` can see it.
@@ -100,6 +101,9 @@ pub enum ServeError {
     /// The `[auth]` section cannot work.
     #[error("auth: {0}")]
     Auth(#[from] AuthConfigError),
+    /// TLS cannot be set up.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// Addresses actually bound (useful when a configured port is 0).
@@ -316,16 +320,37 @@ pub async fn run(
 
     let stop_receivers = CancellationToken::new();
     let stop_admin = CancellationToken::new();
+    let tls = crate::receive::tls::server_config(&config.receive.tls)?
+        .map(|c| Arc::new(SharedTls::new(c)));
+    let failed = |listener: &'static str| -> crate::receive::tls::HandshakeFailed {
+        let m = Arc::clone(&metrics);
+        Arc::new(move |reason| m.tls_failed(listener, reason))
+    };
+    let otlp_listener = |tcp, name| {
+        OtlpListener::new(tcp, tls.clone(), failed(name)).map_err(|source| ServeError::Bind {
+            what: name,
+            addr: config.listen.otlp_grpc,
+            source,
+        })
+    };
     let grpc_server = tokio::spawn(serve_until(
-        grpc_listener,
+        otlp_listener(grpc_listener, "otlp_grpc")?,
         grpc::router(Arc::clone(&ctx)),
         stop_receivers.clone(),
     ));
     let http_server = tokio::spawn(serve_until(
-        http_listener,
+        otlp_listener(http_listener, "otlp_http")?,
         http::router(Arc::clone(&ctx)),
         stop_receivers.clone(),
     ));
+    let admin_listener =
+        OtlpListener::new(admin_listener, None, failed("admin")).map_err(|source| {
+            ServeError::Bind {
+                what: "admin",
+                addr: config.listen.admin,
+                source,
+            }
+        })?;
     let admin_server = tokio::spawn(serve_until(
         admin_listener,
         crate::admin::router(AdminState {
@@ -351,7 +376,7 @@ pub async fn run(
             None
         }
     };
-    let reloader = tokio::spawn(reload_on_hangup(reload, senders));
+    let reloader = tokio::spawn(reload_on_hangup(reload, senders, tls));
     metrics.set_ready(true);
     tracing::info!(
         otlp_grpc = %addrs.otlp_grpc,
@@ -650,9 +675,9 @@ fn budget_stage(
     Ok((stage, skip_before, tasks))
 }
 
-async fn serve_until(listener: TcpListener, router: axum::Router, stop: CancellationToken) {
+async fn serve_until(listener: OtlpListener, router: axum::Router, stop: CancellationToken) {
     // Handlers may ask who is calling (the admin port serves archive rows to local readers only).
-    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let service = router.into_make_service_with_connect_info::<Peer>();
     let result = axum::serve(listener, service)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
@@ -665,7 +690,11 @@ async fn serve_until(listener: TcpListener, router: axum::Router, stop: Cancella
 /// requests that start from then on (requests in flight finish under the senders they were
 /// authenticated by). A configuration that does not load or validate is refused, logged, and
 /// the senders in force stay. Other sections take effect at the next start.
-async fn reload_on_hangup(reload: ConfigSource, senders: Arc<SharedDirectory>) {
+async fn reload_on_hangup(
+    reload: ConfigSource,
+    senders: Arc<SharedDirectory>,
+    tls: Option<Arc<SharedTls>>,
+) {
     let Some(reload) = reload else { return };
     #[cfg(unix)]
     {
@@ -678,9 +707,29 @@ async fn reload_on_hangup(reload: ConfigSource, senders: Arc<SharedDirectory>) {
             }
         };
         while hangup.recv().await.is_some() {
-            let loaded = reload().and_then(|c| c.validate().map(|()| c));
-            match loaded.map(|c| SenderDirectory::from_config(&c.auth)) {
-                Ok(Ok(d)) => {
+            let loaded = match reload().and_then(|c| c.validate().map(|()| c)) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: configuration refused; the senders and certificates in force stay");
+                    continue;
+                }
+            };
+            if let Some(tls) = &tls {
+                match crate::receive::tls::server_config(&loaded.receive.tls) {
+                    Ok(Some(c)) => {
+                        tls.replace(c);
+                        tracing::info!("SIGHUP: TLS certificates reloaded");
+                    }
+                    Ok(None) => tracing::warn!(
+                        "SIGHUP: receive.tls is now off; TLS stays on until a restart"
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: TLS refused; the certificates in force stay")
+                    }
+                }
+            }
+            match SenderDirectory::from_config(&loaded.auth) {
+                Ok(d) => {
                     let n = d.senders();
                     let required = d.required();
                     senders.replace(d);
@@ -690,11 +739,8 @@ async fn reload_on_hangup(reload: ConfigSource, senders: Arc<SharedDirectory>) {
                         "SIGHUP: senders reloaded"
                     );
                 }
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "SIGHUP: [auth] refused; the senders in force stay")
-                }
                 Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: configuration refused; the senders in force stay")
+                    tracing::error!(error = %e, "SIGHUP: [auth] refused; the senders in force stay")
                 }
             }
         }

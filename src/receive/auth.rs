@@ -46,8 +46,12 @@ pub struct SenderConfig {
     pub name: String,
     /// Hex SHA-256 of the sender's bearer token, or a list of them (an old and a new token
     /// while a rotation rolls out).
-    #[serde(deserialize_with = "one_or_many")]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub token_sha256: Vec<String>,
+    /// Names a verified client certificate may carry (a SAN DNS or URI name, or the
+    /// subject's CN) to authenticate as this sender over mTLS (`receive.tls.client_ca_file`).
+    #[serde(default)]
+    pub client_names: Vec<String>,
     /// Tenants this sender may write; `["*"]` for any. The first is where a claim outside the
     /// list is filed.
     pub tenants: Vec<String>,
@@ -93,12 +97,22 @@ pub enum AuthConfigError {
         /// Position in its hash list.
         entry: usize,
     },
-    /// A sender without a token.
-    #[error("auth.senders[{index}] ({name}): token_sha256 is empty")]
+    /// A sender without a credential.
+    #[error("auth.senders[{index}] ({name}): neither token_sha256 nor client_names is set")]
     NoHash {
         /// Position in the list.
         index: usize,
         /// The sender's name.
+        name: String,
+    },
+    /// One client certificate name for two senders.
+    #[error("auth.senders: {first} and {second} both list the client name {name:?}")]
+    SharedClientName {
+        /// The first sender.
+        first: String,
+        /// The second.
+        second: String,
+        /// The name.
         name: String,
     },
     /// One token for two senders: it could not say which one sent.
@@ -151,6 +165,7 @@ impl AuthFailure {
 pub struct SenderDirectory {
     required: bool,
     by_hash: BTreeMap<[u8; 32], Arc<Sender>>,
+    by_client_name: BTreeMap<String, Arc<Sender>>,
 }
 
 impl SenderDirectory {
@@ -162,6 +177,7 @@ impl SenderDirectory {
         }
         let mut names = BTreeSet::new();
         let mut by_hash: BTreeMap<[u8; 32], Arc<Sender>> = BTreeMap::new();
+        let mut by_client_name: BTreeMap<String, Arc<Sender>> = BTreeMap::new();
         for (index, s) in config.senders.iter().enumerate() {
             if !valid_name(&s.name) {
                 return Err(AuthConfigError::BadName {
@@ -176,11 +192,22 @@ impl SenderDirectory {
                 name: s.name.as_str().into(),
                 tenants: tenants_of(index, s)?,
             });
-            if s.token_sha256.is_empty() {
+            if s.token_sha256.is_empty() && s.client_names.is_empty() {
                 return Err(AuthConfigError::NoHash {
                     index,
                     name: s.name.clone(),
                 });
+            }
+            for n in &s.client_names {
+                if let Some(other) = by_client_name.insert(n.clone(), Arc::clone(&sender)) {
+                    if other.name != sender.name {
+                        return Err(AuthConfigError::SharedClientName {
+                            first: other.name.to_string(),
+                            second: s.name.clone(),
+                            name: n.clone(),
+                        });
+                    }
+                }
             }
             for (entry, h) in s.token_sha256.iter().enumerate() {
                 let hash = parse_hash(h).ok_or_else(|| AuthConfigError::BadHash {
@@ -198,7 +225,11 @@ impl SenderDirectory {
                 }
             }
         }
-        Ok(SenderDirectory { required, by_hash })
+        Ok(SenderDirectory {
+            required,
+            by_hash,
+            by_client_name,
+        })
     }
 
     /// True when requests must authenticate.
@@ -210,6 +241,7 @@ impl SenderDirectory {
     pub fn senders(&self) -> usize {
         self.by_hash
             .values()
+            .chain(self.by_client_name.values())
             .map(|s| &*s.name)
             .collect::<BTreeSet<_>>()
             .len()
@@ -218,8 +250,18 @@ impl SenderDirectory {
     /// The sender a request's headers name: `Ok(None)` when auth is off and nothing was
     /// presented. With auth off a presented token is still honoured, so senders can be
     /// configured before auth is switched on.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Option<Arc<Sender>>, AuthFailure> {
+    ///
+    /// A bearer token decides when one is sent; otherwise the names of a verified client
+    /// certificate (`client_names`, from [`super::tls`]) may name a sender.
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client_names: &[String],
+    ) -> Result<Option<Arc<Sender>>, AuthFailure> {
         let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
+            if let Some(s) = client_names.iter().find_map(|n| self.by_client_name.get(n)) {
+                return Ok(Some(Arc::clone(s)));
+            }
             return if self.required {
                 Err(AuthFailure::Missing)
             } else {
@@ -324,11 +366,13 @@ mod tests {
                 SenderConfig {
                     name: "executor-eu".into(),
                     token_sha256: vec![token_sha256("tok-eu-1"), token_sha256("tok-eu-2")],
+                    client_names: vec!["executor-eu.clients.example".into()],
                     tenants: vec!["acme".into(), "globex".into()],
                 },
                 SenderConfig {
                     name: "gateway".into(),
                     token_sha256: vec![token_sha256("tok-gw").to_uppercase()],
+                    client_names: Vec::new(),
                     tenants: vec!["*".into()],
                 },
             ],
@@ -351,19 +395,22 @@ mod tests {
         let d = SenderDirectory::from_config(&config(AuthMode::Required)).expect("valid");
         assert_eq!(d.senders(), 2);
         let eu = d
-            .authenticate(&headers(Some("Bearer tok-eu-2")))
+            .authenticate(&headers(Some("Bearer tok-eu-2")), &[])
             .expect("ok");
         assert_eq!(eu.as_deref().map(|s| &*s.name), Some("executor-eu"));
         let gw = d
-            .authenticate(&headers(Some("bearer   tok-gw ")))
+            .authenticate(&headers(Some("bearer   tok-gw ")), &[])
             .expect("ok");
         assert_eq!(
             gw.as_ref().map(|s| s.tenants.clone()),
             Some(SenderTenants::Any)
         );
-        assert_eq!(d.authenticate(&headers(None)), Err(AuthFailure::Missing));
         assert_eq!(
-            d.authenticate(&headers(Some("Bearer tok-eu-3"))),
+            d.authenticate(&headers(None), &[]),
+            Err(AuthFailure::Missing)
+        );
+        assert_eq!(
+            d.authenticate(&headers(Some("Bearer tok-eu-3")), &[]),
             Err(AuthFailure::Unknown)
         );
         for bad in [
@@ -374,7 +421,7 @@ mod tests {
             "tok-eu-1",
         ] {
             assert_eq!(
-                d.authenticate(&headers(Some(bad))),
+                d.authenticate(&headers(Some(bad)), &[]),
                 Err(AuthFailure::Malformed),
                 "{bad}"
             );
@@ -382,12 +429,47 @@ mod tests {
     }
 
     #[test]
+    fn a_verified_client_certificate_names_its_sender_unless_a_token_is_sent() {
+        let d = SenderDirectory::from_config(&config(AuthMode::Required)).expect("valid");
+        let names = [
+            "other.example".to_string(),
+            "executor-eu.clients.example".to_string(),
+        ];
+        let s = d.authenticate(&headers(None), &names).expect("ok");
+        assert_eq!(s.as_deref().map(|s| &*s.name), Some("executor-eu"));
+        let s = d
+            .authenticate(&headers(Some("Bearer tok-gw")), &names)
+            .expect("ok");
+        assert_eq!(
+            s.as_deref().map(|s| &*s.name),
+            Some("gateway"),
+            "the token decides"
+        );
+        assert_eq!(
+            d.authenticate(&headers(None), &["stranger.example".to_string()]),
+            Err(AuthFailure::Missing)
+        );
+        let mut c = config(AuthMode::Required);
+        c.senders[1].client_names = vec!["executor-eu.clients.example".into()];
+        assert!(matches!(
+            SenderDirectory::from_config(&c),
+            Err(AuthConfigError::SharedClientName { .. })
+        ));
+        c.senders[1].client_names.clear();
+        c.senders[1].token_sha256.clear();
+        assert!(matches!(
+            SenderDirectory::from_config(&c),
+            Err(AuthConfigError::NoHash { .. })
+        ));
+    }
+
+    #[test]
     fn with_auth_off_a_known_token_still_names_its_sender() {
         let d = SenderDirectory::from_config(&config(AuthMode::Off)).expect("valid");
-        assert_eq!(d.authenticate(&headers(None)), Ok(None));
-        assert_eq!(d.authenticate(&headers(Some("Bearer nope"))), Ok(None));
+        assert_eq!(d.authenticate(&headers(None), &[]), Ok(None));
+        assert_eq!(d.authenticate(&headers(Some("Bearer nope")), &[]), Ok(None));
         let s = d
-            .authenticate(&headers(Some("Bearer tok-eu-1")))
+            .authenticate(&headers(Some("Bearer tok-eu-1")), &[])
             .expect("ok");
         assert!(s.is_some_and(|s| s.permits("globex") && !s.permits("initech")));
     }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use axum::routing::post;
@@ -28,6 +28,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::decode::{self, DecodeError};
+use super::tls::Peer;
 use super::{Ingestible, ReceiveError, ReceiverContext};
 use crate::metrics::Transport;
 use crate::pipeline::Refusal;
@@ -52,11 +53,13 @@ async fn unimplemented() -> Response {
 
 async fn traces(
     State(ctx): State<Arc<ReceiverContext>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     export::<ExportTraceServiceRequest, _>(
         &ctx,
+        &peer,
         &headers,
         body,
         ExportTraceServiceResponse::default(),
@@ -64,9 +67,15 @@ async fn traces(
     .await
 }
 
-async fn logs(State(ctx): State<Arc<ReceiverContext>>, headers: HeaderMap, body: Body) -> Response {
+async fn logs(
+    State(ctx): State<Arc<ReceiverContext>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     export::<ExportLogsServiceRequest, _>(
         &ctx,
+        &peer,
         &headers,
         body,
         ExportLogsServiceResponse::default(),
@@ -76,11 +85,12 @@ async fn logs(State(ctx): State<Arc<ReceiverContext>>, headers: HeaderMap, body:
 
 async fn export<M: Ingestible, R: Message>(
     ctx: &ReceiverContext,
+    peer: &Peer,
     headers: &HeaderMap,
     body: Body,
     ok: R,
 ) -> Response {
-    match receive::<M>(ctx, headers, body).await {
+    match receive::<M>(ctx, peer, headers, body).await {
         Ok(()) => reply(&ok),
         Err(e) => {
             ctx.refused(Transport::Grpc, M::SIGNAL, &e);
@@ -91,11 +101,12 @@ async fn export<M: Ingestible, R: Message>(
 
 async fn receive<M: Ingestible>(
     ctx: &ReceiverContext,
+    peer: &Peer,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(), ReceiveError> {
     // Before anything of the request is read: an unknown sender learns nothing else.
-    let origin = ctx.authenticate(headers)?;
+    let origin = ctx.authenticate(headers, peer)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

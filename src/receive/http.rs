@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -24,6 +24,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 
 use super::decode::{self, DecodeError};
+use super::tls::Peer;
 use super::{Ingestible, ReceiveError, ReceiverContext};
 use crate::metrics::Transport;
 use crate::pipeline::Refusal;
@@ -58,11 +59,13 @@ pub fn router(ctx: Arc<ReceiverContext>) -> Router {
 
 async fn traces(
     State(ctx): State<Arc<ReceiverContext>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     export::<ExportTraceServiceRequest, _>(
         &ctx,
+        &peer,
         &headers,
         body,
         ExportTraceServiceResponse::default(),
@@ -70,9 +73,15 @@ async fn traces(
     .await
 }
 
-async fn logs(State(ctx): State<Arc<ReceiverContext>>, headers: HeaderMap, body: Body) -> Response {
+async fn logs(
+    State(ctx): State<Arc<ReceiverContext>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     export::<ExportLogsServiceRequest, _>(
         &ctx,
+        &peer,
         &headers,
         body,
         ExportLogsServiceResponse::default(),
@@ -80,14 +89,20 @@ async fn logs(State(ctx): State<Arc<ReceiverContext>>, headers: HeaderMap, body:
     .await
 }
 
-async fn export<M, R>(ctx: &ReceiverContext, headers: &HeaderMap, body: Body, ok: R) -> Response
+async fn export<M, R>(
+    ctx: &ReceiverContext,
+    peer: &Peer,
+    headers: &HeaderMap,
+    body: Body,
+    ok: R,
+) -> Response
 where
     M: Ingestible,
     R: Message + serde::Serialize,
 {
     // Answer errors in the request's format where it is known, protobuf otherwise.
     let format = format_of(headers).unwrap_or(Format::Protobuf);
-    match receive::<M>(ctx, headers, body).await {
+    match receive::<M>(ctx, peer, headers, body).await {
         Ok(()) => success(format, &ok),
         Err(e) => {
             ctx.refused(Transport::Http, M::SIGNAL, &e);
@@ -98,11 +113,12 @@ where
 
 async fn receive<M: Ingestible>(
     ctx: &ReceiverContext,
+    peer: &Peer,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(), ReceiveError> {
     // Before anything of the request is read: an unknown sender learns nothing else.
-    let origin = ctx.authenticate(headers)?;
+    let origin = ctx.authenticate(headers, peer)?;
     let format = match format_of(headers) {
         Some(f) => f,
         None => {

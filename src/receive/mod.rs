@@ -11,6 +11,7 @@ pub mod decode;
 pub mod grpc;
 pub mod http;
 pub mod normalize;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,8 +123,15 @@ pub(crate) async fn read_body(
 impl ReceiverContext {
     /// The request's sender and tenant header; refused before its body is read when
     /// authentication is required and it has no known token.
-    pub fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<Origin, ReceiveError> {
-        let sender = self.senders.current().authenticate(headers)?;
+    pub fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: &tls::Peer,
+    ) -> Result<Origin, ReceiveError> {
+        let sender = self
+            .senders
+            .current()
+            .authenticate(headers, &peer.client_names)?;
         let tenant_header = headers
             .get(crate::tenancy::binding::TENANT_HEADER)
             .and_then(|v| v.to_str().ok())
