@@ -300,19 +300,34 @@ fn a_daemon_reachable_from_other_machines_without_auth_does_not_start() {
 /// A span through the Rust exporter, the token in gRPC metadata; true when the export
 /// succeeded.
 fn rust_export(endpoint: &str, token: &str, request: &str) -> bool {
+    rust_export_with(endpoint, Some(token), None, request)
+}
+
+/// [`rust_export`] with an optional token and TLS settings.
+pub(crate) fn rust_export_with(
+    endpoint: &str,
+    token: Option<&str>,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+    request: &str,
+) -> bool {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let _guard = rt.enter();
     let mut metadata = tonic::metadata::MetadataMap::new();
-    metadata.insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("metadata value"),
-    );
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+    if let Some(token) = token {
+        metadata.insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("metadata value"),
+        );
+    }
+    let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .with_endpoint(endpoint)
-        .with_metadata(metadata)
-        .build()
-        .expect("span exporter");
+        .with_timeout(std::time::Duration::from_secs(5))
+        .with_metadata(metadata);
+    if let Some(tls) = tls {
+        builder = builder.with_tls_config(tls);
+    }
+    let exporter = builder.build().expect("span exporter");
     let result = std::sync::Arc::new(std::sync::Mutex::new(None));
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_span_processor(ResultProcessor {

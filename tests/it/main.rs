@@ -23,3 +23,4 @@ mod python_sdk;
 mod query;
 mod rust_sdk;
 mod tenancy;
+mod tls;

@@ -3,7 +3,11 @@ environment gives them (OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer%20<toke
 convention every OTLP exporter reads), and reports what each export returned.
 
 Usage: send_auth.py --protocol grpc|http --endpoint URL --request ID [--claim TENANT]
-                    [--canary TEXT]
+                    [--canary TEXT] [--tls]
+
+With --tls the exporters speak TLS, verifying the server against OTEL_EXPORTER_OTLP_CERTIFICATE
+and presenting OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE / _CLIENT_KEY when set (the SDK's own
+environment variables); --endpoint is then an https:// URL.
 
 The run: a root span (claiming --claim as executor.tenant_id, if given), a child tool span
 that names no tenant, and a log record of the child. --canary goes into the tool's arguments.
@@ -29,6 +33,24 @@ BASE = 1_767_240_000_000_000_000  # 2026-01-01T04:00:00Z
 MS = 1_000_000
 
 
+def tls_exporters(protocol, endpoint):
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+
+        return (
+            OTLPSpanExporter(endpoint=endpoint, insecure=False),
+            OTLPLogExporter(endpoint=endpoint, insecure=False),
+        )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+    return (
+        OTLPSpanExporter(endpoint=endpoint + "/v1/traces"),
+        OTLPLogExporter(endpoint=endpoint + "/v1/logs"),
+    )
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--protocol", choices=["grpc", "http"], required=True)
@@ -36,6 +58,7 @@ def main():
     ap.add_argument("--request", required=True)
     ap.add_argument("--claim")
     ap.add_argument("--canary", default="none")
+    ap.add_argument("--tls", action="store_true")
     args = ap.parse_args()
 
     resource = Resource.create({"service.name": "auth-executor"})
@@ -76,7 +99,10 @@ def main():
     tool.end(end_time=BASE + 20 * MS)
     root.end(end_time=BASE + 30 * MS)
 
-    span_exporter, log_exporter = exporters(args.protocol, args.endpoint, False)
+    if args.tls:
+        span_exporter, log_exporter = tls_exporters(args.protocol, args.endpoint)
+    else:
+        span_exporter, log_exporter = exporters(args.protocol, args.endpoint, False)
     span_result = span_exporter.export(list(spans.get_finished_spans()))
     log_result = log_exporter.export(list(logs.get_finished_logs()))
     trace_id, root_id = ids(root)
