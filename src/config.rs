@@ -111,6 +111,10 @@ pub struct LimitsConfig {
     pub enqueue_timeout: Option<HumanDuration>,
     /// The `Retry-After` / RetryInfo delay suggested to clients when refusing.
     pub retry_after: HumanDuration,
+    /// Requests and bytes per second per tenant and per sender.
+    pub rate: crate::receive::admission::RatesConfig,
+    /// The largest span and log record accepted.
+    pub structure: crate::receive::admission::StructureLimits,
 }
 
 impl Default for LimitsConfig {
@@ -120,6 +124,8 @@ impl Default for LimitsConfig {
             queue_batches: PositiveUsize(1024),
             enqueue_timeout: None,
             retry_after: HumanDuration(Duration::from_secs(1)),
+            rate: Default::default(),
+            structure: Default::default(),
         }
     }
 }
@@ -334,6 +340,13 @@ impl Config {
                 message: e.to_string(),
             }
         })?;
+        self.limits
+            .rate
+            .validate()
+            .map_err(|message| ConfigError::Invalid {
+                origin: "limits.rate".into(),
+                message,
+            })?;
         crate::receive::tls::server_config(&self.receive.tls).map_err(|e| {
             ConfigError::Invalid {
                 origin: "receive.tls".into(),

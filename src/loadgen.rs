@@ -80,7 +80,12 @@ pub struct LoadgenOptions {
     pub sent_file: Option<PathBuf>,
     /// Sent as `authorization: Bearer <token>` with every export.
     pub token: Option<String>,
+    /// Tenants are named `<prefix>0`, `<prefix>1`, …
+    pub tenant_prefix: String,
 }
+
+/// Tenant names' prefix unless `--tenant-prefix` says otherwise.
+pub const DEFAULT_TENANT_PREFIX: &str = "tenant-";
 
 /// `authorization: Bearer <token>` as a header value, marked sensitive (kept out of debug
 /// output); an error for a token no header can carry.
@@ -490,6 +495,8 @@ struct Generator {
     seed: u64,
     base_ns: u64,
     profile: Profile,
+    /// Tenants are named `<prefix><n>`.
+    tenant_prefix: String,
 }
 
 impl Generator {
@@ -637,7 +644,7 @@ impl Generator {
     fn runaway_run(&mut self, n: u64, tenants: u32) -> AgentRun {
         const SEC: u64 = 1_000_000_000;
         let t = RunawayRun {
-            tenant: format!("tenant-{}", n % u64::from(tenants)),
+            tenant: format!("{}{}", self.tenant_prefix, n % u64::from(tenants)),
             principal: format!("user-{}", n % 7),
             request_id: format!("req-{}-{n:08}", self.seed),
             trace_id: self.id::<16>(),
@@ -750,7 +757,7 @@ impl Generator {
     }
 
     fn normal_run(&mut self, n: u64, tenants: u32) -> AgentRun {
-        let tenant = format!("tenant-{}", n % u64::from(tenants));
+        let tenant = format!("{}{}", self.tenant_prefix, n % u64::from(tenants));
         let principal = format!("user-{}", self.rng.random_range(0..50u32));
         let request_id = format!("req-{}-{n:08}", self.seed);
         let trace_id = self.id::<16>();
@@ -1069,6 +1076,7 @@ pub fn generate(seed: u64, tenants: u32, base_ns: u64, count: u64) -> Vec<AgentR
         seed,
         base_ns,
         profile: Profile::Normal,
+        tenant_prefix: DEFAULT_TENANT_PREFIX.into(),
     };
     (0..count).map(|n| g.run(n, tenants.max(1))).collect()
 }
@@ -1355,6 +1363,7 @@ pub async fn run(opts: LoadgenOptions) -> Result<LoadgenReport, LoadgenError> {
         seed: opts.seed,
         base_ns,
         profile: opts.profile,
+        tenant_prefix: opts.tenant_prefix.clone(),
     };
     let started = Instant::now();
     let permits = Arc::new(Semaphore::new(opts.concurrency));
@@ -1480,6 +1489,8 @@ pub struct BlastOptions {
     pub seed: u64,
     /// Sent as `authorization: Bearer <token>` with every batch.
     pub token: Option<String>,
+    /// Tenants are named `<prefix>0`, `<prefix>1`, …
+    pub tenant_prefix: String,
 }
 
 /// Spans per blast request: the root, 3 model turns, 3 tool calls, 3 downstream calls.
@@ -1664,7 +1675,7 @@ fn blast_template(
     let mut request_id_spans = 0usize;
     for r in 0..requests {
         let n = index as u64 * u64::from(requests) + u64::from(r);
-        let tenant = format!("tenant-{}", n % u64::from(tenants.max(1)));
+        let tenant = format!("{}{}", gen.tenant_prefix, n % u64::from(tenants.max(1)));
         let principal = format!("user-{}", gen.rng.random_range(0..50u32));
         let trace = trace_placeholder(r).to_vec();
         let request_id = request_id_placeholder(r);
@@ -1936,6 +1947,7 @@ fn blast_templates(opts: &BlastOptions) -> Result<Vec<Template>, LoadgenError> {
         seed: opts.seed,
         base_ns: 0,
         profile: Profile::Normal,
+        tenant_prefix: opts.tenant_prefix.clone(),
     };
     (0..needed.max(BLAST_MIN_TEMPLATES))
         .map(|index| blast_template(&mut gen, index, per, opts.tenants, opts.tenant_on))
@@ -2419,6 +2431,7 @@ mod tests {
             tenant_on,
             seed: 1,
             token: None,
+            tenant_prefix: DEFAULT_TENANT_PREFIX.into(),
         }
     }
 

@@ -256,6 +256,10 @@ struct LoadgenArgs {
     /// every user of the machine.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Tenants are named PREFIX0, PREFIX1, … (two loadgens with different prefixes send as
+    /// different tenants).
+    #[arg(long, default_value = toolwatch::loadgen::DEFAULT_TENANT_PREFIX, value_name = "PREFIX")]
+    tenant_prefix: String,
     /// With --blast: keep-alive connections, each with one batch in flight.
     #[arg(long, default_value_t = 2, value_name = "N", requires = "blast")]
     connections: usize,
@@ -732,6 +736,7 @@ fn run_loadgen(args: LoadgenArgs) -> ExitCode {
         acked_file: args.acked_file,
         sent_file: args.sent_file,
         token,
+        tenant_prefix: args.tenant_prefix.clone(),
     };
     let runtime = match runtime() {
         Ok(r) => r,
@@ -773,6 +778,7 @@ fn run_blast(args: LoadgenArgs, token: Option<String>) -> ExitCode {
         tenant_on: args.tenant_on,
         seed: args.seed,
         token,
+        tenant_prefix: args.tenant_prefix.clone(),
     };
     let runtime = match runtime() {
         Ok(r) => r,

@@ -80,6 +80,10 @@ pub enum RejectReason {
     StorageFailed,
     /// No known credential (see `toolwatch_auth_refused_total` for why).
     Unauthenticated,
+    /// A tenant or sender over its rate (`toolwatch_rate_limited_total`).
+    RateLimited,
+    /// A span or record over a structural limit (`toolwatch_structure_refused_total`).
+    StructureLimit,
 }
 
 impl RejectReason {
@@ -95,6 +99,8 @@ impl RejectReason {
             RejectReason::ShuttingDown => "shutting_down",
             RejectReason::StorageFailed => "storage_failed",
             RejectReason::Unauthenticated => "unauthenticated",
+            RejectReason::RateLimited => "rate_limited",
+            RejectReason::StructureLimit => "structure_limit",
         }
     }
 }
@@ -121,6 +127,8 @@ pub struct Metrics {
     rejected: Family<Labels3, Counter>,
     auth_refused: Family<Labels2, Counter>,
     tls_failed: Family<Labels2, Counter>,
+    rate_limited: Family<Owned2, Counter>,
+    structure_refused: Family<Owned2, Counter>,
     received_bytes: Family<Labels2, Counter>,
     received_items: Family<Labels1, Counter>,
     archive_rows: Family<Labels1, Counter>,
@@ -525,7 +533,7 @@ impl BudgetMetrics {
     }
 
     /// The tenant's label: itself, or `_other` past [`MAX_TENANT_SERIES`] tenants.
-    fn tenant_label(&self, tenant: &str) -> String {
+    pub(crate) fn tenant_label(&self, tenant: &str) -> String {
         if self.admits(tenant) {
             tenant.to_string()
         } else {
@@ -743,6 +751,8 @@ impl Metrics {
             rejected: Family::default(),
             auth_refused: Family::default(),
             tls_failed: Family::default(),
+            rate_limited: Family::default(),
+            structure_refused: Family::default(),
             received_bytes: Family::default(),
             received_items: Family::default(),
             archive_rows: Family::default(),
@@ -816,6 +826,16 @@ impl Metrics {
             "auth_refused",
             "OTLP requests refused for their credential, by transport and reason (missing, malformed, unknown_token); the token is never recorded",
             m.auth_refused.clone(),
+        );
+        registry.register(
+            "rate_limited",
+            "OTLP requests refused because a tenant or sender was over its rate (limits.rate), by scope and name (tenants past the series limit as _other)",
+            m.rate_limited.clone(),
+        );
+        registry.register(
+            "structure_refused",
+            "OTLP requests refused for a span or record over limits.structure, by limit and tenant (the sender's first tenant; unknown without one)",
+            m.structure_refused.clone(),
         );
         registry.register(
             "tls_handshake_failures",
@@ -973,6 +993,26 @@ impl Metrics {
                 ("signal", s.as_str()),
                 ("reason", r.as_str()),
             ])
+            .inc();
+    }
+
+    /// A request refused for a rate.
+    pub fn rate_limited(&self, scope: &'static str, name: &str) {
+        let name = if scope == "tenant" {
+            self.budget.tenant_label(name)
+        } else {
+            name.to_string()
+        };
+        self.rate_limited
+            .get_or_create(&[("scope", scope.to_string()), ("name", name)])
+            .inc();
+    }
+
+    /// A request refused for a structural limit.
+    pub fn structure_refused(&self, limit: &'static str, tenant: &str) {
+        let tenant = self.budget.tenant_label(tenant);
+        self.structure_refused
+            .get_or_create(&[("limit", limit.to_string()), ("tenant", tenant)])
             .inc();
     }
 

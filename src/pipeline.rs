@@ -1,8 +1,9 @@
 //! The intake: where receivers hand normalized batches to the rest of the pipeline.
 //!
-//! `submit` files each item under its trace's tenant (see [`crate::tenancy`]), runs
-//! `protect`, so nothing unprotected goes further, then appends the protected batch to the
-//! journal and returns once it is durable: only then may a receiver
+//! `file_under_tenants` files each item under its trace's tenant within what its sender may
+//! write (see [`crate::tenancy`]); `submit` runs `protect`, so nothing unprotected goes
+//! further, then appends the protected batch to the journal and returns once it is durable:
+//! only then may a receiver
 //! answer success. A full journal or writer queue is answered with [`Refusal::Overloaded`] at
 //! once, never by waiting or growing, and `/readyz` reports not ready while refusals go on.
 
@@ -66,23 +67,28 @@ impl Intake {
         }
     }
 
-    /// Files the batch's items under their traces' tenants within what its sender may
-    /// write, protects and journals it; on `Ok` it is durable. Tenants come first, so each
-    /// tenant's own redaction rules apply.
-    pub async fn submit(&self, mut batch: EventBatch, origin: &Origin) -> Result<(), Refusal> {
+    /// Files the batch's items under their traces' tenants within what its sender may write
+    /// (before [`Intake::submit`], so each tenant's own redaction rules and rates apply).
+    pub fn file_under_tenants(&self, batch: &mut EventBatch, origin: &Origin) {
         if batch.is_empty() {
-            return Ok(());
+            return;
         }
         let sender = origin.sender.as_ref();
-        let mut moved = binding::before_traces(&mut batch, sender, origin.tenant_header.as_deref());
-        self.metrics
-            .tenancy
-            .conflicts(self.tenants.resolve(&mut batch));
+        let mut moved = binding::before_traces(batch, sender, origin.tenant_header.as_deref());
+        self.metrics.tenancy.conflicts(self.tenants.resolve(batch));
         if sender.is_some() {
-            moved += binding::after_traces(&mut batch);
+            moved += binding::after_traces(batch);
         }
         if let Some(s) = sender {
             self.metrics.tenancy.mismatched(&s.name, moved);
+        }
+    }
+
+    /// Protects and journals a batch filed by [`Intake::file_under_tenants`]; on `Ok` it is
+    /// durable.
+    pub async fn submit(&self, mut batch: EventBatch) -> Result<(), Refusal> {
+        if batch.is_empty() {
+            return Ok(());
         }
         let report = self.protector.protect(&mut batch);
         self.metrics.redactions(&report.hits);

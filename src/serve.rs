@@ -307,6 +307,10 @@ pub async fn run(
         max_body_bytes: config.limits.max_request_bytes.as_usize(),
         retry_after: config.limits.retry_after.0,
         senders: Arc::clone(&senders),
+        rates: Arc::new(crate::receive::admission::RateLimiter::new(
+            config.limits.rate.clone(),
+        )),
+        structure: config.limits.structure,
     });
 
     let grpc_listener = bind("OTLP/gRPC", config.listen.otlp_grpc).await?;

@@ -128,6 +128,7 @@ async fn receive<M: Ingestible>(
         other => other?,
     };
     let wire_bytes = raw.len();
+    ctx.admit_sender(&origin, wire_bytes)?;
     let (compressed, payload) = frame(&raw, limit)?;
     let message = match (compressed, gzip) {
         (false, _) => payload,
@@ -186,6 +187,12 @@ fn status_of(e: &ReceiveError, ctx: &ReceiverContext) -> Status {
         }
         ReceiveError::Encoding(_) => Status::new(Code::Unimplemented, message),
         ReceiveError::Unauthenticated(_) => Status::new(Code::Unauthenticated, message),
+        ReceiveError::Structure(_) => Status::new(Code::InvalidArgument, message),
+        ReceiveError::RateLimited(r) => Status::with_error_details(
+            Code::ResourceExhausted,
+            message,
+            ErrorDetails::with_retry_info(Some(r.retry_after)),
+        ),
         ReceiveError::Refused(r) => {
             let code = match r {
                 Refusal::Overloaded => Code::ResourceExhausted,

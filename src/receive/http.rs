@@ -138,6 +138,7 @@ async fn receive<M: Ingestible>(
     };
     let raw = super::read_body(body, ctx.max_body_bytes).await?;
     let wire_bytes = raw.len();
+    ctx.admit_sender(&origin, wire_bytes)?;
     let plain = if gzip {
         Bytes::from(decode::gunzip(&raw, ctx.max_body_bytes)?)
     } else {
@@ -199,6 +200,8 @@ fn grpc_code(e: &ReceiveError) -> tonic::Code {
             tonic::Code::Unavailable
         }
         ReceiveError::Unauthenticated(_) => tonic::Code::Unauthenticated,
+        ReceiveError::RateLimited(_) => tonic::Code::ResourceExhausted,
+        ReceiveError::Structure(_) => tonic::Code::InvalidArgument,
     }
 }
 
@@ -214,6 +217,8 @@ fn http_status(e: &ReceiveError) -> StatusCode {
             StatusCode::SERVICE_UNAVAILABLE
         }
         ReceiveError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        ReceiveError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+        ReceiveError::Structure(_) => StatusCode::BAD_REQUEST,
     }
 }
 
@@ -243,8 +248,14 @@ fn failure(format: Format, e: &ReceiveError, ctx: &ReceiverContext) -> Response 
             HeaderValue::from_static("Bearer realm=\"toolwatch\""),
         );
     }
-    if matches!(e, ReceiveError::Refused(_)) {
-        let secs = ctx.retry_after.as_secs().max(1);
+    let retry = match e {
+        ReceiveError::Refused(_) => Some(ctx.retry_after),
+        ReceiveError::RateLimited(r) => Some(r.retry_after),
+        _ => None,
+    };
+    if let Some(delay) = retry {
+        // Whole seconds, rounded up: a client that retries sooner is refused again.
+        let secs = delay.as_secs_f64().ceil().max(1.0) as u64;
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }

@@ -6,6 +6,7 @@
 //! kept); bodies are bounded before and after decompression; overload is refused with the
 //! retryable codes OTLP clients understand; every refusal is counted by reason.
 
+pub mod admission;
 pub mod auth;
 pub mod decode;
 pub mod grpc;
@@ -37,6 +38,10 @@ pub struct ReceiverContext {
     pub retry_after: Duration,
     /// The senders in force (replaced on SIGHUP).
     pub senders: Arc<auth::SharedDirectory>,
+    /// Rates per tenant and per sender.
+    pub rates: Arc<admission::RateLimiter>,
+    /// The largest span and record accepted.
+    pub structure: admission::StructureLimits,
 }
 
 /// Why a request was refused.
@@ -60,6 +65,12 @@ pub enum ReceiveError {
     /// No known credential.
     #[error("{0}")]
     Unauthenticated(#[from] auth::AuthFailure),
+    /// A tenant or sender is over its rate.
+    #[error("{} over its rate (limits.rate); retry in {:.1}s", .0.scope.as_str(), .0.retry_after.as_secs_f64())]
+    RateLimited(admission::RateRefusal),
+    /// A span or record is over a structural limit.
+    #[error("request over a structural limit at {0}")]
+    Structure(#[from] admission::StructureError),
 }
 
 impl ReceiveError {
@@ -75,6 +86,8 @@ impl ReceiveError {
             ReceiveError::Refused(Refusal::ShuttingDown) => RejectReason::ShuttingDown,
             ReceiveError::Refused(Refusal::Unavailable) => RejectReason::StorageFailed,
             ReceiveError::Unauthenticated(_) => RejectReason::Unauthenticated,
+            ReceiveError::RateLimited(_) => RejectReason::RateLimited,
+            ReceiveError::Structure(_) => RejectReason::StructureLimit,
         }
     }
 }
@@ -85,6 +98,11 @@ pub trait Ingestible: OtlpRequest {
     const SIGNAL: Signal;
     /// Normalizes the request.
     fn normalize(self) -> Result<EventBatch, NormalizeError>;
+    /// Checks it against the structural limits.
+    fn check_structure(
+        &self,
+        limits: &admission::StructureLimits,
+    ) -> Result<(), admission::StructureError>;
 }
 
 impl Ingestible for ExportTraceServiceRequest {
@@ -92,12 +110,24 @@ impl Ingestible for ExportTraceServiceRequest {
     fn normalize(self) -> Result<EventBatch, NormalizeError> {
         normalize::spans(self)
     }
+    fn check_structure(
+        &self,
+        limits: &admission::StructureLimits,
+    ) -> Result<(), admission::StructureError> {
+        admission::check_traces(self, limits)
+    }
 }
 
 impl Ingestible for ExportLogsServiceRequest {
     const SIGNAL: Signal = Signal::Logs;
     fn normalize(self) -> Result<EventBatch, NormalizeError> {
         normalize::logs(self)
+    }
+    fn check_structure(
+        &self,
+        limits: &admission::StructureLimits,
+    ) -> Result<(), admission::StructureError> {
+        admission::check_logs(self, limits)
     }
 }
 
@@ -151,12 +181,62 @@ impl ReceiverContext {
         request: M,
         origin: &Origin,
     ) -> Result<(), ReceiveError> {
-        let batch = request.normalize()?;
+        if let Err(e) = request.check_structure(&self.structure) {
+            let tenant = origin
+                .sender
+                .as_deref()
+                .and_then(crate::event::Sender::home_tenant)
+                .unwrap_or("unknown");
+            self.metrics.structure_refused(e.limit, tenant);
+            return Err(e.into());
+        }
+        let mut batch = request.normalize()?;
         let items = batch.len();
-        self.intake.submit(batch, origin).await?;
+        self.intake.file_under_tenants(&mut batch, origin);
+        self.admit_tenants(&batch, wire_bytes)?;
+        self.intake.submit(batch).await?;
         self.metrics
             .accepted(transport, M::SIGNAL, wire_bytes, items);
         Ok(())
+    }
+
+    /// Charges the request's sender for it (after its body is read, before decoding).
+    pub fn admit_sender(&self, origin: &Origin, wire_bytes: usize) -> Result<(), ReceiveError> {
+        let Some(sender) = origin.sender.as_deref() else {
+            return Ok(());
+        };
+        self.rates
+            .admit_sender(&sender.name, wire_bytes as u64, std::time::Instant::now())
+            .map_err(|r| self.rate_limited(r))
+    }
+
+    /// Charges each tenant of the batch one request and its items' share of the bytes.
+    fn admit_tenants(&self, batch: &EventBatch, wire_bytes: usize) -> Result<(), ReceiveError> {
+        if self.rates.is_unlimited() || batch.is_empty() {
+            return Ok(());
+        }
+        let mut counts: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for t in batch
+            .spans
+            .iter()
+            .map(|s| s.tenant.as_str())
+            .chain(batch.logs.iter().map(|l| l.tenant.as_str()))
+        {
+            *counts.entry(t).or_default() += 1;
+        }
+        let total = batch.len() as u64;
+        let shares: Vec<(&str, u64)> = counts
+            .into_iter()
+            .map(|(t, n)| (t, wire_bytes as u64 * n / total))
+            .collect();
+        self.rates
+            .admit_tenants(&shares, std::time::Instant::now())
+            .map_err(|r| self.rate_limited(r))
+    }
+
+    fn rate_limited(&self, r: admission::RateRefusal) -> ReceiveError {
+        self.metrics.rate_limited(r.scope.as_str(), &r.name);
+        ReceiveError::RateLimited(r)
     }
 
     /// Counts and logs a refusal. The message carries no payload values.

@@ -275,3 +275,47 @@ fn wrong_method_and_path_are_refused() {
         assert_eq!(status, 404);
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_over_a_structural_limit_are_refused_with_the_limit_and_where() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![(
+            "TOOLWATCH_LIMITS__STRUCTURE__MAX_ATTRIBUTES".into(),
+            "3".into(),
+        )],
+        ..Default::default()
+    });
+    let traces = format!("{}/v1/traces", d.http_url());
+    let attrs: Vec<serde_json::Value> = (0..4)
+        .map(|i| serde_json::json!({"key": format!("k{i}"), "value": {"stringValue": CANARY}}))
+        .collect();
+    let body = serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331",
+         "name": "ok", "startTimeUnixNano": "1767225600000000000", "endTimeUnixNano": "1767225600100000000",
+         "attributes": attrs[..3]},
+        {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203332",
+         "name": "too many", "startTimeUnixNano": "1767225600000000000", "endTimeUnixNano": "1767225600100000000",
+         "attributes": attrs}
+    ]}]}]});
+    let (status, resp) = post(
+        &traces,
+        "application/json",
+        None,
+        body.to_string().into_bytes(),
+    )
+    .await;
+    let resp = String::from_utf8(resp).expect("utf-8");
+    assert_eq!(status, 400, "{resp}");
+    assert!(
+        resp.contains("resourceSpans[0].scopeSpans[0].spans[1]: 4 attributes, over limits.structure.max_attributes = 3"),
+        "{resp}"
+    );
+    assert!(!resp.contains(CANARY));
+    assert_eq!(rejected(&d, "http", "structure_limit"), 1.0);
+    assert_eq!(
+        d.metric("toolwatch_structure_refused_total{limit=\"max_attributes\",tenant=\"unknown\"}"),
+        Some(1.0)
+    );
+    d.stop();
+    assert!(read_table(&d.data_dir, "spans").is_empty(), "refused whole");
+}

@@ -1,6 +1,7 @@
 //! Integration tests: the real `toolwatch` binary over real sockets with real clients.
 //! One test binary, because each one links everything.
 
+mod admission;
 mod assemble;
 mod auth;
 mod bad_input;
