@@ -108,6 +108,10 @@ struct QueryArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = toolwatch::query::output::Format::Table)]
     format: toolwatch::query::output::Format,
+    /// Read only this tenant's rows (repeat for several): other tenants' files and buffered
+    /// rows are not listed, and no file outside the listing can be opened.
+    #[arg(long = "tenant", value_name = "TENANT")]
+    tenants: Vec<String>,
     /// The SQL, e.g. "SELECT tool_name, count(*) FROM spans WHERE date = '2026-11-30' GROUP BY 1".
     #[arg(value_name = "SQL")]
     sql: String,
@@ -123,7 +127,7 @@ struct TraceArgs {
     #[arg(long)]
     json: bool,
     /// The tenant whose request this is (request ids are per tenant; a trace id names its
-    /// own tenant).
+    /// own tenant). Given, nothing of any other tenant is read.
     #[arg(long, value_name = "ID")]
     tenant: Option<String>,
     /// A request id (executor.request_id) or a 32-hex-digit trace id.
@@ -354,7 +358,12 @@ fn query(args: QueryArgs) -> ExitCode {
         bar
     });
     let result = warn_unfresh(runtime.block_on(async {
-        toolwatch::query::with_session(&dir, args.fresh.freshen(), |ctx| {
+        let scope = if args.tenants.is_empty() {
+            toolwatch::query::TenantScope::all()
+        } else {
+            toolwatch::query::TenantScope::only(args.tenants.iter().cloned())
+        };
+        toolwatch::query::with_session(&dir, args.fresh.freshen(), &scope, |ctx| {
             let (sql, progress) = (&args.sql, &progress);
             async move {
                 toolwatch::query::run(&ctx, sql, |rows| {
@@ -469,7 +478,11 @@ fn trace(args: TraceArgs) -> ExitCode {
         Err(code) => return code,
     };
     let view = warn_unfresh(runtime.block_on(async {
-        toolwatch::query::with_session(&dir, args.fresh.freshen(), |ctx| {
+        let scope = match &args.tenant {
+            Some(t) => toolwatch::query::TenantScope::only([t.clone()]),
+            None => toolwatch::query::TenantScope::all(),
+        };
+        toolwatch::query::with_session(&dir, args.fresh.freshen(), &scope, |ctx| {
             let (id, tenant) = (&args.id, args.tenant.as_deref());
             async move { toolwatch::query::trace::find(&ctx, id, tenant).await }
         })

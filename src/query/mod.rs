@@ -87,6 +87,7 @@ const VANISHED_TRIES: u32 = 4;
 pub async fn with_session<T, F, Fut>(
     data_dir: &Path,
     freshen: Freshen,
+    scope: &TenantScope,
     mut work: F,
 ) -> Result<(T, Freshness), QueryError>
 where
@@ -113,13 +114,48 @@ where
         } else {
             None
         };
-        let ctx = session_with(data_dir, copies).await?;
+        let ctx = session_scoped(data_dir, copies, scope).await?;
         let result = work(ctx).await;
         drop(readers);
         match result {
             Err(e) if tries < VANISHED_TRIES && e.is_vanished_file() => continue,
             r => return r.map(|t| (t, freshness)),
         }
+    }
+}
+
+/// Which tenants a session may read: every one, or only some. A scoped session lists only
+/// those tenants' partition folders (and the daemon's buffered rows of those tenants) and
+/// cannot open any other file, whatever its SQL says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantScope(Option<std::collections::BTreeSet<String>>);
+
+impl TenantScope {
+    /// Every tenant.
+    pub fn all() -> TenantScope {
+        TenantScope(None)
+    }
+
+    /// Only `tenants` (none at all when empty).
+    pub fn only<I: IntoIterator<Item = String>>(tenants: I) -> TenantScope {
+        TenantScope(Some(tenants.into_iter().collect()))
+    }
+
+    /// True when some tenants are left out.
+    pub fn is_scoped(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Whether a file at `relative` (to its table's folder: `tenant=<T>/date=…/…`) is in scope.
+    fn admits(&self, relative: &str) -> bool {
+        let Some(tenants) = &self.0 else {
+            return true;
+        };
+        let first = relative.split('/').next().unwrap_or("");
+        tenants.iter().any(|t| {
+            first.strip_prefix("tenant=")
+                == Some(crate::archive::partition::encode_partition_value(t).as_str())
+        })
     }
 }
 
@@ -147,6 +183,15 @@ pub async fn session_with(
     data_dir: &Path,
     copies: Option<BufferedSet>,
 ) -> Result<SessionContext, QueryError> {
+    session_scoped(data_dir, copies, &TenantScope::all()).await
+}
+
+/// [`session_with`], reading only the tenants `scope` admits.
+pub async fn session_scoped(
+    data_dir: &Path,
+    copies: Option<BufferedSet>,
+    scope: &TenantScope,
+) -> Result<SessionContext, QueryError> {
     if !data_dir.is_dir() {
         return Err(QueryError::NoDataDir(data_dir.to_path_buf()));
     }
@@ -158,8 +203,8 @@ pub async fn session_with(
     config.options_mut().execution.parquet.pushdown_filters = true;
     config.options_mut().execution.parquet.reorder_filters = true;
     let ctx = SessionContext::new_with_config(config);
-    if let Some(copies) = copies {
-        register_copies(&ctx, data_dir, copies).await?;
+    if copies.is_some() || scope.is_scoped() {
+        register_view(&ctx, data_dir, copies, scope).await?;
     }
     for &table in TABLES {
         register(&ctx, data_dir, table)?;
@@ -168,18 +213,33 @@ pub async fn session_with(
 }
 
 /// Serves the archive's files to the session through a view that lists the table folders
-/// now, plus the copies of buffers not written out by then.
-async fn register_copies(
+/// now (only the tenants `scope` admits), plus the copies of buffers not written out by then.
+async fn register_view(
     ctx: &SessionContext,
     data_dir: &Path,
-    copies: BufferedSet,
+    copies: Option<BufferedSet>,
+    scope: &TenantScope,
 ) -> Result<(), QueryError> {
     let dirs: Vec<PathBuf> = TABLES.iter().map(|t| data_dir.join(t.as_str())).collect();
-    let mut view = ArchiveView::freeze(&dirs)
-        .await
-        .map_err(|e| QueryError::Sql(e.to_string()))?;
-    let copies = copies.without_written(|dir| view.names_in(&data_dir.join(dir)));
-    for f in copies.files {
+    let frozen = if scope.is_scoped() {
+        ArchiveView::freeze_within(&dirs, |relative| scope.admits(relative)).await
+    } else {
+        ArchiveView::freeze(&dirs).await
+    };
+    let mut view = frozen.map_err(|e| QueryError::Sql(e.to_string()))?;
+    let copies = match copies {
+        Some(c) => {
+            c.without_written(|dir| view.names_in(&data_dir.join(dir)))
+                .files
+        }
+        None => Vec::new(),
+    };
+    // A copy's path is `<table>/tenant=<T>/…`.
+    let in_scope = |path: &str| {
+        path.split_once('/')
+            .is_some_and(|(_, rest)| scope.admits(rest))
+    };
+    for f in copies.into_iter().filter(|f| in_scope(&f.entry.path)) {
         view.add(&data_dir.join(&f.entry.path), f.data)
             .await
             .map_err(|e| QueryError::Sql(e.to_string()))?;
@@ -232,7 +292,12 @@ pub async fn run(
     sql: &str,
     mut progress: impl FnMut(u64),
 ) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
-    let df = ctx.sql(sql).await?;
+    // Read-only: no CREATE EXTERNAL TABLE (it could name any file), no INSERT, no SET.
+    let options = datafusion::execution::context::SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false);
+    let df = ctx.sql_with_options(sql, options).await?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let mut stream = df.execute_stream().await?;
     let mut batches = Vec::new();
@@ -249,6 +314,23 @@ pub async fn run(
 /// Escapes a value for a SQL string literal.
 pub fn sql_string(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::TenantScope;
+
+    #[test]
+    fn a_scope_admits_its_tenants_folders_only() {
+        let s = TenantScope::only(["acme".to_string(), "a/b".to_string()]);
+        assert!(s.admits("tenant=acme/date=2026-01-01/hour=00/part-1.parquet"));
+        assert!(s.admits("tenant=a%2Fb/date=2026-01-01/hour=00/x.parquet"));
+        assert!(!s.admits("tenant=acmex/date=2026-01-01/hour=00/x.parquet"));
+        assert!(!s.admits("tenant=globex/x.parquet"));
+        assert!(!s.admits("x.parquet"));
+        assert!(TenantScope::all().admits("tenant=globex/x.parquet"));
+        assert!(!TenantScope::only(Vec::new()).admits("tenant=acme/x.parquet"));
+    }
 }
 
 #[cfg(test)]

@@ -64,12 +64,33 @@ pub struct ArchiveView {
     memory: InMemory,
     /// Every listed file: the local ones frozen at the freeze, then the added ones.
     listing: BTreeMap<Path, ObjectMeta>,
+    /// Only listed files may be read (a session scoped to some tenants).
+    listed_only: bool,
 }
 
 impl ArchiveView {
     /// Lists every file under the folders `dirs` (absolute local paths; missing ones are
     /// skipped) now.
     pub async fn freeze(dirs: &[PathBuf]) -> Result<ArchiveView, ViewError> {
+        Self::freeze_within(dirs, |_| true).await
+    }
+
+    /// [`ArchiveView::freeze`], listing only the files `keep` accepts (given each file's path
+    /// relative to its folder in `dirs`), and reading no file it does not list: a session
+    /// over it cannot reach any other file of the local file system.
+    pub async fn freeze_within(
+        dirs: &[PathBuf],
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<ArchiveView, ViewError> {
+        let mut view = Self::freeze_listing(dirs, keep).await?;
+        view.listed_only = true;
+        Ok(view)
+    }
+
+    async fn freeze_listing(
+        dirs: &[PathBuf],
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<ArchiveView, ViewError> {
         let local = LocalFileSystem::new();
         let mut listing = BTreeMap::new();
         for dir in dirs {
@@ -87,13 +108,26 @@ impl ArchiveView {
                         source,
                     })?;
             for meta in metas {
-                listing.insert(meta.location.clone(), meta);
+                let relative = meta
+                    .location
+                    .prefix_match(&prefix)
+                    .map(|parts| {
+                        parts
+                            .map(|p| p.as_ref().to_string())
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    })
+                    .unwrap_or_default();
+                if keep(&relative) {
+                    listing.insert(meta.location.clone(), meta);
+                }
             }
         }
         Ok(ArchiveView {
             local,
             memory: InMemory::new(),
             listing,
+            listed_only: false,
         })
     }
 
@@ -130,6 +164,19 @@ impl ArchiveView {
         // The listed metadata is the store's own, so a read checking it (size, e-tag) agrees.
         let meta = self.memory.head(&location).await.map_err(held)?;
         self.listing.insert(location, meta);
+        Ok(())
+    }
+}
+
+impl ArchiveView {
+    /// In a scoped view, a file not listed is not there.
+    fn readable(&self, location: &Path) -> object_store::Result<()> {
+        if self.listed_only && !self.listing.contains_key(location) {
+            return Err(object_store::Error::NotFound {
+                path: location.to_string(),
+                source: "outside the tenants this session may read".into(),
+            });
+        }
         Ok(())
     }
 }
@@ -215,6 +262,7 @@ impl ObjectStore for ArchiveView {
         // single-file table's head, say), is read from disk.
         match self.memory.get_opts(location, options.clone()).await {
             Err(object_store::Error::NotFound { .. }) => {
+                self.readable(location)?;
                 self.local.get_opts(location, options).await
             }
             held => held,
@@ -230,6 +278,7 @@ impl ObjectStore for ArchiveView {
         // from one open file instead of one open per range.
         match self.memory.get_ranges(location, ranges).await {
             Err(object_store::Error::NotFound { .. }) => {
+                self.readable(location)?;
                 self.local.get_ranges(location, ranges).await
             }
             held => held,

@@ -348,3 +348,108 @@ fn query_and_trace_answer_incident_questions_exactly() {
         .expect("run");
     assert_eq!(missing.status.code(), Some(1));
 }
+
+/// A responder scoped to one tenant reads that tenant's rows only: from files, from the rows a
+/// running daemon buffers, by `trace`; and SQL cannot reach past the scope.
+#[test]
+fn a_reader_scoped_to_a_tenant_sees_nothing_of_another() {
+    let mut d = Daemon::start();
+    let report = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "20",
+        "--tenants",
+        "2",
+        "--seed",
+        "7",
+    ]);
+    assert_eq!(report["failed_batches"], 0);
+    let total = report["spans"].as_u64().expect("spans");
+    wait_for("every span acknowledged to be counted", || {
+        (d.metric("toolwatch_received_items_total{signal=\"traces\"}")? as u64 == total)
+            .then_some(())
+    });
+    // While it runs: the rows are still buffered, read as copies.
+    let data_dir = d.data_dir.clone();
+    let count = |extra: &[&str], sql: &str| -> Vec<Value> {
+        let mut args = extra.to_vec();
+        args.extend(["--format", "json", sql]);
+        let out = run_query(&data_dir, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON rows")
+    };
+    let per_tenant = count(
+        &[],
+        "SELECT tenant, count(*) AS n FROM spans GROUP BY tenant ORDER BY tenant",
+    );
+    assert_eq!(per_tenant.len(), 2, "{per_tenant:?}");
+    let n0 = per_tenant[0]["n"].as_u64().expect("n");
+    assert_eq!(per_tenant[0]["tenant"], "tenant-0");
+    assert_eq!(n0 + per_tenant[1]["n"].as_u64().expect("n"), total);
+    let scoped = count(
+        &["--tenant", "tenant-0"],
+        "SELECT tenant, count(*) AS n FROM spans GROUP BY tenant",
+    );
+    assert_eq!(
+        scoped,
+        [serde_json::json!({"tenant": "tenant-0", "n": n0})],
+        "buffered rows"
+    );
+    d.stop();
+    let scoped = count(
+        &["--tenant", "tenant-0", "--no-flush"],
+        "SELECT tenant, count(*) AS n FROM spans GROUP BY tenant",
+    );
+    assert_eq!(
+        scoped,
+        [serde_json::json!({"tenant": "tenant-0", "n": n0})],
+        "files"
+    );
+    let none = count(&["--tenant", "nobody"], "SELECT count(*) AS n FROM spans");
+    assert_eq!(none, [serde_json::json!({"n": 0})]);
+    // SQL that would name a file is refused, whatever the scope.
+    let other = d.data_dir.join("spans").join("tenant=tenant-1");
+    for sql in [
+        format!(
+            "CREATE EXTERNAL TABLE x STORED AS PARQUET LOCATION '{}/'",
+            other.display()
+        ),
+        "SET datafusion.execution.batch_size = 10".to_string(),
+    ] {
+        let out = run_query(&d.data_dir, &["--tenant", "tenant-0", &sql]);
+        assert!(!out.status.success(), "{sql}");
+    }
+    // trace: a request of tenant-1 is not found from tenant-0's scope.
+    let req: Vec<Value> = count(
+        &["--tenant", "tenant-1"],
+        "SELECT request_id FROM spans WHERE request_id IS NOT NULL LIMIT 1",
+    );
+    let id = req[0]["request_id"]
+        .as_str()
+        .expect("request id")
+        .to_string();
+    let found = toolwatch()
+        .args(["trace", "--tenant", "tenant-1", "--data-dir"])
+        .arg(&d.data_dir)
+        .arg(&id)
+        .output()
+        .expect("trace");
+    assert!(
+        found.status.success(),
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+    let hidden = toolwatch()
+        .args(["trace", "--tenant", "tenant-0", "--data-dir"])
+        .arg(&d.data_dir)
+        .arg(&id)
+        .output()
+        .expect("trace");
+    assert!(!hidden.status.success());
+    assert!(String::from_utf8_lossy(&hidden.stderr).contains("no request or trace"));
+}
