@@ -40,6 +40,8 @@ pub struct AdminState {
     pub budgets: SharedEvaluator,
     /// The archive writers' flush points (none: flush answers 404).
     pub flush: Option<FlushPoints>,
+    /// Who may use which endpoint (replaced on SIGHUP).
+    pub access: Arc<std::sync::RwLock<Arc<crate::receive::auth::AdminAccess>>>,
 }
 
 /// The flush points of the daemon's archive writers.
@@ -158,7 +160,7 @@ fn json_response(status: StatusCode, v: Value) -> axum::response::Response {
         .into_response()
 }
 
-/// The admin routes.
+/// The admin routes, behind the admin token where `[admin]` and `[auth]` ask for one.
 pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -167,7 +169,32 @@ pub fn router(state: AdminState) -> Router {
         .route("/v1/budgets", get(budgets))
         .route("/v1/archive/flush", post(flush))
         .route("/v1/archive/buffered", get(buffered))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .with_state(state)
+}
+
+/// Answers 401 to a request the admin access does not let in (nothing of it is read).
+async fn admit(
+    State(s): State<AdminState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let access = Arc::clone(&s.access.read().unwrap_or_else(PoisonError::into_inner));
+    match access.admit(req.uri().path(), req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(why) => {
+            s.metrics.auth_refused_on("admin", why.as_str());
+            let mut resp = json_response(
+                StatusCode::UNAUTHORIZED,
+                json!({"error": why.to_string().replace("<token>", "<admin token>")}),
+            );
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"toolwatch admin\""),
+            );
+            resp
+        }
+    }
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
@@ -257,6 +284,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             budgets: Arc::new(std::sync::Mutex::new(e)),
             flush: None,
+            access: Arc::default(),
         }
     }
 

@@ -31,6 +31,8 @@ pub struct Config {
     pub auth: crate::receive::auth::AuthConfig,
     /// How the OTLP receivers talk: TLS.
     pub receive: ReceiveConfig,
+    /// The admin port's TLS and token.
+    pub admin: crate::receive::auth::AdminConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
     /// The write-ahead journal between `protect` and the consumers.
@@ -340,6 +342,18 @@ impl Config {
                 message: e.to_string(),
             }
         })?;
+        crate::receive::auth::AdminAccess::from_config(&self.auth, &self.admin).map_err(
+            |message| ConfigError::Invalid {
+                origin: "admin".into(),
+                message: message.to_string(),
+            },
+        )?;
+        if self.admin.tls && !self.receive.tls.enabled() {
+            return Err(ConfigError::Invalid {
+                origin: "admin.tls".into(),
+                message: "needs receive.tls.cert_file and key_file (the admin port serves that certificate)".into(),
+            });
+        }
         self.limits
             .rate
             .validate()
@@ -403,6 +417,9 @@ impl Config {
             e.url = masked_url(&e.url);
         }
         // A token's hash is no credential, but it lets anyone test a guess offline.
+        if !shown.admin.token_sha256.is_empty() {
+            shown.admin.token_sha256 = "<hidden>".into();
+        }
         for s in &mut shown.auth.senders {
             for h in &mut s.token_sha256 {
                 *h = "<hidden>".into();

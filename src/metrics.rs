@@ -1025,8 +1025,13 @@ impl Metrics {
 
     /// A request refused for its credential.
     pub fn auth_refused(&self, t: Transport, reason: &'static str) {
+        self.auth_refused_on(t.as_str(), reason);
+    }
+
+    /// A request refused for its credential on `listener` (`grpc`, `http` or `admin`).
+    pub fn auth_refused_on(&self, listener: &'static str, reason: &'static str) {
         self.auth_refused
-            .get_or_create(&[("transport", t.as_str()), ("reason", reason)])
+            .get_or_create(&[("transport", listener), ("reason", reason)])
             .inc();
     }
 

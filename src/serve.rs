@@ -40,7 +40,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
 use crate::protect::{KeyError, Protector};
-use crate::receive::auth::{AuthConfigError, SenderDirectory, SharedDirectory};
+use crate::receive::auth::{AdminAccess, AuthConfigError, SenderDirectory, SharedDirectory};
 use crate::receive::tls::{OtlpListener, Peer, SharedTls, TlsError};
 use crate::receive::{grpc, http, ReceiverContext};
 
@@ -104,6 +104,9 @@ pub enum ServeError {
     /// TLS cannot be set up.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The `[admin]` section cannot work.
+    #[error("admin: {0}")]
+    Admin(String),
 }
 
 /// Addresses actually bound (useful when a configured port is 0).
@@ -147,6 +150,9 @@ pub async fn run(
     let senders = Arc::new(SharedDirectory::new(SenderDirectory::from_config(
         &config.auth,
     )?));
+    let admin_access = Arc::new(std::sync::RwLock::new(Arc::new(
+        AdminAccess::from_config(&config.auth, &config.admin).map_err(ServeError::Admin)?,
+    )));
     let hasher = config.hashing.current(&data_dir)?;
     let protector = Protector::from_config(&config.redaction, hasher)?;
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
@@ -347,8 +353,9 @@ pub async fn run(
         http::router(Arc::clone(&ctx)),
         stop_receivers.clone(),
     ));
+    let admin_tls = if config.admin.tls { tls.clone() } else { None };
     let admin_listener =
-        OtlpListener::new(admin_listener, None, failed("admin")).map_err(|source| {
+        OtlpListener::new(admin_listener, admin_tls, failed("admin")).map_err(|source| {
             ServeError::Bind {
                 what: "admin",
                 addr: config.listen.admin,
@@ -361,6 +368,7 @@ pub async fn run(
             metrics: Arc::clone(&metrics),
             budgets: evaluator,
             flush: Some(flush_points),
+            access: Arc::clone(&admin_access),
         }),
         stop_admin.clone(),
     ));
@@ -380,7 +388,14 @@ pub async fn run(
             None
         }
     };
-    let reloader = tokio::spawn(reload_on_hangup(reload, senders, tls));
+    let reloader = tokio::spawn(reload_on_hangup(
+        reload,
+        Reloadable {
+            senders,
+            tls,
+            admin: Arc::clone(&admin_access),
+        },
+    ));
     metrics.set_ready(true);
     tracing::info!(
         otlp_grpc = %addrs.otlp_grpc,
@@ -690,15 +705,23 @@ async fn serve_until(listener: OtlpListener, router: axum::Router, stop: Cancell
     }
 }
 
+/// What SIGHUP replaces.
+struct Reloadable {
+    senders: Arc<SharedDirectory>,
+    tls: Option<Arc<SharedTls>>,
+    admin: Arc<std::sync::RwLock<Arc<AdminAccess>>>,
+}
+
 /// On each SIGHUP, reads the configuration again and puts its `[auth]` senders in force for
 /// requests that start from then on (requests in flight finish under the senders they were
 /// authenticated by). A configuration that does not load or validate is refused, logged, and
 /// the senders in force stay. Other sections take effect at the next start.
-async fn reload_on_hangup(
-    reload: ConfigSource,
-    senders: Arc<SharedDirectory>,
-    tls: Option<Arc<SharedTls>>,
-) {
+async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
+    let Reloadable {
+        senders,
+        tls,
+        admin,
+    } = now;
     let Some(reload) = reload else { return };
     #[cfg(unix)]
     {
@@ -730,6 +753,16 @@ async fn reload_on_hangup(
                     Err(e) => {
                         tracing::error!(error = %e, "SIGHUP: TLS refused; the certificates in force stay")
                     }
+                }
+            }
+            match AdminAccess::from_config(&loaded.auth, &loaded.admin) {
+                Ok(a) => {
+                    *admin
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(a)
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: [admin] refused; the admin token in force stays")
                 }
             }
             match SenderDirectory::from_config(&loaded.auth) {

@@ -40,14 +40,44 @@ pub enum Freshen {
     Flush,
 }
 
-/// An HTTP client for the daemon, or why there is none.
-fn client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
+/// The admin token sent to the daemon, from `TOOLWATCH_ADMIN_TOKEN` (needed when its auth
+/// is required).
+pub const ADMIN_TOKEN_ENV: &str = "TOOLWATCH_ADMIN_TOKEN";
+/// A PEM file of the CA that signed the daemon's certificate, from `TOOLWATCH_ADMIN_CA`: set,
+/// the admin port is reached over https (`admin.tls`).
+pub const ADMIN_CA_ENV: &str = "TOOLWATCH_ADMIN_CA";
+
+/// An HTTP client for the daemon, or why there is none; and the URL scheme to use.
+fn client() -> Result<(reqwest::Client, &'static str), String> {
+    let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(ANSWER_TIMEOUT)
-        .no_proxy()
+        .no_proxy();
+    let mut scheme = "http";
+    if let Some(ca) = std::env::var_os(ADMIN_CA_ENV) {
+        let pem = std::fs::read(&ca).map_err(|e| {
+            format!(
+                "{ADMIN_CA_ENV} {}: {e}",
+                std::path::Path::new(&ca).display()
+            )
+        })?;
+        let cert = reqwest::Certificate::from_pem(&pem)
+            .map_err(|e| format!("{ADMIN_CA_ENV}: not a PEM certificate: {e}"))?;
+        builder = builder.add_root_certificate(cert);
+        scheme = "https";
+    }
+    if let Ok(token) = std::env::var(ADMIN_TOKEN_ENV) {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+            .map_err(|_| format!("{ADMIN_TOKEN_ENV} holds characters a header cannot carry"))?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+        builder = builder.default_headers(headers);
+    }
+    let client = builder
         .build()
-        .map_err(|e| format!("no HTTP client: {e}"))
+        .map_err(|e| format!("no HTTP client: {e}"))?;
+    Ok((client, scheme))
 }
 
 /// Asks the daemon serving `data_dir` for copies of what its archive writers buffer: `None`
@@ -56,11 +86,11 @@ pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) 
     let Some(addr) = recorded_address(data_dir) else {
         return (None, Freshness::NoDaemon);
     };
-    let client = match client() {
+    let (client, scheme) = match client() {
         Ok(c) => c,
         Err(e) => return (None, Freshness::Partial(e)),
     };
-    let url = format!("http://{}/v1/archive/buffered", reachable(addr));
+    let url = format!("{scheme}://{}/v1/archive/buffered", host(addr, scheme));
     let answer = match client.get(url).send().await {
         Ok(r) if r.status().is_success() => r.bytes().await,
         Ok(r) => {
@@ -92,17 +122,28 @@ pub async fn flush_daemon(data_dir: &Path) -> Freshness {
     let Some(addr) = recorded_address(data_dir) else {
         return Freshness::NoDaemon;
     };
-    let client = match client() {
+    let (client, scheme) = match client() {
         Ok(c) => c,
         Err(e) => return Freshness::Partial(e),
     };
-    let url = format!("http://{}/v1/archive/flush", reachable(addr));
+    let url = format!("{scheme}://{}/v1/archive/flush", host(addr, scheme));
     match client.post(url).send().await {
         Ok(r) if r.status().is_success() => Freshness::Flushed,
         Ok(r) => Freshness::Partial(format!("the daemon answered {}", r.status())),
         // A daemon killed without cleaning up leaves its file: nothing listens there.
         Err(e) if e.is_connect() => Freshness::NoDaemon,
         Err(e) => Freshness::Partial(format!("the daemon did not answer: {e}")),
+    }
+}
+
+/// The host part of the daemon's URL: over https `localhost` (the name a certificate for a
+/// loopback listener carries), else the address.
+fn host(addr: SocketAddr, scheme: &str) -> String {
+    let a = reachable(addr);
+    if scheme == "https" && a.ip().is_loopback() {
+        format!("localhost:{}", a.port())
+    } else {
+        a.to_string()
     }
 }
 

@@ -72,7 +72,7 @@ impl ArchiveView {
     /// Lists every file under the folders `dirs` (absolute local paths; missing ones are
     /// skipped) now.
     pub async fn freeze(dirs: &[PathBuf]) -> Result<ArchiveView, ViewError> {
-        Self::freeze_within(dirs, |_| true).await
+        Self::freeze_listing(dirs, |_| true).await
     }
 
     /// [`ArchiveView::freeze`], listing only the files `keep` accepts (given each file's path
@@ -645,6 +645,20 @@ mod tests {
         // Reads are not limited to the listing: a file written since is read from disk.
         let late = view.get(&at("d/late.txt")).await.expect("get");
         assert_eq!(late.bytes().await.expect("bytes").as_ref(), b"late");
+
+        // A view frozen within a scope lists and reads only what it kept.
+        let scoped =
+            ArchiveView::freeze_within(std::slice::from_ref(&root), |rel| rel.starts_with("d/"))
+                .await
+                .expect("freeze within");
+        if let Err(e) = scoped.get(&at("d/b.txt")).await {
+            panic!("{e}");
+        }
+        assert!(scoped.get(&at("a.txt")).await.is_err(), "not listed");
+        assert!(
+            scoped.get(&at("d/late.txt")).await.is_ok(),
+            "listed: written before this freeze"
+        );
     }
 
     #[tokio::test]

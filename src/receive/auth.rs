@@ -349,6 +349,67 @@ fn tenants_of(index: usize, s: &SenderConfig) -> Result<SenderTenants, AuthConfi
     }
 }
 
+/// `[admin]`: TLS and a token for the admin port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Serve the admin port over TLS with `receive.tls`'s certificate and key.
+    pub tls: bool,
+    /// Hex SHA-256 of the admin token. With `auth.mode = "required"`, every admin endpoint but
+    /// `/healthz` and `/readyz` (and `/metrics` with `open_metrics`) needs
+    /// `authorization: Bearer <token>`; without a token configured, they answer 401 to all.
+    pub token_sha256: String,
+    /// Leave `/metrics` open without a token (as many Prometheus setups expect).
+    pub open_metrics: bool,
+}
+
+/// Who may use the admin endpoints.
+#[derive(Debug, Clone, Default)]
+pub struct AdminAccess {
+    required: bool,
+    token: Option<[u8; 32]>,
+    open_metrics: bool,
+}
+
+impl AdminAccess {
+    /// From `[auth]` and `[admin]`; an error names what is wrong.
+    pub fn from_config(auth: &AuthConfig, admin: &AdminConfig) -> Result<AdminAccess, String> {
+        let token =
+            if admin.token_sha256.is_empty() {
+                None
+            } else {
+                Some(parse_hash(&admin.token_sha256).ok_or(
+                    "admin.token_sha256 is not 64 hex digits (the hex SHA-256 of the token)",
+                )?)
+            };
+        Ok(AdminAccess {
+            required: auth.mode == AuthMode::Required,
+            token,
+            open_metrics: admin.open_metrics,
+        })
+    }
+
+    /// Whether a request for `path` with `headers` may be answered; the refusal's reason.
+    pub fn admit(&self, path: &str, headers: &HeaderMap) -> Result<(), AuthFailure> {
+        let open = matches!(path, "/healthz" | "/readyz")
+            || (path == "/metrics" && self.open_metrics)
+            || !self.required;
+        if open {
+            return Ok(());
+        }
+        let value = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or(AuthFailure::Missing)?;
+        let token = bearer_token(value.as_bytes()).ok_or(AuthFailure::Malformed)?;
+        let hash: [u8; 32] = Sha256::digest(token).into();
+        if self.token == Some(hash) {
+            Ok(())
+        } else {
+            Err(AuthFailure::Unknown)
+        }
+    }
+}
+
 /// Hex SHA-256 of a token, as `token_sha256` wants it.
 pub fn token_sha256(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
@@ -461,6 +522,48 @@ mod tests {
             SenderDirectory::from_config(&c),
             Err(AuthConfigError::NoHash { .. })
         ));
+    }
+
+    #[test]
+    fn the_admin_port_needs_its_own_token_when_auth_is_required() {
+        let admin = AdminConfig {
+            tls: false,
+            token_sha256: token_sha256("admin-tok"),
+            open_metrics: false,
+        };
+        let a = AdminAccess::from_config(&config(AuthMode::Required), &admin).expect("valid");
+        for open in ["/healthz", "/readyz"] {
+            assert_eq!(a.admit(open, &headers(None)), Ok(()));
+        }
+        for closed in ["/metrics", "/v1/budgets", "/v1/archive/buffered"] {
+            assert_eq!(a.admit(closed, &headers(None)), Err(AuthFailure::Missing));
+            assert_eq!(
+                a.admit(closed, &headers(Some("Bearer tok-eu-1"))),
+                Err(AuthFailure::Unknown),
+                "a sender's token is not the admin's"
+            );
+            assert_eq!(a.admit(closed, &headers(Some("Bearer admin-tok"))), Ok(()));
+        }
+        let open = AdminConfig {
+            open_metrics: true,
+            ..admin.clone()
+        };
+        let a = AdminAccess::from_config(&config(AuthMode::Required), &open).expect("valid");
+        assert_eq!(a.admit("/metrics", &headers(None)), Ok(()));
+        let off = AdminAccess::from_config(&config(AuthMode::Off), &admin).expect("valid");
+        assert_eq!(off.admit("/v1/budgets", &headers(None)), Ok(()));
+        let none = AdminConfig::default();
+        let a = AdminAccess::from_config(&config(AuthMode::Required), &none).expect("valid");
+        assert_eq!(
+            a.admit("/v1/budgets", &headers(Some("Bearer anything"))),
+            Err(AuthFailure::Unknown),
+            "no admin token configured: closed"
+        );
+        let bad = AdminConfig {
+            token_sha256: "xyz".into(),
+            ..none
+        };
+        assert!(AdminAccess::from_config(&config(AuthMode::Required), &bad).is_err());
     }
 
     #[test]

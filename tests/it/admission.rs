@@ -15,7 +15,7 @@ fn one_tenants_flood_does_not_take_another_tenants_share() {
     std::fs::write(
         &config,
         format!(
-            "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"flooder\"\ntoken_sha256 = \"{}\"\ntenants = [\"noisy-0\"]\n\n[[auth.senders]]\nname = \"steady\"\ntoken_sha256 = \"{}\"\ntenants = [\"quiet-0\"]\n\n[limits.rate.tenant]\nrequests_per_second = 20\nburst = \"1s\"\n",
+            "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"flooder\"\ntoken_sha256 = \"{}\"\ntenants = [\"noisy-0\"]\n\n[[auth.senders]]\nname = \"steady\"\ntoken_sha256 = \"{}\"\ntenants = [\"quiet-0\"]\n\n[limits.rate.tenant]\nrequests_per_second = 20\nburst = \"1s\"\n\n[admin]\nopen_metrics = true\n",
             sha("flooder"),
             sha("steady")
         ),

@@ -31,7 +31,7 @@ fn write_config(dir: &Path, body: &str) -> std::path::PathBuf {
 
 fn two_senders() -> String {
     format!(
-        "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"executor-eu\"\ntoken_sha256 = \"{}\"\ntenants = [\"acme\", \"globex\"]\n\n[[auth.senders]]\nname = \"solo\"\ntoken_sha256 = \"{}\"\ntenants = [\"initech\"]\n",
+        "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"executor-eu\"\ntoken_sha256 = \"{}\"\ntenants = [\"acme\", \"globex\"]\n\n[[auth.senders]]\nname = \"solo\"\ntoken_sha256 = \"{}\"\ntenants = [\"initech\"]\n\n[admin]\nopen_metrics = true\n",
         sha(EU_TOKEN),
         sha(SOLO_TOKEN)
     )

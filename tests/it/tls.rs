@@ -124,7 +124,7 @@ fn tls_and_client_certificates_name_senders_and_bad_certificates_are_refused() {
         d_path,
         "toolwatch.toml",
         &format!(
-            "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"executor-eu\"\nclient_names = [\"{CLIENT_NAME}\"]\ntenants = [\"acme\"]\n\n[[auth.senders]]\nname = \"token-sender\"\ntoken_sha256 = \"{}\"\ntenants = [\"globex\"]\n\n[receive.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{}\"\n",
+            "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"executor-eu\"\nclient_names = [\"{CLIENT_NAME}\"]\ntenants = [\"acme\"]\n\n[[auth.senders]]\nname = \"token-sender\"\ntoken_sha256 = \"{}\"\ntenants = [\"globex\"]\n\n[receive.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\nclient_ca_file = \"{}\"\n\n[admin]\nopen_metrics = true\n",
             toolwatch::receive::auth::token_sha256(TOKEN),
             path(&server_file),
             path(&server_key_file),
@@ -195,11 +195,21 @@ fn tls_and_client_certificates_name_senders_and_bad_certificates_are_refused() {
             "{protocol}: no credential"
         );
     }
+    let (_, metrics) = d.admin_get("/metrics");
     for listener in ["otlp_grpc", "otlp_http"] {
-        let sample = format!("toolwatch_tls_handshake_failures_total{{listener=\"{listener}\",reason=\"bad_certificate\"}}");
+        // How a failed handshake reads depends on which side gives up first; each counts.
+        let failed: f64 = ["bad_certificate", "no_client_certificate", "protocol", "timeout"]
+            .iter()
+            .filter_map(|reason| {
+                crate::harness::metric_text(
+                    &metrics,
+                    &format!("toolwatch_tls_handshake_failures_total{{listener=\"{listener}\",reason=\"{reason}\"}}"),
+                )
+            })
+            .sum();
         assert!(
-            d.metric(&sample).is_some_and(|n| n >= 2.0),
-            "{sample}: expired and untrusted"
+            failed >= 2.0,
+            "{listener}: expired and untrusted\n{metrics}"
         );
     }
 
@@ -277,4 +287,131 @@ fn tls_and_client_certificates_name_senders_and_bad_certificates_are_refused() {
         10,
         "two spans per Python run, one per Rust run"
     );
+}
+
+/// The admin port with auth required: health stays open, the rest needs the admin token
+/// (a sender's token is not it), over TLS; `query` reaches it with TOOLWATCH_ADMIN_TOKEN and
+/// TOOLWATCH_ADMIN_CA and reads the buffered rows.
+#[test]
+fn the_admin_port_speaks_tls_and_wants_its_own_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d_path = dir.path();
+    let ca = Ca::new("toolwatch admin CA");
+    let (server_pem, server_key) = ca.leaf(&["localhost", "127.0.0.1"], false, false);
+    let ca_file = write(d_path, "ca.pem", &ca.pem);
+    let cert = write(d_path, "server.pem", &server_pem);
+    let key = write(d_path, "server.key", &server_key);
+    let admin_token = "tw-admin-token-91d2c4e6";
+    let config = write(
+        d_path,
+        "toolwatch.toml",
+        &format!(
+            "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"eu\"\ntoken_sha256 = \"{}\"\ntenants = [\"acme\"]\n\n[receive.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\n[admin]\ntls = true\ntoken_sha256 = \"{}\"\n",
+            toolwatch::receive::auth::token_sha256(TOKEN),
+            path(&cert),
+            path(&key),
+            toolwatch::receive::auth::token_sha256(admin_token),
+        ),
+    );
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).expect("ca"))
+        .build()
+        .expect("client");
+    let get = |path: &str, token: Option<&str>| -> u16 {
+        rt.block_on(async {
+            let mut req = client.get(format!("https://localhost:{}{path}", d.admin.port()));
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            req.send()
+                .await
+                .expect("admin answers over TLS")
+                .status()
+                .as_u16()
+        })
+    };
+    assert_eq!(get("/healthz", None), 200);
+    assert_eq!(get("/readyz", None), 200);
+    assert_eq!(get("/metrics", None), 401);
+    assert_eq!(
+        get("/v1/budgets", Some(TOKEN)),
+        401,
+        "a sender's token is not the admin's"
+    );
+    assert_eq!(get("/metrics", Some(admin_token)), 200);
+    assert_eq!(get("/v1/budgets", Some(admin_token)), 200);
+    // Plain HTTP to the TLS admin port gets no answer.
+    assert!(crate::harness::try_get(&format!("http://{}/healthz", d.admin)).is_none());
+
+    // Data in, then read back fresh by query with the admin token and CA.
+    let env = [
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", path(&ca_file).to_string()),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            format!("authorization=Bearer%20{TOKEN}"),
+        ),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let endpoint = format!("https://localhost:{}", d.grpc.port());
+    assert_eq!(
+        send_tls("grpc", &endpoint, "admin-fresh", &env).0,
+        "SUCCESS"
+    );
+    let query = |extra: &[(&str, &str)]| {
+        let mut cmd = crate::harness::toolwatch();
+        cmd.args(["query", "--format", "json", "--data-dir"])
+            .arg(&d.data_dir)
+            .arg("SELECT count(*) AS n FROM spans WHERE request_id = 'admin-fresh'");
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("query")
+    };
+    let fresh = query(&[
+        ("TOOLWATCH_ADMIN_TOKEN", admin_token),
+        ("TOOLWATCH_ADMIN_CA", path(&ca_file)),
+    ]);
+    assert!(
+        fresh.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fresh.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&fresh.stdout).trim(), "[{\"n\":1}]");
+    assert!(!String::from_utf8_lossy(&fresh.stderr).contains("warning"));
+    let without = query(&[("TOOLWATCH_ADMIN_CA", path(&ca_file))]);
+    assert!(
+        String::from_utf8_lossy(&without.stderr).contains("401"),
+        "without the token the query says what it missed: {}",
+        String::from_utf8_lossy(&without.stderr)
+    );
+    let metrics = rt.block_on(async {
+        client
+            .get(format!("https://localhost:{}/metrics", d.admin.port()))
+            .bearer_auth(admin_token)
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    });
+    let refused = |reason: &str| {
+        crate::harness::metric_text(
+            &metrics,
+            &format!("toolwatch_auth_refused_total{{transport=\"admin\",reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(
+        refused("missing"),
+        Some(2.0),
+        "/metrics and the query's request without a token"
+    );
+    assert_eq!(refused("unknown_token"), Some(1.0), "the sender's token");
+    assert!(!metrics.contains(admin_token) && !metrics.contains(TOKEN));
+    d.stop();
 }
