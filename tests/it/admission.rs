@@ -133,3 +133,46 @@ fn one_tenants_flood_does_not_take_another_tenants_share() {
         "every flood span acknowledged is archived"
     );
 }
+
+/// Over gRPC a refusal is RESOURCE_EXHAUSTED with RetryInfo; the exporter waits as told and
+/// nothing is lost. Every refusal is one retry, and one count.
+#[test]
+fn a_tenant_over_its_rate_over_grpc_is_told_when_to_retry() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![
+            (
+                "TOOLWATCH_LIMITS__RATE__TENANT__REQUESTS_PER_SECOND".into(),
+                "5".into(),
+            ),
+            ("TOOLWATCH_LIMITS__RATE__TENANT__BURST".into(), "1s".into()),
+        ],
+        ..Default::default()
+    });
+    let report = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "12",
+        "--concurrency",
+        "1",
+    ]);
+    assert_eq!(report["failed_batches"], 0, "{report}");
+    let retries = report["retries"].as_f64().unwrap_or(0.0);
+    assert!(retries > 0.0, "24 requests against 5 a second: {report}");
+    assert_eq!(
+        d.metric("toolwatch_rate_limited_total{scope=\"tenant\",name=\"tenant-0\"}"),
+        Some(retries)
+    );
+    assert_eq!(
+        d.metric("toolwatch_otlp_rejected_requests_total{transport=\"grpc\",signal=\"traces\",reason=\"rate_limited\"}")
+            .unwrap_or(0.0)
+            + d.metric("toolwatch_otlp_rejected_requests_total{transport=\"grpc\",signal=\"logs\",reason=\"rate_limited\"}")
+                .unwrap_or(0.0),
+        retries
+    );
+    d.stop();
+    assert_eq!(
+        read_table(&d.data_dir, "spans").len() as u64,
+        report["spans"].as_u64().unwrap_or(0)
+    );
+}
