@@ -88,7 +88,7 @@ pub enum AuthConfigError {
     #[error("auth.senders: the name {0:?} is used twice")]
     DuplicateName(String),
     /// A hash that is not 64 hex digits (the value itself is not repeated).
-    #[error("auth.senders[{index}] ({name}): token_sha256 entry {entry} is not 64 hex digits (the hex SHA-256 of the token, e.g. `printf %s \"$TOKEN\" | sha256sum`)")]
+    #[error("auth.senders[{index}] ({name}): token_sha256 entry {entry} is not 64 hex digits (the hex SHA-256 of the token, e.g. `printf %s \"$TOKEN\" | sha256sum`), optionally followed by ` until <RFC 3339 time>`")]
     BadHash {
         /// Position in the list.
         index: usize,
@@ -147,6 +147,9 @@ pub enum AuthFailure {
     /// A token no sender has.
     #[error("authentication failed: the token is not one toolwatch knows")]
     Unknown,
+    /// A sender's token past the time its entry gave (`<hash> until <time>`).
+    #[error("authentication failed: the token has expired")]
+    Expired,
 }
 
 impl AuthFailure {
@@ -156,6 +159,7 @@ impl AuthFailure {
             AuthFailure::Missing => "missing",
             AuthFailure::Malformed => "malformed",
             AuthFailure::Unknown => "unknown_token",
+            AuthFailure::Expired => "expired_token",
         }
     }
 }
@@ -164,7 +168,8 @@ impl AuthFailure {
 #[derive(Debug, Default)]
 pub struct SenderDirectory {
     required: bool,
-    by_hash: BTreeMap<[u8; 32], Arc<Sender>>,
+    /// Each token hash's sender, and the time (ns since the epoch) it stops working.
+    by_hash: BTreeMap<[u8; 32], (Arc<Sender>, Option<i64>)>,
     by_client_name: BTreeMap<String, Arc<Sender>>,
 }
 
@@ -176,7 +181,7 @@ impl SenderDirectory {
             return Err(AuthConfigError::NoSenders);
         }
         let mut names = BTreeSet::new();
-        let mut by_hash: BTreeMap<[u8; 32], Arc<Sender>> = BTreeMap::new();
+        let mut by_hash: BTreeMap<[u8; 32], (Arc<Sender>, Option<i64>)> = BTreeMap::new();
         let mut by_client_name: BTreeMap<String, Arc<Sender>> = BTreeMap::new();
         for (index, s) in config.senders.iter().enumerate() {
             if !valid_name(&s.name) {
@@ -210,12 +215,12 @@ impl SenderDirectory {
                 }
             }
             for (entry, h) in s.token_sha256.iter().enumerate() {
-                let hash = parse_hash(h).ok_or_else(|| AuthConfigError::BadHash {
+                let (hash, until) = parse_entry(h).ok_or_else(|| AuthConfigError::BadHash {
                     index,
                     name: s.name.clone(),
                     entry,
                 })?;
-                if let Some(other) = by_hash.insert(hash, Arc::clone(&sender)) {
+                if let Some((other, _)) = by_hash.insert(hash, (Arc::clone(&sender), until)) {
                     if other.name != sender.name {
                         return Err(AuthConfigError::SharedHash {
                             first: other.name.to_string(),
@@ -241,6 +246,7 @@ impl SenderDirectory {
     pub fn senders(&self) -> usize {
         self.by_hash
             .values()
+            .map(|(s, _)| s)
             .chain(self.by_client_name.values())
             .map(|s| &*s.name)
             .collect::<BTreeSet<_>>()
@@ -271,7 +277,8 @@ impl SenderDirectory {
         let token = bearer_token(value.as_bytes()).ok_or(AuthFailure::Malformed)?;
         let hash: [u8; 32] = Sha256::digest(token).into();
         match self.by_hash.get(&hash) {
-            Some(s) => Ok(Some(Arc::clone(s))),
+            Some((_, Some(until))) if crate::clock::now_ns() >= *until => Err(AuthFailure::Expired),
+            Some((s, _)) => Ok(Some(Arc::clone(s))),
             None if self.required => Err(AuthFailure::Unknown),
             None => Ok(None),
         }
@@ -307,6 +314,18 @@ fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     }
     let token = rest.trim_ascii();
     (rest.first().is_some_and(|c| *c == b' ' || *c == b'\t') && !token.is_empty()).then_some(token)
+}
+
+/// A `token_sha256` entry: `<hex>`, or `<hex> until <RFC 3339 time>` for a token that stops
+/// working then (the old token of a rotation).
+fn parse_entry(entry: &str) -> Option<([u8; 32], Option<i64>)> {
+    match entry.split_once(" until ") {
+        None => Some((parse_hash(entry)?, None)),
+        Some((h, t)) => {
+            let until = chrono::DateTime::parse_from_rfc3339(t.trim()).ok()?;
+            Some((parse_hash(h)?, until.timestamp_nanos_opt()))
+        }
+    }
 }
 
 fn parse_hash(h: &str) -> Option<[u8; 32]> {
@@ -564,6 +583,31 @@ mod tests {
             ..none
         };
         assert!(AdminAccess::from_config(&config(AuthMode::Required), &bad).is_err());
+    }
+
+    #[test]
+    fn a_token_with_an_end_stops_working_then() {
+        let mut c = config(AuthMode::Required);
+        c.senders[0].token_sha256 = vec![
+            format!("{} until 2020-01-01T00:00:00Z", token_sha256("tok-old")),
+            format!(
+                "{} until 2999-01-01T00:00:00+02:00",
+                token_sha256("tok-new")
+            ),
+        ];
+        let d = SenderDirectory::from_config(&c).expect("valid");
+        assert_eq!(
+            d.authenticate(&headers(Some("Bearer tok-old")), &[]),
+            Err(AuthFailure::Expired)
+        );
+        assert!(d
+            .authenticate(&headers(Some("Bearer tok-new")), &[])
+            .is_ok());
+        c.senders[0].token_sha256 = vec![format!("{} until next tuesday", token_sha256("x"))];
+        assert!(matches!(
+            SenderDirectory::from_config(&c),
+            Err(AuthConfigError::BadHash { .. })
+        ));
     }
 
     #[test]

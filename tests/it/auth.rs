@@ -18,6 +18,7 @@ use crate::harness::{
 const EU_TOKEN: &str = "tw-eu-4f9c2b7e1d8a63509e17";
 const SOLO_TOKEN: &str = "tw-solo-8b1e5d3c7a902f64aa31";
 const CANARY: &str = "tw-canary-d41d8cd98f00b204e980";
+const RETIRED_TOKEN: &str = "tw-retired-77e1c0d9b3a2";
 
 fn sha(token: &str) -> String {
     toolwatch::receive::auth::token_sha256(token)
@@ -31,9 +32,10 @@ fn write_config(dir: &Path, body: &str) -> std::path::PathBuf {
 
 fn two_senders() -> String {
     format!(
-        "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"executor-eu\"\ntoken_sha256 = \"{}\"\ntenants = [\"acme\", \"globex\"]\n\n[[auth.senders]]\nname = \"solo\"\ntoken_sha256 = \"{}\"\ntenants = [\"initech\"]\n\n[admin]\nopen_metrics = true\n",
+        "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"executor-eu\"\ntoken_sha256 = \"{}\"\ntenants = [\"acme\", \"globex\"]\n\n[[auth.senders]]\nname = \"solo\"\ntoken_sha256 = \"{}\"\ntenants = [\"initech\"]\n\n[[auth.senders]]\nname = \"retired\"\ntoken_sha256 = \"{} until 2020-01-01T00:00:00Z\"\ntenants = [\"acme\"]\n\n[admin]\nopen_metrics = true\n",
         sha(EU_TOKEN),
-        sha(SOLO_TOKEN)
+        sha(SOLO_TOKEN),
+        sha(RETIRED_TOKEN)
     )
 }
 
@@ -106,6 +108,14 @@ fn senders_authenticate_on_both_receivers_and_write_only_their_tenants() {
             Some("acme"),
         );
         assert_eq!(results(&wrong), refused, "{protocol}: unknown token");
+        let expired = send(
+            protocol,
+            &endpoint,
+            Some(&format!("authorization=Bearer%20{RETIRED_TOKEN}")),
+            &format!("{protocol}-expired"),
+            Some("acme"),
+        );
+        assert_eq!(results(&expired), refused, "{protocol}: expired token");
         let header = format!("{eu},x-toolwatch-tenant=globex");
         for (name, headers, claim) in [
             ("globex", eu.as_str(), Some("globex")),
@@ -124,7 +134,7 @@ fn senders_authenticate_on_both_receivers_and_write_only_their_tenants() {
         }
     }
     for transport in ["grpc", "http"] {
-        for reason in ["missing", "unknown_token"] {
+        for reason in ["missing", "unknown_token", "expired_token"] {
             let sample = format!(
                 "toolwatch_auth_refused_total{{transport=\"{transport}\",reason=\"{reason}\"}}"
             );
@@ -138,7 +148,7 @@ fn senders_authenticate_on_both_receivers_and_write_only_their_tenants() {
             let sample = format!(
                 "toolwatch_otlp_rejected_requests_total{{transport=\"{transport}\",signal=\"{signal}\",reason=\"unauthenticated\"}}"
             );
-            assert_eq!(d.metric(&sample), Some(2.0), "{sample}");
+            assert_eq!(d.metric(&sample), Some(3.0), "{sample}");
         }
     }
     assert_eq!(
@@ -245,6 +255,7 @@ fn senders_authenticate_on_both_receivers_and_write_only_their_tenants() {
     for needle in [
         EU_TOKEN,
         SOLO_TOKEN,
+        RETIRED_TOKEN,
         "tw-eu-not-the-token",
         &sha(EU_TOKEN),
         &sha(SOLO_TOKEN),
