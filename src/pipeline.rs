@@ -68,10 +68,11 @@ impl Intake {
     }
 
     /// Files the batch's items under their traces' tenants within what its sender may write
-    /// (before [`Intake::submit`], so each tenant's own redaction rules and rates apply).
-    pub fn file_under_tenants(&self, batch: &mut EventBatch, origin: &Origin) {
+    /// (before [`Intake::submit`], so each tenant's own redaction rules and rates apply);
+    /// returns how many items claimed a tenant their sender may not write.
+    pub fn file_under_tenants(&self, batch: &mut EventBatch, origin: &Origin) -> u64 {
         if batch.is_empty() {
-            return;
+            return 0;
         }
         let sender = origin.sender.as_ref();
         let mut moved = binding::before_traces(batch, sender, origin.tenant_header.as_deref());
@@ -79,9 +80,7 @@ impl Intake {
         if sender.is_some() {
             moved += binding::after_traces(batch);
         }
-        if let Some(s) = sender {
-            self.metrics.tenancy.mismatched(&s.name, moved);
-        }
+        moved
     }
 
     /// Protects and journals a batch filed by [`Intake::file_under_tenants`]; on `Ok` it is

@@ -353,14 +353,16 @@ pub async fn run(
         http::router(Arc::clone(&ctx)),
         stop_receivers.clone(),
     ));
-    let admin_tls = if config.admin.tls { tls.clone() } else { None };
-    let admin_listener =
-        OtlpListener::new(admin_listener, admin_tls, failed("admin")).map_err(|source| {
-            ServeError::Bind {
-                what: "admin",
-                addr: config.listen.admin,
-                source,
-            }
+    let admin_tls = if config.admin.tls {
+        crate::receive::tls::admin_config(&config.receive.tls)?.map(|c| Arc::new(SharedTls::new(c)))
+    } else {
+        None
+    };
+    let admin_listener = OtlpListener::new(admin_listener, admin_tls.clone(), failed("admin"))
+        .map_err(|source| ServeError::Bind {
+            what: "admin",
+            addr: config.listen.admin,
+            source,
         })?;
     let admin_server = tokio::spawn(serve_until(
         admin_listener,
@@ -393,6 +395,7 @@ pub async fn run(
         Reloadable {
             senders,
             tls,
+            admin_tls,
             admin: Arc::clone(&admin_access),
         },
     ));
@@ -709,6 +712,7 @@ async fn serve_until(listener: OtlpListener, router: axum::Router, stop: Cancell
 struct Reloadable {
     senders: Arc<SharedDirectory>,
     tls: Option<Arc<SharedTls>>,
+    admin_tls: Option<Arc<SharedTls>>,
     admin: Arc<std::sync::RwLock<Arc<AdminAccess>>>,
 }
 
@@ -720,6 +724,7 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
     let Reloadable {
         senders,
         tls,
+        admin_tls,
         admin,
     } = now;
     let Some(reload) = reload else { return };
@@ -741,6 +746,15 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
                     continue;
                 }
             };
+            if let Some(a) = &admin_tls {
+                match crate::receive::tls::admin_config(&loaded.receive.tls) {
+                    Ok(Some(c)) => a.replace(c),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: admin TLS refused; the certificate in force stays")
+                    }
+                }
+            }
             if let Some(tls) = &tls {
                 match crate::receive::tls::server_config(&loaded.receive.tls) {
                     Ok(Some(c)) => {

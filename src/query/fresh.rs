@@ -47,8 +47,9 @@ pub const ADMIN_TOKEN_ENV: &str = "TOOLWATCH_ADMIN_TOKEN";
 /// the admin port is reached over https (`admin.tls`).
 pub const ADMIN_CA_ENV: &str = "TOOLWATCH_ADMIN_CA";
 
-/// An HTTP client for the daemon, or why there is none; and the URL scheme to use.
-fn client() -> Result<(reqwest::Client, &'static str), String> {
+/// An HTTP client for the daemon at `addr`, or why there is none; and the URL scheme to use.
+/// The admin token goes over https, or to a loopback address, never in clear over a network.
+fn client(addr: SocketAddr) -> Result<(reqwest::Client, &'static str), String> {
     let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(ANSWER_TIMEOUT)
@@ -66,7 +67,13 @@ fn client() -> Result<(reqwest::Client, &'static str), String> {
         builder = builder.add_root_certificate(cert);
         scheme = "https";
     }
-    if let Ok(token) = std::env::var(ADMIN_TOKEN_ENV) {
+    let token = std::env::var(ADMIN_TOKEN_ENV).ok();
+    if token.is_some() && scheme == "http" && !reachable(addr).ip().is_loopback() {
+        return Err(format!(
+            "{ADMIN_TOKEN_ENV} is set but the daemon's admin port {addr} is not on this host and {ADMIN_CA_ENV} is not set: the token is not sent in clear"
+        ));
+    }
+    if let Some(token) = token {
         let mut headers = reqwest::header::HeaderMap::new();
         let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
             .map_err(|_| format!("{ADMIN_TOKEN_ENV} holds characters a header cannot carry"))?;
@@ -86,7 +93,7 @@ pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) 
     let Some(addr) = recorded_address(data_dir) else {
         return (None, Freshness::NoDaemon);
     };
-    let (client, scheme) = match client() {
+    let (client, scheme) = match client(addr) {
         Ok(c) => c,
         Err(e) => return (None, Freshness::Partial(e)),
     };
@@ -122,7 +129,7 @@ pub async fn flush_daemon(data_dir: &Path) -> Freshness {
     let Some(addr) = recorded_address(data_dir) else {
         return Freshness::NoDaemon;
     };
-    let (client, scheme) = match client() {
+    let (client, scheme) = match client(addr) {
         Ok(c) => c,
         Err(e) => return Freshness::Partial(e),
     };

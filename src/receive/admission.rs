@@ -53,7 +53,7 @@ impl RateConfig {
     }
 
     fn unlimited(&self) -> bool {
-        self.requests_per_second <= 0.0 && self.bytes_per_second.is_none()
+        self.requests_per_second <= 0.0 && self.bytes_rate() <= 0.0
     }
 }
 
@@ -373,7 +373,8 @@ impl Bucket {
         self.requests =
             (self.requests + dt * rate.requests_per_second).min(rate.requests_per_second * burst);
         self.bytes = (self.bytes + dt * rate.bytes_rate()).min(rate.bytes_rate() * burst);
-        self.at = now;
+        // Callers read the clock before the lock: a later caller may have refilled already.
+        self.at = self.at.max(now);
     }
 
     /// How long until it holds `requests` and `bytes`; zero when it does now. A request
@@ -399,7 +400,7 @@ impl Bucket {
         if rate.requests_per_second > 0.0 {
             self.requests -= requests;
         }
-        if rate.bytes_per_second.is_some() {
+        if rate.bytes_rate() > 0.0 {
             self.bytes -= bytes;
         }
     }
@@ -476,6 +477,21 @@ impl RateLimiter {
         self.admit(RateScope::Sender, &[(sender, bytes)], now)
     }
 
+    /// Gives `sender` back one request and `bytes` (its request was refused further on).
+    pub fn refund_sender(&self, sender: &str, bytes: u64) {
+        let rate = self.rate(RateScope::Sender, sender);
+        let mut buckets = self.senders.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(b) = buckets.get_mut(sender) {
+            let burst = rate.burst.0.as_secs_f64();
+            if rate.requests_per_second > 0.0 {
+                b.requests = (b.requests + 1.0).min(rate.requests_per_second * burst);
+            }
+            if rate.bytes_rate() > 0.0 {
+                b.bytes = (b.bytes + bytes as f64).min(rate.bytes_rate() * burst);
+            }
+        }
+    }
+
     /// Charges each tenant one request and its share of the bytes, all or none.
     pub fn admit_tenants(&self, shares: &[(&str, u64)], now: Instant) -> Result<(), RateRefusal> {
         self.admit(RateScope::Tenant, shares, now)
@@ -517,6 +533,9 @@ impl RateLimiter {
             }
         }
         if buckets.len() > MAX_BUCKETS {
+            // Full buckets are as good as none. If half the limit is still left, every bucket
+            // goes (all start full again): the scan then runs at most once per MAX_BUCKETS / 2
+            // new names, never on every request.
             let config = &self.config;
             buckets.retain(|name, b| {
                 let rate = match scope {
@@ -528,6 +547,9 @@ impl RateLimiter {
                 let full = Bucket::full(rate, now);
                 now_b.requests < full.requests || now_b.bytes < full.bytes
             });
+            if buckets.len() > MAX_BUCKETS / 2 {
+                buckets.clear();
+            }
         }
         Ok(())
     }
@@ -590,6 +612,38 @@ mod tests {
             .admit_tenants(&[("small", 0)], t0 + Duration::from_secs(2))
             .expect_err("in debt");
         assert_eq!(r.retry_after, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_refund_gives_back_what_a_refused_request_took_and_zero_bytes_is_no_limit() {
+        let l = RateLimiter::new(RatesConfig {
+            sender: rate(1.0, 0),
+            tenant: RateConfig {
+                bytes_per_second: Some(ByteSize(0)),
+                ..RateConfig::default()
+            },
+            ..Default::default()
+        });
+        assert!(!l.is_unlimited());
+        let t0 = Instant::now();
+        l.admit_sender("eu", 1, t0).expect("1");
+        l.admit_sender("eu", 1, t0).expect("2");
+        assert!(l.admit_sender("eu", 1, t0).is_err());
+        l.refund_sender("eu", 1);
+        l.admit_sender("eu", 1, t0).expect("given back");
+        // A clock read before another caller's does not credit the time twice.
+        l.admit_sender("eu", 1, t0 + Duration::from_secs(1))
+            .expect("refilled one");
+        assert!(l
+            .admit_sender("eu", 1, t0 + Duration::from_millis(500))
+            .is_err());
+        assert!(l
+            .admit_sender("eu", 1, t0 + Duration::from_secs(1))
+            .is_err());
+        for i in 0..1000 {
+            l.admit_tenants(&[(&format!("t{i}"), 1_000_000)], t0)
+                .expect("bytes 0: no limit");
+        }
     }
 
     #[test]

@@ -323,7 +323,11 @@ fn parse_entry(entry: &str) -> Option<([u8; 32], Option<i64>)> {
         None => Some((parse_hash(entry)?, None)),
         Some((h, t)) => {
             let until = chrono::DateTime::parse_from_rfc3339(t.trim()).ok()?;
-            Some((parse_hash(h)?, until.timestamp_nanos_opt()))
+            // Past the nanosecond range (1677 to 2262): long ended, or never ends.
+            let ns = until
+                .timestamp_nanos_opt()
+                .or_else(|| (until.timestamp() < 0).then_some(i64::MIN));
+            Some((parse_hash(h)?, ns))
         }
     }
 }

@@ -192,9 +192,19 @@ impl ReceiverContext {
         }
         let mut batch = request.normalize()?;
         let items = batch.len();
-        self.intake.file_under_tenants(&mut batch, origin);
-        self.admit_tenants(&batch, wire_bytes)?;
+        let mismatched = self.intake.file_under_tenants(&mut batch, origin);
+        if let Err(e) = self.admit_tenants(&batch, wire_bytes) {
+            // Refused whole: what the sender paid for it is given back.
+            if let Some(s) = origin.sender.as_deref() {
+                self.rates.refund_sender(&s.name, wire_bytes as u64);
+            }
+            return Err(e);
+        }
         self.intake.submit(batch).await?;
+        // Counted once accepted: a refused request is sent again and would count twice.
+        if let Some(s) = origin.sender.as_deref() {
+            self.metrics.tenancy.mismatched(&s.name, mismatched);
+        }
         self.metrics
             .accepted(transport, M::SIGNAL, wire_bytes, items);
         Ok(())

@@ -85,6 +85,16 @@ pub enum TlsError {
     Rustls(String),
 }
 
+/// The admin port's TLS: the receivers' certificate, without client certificates (scrapers
+/// and `query` present none).
+pub fn admin_config(config: &TlsConfig) -> Result<Option<Arc<ServerConfig>>, TlsError> {
+    server_config(&TlsConfig {
+        client_ca_file: PathBuf::new(),
+        require_client_cert: false,
+        ..config.clone()
+    })
+}
+
 /// Builds the rustls server configuration `config` describes (`None` without TLS).
 pub fn server_config(config: &TlsConfig) -> Result<Option<Arc<ServerConfig>>, TlsError> {
     if !config.enabled() {
@@ -407,28 +417,26 @@ fn handshake_reason(e: &io::Error) -> &'static str {
     }
 }
 
-/// The names a client certificate gives: SAN DNS and URI names, then the subject's CN.
+/// The names a client certificate gives: SAN DNS and URI names, or the subject's CN when it
+/// has none.
 pub fn client_names(der: &CertificateDer<'_>) -> Vec<String> {
     let Ok(cert) = webpki::EndEntityCert::try_from(der) else {
         return Vec::new();
     };
     let mut names: Vec<String> = cert.valid_dns_names().map(str::to_string).collect();
     names.extend(cert.valid_uri_names().map(str::to_string));
-    if let Some(cn) = common_name(cert.subject()) {
-        names.push(cn);
+    // The CN counts only without SAN names, as TLS name checks treat it (RFC 6125).
+    if names.is_empty() {
+        if let Some(cn) = common_name(cert.subject()) {
+            names.push(cn);
+        }
     }
     names
 }
 
-/// The first common name (OID 2.5.4.3) in a DER subject, as UTF8String, PrintableString or
-/// IA5String.
-fn common_name(subject: &[u8]) -> Option<String> {
-    const CN_OID: &[u8] = &[0x06, 0x03, 0x55, 0x04, 0x03];
-    let at = subject.windows(CN_OID.len()).position(|w| w == CN_OID)? + CN_OID.len();
-    let (&tag, rest) = subject.get(at..)?.split_first()?;
-    if !matches!(tag, 0x0c | 0x13 | 0x16) {
-        return None;
-    }
+/// One DER item: its tag, its content, and what follows it.
+fn der_item(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = b.split_first()?;
     let (&len, rest) = rest.split_first()?;
     let (len, rest) = match len {
         n if n < 0x80 => (usize::from(n), rest),
@@ -439,9 +447,41 @@ fn common_name(subject: &[u8]) -> Option<String> {
         ),
         _ => return None,
     };
-    std::str::from_utf8(rest.get(..len)?)
-        .ok()
-        .map(str::to_string)
+    Some((tag, rest.get(..len)?, rest.get(len..)?))
+}
+
+/// The first common name (OID 2.5.4.3) of a DER subject (the content of its SEQUENCE: SETs of
+/// attribute SEQUENCEs), as UTF8String, PrintableString or IA5String. Each attribute is read
+/// as the structure it is, so bytes inside another attribute's value are never taken for one.
+fn common_name(subject: &[u8]) -> Option<String> {
+    const SET: u8 = 0x31;
+    const SEQUENCE: u8 = 0x30;
+    const OID: u8 = 0x06;
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    let mut sets = subject;
+    while !sets.is_empty() {
+        let (tag, set, next) = der_item(sets)?;
+        sets = next;
+        if tag != SET {
+            return None;
+        }
+        let mut attributes = set;
+        while !attributes.is_empty() {
+            let (tag, attribute, next) = der_item(attributes)?;
+            attributes = next;
+            if tag != SEQUENCE {
+                return None;
+            }
+            let (tag, oid, value) = der_item(attribute)?;
+            if tag == OID && oid == CN {
+                let (tag, text, _) = der_item(value)?;
+                return matches!(tag, 0x0c | 0x13 | 0x16)
+                    .then(|| std::str::from_utf8(text).ok().map(str::to_string))
+                    .flatten();
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -470,6 +510,19 @@ mod tests {
         let tag = bmp.len() - 13;
         bmp[tag] = 0x1e;
         assert_eq!(common_name(&bmp), None, "BMPString is not read");
+
+        // An O value that holds the bytes of a CN attribute is a value, not a CN.
+        let mut inner = vec![0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 0x07];
+        inner.extend(b"gateway");
+        let mut forged = vec![0x31, (inner.len() + 9) as u8, 0x30, (inner.len() + 7) as u8];
+        forged.extend([0x06, 0x03, 0x55, 0x04, 0x0a, 0x0c, inner.len() as u8]);
+        forged.extend(&inner);
+        assert_eq!(common_name(&forged), None, "no CN attribute at all");
+        forged.extend([
+            0x31, 0x14, 0x30, 0x12, 0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 0x0b,
+        ]);
+        forged.extend(b"executor-eu");
+        assert_eq!(common_name(&forged).as_deref(), Some("executor-eu"));
     }
 
     #[test]

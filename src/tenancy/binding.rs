@@ -45,7 +45,12 @@ pub fn before_traces(
     }
     for l in &mut batch.logs {
         l.sender = sender.cloned();
-        if l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty) {
+        // As for spans: no claim of its own and none from its resource.
+        let names_nothing = |l: &crate::event::LogRecord| {
+            l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty)
+                && l.tenant == crate::event::DEFAULT_TENANT
+        };
+        if names_nothing(l) {
             claim_from_header(
                 &mut l.audit,
                 &mut l.source_keys,
@@ -53,7 +58,7 @@ pub fn before_traces(
                 header_claim,
             );
         }
-        let unnamed = l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty);
+        let unnamed = names_nothing(l);
         moved += u64::from(own_claim(
             sender,
             &mut l.tenant,
@@ -184,12 +189,21 @@ fn refuse_outside(
     let Some(home) = sender.home_tenant() else {
         return false;
     };
-    if audit.claimed_tenant.as_deref().is_none_or(str::is_empty) {
+    // Its own claim, if the sender may write it, decides over a trace's tenant it may not
+    // (a conflict, not a mismatch).
+    if let Some(own) = audit.claimed_tenant.as_deref().filter(|c| !c.is_empty()) {
+        if sender.permits(own) {
+            *tenant = own.to_string();
+            return false;
+        }
+    } else {
         audit.claimed_tenant = Some(tenant.clone());
     }
     *tenant = home.to_string();
+    // Counted once per item, though refused before and after the trace look-up.
+    let counted = !*mismatch;
     *mismatch = true;
-    true
+    counted
 }
 
 #[cfg(test)]
@@ -343,8 +357,17 @@ mod tests {
             spans: vec![span(7, 9, Some(1), None)],
             logs: Vec::new(),
         };
-        assert_eq!(intake(&traces, &mut second, Some(&b_sender), None), 1);
-        assert_eq!(filed(&second), [("globex", Some("acme"), true)]);
+        // Trace memory is kept per sender: the guessed id names nothing for b's items.
+        assert_eq!(intake(&traces, &mut second, Some(&b_sender), None), 0);
+        assert_eq!(filed(&second), [(DEFAULT_TENANT, None, false)]);
+        // A one-tenant sender's unnamed item goes to its tenant, whoever named the trace.
+        let c_sender = sender("c", &["hooli"]);
+        let mut third = EventBatch {
+            spans: vec![span(7, 10, Some(1), None)],
+            logs: Vec::new(),
+        };
+        assert_eq!(intake(&traces, &mut third, Some(&c_sender), None), 0);
+        assert_eq!(filed(&third), [("hooli", None, false)]);
     }
 
     #[test]
@@ -363,6 +386,71 @@ mod tests {
         };
         assert_eq!(intake(&traces, &mut real, Some(&owner), None), 0);
         assert_eq!(filed(&real), [("acme", None, false)]);
+    }
+
+    #[test]
+    fn a_senders_own_allowed_claim_decides_over_a_trace_it_may_not_write() {
+        let eu = sender("eu", &["acme", "globex"]);
+        let mut s = span(6, 4, Some(1), Some("globex"));
+        s.sender = Some(Arc::clone(&eu));
+        let (mut t, mut m) = ("initech".to_string(), false);
+        assert!(!refuse_outside(&s.sender, &mut t, &mut s.audit, &mut m));
+        assert_eq!(
+            (t.as_str(), m),
+            ("globex", false),
+            "its own claim, no mismatch"
+        );
+        let mut v = span(6, 5, Some(1), Some("victim"));
+        v.sender = Some(eu);
+        let (mut t, mut m) = ("initech".to_string(), false);
+        assert!(refuse_outside(&v.sender, &mut t, &mut v.audit, &mut m));
+        assert_eq!((t.as_str(), m), ("acme", true));
+        assert!(
+            !refuse_outside(&v.sender, &mut t.clone(), &mut v.audit, &mut m) || !m,
+            "counted once"
+        );
+    }
+
+    #[test]
+    fn one_senders_trace_never_names_another_senders_items() {
+        let traces = TraceTenants::new(64);
+        let gateway = sender("gw", &["*"]);
+        let downstream = sender("tool-server", &["globex"]);
+        // The downstream sender sees trace 8 (traceparent) and names it with its own tenant.
+        let mut down = EventBatch {
+            spans: vec![span(8, 9, Some(1), None)],
+            logs: Vec::new(),
+        };
+        intake(&traces, &mut down, Some(&downstream), None);
+        assert_eq!(filed(&down), [("globex", None, false)]);
+        // The gateway's unnamed child of trace 8 does not follow it.
+        let mut gw = EventBatch {
+            spans: vec![span(8, 2, Some(1), None)],
+            logs: Vec::new(),
+        };
+        intake(&traces, &mut gw, Some(&gateway), None);
+        assert_eq!(
+            filed(&gw),
+            [(DEFAULT_TENANT, None, false)],
+            "waits for its own root"
+        );
+    }
+
+    #[test]
+    fn a_log_naming_a_tenant_through_its_resource_is_bound_too() {
+        let traces = TraceTenants::new(64);
+        let eu = sender("eu", &["acme", "globex"]);
+        let mut l = fixtures::log();
+        l.trace_id = Some([5; 16]);
+        l.audit.claimed_tenant = Some(String::new());
+        l.tenant = "victim".into();
+        let mut b = EventBatch {
+            spans: Vec::new(),
+            logs: vec![l],
+        };
+        assert_eq!(intake(&traces, &mut b, Some(&eu), None), 1);
+        assert_eq!(b.logs[0].tenant, "acme");
+        assert!(b.logs[0].tenant_mismatch);
     }
 
     #[test]

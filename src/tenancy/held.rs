@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::binding;
 use super::traces::Remembered;
-use super::{log_unnamed, span_unnamed, TenancyConfig};
-use crate::event::{EventBatch, LogRecord, SpanRecord, TraceId};
+use super::{log_unnamed, span_unnamed, trace_key, TenancyConfig, TraceKey};
+use crate::event::{EventBatch, LogRecord, SpanRecord};
 use crate::maps::FastMap;
 
 /// What a consumer is handed for a journal record.
@@ -99,9 +99,9 @@ pub struct HeldItems {
     wait: Duration,
     max: usize,
     tenants: Remembered,
-    held: FastMap<TraceId, Vec<(u64, Item)>>,
+    held: FastMap<TraceKey, Vec<(u64, Item)>>,
     /// Traces in the order their first item was held (stale entries skipped).
-    expiry: VecDeque<(Instant, TraceId)>,
+    expiry: VecDeque<(Instant, TraceKey)>,
     count: usize,
     /// How many held items come from each journal record.
     origins: BTreeMap<u64, usize>,
@@ -171,16 +171,18 @@ impl HeldItems {
         // latest is the one to follow.
         let mut learned = Vec::new();
         for s in batch.spans.iter().filter(|s| !span_unnamed(s)) {
-            self.tenants.learn_latest(s.trace_id, &s.tenant);
-            if self.held.contains_key(&s.trace_id) {
-                learned.push(s.trace_id);
+            let key = trace_key(&s.sender, s.trace_id);
+            self.tenants.learn_latest(key, &s.tenant);
+            if self.held.contains_key(&key) {
+                learned.push(key);
             }
         }
         for l in batch.logs.iter().filter(|l| !log_unnamed(l)) {
             if let Some(trace) = l.trace_id {
-                self.tenants.learn_latest(trace, &l.tenant);
-                if self.held.contains_key(&trace) {
-                    learned.push(trace);
+                let key = trace_key(&l.sender, trace);
+                self.tenants.learn_latest(key, &l.tenant);
+                if self.held.contains_key(&key) {
+                    learned.push(key);
                 }
             }
         }
@@ -192,7 +194,7 @@ impl HeldItems {
         for s in &batch.spans {
             if !span_unnamed(s) {
                 out.spans.push(s.clone());
-            } else if let Some(t) = self.tenants.get(&s.trace_id) {
+            } else if let Some(t) = self.tenants.get(&trace_key(&s.sender, s.trace_id)) {
                 let mut s = s.clone();
                 let moved = binding::release(
                     &s.sender,
@@ -204,11 +206,15 @@ impl HeldItems {
                 self.count_moved(&s.sender, moved);
                 out.spans.push(s);
             } else {
-                self.hold(seq, s.trace_id, Item::Span(Box::new(s.clone())), now);
+                let key = trace_key(&s.sender, s.trace_id);
+                self.hold(seq, key, Item::Span(Box::new(s.clone())), now);
             }
         }
         for l in &batch.logs {
-            let trace = l.trace_id.filter(|_| log_unnamed(l));
+            let trace = l
+                .trace_id
+                .filter(|_| log_unnamed(l))
+                .map(|t| trace_key(&l.sender, t));
             match trace {
                 None => out.logs.push(l.clone()),
                 Some(trace) => match self.tenants.get(&trace) {
@@ -314,7 +320,7 @@ impl HeldItems {
             .fold(durable, u64::min)
     }
 
-    fn hold(&mut self, seq: u64, trace: TraceId, item: Item, now: Instant) {
+    fn hold(&mut self, seq: u64, trace: TraceKey, item: Item, now: Instant) {
         let items = self.held.entry(trace).or_default();
         if items.is_empty() {
             self.expiry.push_back((now, trace));
@@ -338,7 +344,7 @@ impl HeldItems {
 
     /// Moves a trace's held items to `out`, under the trace's tenant when `named`; returns
     /// the earliest record among them.
-    fn release_trace(&mut self, trace: &TraceId, named: bool, out: &mut EventBatch) -> u64 {
+    fn release_trace(&mut self, trace: &TraceKey, named: bool, out: &mut EventBatch) -> u64 {
         let Some(items) = self.held.remove(trace) else {
             return u64::MAX;
         };

@@ -57,6 +57,26 @@ impl Default for TenancyConfig {
     }
 }
 
+/// A trace as one sender sends it. A tenant learned from one sender's items never names
+/// another sender's items of the same trace id: a trace id is no credential, and a sender that
+/// sees (or guesses) another's trace ids must not pull that sender's unnamed items into its
+/// own tenant, nor be pulled into another. Items without a sender (auth off) share one space.
+pub type TraceKey = (u64, crate::event::TraceId);
+
+/// The [`TraceKey`] of an item of `sender` in `trace`.
+pub fn trace_key(
+    sender: &Option<std::sync::Arc<crate::event::Sender>>,
+    trace: crate::event::TraceId,
+) -> TraceKey {
+    // FNV-1a: stable across restarts, so consumers replaying the journal key alike.
+    let id = sender.as_deref().map_or(0, |s| {
+        s.name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        }) | 1
+    });
+    (id, trace)
+}
+
 /// True when an item names no tenant anywhere (item, trace-level claim or resource) and was
 /// not given its trace's: it is filed under `default` only for want of a better answer.
 pub fn span_unnamed(span: &SpanRecord) -> bool {

@@ -3,8 +3,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{log_unnamed, span_unnamed};
-use crate::event::{EventBatch, Field, LogRecord, Source, SourceKeys, SpanRecord, TraceId};
+use super::{log_unnamed, span_unnamed, trace_key, TraceKey};
+use crate::event::{EventBatch, Field, LogRecord, Source, SourceKeys, SpanRecord};
 use crate::maps::{FastMap, FastSet};
 
 /// Tenant names kept interned at most; past it the set starts again (it only saves memory).
@@ -56,8 +56,8 @@ impl Claim {
 
 /// Trace → tenant for the last `capacity` traces that named one (oldest forgotten first).
 pub(super) struct Remembered {
-    tenants: FastMap<TraceId, (Arc<str>, Claim)>,
-    order: VecDeque<TraceId>,
+    tenants: FastMap<TraceKey, (Arc<str>, Claim)>,
+    order: VecDeque<TraceKey>,
     capacity: usize,
     names: FastSet<Arc<str>>,
 }
@@ -73,13 +73,13 @@ impl Remembered {
     }
 
     /// The tenant of `trace`, if one is remembered.
-    pub(super) fn get(&self, trace: &TraceId) -> Option<&Arc<str>> {
+    pub(super) fn get(&self, trace: &TraceKey) -> Option<&Arc<str>> {
         self.tenants.get(trace).map(|(t, _)| t)
     }
 
     /// Remembers `tenant` for `trace` unless the trace has a tenant from a claim at least as
     /// strong; true if the trace's tenant changed.
-    pub(super) fn learn(&mut self, trace: TraceId, tenant: &str, claim: Claim) -> bool {
+    pub(super) fn learn(&mut self, trace: TraceKey, tenant: &str, claim: Claim) -> bool {
         match self.tenants.get(&trace) {
             Some((_, held)) if *held >= claim => return false,
             Some((t, _)) if **t == *tenant => {
@@ -106,7 +106,7 @@ impl Remembered {
     }
 
     /// Remembers `tenant` for `trace`, whatever it had.
-    pub(super) fn learn_latest(&mut self, trace: TraceId, tenant: &str) {
+    pub(super) fn learn_latest(&mut self, trace: TraceKey, tenant: &str) {
         match self.get(&trace) {
             None => {
                 self.learn(trace, tenant, Claim::Resource);
@@ -160,16 +160,20 @@ impl TraceTenants {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for s in batch.spans.iter().filter(|s| !span_unnamed(s)) {
-            r.learn(s.trace_id, &s.tenant, Claim::of_span(s));
+            r.learn(
+                trace_key(&s.sender, s.trace_id),
+                &s.tenant,
+                Claim::of_span(s),
+            );
         }
         for l in batch.logs.iter().filter(|l| !log_unnamed(l)) {
             if let Some(trace) = l.trace_id {
-                r.learn(trace, &l.tenant, Claim::of_log(l));
+                r.learn(trace_key(&l.sender, trace), &l.tenant, Claim::of_log(l));
             }
         }
         let mut conflicts = 0;
         for s in &mut batch.spans {
-            if let Some(t) = r.get(&s.trace_id) {
+            if let Some(t) = r.get(&trace_key(&s.sender, s.trace_id)) {
                 if *s.tenant != **t {
                     conflicts += u64::from(!span_unnamed(s));
                     s.tenant = t.to_string();
@@ -177,7 +181,10 @@ impl TraceTenants {
             }
         }
         for l in &mut batch.logs {
-            if let Some(t) = l.trace_id.and_then(|trace| r.get(&trace)) {
+            if let Some(t) = l
+                .trace_id
+                .and_then(|trace| r.get(&trace_key(&l.sender, trace)))
+            {
                 if *l.tenant != **t {
                     conflicts += u64::from(!log_unnamed(l));
                     l.tenant = t.to_string();
@@ -283,16 +290,19 @@ mod tests {
     #[test]
     fn the_oldest_trace_is_forgotten_past_capacity() {
         let mut r = Remembered::new(2);
-        assert!(r.learn([1; 16], "a", Claim::Item));
+        assert!(r.learn((0, [1; 16]), "a", Claim::Item));
         assert!(
-            !r.learn([1; 16], "b", Claim::Item),
+            !r.learn((0, [1; 16]), "b", Claim::Item),
             "the first equal claim stays"
         );
-        assert!(r.learn([1; 16], "b", Claim::Root), "a stronger one wins");
-        assert_eq!(r.get(&[1; 16]).map(|t| &**t), Some("b"));
-        assert!(r.learn([2; 16], "a", Claim::Item));
-        assert!(r.learn([3; 16], "a", Claim::Item));
-        assert!(r.get(&[1; 16]).is_none());
-        assert_eq!(r.get(&[3; 16]).map(|t| &**t), Some("a"));
+        assert!(
+            r.learn((0, [1; 16]), "b", Claim::Root),
+            "a stronger one wins"
+        );
+        assert_eq!(r.get(&(0, [1; 16])).map(|t| &**t), Some("b"));
+        assert!(r.learn((0, [2; 16]), "a", Claim::Item));
+        assert!(r.learn((0, [3; 16]), "a", Claim::Item));
+        assert!(r.get(&(0, [1; 16])).is_none());
+        assert_eq!(r.get(&(0, [3; 16])).map(|t| &**t), Some("a"));
     }
 }
