@@ -15,6 +15,7 @@ pub mod config;
 pub mod durable;
 pub mod event;
 pub mod export;
+pub mod findings;
 pub mod fuzz_targets;
 pub mod journal;
 pub mod loadgen;

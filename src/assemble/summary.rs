@@ -81,6 +81,14 @@ pub struct SpanFacts {
     pub claimed_cost_usd: Option<f64>,
     /// The executor says the work was cancelled.
     pub cancelled: bool,
+    /// `executor.effect_class`.
+    pub effect: Option<Text>,
+    /// `executor.idempotency_key_hash` (the keyed hash `protect` made).
+    pub idempotency_key: Option<Text>,
+    /// `executor.resource_id`.
+    pub resource_id: Option<Text>,
+    /// Tool name and canonical arguments of a tool call, digested (after redaction).
+    pub call_digest: Option<crate::budget::digest::CallDigest>,
 }
 
 /// Policy and confirmation facts, from a span, its events or a log record.
@@ -93,7 +101,7 @@ pub struct Decision {
 }
 
 impl Decision {
-    fn merge(&mut self, other: &Decision) {
+    pub(crate) fn merge(&mut self, other: &Decision) {
         if self.policy.is_none() {
             self.policy.clone_from(&other.policy);
         }
@@ -175,8 +183,28 @@ impl SpanFacts {
             stop_reason: strings.opt(&a.stop_reason),
             claimed_cost_usd: a.claimed_cost_usd,
             cancelled: a.cancelled.unwrap_or(false),
+            effect: strings.opt(&a.effect_class),
+            idempotency_key: strings.opt(&a.idempotency_key_hash),
+            resource_id: strings.opt(&a.resource_id),
+            call_digest: retry_evidence(span).then(|| {
+                crate::budget::digest::call_digest(
+                    g.tool_name.as_deref().unwrap_or(""),
+                    g.tool_arguments.as_deref().unwrap_or(""),
+                )
+            }),
         }
     }
+}
+
+/// Whether a tool call's arguments digest can matter to a finding: a write or high-impact
+/// call (an ambiguous write tried again), or a denied one (tried again after the denial).
+/// Parsing every call's arguments would cost assembly a JSON parse per tool span.
+fn retry_evidence(span: &SpanRecord) -> bool {
+    let a = &span.audit;
+    span.gen_ai.tool_name.is_some()
+        && (matches!(a.effect_class.as_deref(), Some("write" | "high_impact"))
+            || a.policy_decision.as_deref() == Some("deny")
+            || a.result_code.as_deref() == Some("denied"))
 }
 
 impl LogFacts {

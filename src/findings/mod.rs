@@ -1,0 +1,353 @@
+//! Findings: where a request shows that its executor skipped part of the production
+//! checklist (authorize the exact effect, bind confirmations, make writes idempotent, never
+//! retry an ambiguous write blindly, do not retry a denial, run only independent calls in
+//! parallel, end every loop with a stop reason).
+//!
+//! The rule engine is a pure function of what assembly keeps of one request (its span and log
+//! facts, never attribute values) and its summary: the same request gives the same findings
+//! in any arrival order, and a finding's evidence is ids and a reason code only. Rules and
+//! their evidence: `schemas/findings.md`. Not yet here: the `findings` table, metrics and
+//! alarm delivery, per-tenant rule settings, the tool registry, the confirmation digest
+//! computed before redaction, and `secret_in_outbound_call` (the remaining parts).
+
+use std::collections::BTreeMap;
+
+use crate::assemble::summary::{Decision, RequestFacts, RequestSummary, SpanFacts};
+use crate::event::{hex_id, SpanClass, SpanId};
+
+/// How much a finding matters by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Worth a look.
+    Low,
+    /// A checklist item skipped.
+    Medium,
+    /// A write or high-impact effect without its safeguard.
+    High,
+}
+
+impl Severity {
+    /// The name stored in the `severity` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+        }
+    }
+}
+
+/// The rules the engine evaluates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    /// A write or high-impact call ran with no `allow` decision for it.
+    WriteWithoutAllow,
+    /// A high-impact call ran with no approved confirmation.
+    HighImpactWithoutConfirmation,
+    /// A write that ended `timeout` or `error` was attempted again without an idempotency key.
+    AmbiguousWriteRetriedWithoutKey,
+    /// … or with another key than the first attempt's.
+    AmbiguousWriteRetriedWithNewKey,
+    /// The same call attempted again after a `deny`.
+    RetryAfterDeny,
+    /// Two write calls on one resource overlapped in time.
+    ParallelWritesSameResource,
+    /// The request's root ended without `executor.stop_reason`.
+    LoopWithoutStopReason,
+    /// The request says it succeeded while its last tool call failed.
+    SuccessClaimedAfterFailure,
+    /// The cost the executor claims differs from the one computed from token counts.
+    CostDisagrees,
+}
+
+impl Rule {
+    /// Every rule, in id order.
+    pub const ALL: [Rule; 9] = [
+        Rule::WriteWithoutAllow,
+        Rule::HighImpactWithoutConfirmation,
+        Rule::AmbiguousWriteRetriedWithoutKey,
+        Rule::AmbiguousWriteRetriedWithNewKey,
+        Rule::RetryAfterDeny,
+        Rule::ParallelWritesSameResource,
+        Rule::LoopWithoutStopReason,
+        Rule::SuccessClaimedAfterFailure,
+        Rule::CostDisagrees,
+    ];
+
+    /// The rule's id.
+    pub fn id(self) -> &'static str {
+        match self {
+            Rule::WriteWithoutAllow => "write_without_allow",
+            Rule::HighImpactWithoutConfirmation => "high_impact_without_confirmation",
+            Rule::AmbiguousWriteRetriedWithoutKey => "ambiguous_write_retried_without_key",
+            Rule::AmbiguousWriteRetriedWithNewKey => "ambiguous_write_retried_with_new_key",
+            Rule::RetryAfterDeny => "retry_after_deny",
+            Rule::ParallelWritesSameResource => "parallel_writes_same_resource",
+            Rule::LoopWithoutStopReason => "loop_without_stop_reason",
+            Rule::SuccessClaimedAfterFailure => "success_claimed_after_failure",
+            Rule::CostDisagrees => "cost_disagrees",
+        }
+    }
+
+    /// Its default severity.
+    pub fn severity(self) -> Severity {
+        match self {
+            Rule::WriteWithoutAllow
+            | Rule::HighImpactWithoutConfirmation
+            | Rule::AmbiguousWriteRetriedWithoutKey
+            | Rule::AmbiguousWriteRetriedWithNewKey => Severity::High,
+            Rule::RetryAfterDeny
+            | Rule::ParallelWritesSameResource
+            | Rule::SuccessClaimedAfterFailure => Severity::Medium,
+            Rule::LoopWithoutStopReason | Rule::CostDisagrees => Severity::Low,
+        }
+    }
+}
+
+/// One finding: a rule, where, and why in a reason code; never a payload value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The rule.
+    pub rule: Rule,
+    /// Its severity.
+    pub severity: Severity,
+    /// The request's tenant.
+    pub tenant: String,
+    /// The request.
+    pub request_id: String,
+    /// Traces of the evidence spans (hex), in order.
+    pub trace_ids: Vec<String>,
+    /// The evidence spans (hex), in the order the rule names them.
+    pub span_ids: Vec<String>,
+    /// A short reason code, e.g. `effect=write decision=none`.
+    pub reason: String,
+}
+
+/// Confirmation statuses that count as approved.
+const APPROVED: &[&str] = &["approved", "confirmed"];
+
+/// A tool call as the rules see it.
+struct Call<'a> {
+    span: &'a SpanFacts,
+    decision: Decision,
+}
+
+impl Call<'_> {
+    fn effect(&self) -> Option<&str> {
+        self.span.effect.as_deref()
+    }
+
+    fn writes(&self) -> bool {
+        matches!(self.effect(), Some("write" | "high_impact"))
+    }
+
+    fn result(&self) -> Option<&str> {
+        self.span.result_code.as_deref()
+    }
+
+    fn policy(&self) -> Option<&str> {
+        self.decision.policy.as_deref()
+    }
+
+    fn ambiguous(&self) -> bool {
+        matches!(self.result(), Some("timeout" | "error"))
+            || (self.result().is_none() && self.span.error)
+    }
+}
+
+/// The findings of one request, in rule order then evidence order.
+pub fn evaluate(facts: &RequestFacts<'_>, summary: &RequestSummary) -> Vec<Finding> {
+    let calls = calls_of(facts);
+    let mut out = Vec::new();
+    let finding = |rule: Rule, spans: &[&SpanFacts], reason: String| Finding {
+        rule,
+        severity: rule.severity(),
+        tenant: facts.tenant.to_string(),
+        request_id: facts.request_id.to_string(),
+        trace_ids: spans.iter().map(|s| hex_id(&s.trace_id)).collect(),
+        span_ids: spans.iter().map(|s| hex_id(&s.span_id)).collect(),
+        reason,
+    };
+    for c in calls
+        .iter()
+        .filter(|c| c.writes() && c.result() == Some("ok"))
+    {
+        if c.policy() != Some("allow") {
+            let reason = format!(
+                "effect={} decision={}",
+                c.effect().unwrap_or(""),
+                c.policy().unwrap_or("none")
+            );
+            out.push(finding(Rule::WriteWithoutAllow, &[c.span], reason));
+        }
+    }
+    for c in calls
+        .iter()
+        .filter(|c| c.effect() == Some("high_impact") && c.result() == Some("ok"))
+    {
+        let approved = c
+            .decision
+            .confirmation
+            .as_deref()
+            .is_some_and(|s| APPROVED.iter().any(|a| s.eq_ignore_ascii_case(a)));
+        if !approved {
+            let reason = format!(
+                "confirmation={}",
+                c.decision.confirmation.as_deref().unwrap_or("none")
+            );
+            out.push(finding(
+                Rule::HighImpactWithoutConfirmation,
+                &[c.span],
+                reason,
+            ));
+        }
+    }
+    retries(&calls, &mut out, &finding);
+    parallel_writes(&calls, &mut out, &finding);
+    request_end(facts, summary, &calls, &mut out, &finding);
+    out.sort_by(|a, b| (a.rule, &a.span_ids).cmp(&(b.rule, &b.span_ids)));
+    out
+}
+
+/// Tool calls in start order (then span id, so ties do not depend on arrival), each with its
+/// decision merged from the span, its events and the log records that name it.
+fn calls_of<'a>(facts: &RequestFacts<'a>) -> Vec<Call<'a>> {
+    let mut by_span: BTreeMap<SpanId, Decision> = BTreeMap::new();
+    for l in facts.logs.values() {
+        if let Some(id) = l.span_id {
+            by_span.entry(id).or_default().merge(&l.decision);
+        }
+    }
+    let mut calls: Vec<Call<'a>> = facts
+        .spans
+        .values()
+        .filter(|s| s.class == SpanClass::Tool)
+        .map(|s| {
+            let mut decision = s.decision.clone();
+            if let Some(d) = by_span.get(&s.span_id) {
+                decision.merge(d);
+            }
+            Call { span: s, decision }
+        })
+        .collect();
+    calls.sort_by_key(|c| (c.span.start_ns, c.span.span_id));
+    calls
+}
+
+type MakeFinding<'f> = dyn Fn(Rule, &[&SpanFacts], String) -> Finding + 'f;
+
+/// Ambiguous writes tried again, and denials tried again: calls are "the same" by tool and
+/// canonical arguments digest (after redaction, so two redacted secrets compare equal).
+fn retries(calls: &[Call<'_>], out: &mut Vec<Finding>, finding: &MakeFinding<'_>) {
+    for (i, first) in calls.iter().enumerate() {
+        let Some(digest) = first.span.call_digest else {
+            continue;
+        };
+        let Some(again) = calls[i + 1..]
+            .iter()
+            .find(|c| c.span.call_digest == Some(digest))
+        else {
+            continue;
+        };
+        if first.policy() == Some("deny") || first.result() == Some("denied") {
+            out.push(finding(
+                Rule::RetryAfterDeny,
+                &[first.span, again.span],
+                "same_call_after_deny".into(),
+            ));
+            continue;
+        }
+        if !(first.writes() && first.ambiguous()) {
+            continue;
+        }
+        match (
+            first.span.idempotency_key.as_deref(),
+            again.span.idempotency_key.as_deref(),
+        ) {
+            (_, None) | (None, _) => out.push(finding(
+                Rule::AmbiguousWriteRetriedWithoutKey,
+                &[first.span, again.span],
+                format!("first={} key=none", first.result().unwrap_or("error")),
+            )),
+            (Some(a), Some(b)) if a != b => out.push(finding(
+                Rule::AmbiguousWriteRetriedWithNewKey,
+                &[first.span, again.span],
+                format!("first={} key=changed", first.result().unwrap_or("error")),
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Write calls on one resource whose times overlap (each pair once, earlier first).
+fn parallel_writes(calls: &[Call<'_>], out: &mut Vec<Finding>, finding: &MakeFinding<'_>) {
+    let writes: Vec<&Call<'_>> = calls
+        .iter()
+        .filter(|c| c.writes() && c.span.resource_id.is_some())
+        .collect();
+    for (i, a) in writes.iter().enumerate() {
+        for b in &writes[i + 1..] {
+            if a.span.resource_id == b.span.resource_id && b.span.start_ns < a.span.end_ns {
+                out.push(finding(
+                    Rule::ParallelWritesSameResource,
+                    &[a.span, b.span],
+                    "overlapping_writes".into(),
+                ));
+            }
+        }
+    }
+}
+
+/// The end of the loop: a stop reason, an honest outcome, the cost.
+fn request_end(
+    facts: &RequestFacts<'_>,
+    summary: &RequestSummary,
+    calls: &[Call<'_>],
+    out: &mut Vec<Finding>,
+    finding: &MakeFinding<'_>,
+) {
+    // The root: a span without a parent, the earliest if several.
+    let root = facts
+        .spans
+        .values()
+        .filter(|s| s.parent.is_none())
+        .min_by_key(|s| (s.start_ns, s.span_id));
+    if let Some(root) = root {
+        let logged = facts
+            .logs
+            .values()
+            .any(|l| l.span_id == Some(root.span_id) && l.stop_reason.is_some());
+        if root.stop_reason.is_none() && !logged {
+            out.push(finding(
+                Rule::LoopWithoutStopReason,
+                &[root],
+                "stop_reason=none".into(),
+            ));
+        }
+        // What the executor says of itself: a `completed` stop, or an `ok` result on the root.
+        let claims_success = matches!(summary.stop_reason.as_deref(), Some("completed"))
+            || root.result_code.as_deref() == Some("ok");
+        if let Some(last) = calls.last() {
+            // A denial or a cancellation is an answer, not a failure the loop should hide.
+            let failed =
+                matches!(last.result(), Some("error" | "timeout" | "invalid")) || last.span.error;
+            if claims_success && failed {
+                out.push(finding(
+                    Rule::SuccessClaimedAfterFailure,
+                    &[root, last.span],
+                    format!("last_call={}", last.result().unwrap_or("error")),
+                ));
+            }
+        }
+        if summary.cost_disagrees {
+            out.push(finding(
+                Rule::CostDisagrees,
+                &[root],
+                "claimed_vs_computed".into(),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

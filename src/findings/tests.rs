@@ -1,0 +1,268 @@
+//! Each rule with a request that must raise exactly one finding, and its twin (the correct
+//! executor behaviour) that must raise none.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::assemble::prices::PriceTable;
+use crate::assemble::summary::{summarize, Completeness, Interner, LogFacts};
+use crate::event::{fixtures, LogRecord, SpanRecord};
+
+const SEC: i64 = 1_000_000_000;
+
+fn root() -> SpanRecord {
+    let mut s = fixtures::span();
+    s.span_id = [1; 8];
+    s.class = SpanClass::Agent;
+    s.start_ns = 1000 * SEC;
+    s.end_ns = 1100 * SEC;
+    s.audit.request_id = Some("req-1".into());
+    s.audit.stop_reason = Some("completed".into());
+    s
+}
+
+/// A tool call: span id `id`, from `start` to `end` seconds.
+fn call(
+    id: u8,
+    tool: &str,
+    args: &str,
+    effect: &str,
+    result: &str,
+    start: i64,
+    end: i64,
+) -> SpanRecord {
+    let mut s = fixtures::span();
+    s.span_id = [id; 8];
+    s.parent_span_id = Some([1; 8]);
+    s.class = SpanClass::Tool;
+    s.start_ns = 1000 * SEC + start * SEC;
+    s.end_ns = 1000 * SEC + end * SEC;
+    s.gen_ai.tool_name = Some(tool.into());
+    s.gen_ai.tool_arguments = Some(args.into());
+    s.audit.effect_class = Some(effect.into());
+    s.audit.result_code = Some(result.into());
+    s.audit.policy_decision = Some("allow".into());
+    s
+}
+
+fn findings(spans: &[SpanRecord], logs: &[LogRecord]) -> Vec<Finding> {
+    let mut strings = Interner::default();
+    let spans: BTreeMap<_, _> = spans
+        .iter()
+        .map(|s| (s.span_id, SpanFacts::of(s, &mut strings)))
+        .collect();
+    let logs: BTreeMap<_, _> = logs
+        .iter()
+        .filter_map(|l| LogFacts::of(l, &mut strings))
+        .map(|f| (f.key, f))
+        .collect();
+    let facts = RequestFacts {
+        request_id: "req-1",
+        tenant: "acme",
+        spans: &spans,
+        logs: &logs,
+    };
+    let summary = summarize(&facts, &PriceTable::default(), Completeness::Complete, 1);
+    evaluate(&facts, &summary)
+}
+
+fn rules(f: &[Finding]) -> Vec<(&'static str, Vec<String>)> {
+    f.iter()
+        .map(|f| (f.rule.id(), f.span_ids.clone()))
+        .collect()
+}
+
+fn id(n: u8) -> String {
+    hex_id(&[n; 8])
+}
+
+#[test]
+fn a_correct_request_raises_nothing() {
+    let mut high = call(3, "refund", r#"{"order":1}"#, "high_impact", "ok", 2, 3);
+    high.audit.confirmation_status = Some("approved".into());
+    let spans = [
+        root(),
+        call(2, "search", r#"{"q":"x"}"#, "read", "ok", 0, 1),
+        high,
+        call(4, "note", r#"{"order":1}"#, "write", "ok", 4, 5),
+    ];
+    assert_eq!(rules(&findings(&spans, &[])), []);
+}
+
+#[test]
+fn write_without_allow_and_its_twin() {
+    let mut w = call(2, "note", "{}", "write", "ok", 0, 1);
+    w.audit.policy_decision = None;
+    let f = findings(&[root(), w.clone()], &[]);
+    assert_eq!(rules(&f), [("write_without_allow", vec![id(2)])]);
+    assert_eq!(f[0].reason, "effect=write decision=none");
+    assert_eq!(f[0].severity, Severity::High);
+    assert_eq!(f[0].trace_ids, [hex_id(&[1; 16])]);
+    // The allow decision logged against the span counts.
+    let mut log = fixtures::log();
+    log.trace_id = Some(w.trace_id);
+    log.span_id = Some(w.span_id);
+    log.audit.policy_decision = Some("allow".into());
+    assert_eq!(rules(&findings(&[root(), w], &[log])), []);
+}
+
+#[test]
+fn high_impact_without_confirmation_and_its_twin() {
+    let mut h = call(2, "refund", "{}", "high_impact", "ok", 0, 1);
+    h.audit.confirmation_status = Some("pending".into());
+    let f = findings(&[root(), h.clone()], &[]);
+    assert_eq!(
+        rules(&f),
+        [("high_impact_without_confirmation", vec![id(2)])]
+    );
+    assert_eq!(f[0].reason, "confirmation=pending");
+    h.audit.confirmation_status = Some("Approved".into());
+    assert_eq!(rules(&findings(&[root(), h], &[])), []);
+}
+
+#[test]
+fn ambiguous_writes_retried_without_a_key_or_with_a_new_one_and_the_twin() {
+    let first = call(2, "note", r#"{"b":1,"a":2}"#, "write", "timeout", 0, 1);
+    // The same arguments, written otherwise: the same call.
+    let again = call(3, "note", r#"{"a":2, "b":1.0}"#, "write", "ok", 2, 3);
+    assert_eq!(
+        rules(&findings(&[root(), first.clone(), again.clone()], &[])),
+        [("ambiguous_write_retried_without_key", vec![id(2), id(3)])]
+    );
+    let (mut k1, mut k2) = (first.clone(), again.clone());
+    k1.audit.idempotency_key_hash = Some("hmac:k1:aaaa".into());
+    k2.audit.idempotency_key_hash = Some("hmac:k1:bbbb".into());
+    assert_eq!(
+        rules(&findings(&[root(), k1.clone(), k2.clone()], &[])),
+        [("ambiguous_write_retried_with_new_key", vec![id(2), id(3)])]
+    );
+    k2.audit.idempotency_key_hash = k1.audit.idempotency_key_hash.clone();
+    assert_eq!(
+        rules(&findings(&[root(), k1, k2], &[])),
+        [],
+        "same key: safe"
+    );
+    let other_args = call(3, "note", r#"{"a":3}"#, "write", "ok", 2, 3);
+    assert_eq!(
+        rules(&findings(&[root(), first, other_args], &[])),
+        [],
+        "another call"
+    );
+}
+
+#[test]
+fn retry_after_deny_and_its_twin() {
+    let mut denied = call(2, "export", r#"{"all":true}"#, "read", "denied", 0, 1);
+    denied.audit.policy_decision = Some("deny".into());
+    let again = call(3, "export", r#"{"all":true}"#, "read", "denied", 2, 3);
+    assert_eq!(
+        rules(&findings(&[root(), denied.clone(), again], &[])),
+        [("retry_after_deny", vec![id(2), id(3)])]
+    );
+    let narrower = call(3, "export", r#"{"all":false}"#, "read", "ok", 2, 3);
+    assert_eq!(rules(&findings(&[root(), denied, narrower], &[])), []);
+}
+
+#[test]
+fn parallel_writes_on_one_resource_and_the_twin() {
+    let mut a = call(2, "note", r#"{"n":1}"#, "write", "ok", 0, 10);
+    let mut b = call(3, "note", r#"{"n":2}"#, "write", "ok", 5, 15);
+    a.audit.resource_id = Some("order-7".into());
+    b.audit.resource_id = Some("order-7".into());
+    assert_eq!(
+        rules(&findings(&[root(), a.clone(), b.clone()], &[])),
+        [("parallel_writes_same_resource", vec![id(2), id(3)])]
+    );
+    b.start_ns = a.end_ns;
+    assert_eq!(
+        rules(&findings(&[root(), a.clone(), b.clone()], &[])),
+        [],
+        "one after the other"
+    );
+    b.start_ns = a.start_ns;
+    b.audit.resource_id = Some("order-8".into());
+    assert_eq!(
+        rules(&findings(&[root(), a, b], &[])),
+        [],
+        "different resources"
+    );
+}
+
+#[test]
+fn loop_without_stop_reason_and_its_twin() {
+    let mut r = root();
+    r.audit.stop_reason = None;
+    r.audit.result_code = Some("ok".into());
+    let f = findings(&[r.clone()], &[]);
+    assert_eq!(rules(&f), [("loop_without_stop_reason", vec![id(1)])]);
+    let mut log = fixtures::log();
+    log.trace_id = Some(r.trace_id);
+    log.span_id = Some(r.span_id);
+    log.audit.stop_reason = Some("budget_exhausted".into());
+    assert_eq!(rules(&findings(&[r], &[log])), [], "logged on the root");
+}
+
+#[test]
+fn success_claimed_after_failure_and_its_twin() {
+    let failed = call(2, "note", "{}", "write", "error", 0, 1);
+    assert_eq!(
+        rules(&findings(&[root(), failed.clone()], &[])),
+        [("success_claimed_after_failure", vec![id(1), id(2)])]
+    );
+    let recovered = call(3, "note", r#"{"x":1}"#, "write", "ok", 2, 3);
+    assert_eq!(rules(&findings(&[root(), failed, recovered], &[])), []);
+}
+
+#[test]
+fn cost_disagrees_and_its_twin() {
+    let mut r = root();
+    r.audit.claimed_cost_usd = Some(5.0);
+    assert_eq!(
+        rules(&findings(&[r.clone()], &[])),
+        [("cost_disagrees", vec![id(1)])]
+    );
+    r.audit.claimed_cost_usd = Some(0.0);
+    assert_eq!(rules(&findings(&[r], &[])), []);
+}
+
+#[test]
+fn every_rule_has_an_id_a_severity_and_a_documented_line() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/findings.md"),
+    )
+    .expect("schemas/findings.md");
+    for r in Rule::ALL {
+        let line = format!("| `{}` | {} |", r.id(), r.severity().as_str());
+        assert!(doc.contains(&line), "{line}");
+    }
+}
+
+proptest! {
+    /// The same request in any arrival order, with duplicates, raises the same findings.
+    #[test]
+    fn findings_do_not_depend_on_arrival_order(order in Just(()).prop_perturb(|_, mut rng| {
+        let mut v: Vec<usize> = (0..6).chain(0..2).collect();
+        for i in (1..v.len()).rev() {
+            v.swap(i, rng.random_range(0..=i));
+        }
+        v
+    })) {
+        let mut w = call(2, "note", "{}", "write", "timeout", 0, 1);
+        w.audit.policy_decision = None;
+        let mut d = call(4, "export", "{}", "read", "denied", 3, 4);
+        d.audit.policy_decision = Some("deny".into());
+        let all = [
+            root(),
+            w,
+            call(3, "note", "{}", "write", "ok", 2, 3),
+            d,
+            call(5, "export", "{}", "read", "error", 5, 6),
+            call(6, "search", "{}", "read", "ok", 0, 9),
+        ];
+        let expected = findings(&all, &[]);
+        let shuffled: Vec<SpanRecord> = order.iter().map(|&i| all[i].clone()).collect();
+        prop_assert_eq!(findings(&shuffled, &[]), expected);
+    }
+}
