@@ -411,7 +411,7 @@ fn compact(args: CompactArgs) -> ExitCode {
             dir.display()
         ));
     }
-    let all = [Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
+    let all = Table::ALL;
     let tables: Vec<Table> = match args.table.as_deref() {
         None => all.to_vec(),
         Some(t) => match all.iter().find(|x| x.as_str() == t) {

@@ -149,6 +149,7 @@ pub struct Metrics {
     compaction_files: Family<Labels2, Counter>,
     compaction_bytes: Family<Labels2, Counter>,
     summaries: Family<Labels1, Counter>,
+    findings: Family<Owned3, Counter>,
     assemble_duplicates: Counter,
     assemble_requests: Gauge,
     assemble_spans: Gauge,
@@ -770,6 +771,7 @@ impl Metrics {
             compaction_files: Family::default(),
             compaction_bytes: Family::default(),
             summaries: Family::default(),
+            findings: Family::default(),
             assemble_duplicates: Counter::default(),
             assemble_requests: Gauge::default(),
             assemble_spans: Gauge::default(),
@@ -926,6 +928,11 @@ impl Metrics {
             "request_summaries",
             "Request summaries written to the requests table, by completeness",
             m.summaries.clone(),
+        );
+        registry.register(
+            "findings",
+            "Findings raised by the executor-checklist rules (schemas/findings.md), by tenant (past the series limit as _other), rule and severity",
+            m.findings.clone(),
         );
         registry.register(
             "assemble_duplicate_spans",
@@ -1150,6 +1157,17 @@ impl Metrics {
         self.open_files
             .get_or_create(&[("table", table)])
             .set(n as i64);
+    }
+
+    /// A finding raised (its first `open` row).
+    pub fn finding(&self, tenant: &str, rule: &'static str, severity: &'static str) {
+        self.findings
+            .get_or_create(&[
+                ("tenant", self.budget.tenant_label(tenant)),
+                ("rule", rule.to_string()),
+                ("severity", severity.to_string()),
+            ])
+            .inc();
     }
 
     /// Summaries written, by completeness.

@@ -240,7 +240,7 @@ pub async fn run(
 
     let requests_archive = Archive::open(
         &data_dir,
-        &[Table::Requests],
+        &[Table::Requests, Table::Findings],
         &config.archive,
         instance_id.clone(),
         Arc::clone(&metrics),

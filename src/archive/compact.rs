@@ -639,6 +639,7 @@ fn sort_columns(table: Table) -> &'static [&'static str] {
         Table::Logs => &["trace_id", "time"],
         Table::Requests => &["start_time", "request_id"],
         Table::Alarms => &["time", "alarm_id"],
+        Table::Findings => &["time", "finding_id"],
     }
 }
 

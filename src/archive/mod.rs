@@ -109,6 +109,8 @@ pub struct ArchiveTotals {
     pub request_rows: u64,
     /// Alarm rows in completed files.
     pub alarm_rows: u64,
+    /// Finding rows in completed files.
+    pub finding_rows: u64,
     /// Completed files.
     pub files: u64,
     /// Rows lost to write errors (each also logged and counted in metrics).
@@ -134,7 +136,7 @@ pub struct Archive {
     /// Rows not yet in a completed file, by partition.
     buffers: crate::maps::FastMap<PartitionKey, PartitionBuffer>,
     /// Buffers per table, for the metric.
-    per_table: [usize; 4],
+    per_table: [usize; 5],
     /// Bytes this writer holds in `buffers`; also counted in `budget`.
     held: usize,
     budget: Arc<SharedBudget>,
@@ -143,7 +145,7 @@ pub struct Archive {
     /// Bytes of this writer's largest buffer, as last published.
     largest: usize,
     /// Parquet writer settings per table (by [`table_index`]).
-    props: [WriterProperties; 4],
+    props: [WriterProperties; 5],
     /// Partitions whose buffer reached `max_file_bytes` during the current call.
     due: Vec<PartitionKey>,
     /// Names the journal whose records completed files hold (see [`records_suffix`]).
@@ -168,6 +170,7 @@ fn table_index(t: Table) -> usize {
         Table::Logs => 1,
         Table::Requests => 2,
         Table::Alarms => 3,
+        Table::Findings => 4,
     }
 }
 
@@ -223,7 +226,7 @@ impl Archive {
             instance_id,
             sequence: 0,
             buffers: crate::maps::map(),
-            per_table: [0; 4],
+            per_table: [0; 5],
             held: 0,
             budget_slot: budget.register(),
             budget,
@@ -233,6 +236,7 @@ impl Archive {
                 writer_properties(&settings, Table::Logs)?,
                 writer_properties(&settings, Table::Requests)?,
                 writer_properties(&settings, Table::Alarms)?,
+                writer_properties(&settings, Table::Findings)?,
             ],
             settings,
             due: Vec::new(),
@@ -579,6 +583,7 @@ impl Archive {
             Table::Logs => self.totals.log_rows += done.rows,
             Table::Requests => self.totals.request_rows += done.rows,
             Table::Alarms => self.totals.alarm_rows += done.rows,
+            Table::Findings => self.totals.finding_rows += done.rows,
         }
         self.totals.files += 1;
         self.metrics

@@ -31,11 +31,19 @@ pub enum Table {
     Requests,
     /// `alarms/`
     Alarms,
+    /// `findings/`
+    Findings,
 }
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 4] = [Table::Spans, Table::Logs, Table::Requests, Table::Alarms];
+    pub const ALL: [Table; 5] = [
+        Table::Spans,
+        Table::Logs,
+        Table::Requests,
+        Table::Alarms,
+        Table::Findings,
+    ];
 
     /// Folder and table name.
     pub fn as_str(self) -> &'static str {
@@ -44,6 +52,7 @@ impl Table {
             Table::Logs => "logs",
             Table::Requests => "requests",
             Table::Alarms => "alarms",
+            Table::Findings => "findings",
         }
     }
 }
@@ -158,7 +167,7 @@ pub fn writer_properties(
     let small: &[&str] = match table {
         Table::Spans | Table::Logs => SMALL_COLUMNS,
         Table::Requests => REQUEST_SMALL_COLUMNS,
-        Table::Alarms => &[],
+        Table::Alarms | Table::Findings => &[],
     };
     for col in small {
         b = b.set_column_compression(column_path(col), Compression::UNCOMPRESSED);
@@ -168,6 +177,7 @@ pub fn writer_properties(
         Table::Logs => &["trace_id", "request_id"],
         Table::Requests => &["request_id"],
         Table::Alarms => &["request_id", "alarm_id"],
+        Table::Findings => &["request_id", "finding_id"],
     };
     for col in bloom_columns {
         let path = ColumnPath::from(*col);

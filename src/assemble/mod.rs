@@ -151,6 +151,8 @@ struct Pending {
     unsummarized_from: u64,
     /// The deadline this request has in the assembler's timer heap ([`NEVER`]: none).
     scheduled_ms: u64,
+    /// The findings its last summary showed, by finding id.
+    reported: BTreeMap<String, crate::findings::Finding>,
 }
 
 impl Pending {
@@ -168,6 +170,7 @@ impl Pending {
             root_ended: false,
             unsummarized_from: NEVER,
             scheduled_ms: NEVER,
+            reported: BTreeMap::new(),
         }
     }
 
@@ -732,6 +735,20 @@ impl AssembleConsumer {
         }
         self.totals.summaries += out.len() as u64;
         self.archive.append_rows(&out);
+        let findings: Vec<crate::findings::rows::FindingRow> =
+            out.into_iter().flat_map(|s| s.finding_rows).collect();
+        for f in &findings {
+            if f.status == crate::findings::rows::FindingStatus::Open {
+                self.metrics.finding(
+                    &f.finding.tenant,
+                    f.finding.rule.id(),
+                    f.finding.severity.as_str(),
+                );
+            }
+        }
+        if !findings.is_empty() {
+            self.archive.append_rows(&findings);
+        }
     }
 }
 
@@ -834,7 +851,43 @@ fn summary_of(p: &mut Pending, prices: &PriceTable, completeness: Completeness) 
     };
     let mut summary = summarize(&facts, prices, completeness, p.versions);
     summary.first_record = first_record;
+    let shown = crate::findings::evaluate(&facts, &summary);
+    findings_of(p, shown, &mut summary);
     summary
+}
+
+/// The findings rows of a new summary version: those it shows that the last did not
+/// (`open`), and those the last showed that it does not (`withdrawn`); unchanged ones are not
+/// written again.
+fn findings_of(p: &mut Pending, shown: Vec<crate::findings::Finding>, s: &mut RequestSummary) {
+    use crate::findings::rows::{finding_id, FindingRow, FindingStatus};
+    // Event time, not the clock: the same request gives the same rows, in its summary's
+    // partition day.
+    let now = s.end_ns;
+    let shown: BTreeMap<String, crate::findings::Finding> =
+        shown.into_iter().map(|f| (finding_id(&f), f)).collect();
+    let row = |id: &String, f: &crate::findings::Finding, status| FindingRow {
+        finding: f.clone(),
+        finding_id: id.clone(),
+        status,
+        time_ns: now,
+        summary_version: s.summary_version,
+        first_record: s.first_record,
+    };
+    let mut rows: Vec<FindingRow> = shown
+        .iter()
+        .filter(|(id, _)| !p.reported.contains_key(*id))
+        .map(|(id, f)| row(id, f, FindingStatus::Open))
+        .collect();
+    rows.extend(
+        p.reported
+            .iter()
+            .filter(|(id, _)| !shown.contains_key(*id))
+            .map(|(id, f)| row(id, f, FindingStatus::Withdrawn)),
+    );
+    s.findings = shown.len() as u64;
+    s.finding_rows = rows;
+    p.reported = shown;
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ pub fn requests_schema() -> SchemaRef {
         int("errors"),
         utf8("stop_reason", true),
         utf8("outcome", false),
+        Field::new("findings", DataType::Int64, false),
     ]))
 }
 
@@ -87,6 +88,7 @@ pub struct RequestRows {
     decisions: [Int64Builder; 6],
     stop_reason: StringBuilder,
     outcome: StringBuilder,
+    findings: Int64Builder,
 }
 
 impl Default for RequestRows {
@@ -113,6 +115,7 @@ impl Default for RequestRows {
             decisions: Small::small(),
             stop_reason: StringBuilder::small(),
             outcome: StringBuilder::small(),
+            findings: Int64Builder::small(),
         }
     }
 }
@@ -169,6 +172,7 @@ impl TableRows for RequestRows {
         );
         cols.push(Arc::new(self.stop_reason.finish()));
         cols.push(Arc::new(self.outcome.finish()));
+        cols.push(Arc::new(self.findings.finish()));
         self.len = 0;
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
@@ -209,6 +213,7 @@ impl TableRows for RequestRows {
         );
         cols.push(Arc::new(self.stop_reason.finish_cloned()));
         cols.push(Arc::new(self.outcome.finish_cloned()));
+        cols.push(Arc::new(self.findings.finish_cloned()));
         RecordBatch::try_new(Arc::clone(&self.schema), cols)
     }
 
@@ -285,6 +290,7 @@ impl ArchiveRow for RequestSummary {
         }
         rows.stop_reason.append_option(self.stop_reason.as_deref());
         rows.outcome.append_value(self.outcome);
+        rows.findings.append_value(count(self.findings));
         rows.len += 1;
         Ok(())
     }

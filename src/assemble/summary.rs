@@ -329,6 +329,10 @@ pub struct RequestSummary {
     pub stop_reason: Option<String>,
     /// `ok`, `error`, `denied` or `cancelled`.
     pub outcome: &'static str,
+    /// Findings this version shows (the `findings` column).
+    pub findings: u64,
+    /// The `findings` rows this version raises or withdraws (not a column).
+    pub finding_rows: Vec<crate::findings::rows::FindingRow>,
 }
 
 /// Everything known of one request, for [`summarize`].
@@ -383,6 +387,8 @@ pub fn summarize(
         errors: 0,
         stop_reason: None,
         outcome: "ok",
+        findings: 0,
+        finding_rows: Vec::new(),
     };
     let mut traces = BTreeSet::new();
     // Decisions per span (its own, its events', its logs'), and per span-less log record.

@@ -349,5 +349,7 @@ fn request_end(
     }
 }
 
+pub mod rows;
+
 #[cfg(test)]
 mod tests;

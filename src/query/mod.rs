@@ -169,6 +169,7 @@ pub fn table_schema(table: Table) -> SchemaRef {
         Table::Logs => crate::archive::schema::logs_schema(),
         Table::Requests => crate::assemble::rows::requests_schema(),
         Table::Alarms => crate::budget::rows::alarms_schema(),
+        Table::Findings => crate::findings::rows::findings_schema(),
     }
 }
 

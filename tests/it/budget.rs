@@ -748,7 +748,7 @@ max_backoff = "1s"
     assert_eq!(fired, 8, "warning and limit of four default budgets");
     assert!(d.log_text().contains("alarm delivery queue full"));
     // The stop line counts the files of every table.
-    let on_disk: usize = ["spans", "logs", "requests", "alarms"]
+    let on_disk: usize = ["spans", "logs", "requests", "alarms", "findings"]
         .iter()
         .map(|t| crate::harness::parquet_files(&d.data_dir, t).len())
         .sum();

@@ -12,6 +12,7 @@ mod corpora;
 mod dashboards;
 mod durability;
 mod export;
+mod findings;
 mod fresh;
 mod harness;
 mod hashing;
