@@ -28,6 +28,8 @@ pub struct RequestView {
     pub roots: Vec<Node>,
     /// Earliest span start, ns.
     pub start_ns: i64,
+    /// Findings the request's newest summary shows (`findings` rows still open), rule order.
+    pub findings: Vec<Map<String, Value>>,
 }
 
 /// One span in the tree.
@@ -213,13 +215,67 @@ pub async fn find(
         .filter_map(|s| int(s, "start_ns"))
         .min()
         .unwrap_or(0);
+    let findings = match summary.as_ref().and_then(|s| text(s, "tenant")) {
+        Some(t) => open_findings(ctx, &request_id, &t).await?,
+        None => Vec::new(),
+    };
     Ok(RequestView {
         summary,
         request_id,
         trace_ids,
         roots: tree(spans, logs),
         start_ns,
+        findings,
     })
+}
+
+/// The request's findings still open: the newest row of each finding id, if `open`.
+async fn open_findings(
+    ctx: &SessionContext,
+    request_id: &str,
+    tenant: &str,
+) -> Result<Vec<Map<String, Value>>, QueryError> {
+    let all = rows(
+        ctx,
+        &format!(
+            "SELECT finding_id, rule, severity, status, span_ids, reason, summary_version \
+             FROM findings WHERE request_id = {} AND tenant = {} \
+             ORDER BY summary_version, finding_id",
+            sql_string(request_id),
+            sql_string(tenant)
+        ),
+    )
+    .await?;
+    let mut newest: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+    for f in all {
+        if let Some(id) = text(&f, "finding_id") {
+            newest.insert(id, f);
+        }
+    }
+    let mut open: Vec<Map<String, Value>> = newest
+        .into_values()
+        .filter(|f| text(f, "status").as_deref() == Some("open"))
+        .collect();
+    open.sort_by_key(|f| (text(f, "rule"), f.get("span_ids").map(Value::to_string)));
+    Ok(open)
+}
+
+/// Span id → the rules whose evidence names it.
+fn marks(findings: &[Map<String, Value>]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in findings {
+        let rule = text(f, "rule").unwrap_or_default();
+        for span in f
+            .get("span_ids")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            out.entry(span.to_string()).or_default().push(rule.clone());
+        }
+    }
+    out
 }
 
 /// Builds the tree: children under parents, a span whose parent is absent is a root.
@@ -375,6 +431,7 @@ impl RequestView {
             "request_id": self.request_id,
             "trace_ids": self.trace_ids,
             "summary": summary,
+            "findings": self.findings,
             "spans": self.roots.iter().map(|n| node_json(n, self.start_ns)).collect::<Vec<_>>(),
         })
     }
@@ -390,7 +447,24 @@ impl RequestView {
                 "  summary  (none yet: the request is still open or was never summarized)\n",
             ),
         }
+        for f in &self.findings {
+            let spans: Vec<&str> = f
+                .get("span_ids")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            out.push_str(&format!(
+                "  finding  {} {} · {} · spans {}\n",
+                text(f, "severity").unwrap_or_default(),
+                text(f, "rule").unwrap_or_default(),
+                text(f, "reason").unwrap_or_default(),
+                spans.join(", ")
+            ));
+        }
         out.push('\n');
+        let marks = marks(&self.findings);
         let mut lines = Vec::new();
         for (i, n) in self.roots.iter().enumerate() {
             node_lines(
@@ -399,6 +473,7 @@ impl RequestView {
                 "",
                 i + 1 == self.roots.len(),
                 true,
+                &marks,
                 &mut lines,
             );
         }
@@ -471,7 +546,15 @@ fn summary_text(s: &Map<String, Value>) -> String {
     )
 }
 
-fn node_lines(n: &Node, start_ns: i64, prefix: &str, last: bool, top: bool, out: &mut Vec<String>) {
+fn node_lines(
+    n: &Node,
+    start_ns: i64,
+    prefix: &str,
+    last: bool,
+    top: bool,
+    marks: &BTreeMap<String, Vec<String>>,
+    out: &mut Vec<String>,
+) {
     let s = &n.span;
     let offset_ms = (int(s, "start_ns").unwrap_or(start_ns) - start_ns) as f64 / 1e6;
     let dur_ms = int(s, "duration_ns").unwrap_or(0) as f64 / 1e6;
@@ -508,6 +591,10 @@ fn node_lines(n: &Node, start_ns: i64, prefix: &str, last: bool, top: bool, out:
     if !detail.is_empty() {
         line.push_str(&format!(" · {}", detail.join(" · ")));
     }
+    // Before the arguments: a narrow terminal cuts lines at their end.
+    if let Some(rules) = text(s, "span_id").and_then(|id| marks.get(&id)) {
+        line.push_str(&format!(" ◀ {}", rules.join(", ")));
+    }
     if let Some(args) = text(s, "tool_arguments") {
         line.push_str(&format!(" · args {}", shorten(&args, 60)));
     }
@@ -534,6 +621,7 @@ fn node_lines(n: &Node, start_ns: i64, prefix: &str, last: bool, top: bool, out:
             &child_prefix,
             i + 1 == n.children.len(),
             false,
+            marks,
             out,
         );
     }

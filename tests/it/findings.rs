@@ -54,6 +54,34 @@ fn a_write_without_allow_raises_one_finding_and_its_twin_none() {
     };
     assert_eq!(count("req-no-allow"), Some(Value::from(1)));
     assert_eq!(count("req-allowed"), Some(Value::from(0)));
+    // `trace` shows the finding and marks its span; the twin shows none.
+    let trace = |id: &str, json: bool| {
+        let mut cmd = crate::harness::toolwatch();
+        cmd.args(["trace", "--data-dir"]).arg(&d.data_dir);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.arg(id).output().expect("trace");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let text = trace("req-no-allow", false);
+    assert!(
+        text.contains(&format!(
+            "finding  high write_without_allow · effect=write decision=none · spans {}",
+            bad["tool"].as_str().expect("id")
+        )),
+        "{text}"
+    );
+    assert_eq!(text.matches("◀ write_without_allow").count(), 1, "{text}");
+    let json: Value = serde_json::from_str(&trace("req-no-allow", true)).expect("json");
+    assert_eq!(json["findings"].as_array().map(Vec::len), Some(1));
+    let twin: Value = serde_json::from_str(&trace("req-allowed", true)).expect("json");
+    assert_eq!(twin["findings"], serde_json::json!([]));
     // The canary is in the archived (redacted or not) tool arguments, never in a finding.
     let findings_dir = d.data_dir.join("findings");
     assert!(!contains(&all_bytes(&findings_dir), CANARY));
