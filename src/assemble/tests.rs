@@ -386,3 +386,42 @@ fn a_request_snapshot_is_the_batch_finish_makes() {
         }
     });
 }
+
+#[test]
+fn a_late_span_withdraws_a_finding_and_raises_another_once() {
+    use crate::findings::rows::FindingStatus;
+    let status = |out: &[RequestSummary]| -> Vec<(&'static str, FindingStatus, u32)> {
+        out.iter()
+            .flat_map(|s| &s.finding_rows)
+            .map(|r| (r.finding.rule.id(), r.status, r.summary_version))
+            .collect()
+    };
+    let (spans, logs) = request();
+    let mut a = Assembler::new(config(), prices());
+    a.ingest(&batch(spans, logs), 0);
+    let first = a.due(5_000);
+    // The last call (span 6) timed out while the root says `completed`.
+    assert_eq!(
+        status(&first),
+        [("success_claimed_after_failure", FindingStatus::Open, 1)]
+    );
+    assert_eq!(first[0].findings, 1);
+    // A later call succeeds: the claim stands now; but it writes without an allow decision.
+    let mut late = span(T1, 9, Some(1), SpanClass::Tool);
+    late.gen_ai.tool_name = Some("add_note".into());
+    late.audit.effect_class = Some("write".into());
+    late.audit.result_code = Some("ok".into());
+    a.ingest(&batch(vec![late.clone()], vec![]), 6_000);
+    let second = a.due(11_000);
+    assert_eq!(
+        status(&second),
+        [
+            ("write_without_allow", FindingStatus::Open, 2),
+            ("success_claimed_after_failure", FindingStatus::Withdrawn, 2),
+        ]
+    );
+    assert_eq!(second[0].findings, 1);
+    // The same span again amends nothing: no row repeats.
+    a.ingest(&batch(vec![late], vec![]), 12_000);
+    assert!(a.due(20_000).is_empty());
+}
