@@ -33,6 +33,8 @@ pub struct Config {
     pub receive: ReceiveConfig,
     /// The admin port's TLS and token.
     pub admin: crate::receive::auth::AdminConfig,
+    /// Which executor-checklist rules run, per tenant, and how much they matter.
+    pub findings: crate::findings::FindingsConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
     /// The write-ahead journal between `protect` and the consumers.
@@ -354,6 +356,12 @@ impl Config {
                 message: "needs receive.tls.cert_file and key_file (the admin port serves that certificate)".into(),
             });
         }
+        self.findings
+            .validate()
+            .map_err(|message| ConfigError::Invalid {
+                origin: "findings".into(),
+                message,
+            })?;
         self.limits
             .rate
             .validate()

@@ -246,7 +246,8 @@ pub async fn run(
         Arc::clone(&metrics),
     )?
     .with_flush(Arc::clone(&flush_points.requests));
-    let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?);
+    let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?)
+        .with_findings(config.findings.clone());
     let assemble_thread = spawn_consumer(
         "toolwatch-assemble",
         assemble_tail,

@@ -282,6 +282,7 @@ pub struct Assembler {
     spans_held: usize,
     stats: AssembleStats,
     strings: summary::Interner,
+    findings: crate::findings::FindingsConfig,
 }
 
 impl Assembler {
@@ -305,7 +306,14 @@ impl Assembler {
             spans_held: 0,
             stats: AssembleStats::default(),
             strings: summary::Interner::default(),
+            findings: crate::findings::FindingsConfig::default(),
         }
+    }
+
+    /// The same, with which findings rules run for which tenant and how much they matter.
+    pub fn with_findings(mut self, findings: crate::findings::FindingsConfig) -> Assembler {
+        self.findings = findings;
+        self
     }
 
     /// What assembly did so far.
@@ -434,7 +442,7 @@ impl Assembler {
                 }
                 Due::Summary(c) => {
                     count_down(&mut self.unsummarized, p.unsummarized_from);
-                    out.push(summary_of(p, &self.prices, c));
+                    out.push(summary_of(p, &self.prices, &self.findings, c));
                     self.remembered.push_back(no);
                 }
                 Due::Nothing => {}
@@ -471,7 +479,7 @@ impl Assembler {
                 (_, true) => Completeness::Amended,
                 (_, false) => continue,
             };
-            out.push(summary_of(p, &self.prices, c));
+            out.push(summary_of(p, &self.prices, &self.findings, c));
         }
         self.requests.clear();
         self.tenants.clear();
@@ -665,7 +673,7 @@ impl Assembler {
                     Completeness::Amended
                 };
                 count_down(&mut self.unsummarized, p.unsummarized_from);
-                out.push(summary_of(p, &self.prices, c));
+                out.push(summary_of(p, &self.prices, &self.findings, c));
                 self.stats.evicted_requests += 1;
             }
             self.forget(no);
@@ -835,7 +843,12 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn summary_of(p: &mut Pending, prices: &PriceTable, completeness: Completeness) -> RequestSummary {
+fn summary_of(
+    p: &mut Pending,
+    prices: &PriceTable,
+    findings: &crate::findings::FindingsConfig,
+    completeness: Completeness,
+) -> RequestSummary {
     p.versions += 1;
     p.dirty = false;
     let first_record = std::mem::replace(&mut p.unsummarized_from, NEVER);
@@ -851,7 +864,7 @@ fn summary_of(p: &mut Pending, prices: &PriceTable, completeness: Completeness) 
     };
     let mut summary = summarize(&facts, prices, completeness, p.versions);
     summary.first_record = first_record;
-    let shown = crate::findings::evaluate(&facts, &summary);
+    let shown = findings.apply(&p.tenant, crate::findings::evaluate(&facts, &summary));
     findings_of(p, shown, &mut summary);
     summary
 }

@@ -15,6 +15,87 @@ use std::collections::BTreeMap;
 use crate::assemble::summary::{Decision, RequestFacts, RequestSummary, SpanFacts};
 use crate::event::{hex_id, SpanClass, SpanId};
 
+/// A rule's setting: off, or on with a severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleSetting {
+    /// Not evaluated.
+    Off,
+    /// On, with this severity.
+    Low,
+    /// See `Low`.
+    Medium,
+    /// See `Low`.
+    High,
+}
+
+/// `[findings]`: which rules run and how much each matters, for every tenant and per tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FindingsConfig {
+    /// Rule id → setting, for every tenant (rules not named keep their default severity).
+    pub rules: BTreeMap<String, RuleSetting>,
+    /// Per tenant: rule id → setting, over `rules`.
+    pub tenants: BTreeMap<String, TenantFindings>,
+}
+
+/// `[findings.tenants.<tenant>]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantFindings {
+    /// Rule id → setting.
+    pub rules: BTreeMap<String, RuleSetting>,
+}
+
+impl FindingsConfig {
+    /// Checks every named rule exists.
+    pub fn validate(&self) -> Result<(), String> {
+        let named = self
+            .rules
+            .keys()
+            .map(|r| (String::from("findings.rules"), r))
+            .chain(self.tenants.iter().flat_map(|(t, f)| {
+                f.rules
+                    .keys()
+                    .map(move |r| (format!("findings.tenants.{t}.rules"), r))
+            }));
+        for (key, rule) in named {
+            if !Rule::ALL.iter().any(|r| r.id() == rule) {
+                let known: Vec<&str> = Rule::ALL.iter().map(|r| r.id()).collect();
+                return Err(format!(
+                    "{key}: no rule {rule:?} (rules: {})",
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The findings a tenant's settings keep, with their severities.
+    pub fn apply(&self, tenant: &str, findings: Vec<Finding>) -> Vec<Finding> {
+        let setting = |rule: Rule| {
+            self.tenants
+                .get(tenant)
+                .and_then(|t| t.rules.get(rule.id()))
+                .or_else(|| self.rules.get(rule.id()))
+                .copied()
+        };
+        findings
+            .into_iter()
+            .filter_map(|mut f| {
+                match setting(f.rule) {
+                    Some(RuleSetting::Off) => return None,
+                    Some(RuleSetting::Low) => f.severity = Severity::Low,
+                    Some(RuleSetting::Medium) => f.severity = Severity::Medium,
+                    Some(RuleSetting::High) => f.severity = Severity::High,
+                    None => {}
+                }
+                Some(f)
+            })
+            .collect()
+    }
+}
+
 /// How much a finding matters by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {

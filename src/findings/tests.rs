@@ -228,6 +228,27 @@ fn cost_disagrees_and_its_twin() {
 }
 
 #[test]
+fn rules_are_switched_off_and_graded_per_tenant() {
+    let mut w = call(2, "note", "{}", "write", "ok", 0, 1);
+    w.audit.policy_decision = None;
+    let all = findings(&[root(), w], &[]);
+    let config: FindingsConfig = toml::from_str(
+        "[rules]\nwrite_without_allow = \"medium\"\n[tenants.globex.rules]\nwrite_without_allow = \"off\"\n",
+    )
+    .expect("toml");
+    config.validate().expect("valid");
+    let acme = config.apply("acme", all.clone());
+    assert_eq!(acme.len(), 1);
+    assert_eq!(acme[0].severity, Severity::Medium);
+    assert!(config.apply("globex", all.clone()).is_empty());
+    assert_eq!(FindingsConfig::default().apply("acme", all.clone()), all);
+    let bad: FindingsConfig =
+        toml::from_str("[rules]\nwrite_without_alow = \"off\"\n").expect("toml");
+    let e = bad.validate().expect_err("unknown rule");
+    assert!(e.contains("no rule \"write_without_alow\""), "{e}");
+}
+
+#[test]
 fn every_rule_has_an_id_a_severity_and_a_documented_line() {
     let doc = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/findings.md"),

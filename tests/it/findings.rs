@@ -184,3 +184,46 @@ fn each_rule_raises_exactly_its_finding_and_its_twin_none() {
     assert!(!contains(&all_bytes(&d.data_dir.join("findings")), CANARY));
     assert!(!metrics.contains(CANARY));
 }
+
+#[test]
+fn a_rule_switched_off_or_graded_in_the_configuration_is_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolwatch.toml");
+    std::fs::write(
+        &config,
+        "[findings.rules]\nwrite_without_allow = \"off\"\n\n[findings.tenants.acme.rules]\ncost_disagrees = \"high\"\n",
+    )
+    .expect("config");
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
+        ..Default::default()
+    });
+    let sent: Value = serde_json::from_str(&run_python(
+        "send_findings.py",
+        &["--endpoint", &d.grpc_url(), "--canary", CANARY],
+    ))
+    .expect("sender output");
+    let runs = sent.as_object().map_or(0, |o| o.len()) as f64;
+    wait_for("every run to be summarized", || {
+        (d.metric("toolwatch_request_summaries_total{completeness=\"complete\"}")? >= runs)
+            .then_some(())
+    });
+    d.stop();
+    let findings = crate::harness::read_table(&d.data_dir, "findings");
+    let rule = |r: &str| {
+        findings
+            .iter()
+            .filter(|f| f["rule"] == r)
+            .collect::<Vec<_>>()
+    };
+    assert!(rule("write_without_allow").is_empty(), "switched off");
+    let cost = rule("cost_disagrees");
+    assert_eq!(cost.len(), 1);
+    assert_eq!(cost[0]["severity"], "high", "graded for acme");
+    assert_eq!(
+        rule("retry_after_deny").len(),
+        1,
+        "the others run as before"
+    );
+}
