@@ -8,11 +8,66 @@
 
 use std::sync::Arc;
 
-use super::{log_unnamed, span_unnamed};
-use crate::event::{AuditFields, EventBatch, Field, Sender, Source, SourceKeys};
+use crate::event::{
+    AuditFields, EventBatch, Field, LogRecord, Sender, Source, SourceKeys, SpanRecord,
+    DEFAULT_TENANT,
+};
 
 /// The request's tenant header (for multi-tenant executors).
 pub const TENANT_HEADER: &str = "x-toolwatch-tenant";
+
+/// The fields binding reads and changes, of a span or a log record alike.
+pub struct Tenancy<'a> {
+    sender: &'a mut Option<Arc<Sender>>,
+    tenant: &'a mut String,
+    audit: &'a mut AuditFields,
+    sources: &'a mut SourceKeys,
+    mismatch: &'a mut bool,
+    traced: bool,
+}
+
+/// An item whose tenant binding decides.
+pub trait Bindable {
+    /// Its tenancy fields.
+    fn tenancy(&mut self) -> Tenancy<'_>;
+}
+
+impl Bindable for SpanRecord {
+    fn tenancy(&mut self) -> Tenancy<'_> {
+        Tenancy {
+            sender: &mut self.sender,
+            tenant: &mut self.tenant,
+            audit: &mut self.audit,
+            sources: &mut self.source_keys,
+            mismatch: &mut self.tenant_mismatch,
+            traced: true,
+        }
+    }
+}
+
+impl Bindable for LogRecord {
+    fn tenancy(&mut self) -> Tenancy<'_> {
+        Tenancy {
+            sender: &mut self.sender,
+            tenant: &mut self.tenant,
+            audit: &mut self.audit,
+            sources: &mut self.source_keys,
+            mismatch: &mut self.tenant_mismatch,
+            traced: self.trace_id.is_some(),
+        }
+    }
+}
+
+impl Tenancy<'_> {
+    /// No claim of its own, none from its resource, none given yet.
+    fn names_nothing(&self) -> bool {
+        self.audit
+            .claimed_tenant
+            .as_deref()
+            .is_none_or(str::is_empty)
+            && *self.tenant == DEFAULT_TENANT
+    }
+}
 
 /// Marks each item with its sender and gives items that name no tenant the request's header
 /// claim; then items whose own claim the sender may not write are filed under its home
@@ -24,110 +79,56 @@ pub fn before_traces(
     header_claim: Option<&str>,
 ) -> u64 {
     let header_claim = header_claim.filter(|h| !h.is_empty());
-    let mut moved = 0;
-    for s in &mut batch.spans {
-        s.sender = sender.cloned();
-        if span_unnamed(s) {
-            claim_from_header(
-                &mut s.audit,
-                &mut s.source_keys,
-                &mut s.tenant,
-                header_claim,
-            );
-        }
-        let unnamed = span_unnamed(s);
-        moved += u64::from(own_claim(
-            sender,
-            &mut s.tenant,
-            unnamed,
-            &mut s.tenant_mismatch,
-        ));
-    }
-    for l in &mut batch.logs {
-        l.sender = sender.cloned();
-        // As for spans: no claim of its own and none from its resource.
-        let names_nothing = |l: &crate::event::LogRecord| {
-            l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty)
-                && l.tenant == crate::event::DEFAULT_TENANT
-        };
-        if names_nothing(l) {
-            claim_from_header(
-                &mut l.audit,
-                &mut l.source_keys,
-                &mut l.tenant,
-                header_claim,
-            );
-        }
-        let unnamed = names_nothing(l);
-        moved += u64::from(own_claim(
-            sender,
-            &mut l.tenant,
-            unnamed,
-            &mut l.tenant_mismatch,
-        ));
-    }
-    moved
+    let spans = batch.spans.iter_mut().map(|s| s.tenancy());
+    let logs = batch.logs.iter_mut().map(|l| l.tenancy());
+    spans
+        .chain(logs)
+        .map(|mut t| {
+            *t.sender = sender.cloned();
+            if t.names_nothing() {
+                claim_from_header(&mut t, header_claim);
+            }
+            u64::from(own_claim(&mut t))
+        })
+        .sum()
 }
 
 /// After the trace's tenant was looked up: items that took a tenant their sender may not
 /// write (a trace another sender named) go to the sender's home tenant, the trace's tenant
-/// kept as their claim. Returns how many were moved.
+/// kept as their claim; a log record that names nothing and has no trace to learn from goes
+/// to its sender's home. Returns how many were moved.
 pub fn after_traces(batch: &mut EventBatch) -> u64 {
-    let mut moved = 0;
-    for s in &mut batch.spans {
-        if !span_unnamed(s) {
-            moved += u64::from(refuse_outside(
-                &s.sender,
-                &mut s.tenant,
-                &mut s.audit,
-                &mut s.tenant_mismatch,
-            ));
-        }
-    }
-    for l in &mut batch.logs {
-        let named = !l.audit.claimed_tenant.as_deref().is_none_or(str::is_empty)
-            || l.tenant != crate::event::DEFAULT_TENANT;
-        if named {
-            moved += u64::from(refuse_outside(
-                &l.sender,
-                &mut l.tenant,
-                &mut l.audit,
-                &mut l.tenant_mismatch,
-            ));
-        } else if !log_unnamed(l) {
-            // No claim and no trace to learn one from: its sender's home.
-            release(
-                &l.sender,
-                &mut l.tenant,
-                &mut l.audit,
-                &mut l.tenant_mismatch,
-                None,
-            );
-        }
-    }
-    moved
+    let spans = batch.spans.iter_mut().map(|s| s.tenancy());
+    let logs = batch.logs.iter_mut().map(|l| l.tenancy());
+    spans
+        .chain(logs)
+        .map(|mut t| {
+            if !t.names_nothing() {
+                u64::from(refuse_outside(&mut t))
+            } else {
+                if !t.traced {
+                    release(&mut t, None);
+                }
+                0
+            }
+        })
+        .sum()
 }
 
 /// The tenant a held item goes on under, given its trace's tenant (`None`: the trace never
 /// named one): the trace's if its sender may write it, else its sender's home tenant, with
 /// the trace's tenant kept as its claim and the mismatch marked. True when it was moved.
-pub fn release(
-    sender: &Option<Arc<Sender>>,
-    tenant: &mut String,
-    audit: &mut AuditFields,
-    mismatch: &mut bool,
-    trace_tenant: Option<&str>,
-) -> bool {
+pub fn release(t: &mut Tenancy<'_>, trace_tenant: Option<&str>) -> bool {
     match trace_tenant {
-        Some(t) => {
-            *tenant = t.to_string();
-            refuse_outside(sender, tenant, audit, mismatch)
+        Some(trace) => {
+            *t.tenant = trace.to_string();
+            refuse_outside(t)
         }
         None => {
             // It named nothing: its sender's home, or `default` for an unbound sender.
-            if let Some(home) = sender.as_deref().and_then(Sender::home_tenant) {
-                if !sender.as_deref().is_some_and(|s| s.permits(tenant)) {
-                    *tenant = home.to_string();
+            if let Some(s) = t.sender.as_deref() {
+                if let (Some(home), false) = (s.home_tenant(), s.permits(t.tenant)) {
+                    *t.tenant = home.to_string();
                 }
             }
             false
@@ -135,55 +136,44 @@ pub fn release(
     }
 }
 
-fn claim_from_header(
-    audit: &mut AuditFields,
-    sources: &mut SourceKeys,
-    tenant: &mut String,
-    header: Option<&str>,
-) {
+fn claim_from_header(t: &mut Tenancy<'_>, header: Option<&str>) {
     let Some(h) = header else { return };
-    audit.claimed_tenant = Some(h.to_string());
-    *tenant = h.to_string();
-    sources.0.retain(|(f, _)| *f != Field::ClaimedTenant);
-    sources.0.push((Field::ClaimedTenant, Source::Header));
-    sources.0.sort_by_key(|(f, _)| *f);
+    t.audit.claimed_tenant = Some(h.to_string());
+    *t.tenant = h.to_string();
+    t.sources.0.retain(|(f, _)| *f != Field::ClaimedTenant);
+    t.sources.0.push((Field::ClaimedTenant, Source::Header));
+    t.sources.0.sort_by_key(|(f, _)| *f);
 }
 
 /// The item's own claim against its sender's tenants; true when it was moved.
-fn own_claim(
-    sender: Option<&Arc<Sender>>,
-    tenant: &mut String,
-    unnamed: bool,
-    mismatch: &mut bool,
-) -> bool {
-    let Some(sender) = sender else { return false };
-    if unnamed {
+fn own_claim(t: &mut Tenancy<'_>) -> bool {
+    let Some(sender) = t.sender.clone() else {
+        return false;
+    };
+    if t.names_nothing() {
         if let Some(sole) = sender.sole_tenant() {
-            *tenant = sole.to_string();
+            *t.tenant = sole.to_string();
         }
         return false;
     }
-    if sender.permits(tenant) {
+    if sender.permits(t.tenant) {
         return false;
     }
     match sender.home_tenant() {
         Some(home) => {
-            *tenant = home.to_string();
-            *mismatch = true;
+            *t.tenant = home.to_string();
+            *t.mismatch = true;
             true
         }
         None => false,
     }
 }
 
-fn refuse_outside(
-    sender: &Option<Arc<Sender>>,
-    tenant: &mut String,
-    audit: &mut AuditFields,
-    mismatch: &mut bool,
-) -> bool {
-    let Some(sender) = sender else { return false };
-    if sender.permits(tenant) {
+fn refuse_outside(t: &mut Tenancy<'_>) -> bool {
+    let Some(sender) = t.sender.clone() else {
+        return false;
+    };
+    if sender.permits(t.tenant) {
         return false;
     }
     let Some(home) = sender.home_tenant() else {
@@ -191,18 +181,18 @@ fn refuse_outside(
     };
     // Its own claim, if the sender may write it, decides over a trace's tenant it may not
     // (a conflict, not a mismatch).
-    if let Some(own) = audit.claimed_tenant.as_deref().filter(|c| !c.is_empty()) {
+    if let Some(own) = t.audit.claimed_tenant.as_deref().filter(|c| !c.is_empty()) {
         if sender.permits(own) {
-            *tenant = own.to_string();
+            *t.tenant = own.to_string();
             return false;
         }
     } else {
-        audit.claimed_tenant = Some(tenant.clone());
+        t.audit.claimed_tenant = Some(t.tenant.clone());
     }
-    *tenant = home.to_string();
+    *t.tenant = home.to_string();
     // Counted once per item, though refused before and after the trace look-up.
-    let counted = !*mismatch;
-    *mismatch = true;
+    let counted = !*t.mismatch;
+    *t.mismatch = true;
     counted
 }
 
@@ -393,22 +383,22 @@ mod tests {
         let eu = sender("eu", &["acme", "globex"]);
         let mut s = span(6, 4, Some(1), Some("globex"));
         s.sender = Some(Arc::clone(&eu));
-        let (mut t, mut m) = ("initech".to_string(), false);
-        assert!(!refuse_outside(&s.sender, &mut t, &mut s.audit, &mut m));
+        s.tenant = "initech".into();
+        assert!(!refuse_outside(&mut s.tenancy()));
         assert_eq!(
-            (t.as_str(), m),
+            (s.tenant.as_str(), s.tenant_mismatch),
             ("globex", false),
             "its own claim, no mismatch"
         );
         let mut v = span(6, 5, Some(1), Some("victim"));
         v.sender = Some(eu);
-        let (mut t, mut m) = ("initech".to_string(), false);
-        assert!(refuse_outside(&v.sender, &mut t, &mut v.audit, &mut m));
-        assert_eq!((t.as_str(), m), ("acme", true));
-        assert!(
-            !refuse_outside(&v.sender, &mut t.clone(), &mut v.audit, &mut m) || !m,
-            "counted once"
-        );
+        v.tenant = "initech".into();
+        assert!(refuse_outside(&mut v.tenancy()));
+        assert_eq!((v.tenant.as_str(), v.tenant_mismatch), ("acme", true));
+        // Refused again after the trace look-up: moved, but not counted a second time.
+        v.tenant = "initech".into();
+        assert!(!refuse_outside(&mut v.tenancy()), "counted once");
+        assert_eq!((v.tenant.as_str(), v.tenant_mismatch), ("acme", true));
     }
 
     #[test]
@@ -458,47 +448,22 @@ mod tests {
         let eu = Some(sender("eu", &["acme", "globex"]));
         let mut s = span(1, 2, Some(1), None);
         s.sender = eu.clone();
-        let mut t = s.tenant.clone();
-        assert!(!release(
-            &s.sender,
-            &mut t,
-            &mut s.audit,
-            &mut s.tenant_mismatch,
-            Some("globex")
-        ));
-        assert_eq!(t, "globex");
-        let mut t = s.tenant.clone();
-        assert!(release(
-            &s.sender,
-            &mut t,
-            &mut s.audit,
-            &mut s.tenant_mismatch,
-            Some("victim")
-        ));
+        assert!(!release(&mut s.tenancy(), Some("globex")));
+        assert_eq!(s.tenant, "globex");
+        let mut s = span(1, 2, Some(1), None);
+        s.sender = eu.clone();
+        assert!(release(&mut s.tenancy(), Some("victim")));
         assert_eq!(
-            (t.as_str(), s.audit.claimed_tenant.as_deref()),
+            (s.tenant.as_str(), s.audit.claimed_tenant.as_deref()),
             ("acme", Some("victim"))
         );
         let mut s = span(1, 3, Some(1), None);
         s.sender = eu;
-        let mut t = s.tenant.clone();
-        assert!(!release(
-            &s.sender,
-            &mut t,
-            &mut s.audit,
-            &mut s.tenant_mismatch,
-            None
-        ));
-        assert_eq!(t, "acme", "named nothing: its sender's home");
-        let mut t = DEFAULT_TENANT.to_string();
-        assert!(!release(
-            &None,
-            &mut t,
-            &mut s.audit,
-            &mut s.tenant_mismatch,
-            None
-        ));
-        assert_eq!(t, DEFAULT_TENANT, "no sender: default, as before");
+        assert!(!release(&mut s.tenancy(), None));
+        assert_eq!(s.tenant, "acme", "named nothing: its sender's home");
+        let mut s = span(1, 3, Some(1), None);
+        assert!(!release(&mut s.tenancy(), None));
+        assert_eq!(s.tenant, DEFAULT_TENANT, "no sender: default, as before");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::binding;
+use super::binding::{self, Bindable};
 use super::traces::Remembered;
 use super::{log_unnamed, span_unnamed, trace_key, TenancyConfig, TraceKey};
 use crate::event::{EventBatch, LogRecord, SpanRecord};
@@ -62,22 +62,10 @@ fn go_on_unnamed(batch: &EventBatch) -> Bound {
     }
     let mut out = batch.clone();
     for s in out.spans.iter_mut().filter(|s| span_unnamed(s)) {
-        binding::release(
-            &s.sender,
-            &mut s.tenant,
-            &mut s.audit,
-            &mut s.tenant_mismatch,
-            None,
-        );
+        binding::release(&mut s.tenancy(), None);
     }
     for l in out.logs.iter_mut().filter(|l| log_unnamed(l)) {
-        binding::release(
-            &l.sender,
-            &mut l.tenant,
-            &mut l.audit,
-            &mut l.tenant_mismatch,
-            None,
-        );
+        binding::release(&mut l.tenancy(), None);
     }
     Bound::Changed(out)
 }
@@ -196,13 +184,7 @@ impl HeldItems {
                 out.spans.push(s.clone());
             } else if let Some(t) = self.tenants.get(&trace_key(&s.sender, s.trace_id)) {
                 let mut s = s.clone();
-                let moved = binding::release(
-                    &s.sender,
-                    &mut s.tenant,
-                    &mut s.audit,
-                    &mut s.tenant_mismatch,
-                    Some(t),
-                );
+                let moved = binding::release(&mut s.tenancy(), Some(t));
                 self.count_moved(&s.sender, moved);
                 out.spans.push(s);
             } else {
@@ -220,13 +202,7 @@ impl HeldItems {
                 Some(trace) => match self.tenants.get(&trace) {
                     Some(t) => {
                         let mut l = l.clone();
-                        let moved = binding::release(
-                            &l.sender,
-                            &mut l.tenant,
-                            &mut l.audit,
-                            &mut l.tenant_mismatch,
-                            Some(t),
-                        );
+                        let moved = binding::release(&mut l.tenancy(), Some(t));
                         self.count_moved(&l.sender, moved);
                         out.logs.push(l);
                     }
@@ -362,24 +338,12 @@ impl HeldItems {
             let t = tenant.as_deref();
             match item {
                 Item::Span(mut s) => {
-                    let moved = binding::release(
-                        &s.sender,
-                        &mut s.tenant,
-                        &mut s.audit,
-                        &mut s.tenant_mismatch,
-                        t,
-                    );
+                    let moved = binding::release(&mut s.tenancy(), t);
                     self.count_moved(&s.sender, moved);
                     out.spans.push(*s);
                 }
                 Item::Log(mut l) => {
-                    let moved = binding::release(
-                        &l.sender,
-                        &mut l.tenant,
-                        &mut l.audit,
-                        &mut l.tenant_mismatch,
-                        t,
-                    );
+                    let moved = binding::release(&mut l.tenancy(), t);
                     self.count_moved(&l.sender, moved);
                     out.logs.push(*l);
                 }
