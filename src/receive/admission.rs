@@ -536,12 +536,8 @@ impl RateLimiter {
             // Full buckets are as good as none. If half the limit is still left, every bucket
             // goes (all start full again): the scan then runs at most once per MAX_BUCKETS / 2
             // new names, never on every request.
-            let config = &self.config;
             buckets.retain(|name, b| {
-                let rate = match scope {
-                    RateScope::Tenant => config.tenants.get(name).unwrap_or(&config.tenant),
-                    RateScope::Sender => config.senders.get(name).unwrap_or(&config.sender),
-                };
+                let rate = self.rate(scope, name);
                 let mut now_b = *b;
                 now_b.refill(rate, now);
                 let full = Bucket::full(rate, now);
