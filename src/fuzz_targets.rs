@@ -271,9 +271,7 @@ mod tests {
         files
     }
 
-    use opentelemetry_proto::tonic::common::v1::{
-        any_value, AnyValue, ArrayValue, KeyValue, KeyValueList,
-    };
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span, Status};
     use proptest::prelude::*;
 
@@ -309,25 +307,7 @@ mod tests {
             prop::collection::vec(any::<u8>(), 0..16).prop_map(any_value::Value::BytesValue),
         ]
         .prop_map(|v| AnyValue { value: Some(v) });
-        leaf.prop_recursive(4, 24, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(|values| AnyValue {
-                    value: Some(any_value::Value::ArrayValue(ArrayValue { values })),
-                }),
-                prop::collection::vec(("[a-z.]{0,8}", inner), 0..4).prop_map(|kvs| AnyValue {
-                    value: Some(any_value::Value::KvlistValue(KeyValueList {
-                        values: kvs
-                            .into_iter()
-                            .map(|(key, v)| KeyValue {
-                                key,
-                                value: Some(v),
-                                ..Default::default()
-                            })
-                            .collect(),
-                    })),
-                }),
-            ]
-        })
+        crate::receive::decode::strategies::nested(leaf.boxed(), 4)
     }
 
     fn attributes() -> impl Strategy<Value = Vec<KeyValue>> {

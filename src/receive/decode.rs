@@ -266,10 +266,9 @@ mod tests {
     }
 
     mod properties {
+        use super::super::strategies::nested;
         use super::super::*;
-        use opentelemetry_proto::tonic::common::v1::{
-            any_value, AnyValue, ArrayValue, KeyValue, KeyValueList,
-        };
+        use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
         use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
         use proptest::prelude::*;
 
@@ -282,25 +281,7 @@ mod tests {
                 prop::collection::vec(any::<u8>(), 0..8).prop_map(any_value::Value::BytesValue),
             ]
             .prop_map(|v| AnyValue { value: Some(v) });
-            leaf.prop_recursive(3, 24, 4, |inner| {
-                prop_oneof![
-                    prop::collection::vec(inner.clone(), 0..4).prop_map(|values| AnyValue {
-                        value: Some(any_value::Value::ArrayValue(ArrayValue { values }))
-                    }),
-                    prop::collection::vec(("[a-z_.]{1,6}", inner), 0..4).prop_map(|kvs| AnyValue {
-                        value: Some(any_value::Value::KvlistValue(KeyValueList {
-                            values: kvs
-                                .into_iter()
-                                .map(|(key, v)| KeyValue {
-                                    key,
-                                    value: Some(v),
-                                    ..Default::default()
-                                })
-                                .collect(),
-                        })),
-                    }),
-                ]
-            })
+            nested(leaf.boxed(), 3)
         }
 
         fn request() -> impl Strategy<Value = ExportTraceServiceRequest> {
@@ -413,5 +394,40 @@ mod tests {
             })
         );
         assert_eq!(gunzip(&small, 1 << 20).map(|v| v.len()), Ok(1 << 20));
+    }
+}
+
+/// Strategies shared by the property tests of the OTLP decoders and the fuzz targets.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use opentelemetry_proto::tonic::common::v1::{
+        any_value, AnyValue, ArrayValue, KeyValue, KeyValueList,
+    };
+    use proptest::prelude::*;
+
+    /// Values built from `leaf` by nesting arrays and maps up to `depth` levels.
+    pub(crate) fn nested(
+        leaf: BoxedStrategy<AnyValue>,
+        depth: u32,
+    ) -> impl Strategy<Value = AnyValue> {
+        leaf.prop_recursive(depth, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(|values| AnyValue {
+                    value: Some(any_value::Value::ArrayValue(ArrayValue { values }))
+                }),
+                prop::collection::vec(("[a-z_.]{1,6}", inner), 0..4).prop_map(|kvs| AnyValue {
+                    value: Some(any_value::Value::KvlistValue(KeyValueList {
+                        values: kvs
+                            .into_iter()
+                            .map(|(key, v)| KeyValue {
+                                key,
+                                value: Some(v),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    })),
+                }),
+            ]
+        })
     }
 }
