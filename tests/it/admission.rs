@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use crate::harness::{loadgen, read_table, Daemon, DaemonOptions};
+use crate::harness::{loadgen, read_ids, read_table, span_keys, Daemon, DaemonOptions, SpanKey};
 
 #[test]
 fn one_tenants_flood_does_not_take_another_tenants_share() {
@@ -107,22 +107,10 @@ fn one_tenants_flood_does_not_take_another_tenants_share() {
     d.stop();
 
     let spans = read_table(&d.data_dir, "spans");
-    let archived: BTreeSet<(String, String)> = spans
-        .iter()
-        .filter(|r| r["tenant"] == "quiet-0")
-        .map(|r| {
-            (
-                r["trace_id"].as_str().unwrap_or("").to_string(),
-                r["span_id"].as_str().unwrap_or("").to_string(),
-            )
-        })
+    let archived: BTreeSet<SpanKey> = span_keys(spans.iter().filter(|r| r["tenant"] == "quiet-0"))
+        .into_iter()
         .collect();
-    let lines = std::fs::read_to_string(&acked).expect("acked");
-    let want: BTreeSet<(String, String)> = lines
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(t, s)| (t.to_string(), s.to_string()))
-        .collect();
+    let want: BTreeSet<SpanKey> = read_ids(&acked).into_iter().collect();
     assert_eq!(
         archived, want,
         "every steady span acknowledged is archived, nothing else"

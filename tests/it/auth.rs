@@ -11,8 +11,8 @@ use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use serde_json::Value;
 
 use crate::harness::{
-    all_bytes, assert_readers_agree, contains, loadgen, read_table, run_python_env, toolwatch,
-    wait_for, Daemon, DaemonOptions,
+    all_bytes, assert_readers_agree, contains, loadgen, read_ids, read_table, run_python_env,
+    span_keys, toolwatch, wait_for, Daemon, DaemonOptions, SpanKey,
 };
 
 const EU_TOKEN: &str = "tw-eu-4f9c2b7e1d8a63509e17";
@@ -471,25 +471,12 @@ fn tokens_rotate_on_sighup_under_load_and_nothing_acknowledged_is_lost() {
     d.stop();
 
     let spans = read_table(&d.data_dir, "spans");
-    let archived: BTreeSet<(String, String)> = spans
-        .iter()
-        .map(|r| {
-            (
-                r["trace_id"].as_str().unwrap_or("").to_string(),
-                r["span_id"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect();
-    let acked_lines = std::fs::read_to_string(&acked).expect("acked file");
-    let mut n = 0;
-    for line in acked_lines.lines() {
-        let (t, s) = line.split_once(' ').expect("trace span");
-        assert!(
-            archived.contains(&(t.to_string(), s.to_string())),
-            "acknowledged span {line} archived"
-        );
-        n += 1;
+    let archived: BTreeSet<SpanKey> = span_keys(&spans).into_iter().collect();
+    let acked_ids = read_ids(&acked);
+    for id in &acked_ids {
+        assert!(archived.contains(id), "acknowledged span {id:?} archived");
     }
+    let n = acked_ids.len() as u64;
     assert_eq!(report["spans"].as_u64(), Some(n), "{report}");
     assert!(n > 1000, "{n} spans acknowledged under load");
     let requests: BTreeSet<&str> = spans

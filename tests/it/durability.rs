@@ -25,30 +25,13 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use crate::harness::{
-    free_addr, loadgen, parquet_files, python, read_table_python, toolwatch, try_get, wait_for,
-    Daemon, DaemonOptions,
+    free_addr, loadgen, parquet_files, python, read_ids, read_table_python, toolwatch, try_get,
+    wait_for, Daemon, DaemonOptions, SpanKey,
 };
-
-/// (trace id, span id), lowercase hex.
-type SpanKey = (String, String);
 
 // ---------------------------------------------------------------------------------------
 // Shared helpers
 // ---------------------------------------------------------------------------------------
-
-/// Reads a span-id file (`<trace_id_hex> <span_id_hex>` a line) as a list, in file order.
-fn read_ids(path: &Path) -> Vec<SpanKey> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (t, s) = l
-                .split_once(' ')
-                .unwrap_or_else(|| panic!("bad line {l:?} in {}", path.display()));
-            (t.to_string(), s.to_string())
-        })
-        .collect()
-}
 
 /// A set from a list, asserting the list has no repeats (`what` names it in the failure).
 fn unique(ids: Vec<SpanKey>, what: &str) -> BTreeSet<SpanKey> {

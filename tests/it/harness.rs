@@ -542,3 +542,31 @@ pub fn all_bytes(dir: &Path) -> Vec<u8> {
 pub fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
+
+/// (trace id, span id), lowercase hex.
+pub type SpanKey = (String, String);
+
+/// Reads a span-id file (`<trace_id_hex> <span_id_hex>` a line, as loadgen's `--acked-file`
+/// writes it) as a list, in file order.
+pub fn read_ids(path: &Path) -> Vec<SpanKey> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (t, s) = l
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("bad line {l:?} in {}", path.display()));
+            (t.to_string(), s.to_string())
+        })
+        .collect()
+}
+
+/// The (trace id, span id) of each row of a `spans` table read by [`read_table`].
+pub fn span_keys<'a>(rows: impl IntoIterator<Item = &'a Map<String, Value>>) -> Vec<SpanKey> {
+    rows.into_iter()
+        .map(|r| {
+            let id = |k: &str| r[k].as_str().unwrap_or("").to_string();
+            (id("trace_id"), id("span_id"))
+        })
+        .collect()
+}
