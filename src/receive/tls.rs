@@ -10,9 +10,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
@@ -20,10 +18,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
+use tokio_util::either::Either;
 
 /// Longest a TLS handshake may take before the connection is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -224,78 +222,15 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Otlp
     }
 }
 
-/// A connection, with TLS or without.
-pub enum Connection {
-    /// Plain TCP.
-    Plain(TcpStream),
-    /// TLS over TCP.
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Connection {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Connection::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Connection::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Connection {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Connection::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Connection::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Connection::Plain(s) => Pin::new(s).poll_flush(cx),
-            Connection::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Connection::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Connection::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Connection::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Connection::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Connection::Plain(s) => s.is_write_vectored(),
-            Connection::Tls(s) => s.is_write_vectored(),
-        }
-    }
-}
+/// A connection, plain TCP (left) or TLS over TCP (right).
+pub type Connection = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// A listener for axum: plain TCP, or TLS with handshakes off the accept loop.
 pub struct OtlpListener {
     local: SocketAddr,
     ready: mpsc::Receiver<(Connection, Peer)>,
-    /// Counts failed handshakes, by reason.
-    _accept: tokio::task::JoinHandle<()>,
+    /// The accept loop, stopped with the listener.
+    accept: tokio::task::JoinHandle<()>,
 }
 
 /// Counts handshakes that failed (bad or missing client certificates, protocol errors,
@@ -315,14 +250,14 @@ impl OtlpListener {
         Ok(OtlpListener {
             local,
             ready,
-            _accept: accept,
+            accept,
         })
     }
 }
 
 impl Drop for OtlpListener {
     fn drop(&mut self) {
-        self._accept.abort();
+        self.accept.abort();
     }
 }
 
@@ -372,7 +307,7 @@ async fn accept_loop(
                 addr,
                 client_names: no_names,
             };
-            if tx.send((Connection::Plain(stream), peer)).await.is_err() {
+            if tx.send((Either::Left(stream), peer)).await.is_err() {
                 return;
             }
             continue;
@@ -393,7 +328,7 @@ async fn accept_loop(
                         addr,
                         client_names: Arc::from(names),
                     };
-                    let _ = tx.send((Connection::Tls(Box::new(s)), peer)).await;
+                    let _ = tx.send((Either::Right(Box::new(s)), peer)).await;
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(peer = %addr, error = %e, "TLS handshake failed");
