@@ -846,6 +846,34 @@ pub struct SpanRecord {
     /// (its claim kept in `audit.claimed_tenant`).
     #[serde(skip)]
     pub tenant_mismatch: bool,
+    /// The digest of its tool call, once a consumer asked (see [`SpanRecord::call_digest`]).
+    #[serde(skip)]
+    pub call_digest: CallDigestMemo,
+}
+
+/// A tool call's digest, computed by the first consumer that needs it and then shared: the
+/// consumers read the same published batch, so the arguments are parsed once. Not part of a
+/// record's value: two records compare equal whatever their memos hold.
+#[derive(Debug, Clone, Default)]
+pub struct CallDigestMemo(std::sync::OnceLock<crate::budget::digest::CallDigest>);
+
+impl PartialEq for CallDigestMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl SpanRecord {
+    /// The digest of the tool name (`unknown` when absent) and canonical arguments
+    /// (`budget::digest::call_digest`), computed once per record.
+    pub fn call_digest(&self) -> crate::budget::digest::CallDigest {
+        *self.call_digest.0.get_or_init(|| {
+            crate::budget::digest::call_digest(
+                self.gen_ai.tool_name.as_deref().unwrap_or("unknown"),
+                self.gen_ai.tool_arguments.as_deref().unwrap_or(""),
+            )
+        })
+    }
 }
 
 /// Counts of things the sender dropped, kept for completeness audits.
@@ -1057,6 +1085,7 @@ pub mod fixtures {
             source_keys: SourceKeys::default(),
             sender: None,
             tenant_mismatch: false,
+            call_digest: CallDigestMemo::default(),
         }
     }
 

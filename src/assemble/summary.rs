@@ -186,19 +186,15 @@ impl SpanFacts {
             effect: strings.opt(&a.effect_class),
             idempotency_key: strings.opt(&a.idempotency_key_hash),
             resource_id: strings.opt(&a.resource_id),
-            call_digest: retry_evidence(span).then(|| {
-                crate::budget::digest::call_digest(
-                    g.tool_name.as_deref().unwrap_or(""),
-                    g.tool_arguments.as_deref().unwrap_or(""),
-                )
-            }),
+            call_digest: retry_evidence(span).then(|| span.call_digest()),
         }
     }
 }
 
 /// Whether a tool call's arguments digest can matter to a finding: a write or high-impact
 /// call (an ambiguous write tried again), or a denied one (tried again after the denial).
-/// Parsing every call's arguments would cost assembly a JSON parse per tool span.
+/// The digest is shared with the budget stage's (one parse per span when both need it), but
+/// kept only for these: most calls' digests never matter here.
 fn retry_evidence(span: &SpanRecord) -> bool {
     let a = &span.audit;
     span.gen_ai.tool_name.is_some()

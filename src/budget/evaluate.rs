@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::config::{BudgetConfig, Measure, RequestBudgets, WindowBudget as WindowSpec};
-use super::digest::{call_digest, CallDigest};
+use super::digest::CallDigest;
 use super::window::RollingWindow;
 use crate::assemble::prices::{PriceTable, TokenCounts};
 use crate::event::{hex_id, EventBatch, SpanClass, SpanId, SpanRecord, TraceId};
@@ -1148,7 +1148,7 @@ impl RequestUsage {
                 let tool = g.tool_name.as_deref().unwrap_or("unknown");
                 *entry_of(&mut self.by_tool, tool, || 0) += 1;
                 if digest {
-                    let d = call_digest(tool, g.tool_arguments.as_deref().unwrap_or(""));
+                    let d = span.call_digest();
                     let n = self.repeats.entry(d).or_default();
                     *n += 1;
                     self.most_repeated = self.most_repeated.max(*n);

@@ -436,6 +436,7 @@ mod tests {
             ]),
             sender: None,
             tenant_mismatch: false,
+            call_digest: Default::default(),
         };
         let other = SpanRecord {
             resource: Arc::clone(&res_b),

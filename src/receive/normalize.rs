@@ -517,6 +517,7 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                     source_keys: ex.sources,
                     sender: None,
                     tenant_mismatch: false,
+                    call_digest: Default::default(),
                 });
             }
         }
