@@ -248,15 +248,6 @@ pub async fn run(
     .with_flush(Arc::clone(&flush_points.requests));
     let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?)
         .with_findings(config.findings.clone());
-    let assemble_thread = spawn_consumer(
-        "toolwatch-assemble",
-        assemble_tail,
-        AssembleConsumer::new(assembler, requests_archive, Arc::clone(&metrics)),
-        stop_consumers.clone(),
-        true,
-        &shared,
-    )?;
-
     let stop_delivery = CancellationToken::new();
     let (mut budget_stage, skip_before, delivery_tasks) = budget_stage(
         &config,
@@ -273,6 +264,23 @@ pub async fn run(
         writer: writer.clone(),
         runtime: runtime.clone(),
     });
+    // Findings go to the same targets as alarms.
+    let finding_alarms = crate::assemble::FindingAlarms {
+        delivery: budget_stage.delivery.clone(),
+        export: (!endpoints.is_empty()).then(|| AlarmJournal {
+            writer: writer.clone(),
+            runtime: runtime.clone(),
+        }),
+    };
+    let assemble_thread = spawn_consumer(
+        "toolwatch-assemble",
+        assemble_tail,
+        AssembleConsumer::new(assembler, requests_archive, Arc::clone(&metrics))
+            .with_alarms(finding_alarms),
+        stop_consumers.clone(),
+        true,
+        &shared,
+    )?;
     let budget_thread = spawn_consumer(
         "toolwatch-budget",
         budget_tail,

@@ -183,6 +183,7 @@ impl Pending {
         self.dirty |= other.dirty;
         self.root_ended |= other.root_ended;
         self.unsummarized_from = self.unsummarized_from.min(other.unsummarized_from);
+        self.reported.extend(other.reported);
     }
 
     /// The earliest moment something may be due for this request, given its state now.
@@ -283,6 +284,8 @@ pub struct Assembler {
     stats: AssembleStats,
     strings: summary::Interner,
     findings: crate::findings::FindingsConfig,
+    /// Findings raised as their calls arrived, not yet taken by the writer.
+    early_findings: Vec<crate::findings::rows::FindingRow>,
 }
 
 impl Assembler {
@@ -307,6 +310,7 @@ impl Assembler {
             stats: AssembleStats::default(),
             strings: summary::Interner::default(),
             findings: crate::findings::FindingsConfig::default(),
+            early_findings: Vec::new(),
         }
     }
 
@@ -337,6 +341,12 @@ impl Assembler {
         self.ingest_record(batch, now_ms, 0)
     }
 
+    /// The findings raised as their calls arrived since the last call (`open` rows, before or
+    /// between summary versions).
+    pub fn take_early_findings(&mut self) -> Vec<crate::findings::rows::FindingRow> {
+        std::mem::take(&mut self.early_findings)
+    }
+
     /// The first journal record with an item of a request not yet summarized: replaying from
     /// there rebuilds every open request.
     pub fn oldest_unsummarized_record(&self) -> Option<u64> {
@@ -350,6 +360,8 @@ impl Assembler {
         now_ms: u64,
         seq: u64,
     ) -> Vec<RequestSummary> {
+        // Requests that took a call this record: their call findings are decided now.
+        let mut calls_arrived: Vec<RequestNo> = Vec::new();
         for span in &batch.spans {
             let no = self.request_for(
                 &span.tenant,
@@ -359,6 +371,8 @@ impl Assembler {
             );
             let facts = SpanFacts::of(span, &mut self.strings);
             let root = facts.parent.is_none();
+            let call =
+                facts.class == crate::event::SpanClass::Tool || !facts.secret_from.is_empty();
             let Some(p) = self.requests.get_mut(&no) else {
                 continue;
             };
@@ -368,8 +382,19 @@ impl Assembler {
             } else {
                 self.spans_held += 1;
                 p.dirty = true;
+                if call && calls_arrived.last() != Some(&no) {
+                    calls_arrived.push(no);
+                }
             }
             self.arrived(no, now_ms, seq);
+        }
+        calls_arrived.sort_unstable();
+        calls_arrived.dedup();
+        for no in calls_arrived {
+            if let Some(p) = self.requests.get_mut(&no) {
+                self.early_findings
+                    .extend(early_findings(p, &self.findings, seq));
+            }
         }
         for log in &batch.logs {
             let Some(facts) = LogFacts::of(log, &mut self.strings) else {
@@ -715,6 +740,17 @@ pub struct AssembleConsumer {
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     started: std::time::Instant,
     totals: AssembleTotals,
+    /// Where findings go besides the table: the alarm targets, and the journal for the
+    /// export endpoints.
+    alarms: Option<FindingAlarms>,
+}
+
+/// The alarm targets findings are sent to.
+pub struct FindingAlarms {
+    /// Webhook and Alertmanager targets (shared with the budget stage).
+    pub delivery: crate::budget::deliver::Delivery,
+    /// The journal, for OTLP log records to the export endpoints (none without endpoints).
+    pub export: Option<crate::budget::AlarmJournal>,
 }
 
 impl AssembleConsumer {
@@ -730,6 +766,34 @@ impl AssembleConsumer {
             metrics,
             started: std::time::Instant::now(),
             totals: AssembleTotals::default(),
+            alarms: None,
+        }
+    }
+
+    /// The same, sending findings to the alarm targets too.
+    pub fn with_alarms(mut self, alarms: FindingAlarms) -> AssembleConsumer {
+        self.alarms = Some(alarms);
+        self
+    }
+
+    fn send_findings(&self, rows: &[crate::findings::rows::FindingRow]) {
+        let Some(FindingAlarms { delivery, export }) = &self.alarms else {
+            return;
+        };
+        let now = crate::clock::now_ns();
+        let alarms: Vec<_> = rows
+            .iter()
+            .map(|r| crate::findings::notice::alarm_of(r, now))
+            .collect();
+        delivery.offer(&alarms);
+        if let Some(crate::budget::AlarmJournal { writer, runtime }) = export {
+            use prost::Message;
+            let request = crate::budget::record::export_request(&alarms).encode_to_vec();
+            let payload = crate::journal::codec::encode_alarms(&request);
+            if let Err(e) = runtime.block_on(writer.append(payload)) {
+                self.metrics.budget.alarm_export_dropped(alarms.len());
+                tracing::warn!(error = %e, findings = alarms.len(), "findings not journalled for the export");
+            }
         }
     }
 
@@ -743,8 +807,8 @@ impl AssembleConsumer {
         }
         self.totals.summaries += out.len() as u64;
         self.archive.append_rows(&out);
-        let findings: Vec<crate::findings::rows::FindingRow> =
-            out.into_iter().flat_map(|s| s.finding_rows).collect();
+        let mut findings = self.assembler.take_early_findings();
+        findings.extend(out.into_iter().flat_map(|s| s.finding_rows));
         for f in &findings {
             if f.status == crate::findings::rows::FindingStatus::Open {
                 self.metrics.finding(
@@ -756,6 +820,7 @@ impl AssembleConsumer {
         }
         if !findings.is_empty() {
             self.archive.append_rows(&findings);
+            self.send_findings(&findings);
         }
     }
 }
@@ -864,9 +929,58 @@ fn summary_of(
     };
     let mut summary = summarize(&facts, prices, completeness, p.versions);
     summary.first_record = first_record;
-    let shown = findings.apply(&p.tenant, crate::findings::evaluate(&facts, &summary));
+    let registry = findings.registry_for(&p.tenant);
+    let shown = findings.apply(
+        &p.tenant,
+        crate::findings::evaluate(&facts, &summary, registry),
+    );
     findings_of(p, shown, &mut summary);
     summary
+}
+
+/// Call findings a request shows before its summary (or between versions): raised at once
+/// as `open` rows. Only requests known by their `executor.request_id` (a request known by
+/// its trace alone may still be folded into a named one, which would change the finding's
+/// id). Nothing is withdrawn here: a finding a later span takes back is withdrawn by the
+/// next summary version, which sees the whole request.
+fn early_findings(
+    p: &mut Pending,
+    findings: &crate::findings::FindingsConfig,
+    seq: u64,
+) -> Vec<crate::findings::rows::FindingRow> {
+    use crate::findings::rows::{finding_id, FindingRow, FindingStatus};
+    let RequestKey::Named(_, request_id) = &p.key else {
+        return Vec::new();
+    };
+    let facts = RequestFacts {
+        request_id,
+        tenant: &p.tenant,
+        spans: &p.spans,
+        logs: &p.logs,
+    };
+    let found = findings.apply(
+        &p.tenant,
+        crate::findings::evaluate_calls(&facts, findings.registry_for(&p.tenant)),
+    );
+    let end_ns = p.spans.values().map(|s| s.end_ns).max().unwrap_or(0);
+    let mut rows = Vec::new();
+    for f in found {
+        let id = finding_id(&f);
+        if p.reported.contains_key(&id) {
+            continue;
+        }
+        rows.push(FindingRow {
+            finding: f.clone(),
+            finding_id: id.clone(),
+            status: FindingStatus::Open,
+            time_ns: end_ns,
+            // The version that will first show it.
+            summary_version: p.versions + 1,
+            first_record: seq,
+        });
+        p.reported.insert(id, f);
+    }
+    rows
 }
 
 /// The findings rows of a new summary version: those it shows that the last did not

@@ -89,6 +89,15 @@ pub struct SpanFacts {
     pub resource_id: Option<Text>,
     /// Tool name and canonical arguments of a tool call, digested (after redaction).
     pub call_digest: Option<crate::budget::digest::CallDigest>,
+    /// `executor.resource_tenant_id` of a tool call.
+    pub resource_tenant: Option<Text>,
+    /// `executor.tool_schema_version` of a tool call.
+    pub tool_schema_version: Option<Text>,
+    /// Whether the call's `executor.confirmation_digest` is the digest protect computed from
+    /// its arguments before redaction (none: no confirmation digest sent).
+    pub digest_matches: Option<bool>,
+    /// Tool calls of the request whose results taught a value this span sends out.
+    pub secret_from: Box<[SpanId]>,
 }
 
 /// Policy and confirmation facts, from a span, its events or a log record.
@@ -139,6 +148,7 @@ impl SpanFacts {
     pub fn of(span: &SpanRecord, strings: &mut Interner) -> SpanFacts {
         let g = &span.gen_ai;
         let a = &span.audit;
+        let tool = span.class == SpanClass::Tool;
         let mut decision = Decision {
             policy: strings.opt(&a.policy_decision),
             confirmation: strings.opt(&a.confirmation_status),
@@ -187,8 +197,44 @@ impl SpanFacts {
             idempotency_key: strings.opt(&a.idempotency_key_hash),
             resource_id: strings.opt(&a.resource_id),
             call_digest: retry_evidence(span).then(|| span.call_digest()),
+            resource_tenant: tool
+                .then(|| span.attributes.get("executor.resource_tenant_id"))
+                .flatten()
+                .and_then(|v| v.as_str())
+                .map(|t| strings.text(t)),
+            tool_schema_version: if tool {
+                strings.opt(&a.tool_schema_version)
+            } else {
+                None
+            },
+            digest_matches: digest_matches(span),
+            secret_from: secret_from(span),
         }
     }
+}
+
+/// The executor's confirmation digest against the one protect computed before redaction.
+fn digest_matches(span: &SpanRecord) -> Option<bool> {
+    let sent = span.audit.confirmation_digest.as_deref()?;
+    let computed = span
+        .attributes
+        .get(crate::protect::confirmation::ARGUMENTS_DIGEST_KEY)?
+        .as_str()?;
+    Some(sent.trim().eq_ignore_ascii_case(computed))
+}
+
+/// The span ids protect found a tool result's learned value came back from.
+fn secret_from(span: &SpanRecord) -> Box<[SpanId]> {
+    let Some(ids) = span
+        .attributes
+        .get(crate::protect::confirmation::SECRET_FROM_KEY)
+        .and_then(|v| v.as_str())
+    else {
+        return Box::default();
+    };
+    ids.split(',')
+        .filter_map(|h| hex::decode(h).ok()?.try_into().ok())
+        .collect()
 }
 
 /// Whether a tool call's arguments digest can matter to a finding: a write or high-impact

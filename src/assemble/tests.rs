@@ -412,13 +412,17 @@ fn a_late_span_withdraws_a_finding_and_raises_another_once() {
     late.audit.effect_class = Some("write".into());
     late.audit.result_code = Some("ok".into());
     a.ingest(&batch(vec![late.clone()], vec![]), 6_000);
+    // The call's own finding is raised as it arrives, before the next version.
+    let early: Vec<_> = a
+        .take_early_findings()
+        .into_iter()
+        .map(|r| (r.finding.rule.id(), r.status, r.summary_version))
+        .collect();
+    assert_eq!(early, [("write_without_allow", FindingStatus::Open, 2)]);
     let second = a.due(11_000);
     assert_eq!(
         status(&second),
-        [
-            ("write_without_allow", FindingStatus::Open, 2),
-            ("success_claimed_after_failure", FindingStatus::Withdrawn, 2),
-        ]
+        [("success_claimed_after_failure", FindingStatus::Withdrawn, 2)]
     );
     assert_eq!(second[0].findings, 1);
     // The same span again amends nothing: no row repeats.

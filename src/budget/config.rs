@@ -161,6 +161,20 @@ pub struct WebhookTarget {
     /// has not heard of for a while).
     #[serde(default = "default_resend")]
     pub resend_interval: HumanDuration,
+    /// Send findings (`schemas/findings.md`) to this target too, not only budget alarms.
+    #[serde(default = "default_findings")]
+    pub findings: bool,
+    /// Alertmanager only: how long a finding's alert stays active (it is sent once, not
+    /// re-sent; a withdrawn finding resolves it at once).
+    #[serde(default = "default_finding_alert_for")]
+    pub finding_alert_for: HumanDuration,
+}
+
+fn default_findings() -> bool {
+    true
+}
+fn default_finding_alert_for() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
 }
 
 fn default_format() -> WebhookFormat {

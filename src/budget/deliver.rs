@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{WebhookFormat, WebhookTarget};
-use super::evaluate::{Alarm, Level};
+use super::evaluate::{Alarm, FindingEvidence, Level};
 use crate::clock::now_ns;
 use crate::metrics::Metrics;
 
@@ -105,13 +105,17 @@ impl QueueReceiver {
 /// One target: its queue, and when dropping was last logged with the drops since.
 struct TargetQueue {
     name: String,
+    /// Whether findings go to this target.
+    findings: bool,
     queue: AlarmQueue,
     drops: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
 }
 
-/// The senders of every configured target.
+/// The senders of every configured target; clones share them (the budget stage sends
+/// alarms, assembly sends findings).
+#[derive(Clone)]
 pub struct Delivery {
-    targets: Vec<TargetQueue>,
+    targets: Arc<[TargetQueue]>,
     metrics: Arc<Metrics>,
 }
 
@@ -157,13 +161,14 @@ impl Delivery {
             tasks.push(runtime.spawn(sender.run(rx, stop.clone())));
             senders.push(TargetQueue {
                 name: target.name.clone(),
+                findings: target.findings,
                 queue,
                 drops: std::sync::Mutex::new((None, 0)),
             });
         }
         (
             Delivery {
-                targets: senders,
+                targets: senders.into(),
                 metrics,
             },
             tasks,
@@ -176,8 +181,12 @@ impl Delivery {
             return;
         }
         let shared: Vec<Arc<Alarm>> = alarms.iter().cloned().map(Arc::new).collect();
-        for q in &self.targets {
-            let dropped = shared.iter().filter(|a| !q.queue.offer(a)).count() as u64;
+        for q in self.targets.iter() {
+            let dropped = shared
+                .iter()
+                .filter(|a| q.findings || a.finding.is_none())
+                .filter(|a| !q.queue.offer(a))
+                .count() as u64;
             if dropped > 0 {
                 self.metrics.budget.delivery(&q.name, "dropped", dropped);
                 q.log_drops(dropped);
@@ -238,7 +247,14 @@ impl FiringAlerts {
     pub fn update(&mut self, batch: &[Arc<Alarm>]) -> Vec<AlertmanagerAlert> {
         let mut alerts = Vec::with_capacity(batch.len());
         for a in batch {
-            if a.level == Level::Resolved {
+            if a.finding.is_some() {
+                // A finding is sent once, active for a while; its withdrawal (same labels)
+                // resolves it. Nothing to re-send.
+                alerts.push(AlertmanagerAlert {
+                    fired: Arc::clone(a),
+                    resolution: (a.level == Level::Resolved).then(|| Arc::clone(a)),
+                });
+            } else if a.level == Level::Resolved {
                 for level in [Level::Warning, Level::Limit] {
                     if let Some(fired) = self.0.remove(&(a.alarm_id.clone(), level)) {
                         alerts.push(AlertmanagerAlert {
@@ -314,7 +330,7 @@ impl TargetSender {
         }
         let alerts = self.firing.update(batch);
         (!alerts.is_empty()).then(|| {
-            let body = alertmanager_body(&alerts, now_ns(), self.target.resend_interval.0);
+            let body = alertmanager_body(&alerts, now_ns(), &self.target);
             (body, alerts.len())
         })
     }
@@ -326,7 +342,7 @@ impl TargetSender {
         alerts
             .chunks(MAX_BATCH)
             .map(|c| {
-                let body = alertmanager_body(c, now_ns(), self.target.resend_interval.0);
+                let body = alertmanager_body(c, now_ns(), &self.target);
                 (body, c.len())
             })
             .collect()
@@ -412,6 +428,14 @@ pub fn alarm_json(a: &Alarm) -> Value {
         "limit": a.limit,
         "request_id": a.request_id,
         "trace_id": a.trace_id,
+        "finding": a.finding.as_ref().map(|f| json!({
+            "finding_id": a.alarm_id,
+            "rule": f.rule,
+            "severity": f.severity,
+            "status": if a.level == Level::Resolved { "withdrawn" } else { "open" },
+            "span_ids": f.span_ids,
+            "trace_ids": f.trace_ids,
+        })),
     })
 }
 
@@ -436,13 +460,26 @@ pub struct AlertmanagerAlert {
 /// Alertmanager's alert list. Labels identify an alert: one per (episode, fired level), so a
 /// warning and the limit that follows are two alerts, and the resolution ends both. A firing
 /// alert's `endsAt` lies three resend intervals ahead: if toolwatch stops re-sending, the alert
-/// expires instead of firing forever.
-pub fn alertmanager_body(alerts: &[AlertmanagerAlert], now_ns: i64, resend: Duration) -> Value {
-    let expiry = i64::try_from(resend.as_nanos().saturating_mul(3)).unwrap_or(i64::MAX);
+/// expires instead of firing forever. A finding is one alert (`ToolwatchFinding`, labelled with
+/// its rule and severity), active for the target's `finding_alert_for` unless withdrawn first.
+pub fn alertmanager_body(
+    alerts: &[AlertmanagerAlert],
+    now_ns: i64,
+    target: &WebhookTarget,
+) -> Value {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let expiry = nanos(target.resend_interval.0).saturating_mul(3);
     let alerts: Vec<Value> = alerts
         .iter()
         .map(|alert| {
             let a = &alert.fired;
+            if let Some(f) = &a.finding {
+                let ends = match &alert.resolution {
+                    Some(r) => r.time_ns,
+                    None => a.time_ns.saturating_add(nanos(target.finding_alert_for.0)),
+                };
+                return finding_alert(a, f, ends);
+            }
             let severity = if a.level == Level::Limit {
                 "critical"
             } else {
@@ -482,6 +519,28 @@ pub fn alertmanager_body(alerts: &[AlertmanagerAlert], now_ns: i64, resend: Dura
     Value::Array(alerts)
 }
 
+/// One finding as an Alertmanager alert: the same labels when raised and when withdrawn.
+fn finding_alert(a: &Alarm, f: &FindingEvidence, ends_ns: i64) -> Value {
+    json!({
+        "labels": {
+            "alertname": "ToolwatchFinding",
+            "tenant": a.tenant,
+            "rule": f.rule,
+            "severity": f.severity,
+            "request_id": a.scope_id,
+            "finding_id": a.alarm_id,
+        },
+        "annotations": {
+            "summary": format!("{} in request {}", f.rule, a.scope_id),
+            "reason": a.reason,
+            "span_ids": f.span_ids.join(","),
+            "trace_id": a.trace_id.clone().unwrap_or_default(),
+        },
+        "startsAt": rfc3339(a.time_ns),
+        "endsAt": rfc3339(ends_ns),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::evaluate::Scope;
@@ -503,7 +562,53 @@ mod tests {
             limit: 50.0,
             request_id: Some("req-1".into()),
             trace_id: None,
+            finding: None,
         })
+    }
+
+    fn target() -> WebhookTarget {
+        toml::from_str("name = \"am\"\nurl = \"http://127.0.0.1:9093\"\nformat = \"alertmanager\"\nresend_interval = \"60s\"\nfinding_alert_for = \"1h\"\n")
+            .expect("target")
+    }
+
+    fn finding(level: Level, at: i64) -> Arc<Alarm> {
+        let mut a = (*alarm(level, at, 0.0)).clone();
+        a.alarm_id = "f00d".into();
+        a.budget = "finding:write_without_allow".into();
+        a.reason = "effect=write decision=none".into();
+        a.finding = Some(Box::new(FindingEvidence {
+            rule: "write_without_allow",
+            severity: "high",
+            span_ids: vec!["0202020202020202".into()],
+            trace_ids: vec!["01010101010101010101010101010101".into()],
+        }));
+        Arc::new(a)
+    }
+
+    #[test]
+    fn a_finding_is_one_alert_active_for_its_time_and_ended_by_its_withdrawal() {
+        let mut f = FiringAlerts::default();
+        let raised = f.update(&[finding(Level::Limit, T0)]);
+        assert!(f.refresh().is_empty(), "findings are not re-sent");
+        let body = alertmanager_body(&raised, T0 + 1, &target());
+        let a = &body[0];
+        assert_eq!(a["labels"]["alertname"], "ToolwatchFinding");
+        assert_eq!(a["labels"]["rule"], "write_without_allow");
+        assert_eq!(a["labels"]["severity"], "high");
+        assert_eq!(a["labels"]["finding_id"], "f00d");
+        assert_eq!(a["annotations"]["span_ids"], "0202020202020202");
+        assert_eq!(a["endsAt"], rfc3339(T0 + 3_600_000_000_000));
+        let withdrawn = f.update(&[finding(Level::Resolved, T0 + 5)]);
+        let body = alertmanager_body(&withdrawn, T0 + 6, &target());
+        assert_eq!(body[0]["labels"], a["labels"], "the same alert");
+        assert_eq!(body[0]["endsAt"], rfc3339(T0 + 5));
+        let json = alarm_json(&finding(Level::Resolved, T0 + 5));
+        assert_eq!(json["finding"]["status"], "withdrawn");
+        assert_eq!(json["finding"]["finding_id"], "f00d");
+        assert_eq!(
+            alarm_json(&alarm(Level::Limit, T0, 1.0))["finding"],
+            Value::Null
+        );
     }
 
     #[test]
@@ -514,7 +619,7 @@ mod tests {
         assert_eq!((warning.len(), limit.len(), f.refresh().len()), (1, 1, 2));
         let resolved = f.update(&[alarm(Level::Resolved, T0 + 2, 50.0)]);
         assert!(f.refresh().is_empty());
-        let body = alertmanager_body(&resolved, T0 + 3, Duration::from_secs(60));
+        let body = alertmanager_body(&resolved, T0 + 3, &target());
         let alerts = body.as_array().expect("array");
         let severities: Vec<&str> = alerts
             .iter()
@@ -566,7 +671,7 @@ mod tests {
     fn a_firing_alert_expires_three_resends_ahead() {
         let mut f = FiringAlerts::default();
         let alerts = f.update(&[alarm(Level::Limit, T0, 50.0)]);
-        let body = alertmanager_body(&alerts, T0 + 5, Duration::from_secs(60));
+        let body = alertmanager_body(&alerts, T0 + 5, &target());
         assert_eq!(body[0]["endsAt"], rfc3339(T0 + 5 + 180_000_000_000));
         assert_eq!(body[0]["labels"]["severity"], "critical");
         assert_eq!(body[0]["annotations"]["request_id"], "req-1");

@@ -95,6 +95,21 @@ pub struct Alarm {
     pub request_id: Option<String>,
     /// A trace of that request.
     pub trace_id: Option<String>,
+    /// Set when the alarm carries a finding (`budget` is `finding:<rule>`), not a budget.
+    pub finding: Option<Box<FindingEvidence>>,
+}
+
+/// What an alarm that carries a finding adds: its rule, severity and evidence ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FindingEvidence {
+    /// The rule id.
+    pub rule: &'static str,
+    /// `low`, `medium` or `high`.
+    pub severity: &'static str,
+    /// Evidence spans (hex), in the rule's order.
+    pub span_ids: Vec<String>,
+    /// Their traces (hex).
+    pub trace_ids: Vec<String>,
 }
 
 /// The pseudo-budget of tenant-binding alarms: a sender's items claimed a tenant it may not
@@ -176,6 +191,7 @@ impl<'a> Context<'a> {
             limit,
             request_id: self.request_id.map(str::to_string),
             trace_id: self.trace_id.map(str::to_string),
+            finding: None,
         }
     }
 }

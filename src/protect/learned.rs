@@ -86,6 +86,33 @@ struct Entry {
     /// `learned:<rule>`.
     rule: Arc<str>,
     at: Instant,
+    /// The tool call whose result the value was removed from, if it came from one.
+    origin: Option<Arc<ResultOrigin>>,
+}
+
+/// The tool call whose *result* taught a value: a value an executor's tool returned that
+/// comes back later in the same request, in a call's arguments or a downstream URL or
+/// header, is the shape of prompt-injected exfiltration (`secret_in_outbound_call`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultOrigin {
+    /// The call's trace.
+    pub trace_id: crate::event::TraceId,
+    /// The call.
+    pub span_id: crate::event::SpanId,
+    /// Its `executor.request_id`, if it named one.
+    pub request_id: Option<Arc<str>>,
+}
+
+impl ResultOrigin {
+    /// Whether `other` belongs to the same request and is another span: the same request id
+    /// when both name one, else the same trace.
+    pub fn same_request_elsewhere(&self, other: &ResultOrigin) -> bool {
+        let same = match (&self.request_id, &other.request_id) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.trace_id == other.trace_id,
+        };
+        same && self.span_id != other.span_id
+    }
 }
 
 /// Values by their first eight bytes, in the order they were learned.
@@ -184,6 +211,7 @@ impl Index {
                     out.push(Hit {
                         range: i..end,
                         rule: Arc::clone(&e.rule),
+                        origin: e.origin.clone(),
                     });
                 }
             }
@@ -198,6 +226,8 @@ pub struct Hit {
     pub range: Range<usize>,
     /// `learned:<rule>`.
     pub rule: Arc<str>,
+    /// The tool call whose result taught it, if one did.
+    pub origin: Option<Arc<ResultOrigin>>,
 }
 
 /// One tenant's values: a large index and a small recent one, each immutable once shared.
@@ -264,6 +294,12 @@ impl TenantScope {
     /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is
     /// merged) for later ones.
     pub fn learn(&mut self, rule: &str, value: &str) {
+        self.learn_from(rule, value, None);
+    }
+
+    /// Learns `value` as [`TenantScope::learn`] does, remembering the tool call whose result
+    /// it was removed from.
+    pub fn learn_from(&mut self, rule: &str, value: &str, origin: Option<Arc<ResultOrigin>>) {
         if !self.enabled
             || value.len() < self.min_bytes
             || value.len() > MAX_VALUE_BYTES
@@ -280,6 +316,7 @@ impl TenantScope {
             text: value.into(),
             rule: Arc::from(format!("{LEARNED_PREFIX}{rule}")),
             at: Instant::now(),
+            origin,
         }));
     }
 }
@@ -466,15 +503,45 @@ pub fn find_in_scope(text: &str, out: &mut Vec<Hit>) {
     });
 }
 
-/// Teaches the current scope's tenant `value`, removed by `rule`.
+/// Teaches the current scope's tenant `value`, removed by `rule` (from a tool result when
+/// [`with_result_origin`] is running).
 pub fn learn_in_scope(rule: &str, value: &str) {
+    let origin = ORIGIN.with(|o| o.borrow().clone());
     SCOPE.with(|s| {
         if let Ok(mut s) = s.try_borrow_mut() {
             if let Some(scope) = s.as_mut() {
-                scope.learn(rule, value);
+                scope.learn_from(rule, value, origin);
             }
         }
     });
+}
+
+thread_local! {
+    /// The tool call whose result is being protected on this thread, if any.
+    static ORIGIN: RefCell<Option<Arc<ResultOrigin>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (protecting a tool call's result) so that what it learns remembers `origin`.
+pub fn with_result_origin<R>(origin: Arc<ResultOrigin>, f: impl FnOnce() -> R) -> R {
+    ORIGIN.with(|o| *o.borrow_mut() = Some(origin));
+    let out = f();
+    ORIGIN.with(|o| *o.borrow_mut() = None);
+    out
+}
+
+/// The tool calls of the same request (not `at` itself) whose results taught a value that
+/// stands in `text`: evidence that a value a tool returned is being sent out again. Read
+/// before `text` is protected (protection removes the value).
+pub fn result_origins_in(text: &str, at: &ResultOrigin, out: &mut Vec<crate::event::SpanId>) {
+    let mut hits = Vec::new();
+    find_in_scope(text, &mut hits);
+    for h in hits {
+        if let Some(o) = h.origin.filter(|o| o.same_request_elsewhere(at)) {
+            if !out.contains(&o.span_id) {
+                out.push(o.span_id);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! item records which rules fired and how often, never what they removed.
 
 pub mod catalogue;
+pub mod confirmation;
 pub mod engine;
 pub mod key_context;
 pub mod learned;
@@ -457,6 +458,9 @@ impl Protector {
         shared: &mut SharedParts,
     ) -> Redactions {
         let mut hits = Redactions::new();
+        // Before anything is removed: the digest a confirmation should bind, and values that
+        // earlier tool results of the request taught.
+        let derived = confirmation::Derived::before(span);
         // The tenant names folders, metric labels and alarms: it is scanned like any field.
         walk::redact_string(r, &mut span.tenant, &mut hits, 0);
         self.protect_audit(r, &mut span.audit, &mut hits);
@@ -466,7 +470,7 @@ impl Protector {
             walk::redact_string(r, text, &mut hits, 0);
             walk::limit(r, text, &mut hits);
         }
-        protect_gen_ai(r, &mut span.gen_ai, &mut hits);
+        protect_gen_ai(r, &mut span.gen_ai, &mut hits, derived.origin.clone());
         for e in &mut span.events {
             self.protect_attributes(r, &mut e.attributes);
             walk::redact_string(r, &mut e.name, &mut hits, 0);
@@ -477,6 +481,7 @@ impl Protector {
             walk::redact_attributes(r, &mut l.attributes, &mut hits, 0);
         }
         self.protect_shared(r, &mut span.resource, &mut span.scope, shared, &mut hits);
+        derived.after(&mut span.attributes);
         hits
     }
 
@@ -566,8 +571,14 @@ impl Protector {
 
 /// The GenAI fields as sent. Identifiers (models, provider, tool name) are scanned too: they
 /// become metric labels and alarm budget names, and an executor can put anything in them; a
-/// real model or tool name matches no rule.
-fn protect_gen_ai(r: &Redactor, g: &mut GenAiFields, hits: &mut Redactions) {
+/// real model or tool name matches no rule. What a tool's result teaches remembers the call
+/// (`origin`), for `secret_in_outbound_call`.
+fn protect_gen_ai(
+    r: &Redactor,
+    g: &mut GenAiFields,
+    hits: &mut Redactions,
+    origin: Option<Arc<learned::ResultOrigin>>,
+) {
     for field in [
         &mut g.operation,
         &mut g.provider,
@@ -583,10 +594,15 @@ fn protect_gen_ai(r: &Redactor, g: &mut GenAiFields, hits: &mut Redactions) {
         &mut g.agent_name,
         &mut g.tool_call_id,
         &mut g.tool_arguments,
-        &mut g.tool_result,
         &mut g.mcp_session_id,
     ] {
         walk::redact_field(r, field, hits);
+    }
+    match origin {
+        Some(o) => {
+            learned::with_result_origin(o, || walk::redact_field(r, &mut g.tool_result, hits))
+        }
+        None => walk::redact_field(r, &mut g.tool_result, hits),
     }
 }
 
