@@ -526,3 +526,44 @@ proptest! {
         prop_assert_eq!(got, expected);
     }
 }
+
+#[test]
+fn a_value_two_results_returned_is_found_sent_out_by_each_request() {
+    // One secret returned to two requests (a shared database password): each request that
+    // sends it out is found, not only the first to teach it.
+    use crate::protect::{engine::Redactor, rules::RedactionConfig, KeyedHasher, Protector};
+    let r = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"t")).expect("rules");
+    let p = Protector::new(r);
+    let secret = "Qm7vX2pL9rT4kW8zHn";
+    for trace in [[1u8; 16], [2u8; 16]] {
+        let mut read = call(2, "read_config", "{}", "read", "ok", 0, 1);
+        read.gen_ai.tool_result = Some(format!(r#"{{"db_password": "{secret}"}}"#));
+        let send = call(
+            3,
+            "http_post",
+            &format!(r#"{{"body": "{secret}"}}"#),
+            "read",
+            "ok",
+            2,
+            3,
+        );
+        let mut out = Vec::new();
+        for mut s in [read, send] {
+            s.tenant = "acme".into();
+            s.trace_id = trace;
+            let mut batch = EventBatch {
+                spans: vec![s],
+                logs: Vec::new(),
+            };
+            p.protect(&mut batch);
+            out.extend(batch.spans);
+        }
+        assert_eq!(
+            out[1]
+                .attributes
+                .get(crate::protect::confirmation::SECRET_FROM_KEY),
+            Some(&crate::event::AttrValue::Str(id(2))),
+            "trace {trace:?}"
+        );
+    }
+}

@@ -152,9 +152,21 @@ impl Index {
     }
 
     fn contains(&self, text: &str) -> bool {
+        self.holds(text, |_| true)
+    }
+
+    /// Whether an entry of `text` satisfies `f`.
+    fn holds(&self, text: &str, f: impl Fn(&Entry) -> bool) -> bool {
         prefix_key(text.as_bytes())
             .and_then(|k| self.by_prefix.get(&k))
-            .is_some_and(|bucket| bucket.iter().any(|e| &*e.text == text))
+            .is_some_and(|bucket| bucket.iter().any(|e| &*e.text == text && f(e)))
+    }
+
+    /// Whether this index has `e` already: the same value from the same origin (a value
+    /// that two tool results returned is kept once per result, so each request that sends it
+    /// out again is seen).
+    fn has_entry(&self, e: &Entry) -> bool {
+        self.holds(&e.text, |x| x.origin == e.origin)
     }
 
     fn push(&mut self, e: Arc<Entry>) {
@@ -306,10 +318,15 @@ impl TenantScope {
             || rule.starts_with(LEARNED_PREFIX)
             || value.trim().len() < value.len()
             || !value.as_bytes()[0].is_ascii_alphanumeric()
-            || self.fresh.contains(value)
-            || self.snapshot.recent.contains(value)
-            || self.snapshot.base.contains(value)
         {
+            return;
+        }
+        // Known already: learned again only from another tool result, for its origin.
+        let known = |x: &Index| match &origin {
+            None => x.contains(value),
+            Some(o) => x.holds(value, |e| e.origin.as_deref() == Some(o)),
+        };
+        if known(&self.fresh) || known(&self.snapshot.recent) || known(&self.snapshot.base) {
             return;
         }
         self.fresh.push(Arc::new(Entry {
@@ -403,7 +420,7 @@ impl LearnedValues {
         let (before_len, before_bytes) = (t.len(), t.bytes());
         let recent = Arc::make_mut(&mut t.recent);
         for e in fresh.order {
-            if !recent.contains(&e.text) && !t.base.contains(&e.text) {
+            if !recent.has_entry(&e) && !t.base.has_entry(&e) {
                 recent.push(e);
             }
         }
