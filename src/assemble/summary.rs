@@ -81,24 +81,42 @@ pub struct SpanFacts {
     pub claimed_cost_usd: Option<f64>,
     /// The executor says the work was cancelled.
     pub cancelled: bool,
+    /// What only a tool call has (boxed: most spans are not calls).
+    pub call: Option<Box<CallFacts>>,
+    /// Tool calls of the request whose results taught a value this span sends out.
+    pub secret_from: Box<[SpanId]>,
+}
+
+/// What assembly keeps of a tool call beyond what every span has.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CallFacts {
     /// `executor.effect_class`.
     pub effect: Option<Text>,
     /// `executor.idempotency_key_hash` (the keyed hash `protect` made).
     pub idempotency_key: Option<Text>,
     /// `executor.resource_id`.
     pub resource_id: Option<Text>,
-    /// Tool name and canonical arguments of a tool call, digested (after redaction).
+    /// Tool name and canonical arguments, digested (after redaction).
     pub call_digest: Option<crate::budget::digest::CallDigest>,
-    /// `executor.resource_tenant_id` of a tool call.
+    /// `executor.resource_tenant_id`.
     pub resource_tenant: Option<Text>,
-    /// `executor.tool_schema_version` of a tool call.
+    /// `executor.tool_schema_version`.
     pub tool_schema_version: Option<Text>,
-    /// Whether the call's `executor.confirmation_digest` is the digest protect computed from
-    /// its arguments before redaction (none: no confirmation digest sent).
+    /// Whether its `executor.confirmation_digest` is the digest protect computed from its
+    /// arguments before redaction (none: no confirmation digest sent).
     pub digest_matches: Option<bool>,
-    /// Tool calls of the request whose results taught a value this span sends out.
-    pub secret_from: Box<[SpanId]>,
 }
+
+/// The call facts of a span that is not a call: all absent.
+static NO_CALL: CallFacts = CallFacts {
+    effect: None,
+    idempotency_key: None,
+    resource_id: None,
+    call_digest: None,
+    resource_tenant: None,
+    tool_schema_version: None,
+    digest_matches: None,
+};
 
 /// Policy and confirmation facts, from a span, its events or a log record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -144,6 +162,11 @@ pub struct LogFacts {
 }
 
 impl SpanFacts {
+    /// Its call facts (all absent when it is not a tool call).
+    pub fn call(&self) -> &CallFacts {
+        self.call.as_deref().unwrap_or(&NO_CALL)
+    }
+
     /// The facts of a (protected) span.
     pub fn of(span: &SpanRecord, strings: &mut Interner) -> SpanFacts {
         let g = &span.gen_ai;
@@ -193,21 +216,21 @@ impl SpanFacts {
             stop_reason: strings.opt(&a.stop_reason),
             claimed_cost_usd: a.claimed_cost_usd,
             cancelled: a.cancelled.unwrap_or(false),
-            effect: strings.opt(&a.effect_class),
-            idempotency_key: strings.opt(&a.idempotency_key_hash),
-            resource_id: strings.opt(&a.resource_id),
-            call_digest: retry_evidence(span).then(|| span.call_digest()),
-            resource_tenant: tool
-                .then(|| span.attributes.get("executor.resource_tenant_id"))
-                .flatten()
-                .and_then(|v| v.as_str())
-                .map(|t| strings.text(t)),
-            tool_schema_version: if tool {
-                strings.opt(&a.tool_schema_version)
-            } else {
-                None
-            },
-            digest_matches: digest_matches(span),
+            call: tool.then(|| {
+                Box::new(CallFacts {
+                    effect: strings.opt(&a.effect_class),
+                    idempotency_key: strings.opt(&a.idempotency_key_hash),
+                    resource_id: strings.opt(&a.resource_id),
+                    call_digest: retry_evidence(span).then(|| span.call_digest()),
+                    resource_tenant: span
+                        .attributes
+                        .get("executor.resource_tenant_id")
+                        .and_then(|v| v.as_str())
+                        .map(|t| strings.text(t)),
+                    tool_schema_version: strings.opt(&a.tool_schema_version),
+                    digest_matches: digest_matches(span),
+                })
+            }),
             secret_from: secret_from(span),
         }
     }

@@ -264,7 +264,7 @@ struct Call<'a> {
 
 impl Call<'_> {
     fn effect(&self) -> Option<&str> {
-        self.span.effect.as_deref()
+        self.span.call().effect.as_deref()
     }
 
     fn writes(&self) -> bool {
@@ -373,7 +373,7 @@ fn call_findings(
         .iter()
         .filter(|c| c.result() == Some("ok") && c.approved())
     {
-        if c.span.digest_matches == Some(false) {
+        if c.span.call().digest_matches == Some(false) {
             out.push(finding(
                 Rule::ConfirmationDigestMismatch,
                 &[c.span],
@@ -383,6 +383,7 @@ fn call_findings(
     }
     for c in calls {
         if c.span
+            .call()
             .resource_tenant
             .as_deref()
             .is_some_and(|t| t != facts.tenant)
@@ -421,7 +422,7 @@ fn registered(
                 "not_in_registry".into(),
             )),
             Some(versions) if !versions.is_empty() => {
-                let version = c.span.tool_schema_version.as_deref();
+                let version = c.span.call().tool_schema_version.as_deref();
                 if !version.is_some_and(|v| versions.iter().any(|k| k == v)) {
                     let reason = if version.is_some() {
                         "version_not_in_registry"
@@ -485,12 +486,12 @@ type MakeFinding<'f> = dyn Fn(Rule, &[&SpanFacts], String) -> Finding + 'f;
 /// canonical arguments digest (after redaction, so two redacted secrets compare equal).
 fn retries(calls: &[Call<'_>], out: &mut Vec<Finding>, finding: &MakeFinding<'_>) {
     for (i, first) in calls.iter().enumerate() {
-        let Some(digest) = first.span.call_digest else {
+        let Some(digest) = first.span.call().call_digest else {
             continue;
         };
         let Some(again) = calls[i + 1..]
             .iter()
-            .find(|c| c.span.call_digest == Some(digest))
+            .find(|c| c.span.call().call_digest == Some(digest))
         else {
             continue;
         };
@@ -506,8 +507,8 @@ fn retries(calls: &[Call<'_>], out: &mut Vec<Finding>, finding: &MakeFinding<'_>
             continue;
         }
         match (
-            first.span.idempotency_key.as_deref(),
-            again.span.idempotency_key.as_deref(),
+            first.span.call().idempotency_key.as_deref(),
+            again.span.call().idempotency_key.as_deref(),
         ) {
             (_, None) | (None, _) => out.push(finding(
                 Rule::AmbiguousWriteRetriedWithoutKey,
@@ -528,11 +529,13 @@ fn retries(calls: &[Call<'_>], out: &mut Vec<Finding>, finding: &MakeFinding<'_>
 fn parallel_writes(calls: &[Call<'_>], out: &mut Vec<Finding>, finding: &MakeFinding<'_>) {
     let writes: Vec<&Call<'_>> = calls
         .iter()
-        .filter(|c| c.writes() && c.span.resource_id.is_some())
+        .filter(|c| c.writes() && c.span.call().resource_id.is_some())
         .collect();
     for (i, a) in writes.iter().enumerate() {
         for b in &writes[i + 1..] {
-            if a.span.resource_id == b.span.resource_id && b.span.start_ns < a.span.end_ns {
+            if a.span.call().resource_id == b.span.call().resource_id
+                && b.span.start_ns < a.span.end_ns
+            {
                 out.push(finding(
                     Rule::ParallelWritesSameResource,
                     &[a.span, b.span],

@@ -7,8 +7,6 @@
 //! record) and span ids. They travel as attributes under reserved names; a sender's own
 //! attributes of those names are dropped, so an executor cannot vouch for itself.
 
-use std::sync::Arc;
-
 use sha2::{Digest, Sha256};
 
 use super::learned::{self, ResultOrigin};
@@ -69,7 +67,7 @@ pub struct Derived {
     arguments_digest: Option<String>,
     secret_from: Vec<crate::event::SpanId>,
     /// This span as a possible origin of learned values (a tool call with a result).
-    pub origin: Option<Arc<ResultOrigin>>,
+    pub origin: Option<ResultOrigin>,
 }
 
 impl Derived {
@@ -90,24 +88,32 @@ impl Derived {
                 a.resource_version.as_deref(),
             )
         });
+        let tool = span.class == SpanClass::Tool;
+        let teaches = tool && g.tool_result.is_some();
+        let looks = learned::origins_in_scope();
+        if !teaches && !looks {
+            return Derived {
+                arguments_digest,
+                ..Derived::default()
+            };
+        }
         let here = ResultOrigin {
             trace_id: span.trace_id,
             span_id: span.span_id,
-            request_id: a.request_id.as_deref().map(Arc::from),
+            request: a.request_id.as_deref().map(learned::request_key),
         };
         let mut secret_from = Vec::new();
-        if span.class == SpanClass::Tool {
-            if let Some(args) = &g.tool_arguments {
+        if looks {
+            if let (true, Some(args)) = (tool, &g.tool_arguments) {
                 learned::result_origins_in(args, &here, &mut secret_from);
             }
-        }
-        for (k, v) in &span.attributes.0 {
-            if let (true, AttrValue::Str(text)) = (outbound_key(k), v) {
-                learned::result_origins_in(text, &here, &mut secret_from);
+            for (k, v) in &span.attributes.0 {
+                if let (true, AttrValue::Str(text)) = (outbound_key(k), v) {
+                    learned::result_origins_in(text, &here, &mut secret_from);
+                }
             }
         }
-        let origin =
-            (span.class == SpanClass::Tool && g.tool_result.is_some()).then(|| Arc::new(here));
+        let origin = teaches.then_some(here);
         Derived {
             arguments_digest,
             secret_from,

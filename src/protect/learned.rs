@@ -87,27 +87,36 @@ struct Entry {
     rule: Arc<str>,
     at: Instant,
     /// The tool call whose result the value was removed from, if it came from one.
-    origin: Option<Arc<ResultOrigin>>,
+    origin: Option<ResultOrigin>,
 }
 
 /// The tool call whose *result* taught a value: a value an executor's tool returned that
 /// comes back later in the same request, in a call's arguments or a downstream URL or
 /// header, is the shape of prompt-injected exfiltration (`secret_in_outbound_call`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResultOrigin {
     /// The call's trace.
     pub trace_id: crate::event::TraceId,
     /// The call.
     pub span_id: crate::event::SpanId,
-    /// Its `executor.request_id`, if it named one.
-    pub request_id: Option<Arc<str>>,
+    /// A hash of its `executor.request_id` (see [`request_key`]), if it named one.
+    pub request: Option<u64>,
+}
+
+/// The key a request id is compared by: a hash seeded randomly per process (learned values
+/// live in memory only), so no allocation per span and no precomputed collisions.
+pub fn request_key(request_id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+    SEED.get_or_init(foldhash::fast::RandomState::default)
+        .hash_one(request_id)
 }
 
 impl ResultOrigin {
     /// Whether `other` belongs to the same request and is another span: the same request id
     /// when both name one, else the same trace.
     pub fn same_request_elsewhere(&self, other: &ResultOrigin) -> bool {
-        let same = match (&self.request_id, &other.request_id) {
+        let same = match (self.request, other.request) {
             (Some(a), Some(b)) => a == b,
             _ => self.trace_id == other.trace_id,
         };
@@ -119,6 +128,8 @@ impl ResultOrigin {
 #[derive(Debug, Clone)]
 struct Index {
     by_prefix: FastMap<u64, Vec<Arc<Entry>>>,
+    /// Entries that remember a tool result (most tenants have none: nothing to look for).
+    with_origin: usize,
     order: VecDeque<Arc<Entry>>,
     bytes: usize,
     /// One bit per hash of the first two bytes of a value: most word starts are ruled out by
@@ -130,6 +141,7 @@ impl Default for Index {
     fn default() -> Self {
         Index {
             by_prefix: FastMap::default(),
+            with_origin: 0,
             order: VecDeque::new(),
             bytes: 0,
             starts: [0; 64],
@@ -174,6 +186,7 @@ impl Index {
             return;
         };
         self.bytes += e.text.len();
+        self.with_origin += usize::from(e.origin.is_some());
         let bit = start_bit(e.text.as_bytes());
         self.starts[bit / 64] |= 1 << (bit % 64);
         self.by_prefix.entry(k).or_default().push(Arc::clone(&e));
@@ -183,6 +196,7 @@ impl Index {
     fn pop_oldest(&mut self) -> Option<Arc<Entry>> {
         let e = self.order.pop_front()?;
         self.bytes -= e.text.len();
+        self.with_origin -= usize::from(e.origin.is_some());
         if let Some(k) = prefix_key(e.text.as_bytes()) {
             if let Some(bucket) = self.by_prefix.get_mut(&k) {
                 bucket.retain(|x| !Arc::ptr_eq(x, &e));
@@ -223,7 +237,7 @@ impl Index {
                     out.push(Hit {
                         range: i..end,
                         rule: Arc::clone(&e.rule),
-                        origin: e.origin.clone(),
+                        origin: e.origin,
                     });
                 }
             }
@@ -239,7 +253,7 @@ pub struct Hit {
     /// `learned:<rule>`.
     pub rule: Arc<str>,
     /// The tool call whose result taught it, if one did.
-    pub origin: Option<Arc<ResultOrigin>>,
+    pub origin: Option<ResultOrigin>,
 }
 
 /// One tenant's values: a large index and a small recent one, each immutable once shared.
@@ -303,6 +317,15 @@ impl TenantScope {
         }
     }
 
+    /// Whether any value this tenant holds came from a tool result.
+    pub fn has_origins(&self) -> bool {
+        self.enabled
+            && self.snapshot.base.with_origin
+                + self.snapshot.recent.with_origin
+                + self.fresh.with_origin
+                > 0
+    }
+
     /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is
     /// merged) for later ones.
     pub fn learn(&mut self, rule: &str, value: &str) {
@@ -311,7 +334,7 @@ impl TenantScope {
 
     /// Learns `value` as [`TenantScope::learn`] does, remembering the tool call whose result
     /// it was removed from.
-    pub fn learn_from(&mut self, rule: &str, value: &str, origin: Option<Arc<ResultOrigin>>) {
+    pub fn learn_from(&mut self, rule: &str, value: &str, origin: Option<ResultOrigin>) {
         if !self.enabled
             || value.len() < self.min_bytes
             || value.len() > MAX_VALUE_BYTES
@@ -324,7 +347,7 @@ impl TenantScope {
         // Known already: learned again only from another tool result, for its origin.
         let known = |x: &Index| match &origin {
             None => x.contains(value),
-            Some(o) => x.holds(value, |e| e.origin.as_deref() == Some(o)),
+            Some(o) => x.holds(value, |e| e.origin.as_ref() == Some(o)),
         };
         if known(&self.fresh) || known(&self.snapshot.recent) || known(&self.snapshot.base) {
             return;
@@ -520,10 +543,19 @@ pub fn find_in_scope(text: &str, out: &mut Vec<Hit>) {
     });
 }
 
+/// Whether the current scope's tenant holds any value a tool result taught.
+pub fn origins_in_scope() -> bool {
+    SCOPE.with(|s| {
+        s.try_borrow()
+            .ok()
+            .is_some_and(|s| s.as_ref().is_some_and(TenantScope::has_origins))
+    })
+}
+
 /// Teaches the current scope's tenant `value`, removed by `rule` (from a tool result when
 /// [`with_result_origin`] is running).
 pub fn learn_in_scope(rule: &str, value: &str) {
-    let origin = ORIGIN.with(|o| o.borrow().clone());
+    let origin = ORIGIN.with(std::cell::Cell::get);
     SCOPE.with(|s| {
         if let Ok(mut s) = s.try_borrow_mut() {
             if let Some(scope) = s.as_mut() {
@@ -535,14 +567,14 @@ pub fn learn_in_scope(rule: &str, value: &str) {
 
 thread_local! {
     /// The tool call whose result is being protected on this thread, if any.
-    static ORIGIN: RefCell<Option<Arc<ResultOrigin>>> = const { RefCell::new(None) };
+    static ORIGIN: std::cell::Cell<Option<ResultOrigin>> = const { std::cell::Cell::new(None) };
 }
 
 /// Runs `f` (protecting a tool call's result) so that what it learns remembers `origin`.
-pub fn with_result_origin<R>(origin: Arc<ResultOrigin>, f: impl FnOnce() -> R) -> R {
-    ORIGIN.with(|o| *o.borrow_mut() = Some(origin));
+pub fn with_result_origin<R>(origin: ResultOrigin, f: impl FnOnce() -> R) -> R {
+    ORIGIN.with(|o| o.set(Some(origin)));
     let out = f();
-    ORIGIN.with(|o| *o.borrow_mut() = None);
+    ORIGIN.with(|o| o.set(None));
     out
 }
 
@@ -550,6 +582,9 @@ pub fn with_result_origin<R>(origin: Arc<ResultOrigin>, f: impl FnOnce() -> R) -
 /// stands in `text`: evidence that a value a tool returned is being sent out again. Read
 /// before `text` is protected (protection removes the value).
 pub fn result_origins_in(text: &str, at: &ResultOrigin, out: &mut Vec<crate::event::SpanId>) {
+    if !origins_in_scope() {
+        return;
+    }
     let mut hits = Vec::new();
     find_in_scope(text, &mut hits);
     for h in hits {

@@ -470,7 +470,7 @@ impl Protector {
             walk::redact_string(r, text, &mut hits, 0);
             walk::limit(r, text, &mut hits);
         }
-        protect_gen_ai(r, &mut span.gen_ai, &mut hits, derived.origin.clone());
+        protect_gen_ai(r, &mut span.gen_ai, &mut hits, derived.origin);
         for e in &mut span.events {
             self.protect_attributes(r, &mut e.attributes);
             walk::redact_string(r, &mut e.name, &mut hits, 0);
@@ -577,7 +577,7 @@ fn protect_gen_ai(
     r: &Redactor,
     g: &mut GenAiFields,
     hits: &mut Redactions,
-    origin: Option<Arc<learned::ResultOrigin>>,
+    origin: Option<learned::ResultOrigin>,
 ) {
     for field in [
         &mut g.operation,
