@@ -500,3 +500,49 @@ fn findings_of_one_tenant_never_carry_another_tenants_ids() {
     // Every rule but the registry's two (no registry here) and one run each.
     assert_eq!(rules["acme"].len(), 13, "{:?}", rules["acme"]);
 }
+
+/// The example executor (`examples/order-note-executor/`) against the daemon with its own
+/// configuration: each faulty scenario raises exactly the finding it is named after, the
+/// correct ones none; its README's promise.
+#[test]
+fn the_example_executor_earns_exactly_the_findings_its_readme_shows() {
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/order-note-executor/toolwatch.toml");
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
+        ..Default::default()
+    });
+    let out = run_python(
+        "../../examples/order-note-executor/executor.py",
+        &["--endpoint", &d.grpc_url(), "--tenant", "acme"],
+    );
+    // "scenario request_id trace_id expected", one line per scenario after the header.
+    let want: BTreeMap<String, Option<String>> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("scenario"))
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4).then(|| (f[1].to_string(), (f[3] != "none").then(|| f[3].to_string())))
+        })
+        .collect();
+    assert_eq!(want.len(), 15, "{out}");
+    wait_for("every scenario to be summarized", || {
+        (d.metric("toolwatch_request_summaries_total{completeness=\"complete\"}")?
+            >= want.len() as f64)
+            .then_some(())
+    });
+    d.stop();
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in crate::harness::read_table(&d.data_dir, "findings") {
+        got.entry(f["request_id"].as_str().expect("request").to_string())
+            .or_default()
+            .push(f["rule"].as_str().expect("rule").to_string());
+    }
+    for (request, rule) in &want {
+        let found = got.remove(request).unwrap_or_default();
+        assert_eq!(found, rule.iter().cloned().collect::<Vec<_>>(), "{request}");
+    }
+    assert!(got.is_empty(), "{got:?}");
+}
