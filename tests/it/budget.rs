@@ -541,9 +541,11 @@ name = "am"
 url = "{am}"
 format = "alertmanager"
 resend_interval = "1s"
+findings = false
 [[budget.webhooks]]
 name = "hook"
 url = "{hook}"
+findings = false
 [budget.request]
 tool_calls = 10
 "#,
@@ -677,6 +679,12 @@ tool_calls = 10
         ids(&rows),
         [level("limit"), level("resolved"), level("warning")]
     );
+    // The request raised a finding (its root has no stop reason), which these targets, set to
+    // `findings = false`, were not sent.
+    let findings = read_table(&d.data_dir, "findings");
+    assert_eq!(findings.len(), 1);
+    assert_eq!(findings[0]["rule"], "loop_without_stop_reason");
+    assert!(hook.alarms().iter().all(|a| a["finding"].is_null()));
 }
 
 #[test]

@@ -159,9 +159,31 @@ async fn a_second_toolwatch_receives_what_the_first_archives_and_no_secret() {
     assert_same_rows(&up_spans, &down_spans, "spans");
     let log_key = ["time", "trace_id", "span_id", "body"];
     let up_logs = rows_by_id(&up.data_dir, "logs", &log_key);
-    let down_logs = rows_by_id(&down.data_dir, "logs", &log_key);
+    let mut down_logs = rows_by_id(&down.data_dir, "logs", &log_key);
+    // Findings travel as log records too (the canary request has no stop reason): each names
+    // a finding the upstream raised; the rest are the upstream's logs exactly.
+    let up_findings: BTreeSet<String> = read_table_python("duckdb", &up.data_dir, "findings")
+        .iter()
+        .filter_map(|f| f["finding_id"].as_str().map(str::to_string))
+        .collect();
+    let finding_records: Vec<String> = down_logs
+        .iter()
+        .filter(|(_, r)| r["event_name"] == "toolwatch.finding")
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in &finding_records {
+        let attrs = attributes(&down_logs[key]);
+        let id = attrs["toolwatch.finding.id"].as_str().unwrap_or_default();
+        assert!(
+            up_findings.contains(id),
+            "{id}: a finding the upstream raised"
+        );
+    }
+    let all_down_logs = down_logs.clone();
+    down_logs.retain(|k, _| !finding_records.contains(k));
     assert!(up_logs.len() > 1);
     assert_same_rows(&up_logs, &down_logs, "logs");
+    let down_logs = all_down_logs;
 
     for (rows, what) in [
         (&down_spans, "downstream spans"),
