@@ -128,6 +128,9 @@ enum RequestKey {
 /// A request's number inside the assembler (never reused).
 type RequestNo = u64;
 
+/// Requests with more spans than this get their call findings at the summary only.
+const EARLY_FINDINGS_MAX_SPANS: usize = 256;
+
 /// No deadline scheduled, no record unsummarized.
 const NEVER: u64 = u64::MAX;
 
@@ -372,7 +375,7 @@ impl Assembler {
             let facts = SpanFacts::of(span, &mut self.strings);
             let root = facts.parent.is_none();
             let call =
-                facts.class == crate::event::SpanClass::Tool || !facts.secret_from.is_empty();
+                facts.class == crate::event::SpanClass::Tool || !facts.secrets_sent.is_empty();
             let Some(p) = self.requests.get_mut(&no) else {
                 continue;
             };
@@ -387,14 +390,6 @@ impl Assembler {
                 }
             }
             self.arrived(no, now_ms, seq);
-        }
-        calls_arrived.sort_unstable();
-        calls_arrived.dedup();
-        for no in calls_arrived {
-            if let Some(p) = self.requests.get_mut(&no) {
-                self.early_findings
-                    .extend(early_findings(p, &self.findings, seq));
-            }
         }
         for log in &batch.logs {
             let Some(facts) = LogFacts::of(log, &mut self.strings) else {
@@ -415,6 +410,15 @@ impl Assembler {
                 p.dirty = true;
             }
             self.arrived(no, now_ms, seq);
+        }
+        // After the record's logs too: a decision may come in a log record beside its call.
+        calls_arrived.sort_unstable();
+        calls_arrived.dedup();
+        for no in calls_arrived {
+            if let Some(p) = self.requests.get_mut(&no) {
+                self.early_findings
+                    .extend(early_findings(p, &self.findings, seq));
+            }
         }
         self.enforce_limits()
     }
@@ -952,6 +956,11 @@ fn early_findings(
     let RequestKey::Named(_, request_id) = &p.key else {
         return Vec::new();
     };
+    // Each evaluation walks the whole request (pairs of calls for retries and overlaps): a
+    // request this large is left to its summary rather than re-walked per record.
+    if p.spans.len() > EARLY_FINDINGS_MAX_SPANS {
+        return Vec::new();
+    }
     let facts = RequestFacts {
         request_id,
         tenant: &p.tenant,

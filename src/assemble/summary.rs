@@ -83,8 +83,8 @@ pub struct SpanFacts {
     pub cancelled: bool,
     /// What only a tool call has (boxed: most spans are not calls).
     pub call: Option<Box<CallFacts>>,
-    /// Tool calls of the request whose results taught a value this span sends out.
-    pub secret_from: Box<[SpanId]>,
+    /// Fingerprints of the credentials protect removed from what this span sends out.
+    pub secrets_sent: Box<[u64]>,
 }
 
 /// What assembly keeps of a tool call beyond what every span has.
@@ -102,6 +102,8 @@ pub struct CallFacts {
     pub resource_tenant: Option<Text>,
     /// `executor.tool_schema_version`.
     pub tool_schema_version: Option<Text>,
+    /// Fingerprints of the credentials protect removed from its result.
+    pub secrets_returned: Vec<u64>,
     /// Whether its `executor.confirmation_digest` is the digest protect computed from its
     /// arguments before redaction (none: no confirmation digest sent).
     pub digest_matches: Option<bool>,
@@ -115,6 +117,7 @@ static NO_CALL: CallFacts = CallFacts {
     call_digest: None,
     resource_tenant: None,
     tool_schema_version: None,
+    secrets_returned: Vec::new(),
     digest_matches: None,
 };
 
@@ -222,42 +225,45 @@ impl SpanFacts {
                     idempotency_key: strings.opt(&a.idempotency_key_hash),
                     resource_id: strings.opt(&a.resource_id),
                     call_digest: retry_evidence(span).then(|| span.call_digest()),
-                    resource_tenant: span
-                        .attributes
-                        .get("executor.resource_tenant_id")
-                        .and_then(|v| v.as_str())
-                        .map(|t| strings.text(t)),
+                    resource_tenant: resource_tenant(span).map(|t| strings.text(&t)),
+                    secrets_returned: trail_of(span, crate::protect::confirmation::RETURNED_KEY)
+                        .into_vec(),
                     tool_schema_version: strings.opt(&a.tool_schema_version),
                     digest_matches: digest_matches(span),
                 })
             }),
-            secret_from: secret_from(span),
+            secrets_sent: trail_of(span, crate::protect::confirmation::SENT_KEY),
         }
     }
 }
 
-/// The executor's confirmation digest against the one protect computed before redaction.
+/// Protect's verdict on the call's confirmation digest (computed before redaction).
 fn digest_matches(span: &SpanRecord) -> Option<bool> {
-    let sent = span.audit.confirmation_digest.as_deref()?;
-    let computed = span
+    match span
         .attributes
-        .get(crate::protect::confirmation::ARGUMENTS_DIGEST_KEY)?
-        .as_str()?;
-    Some(sent.trim().eq_ignore_ascii_case(computed))
+        .get(crate::protect::confirmation::DIGEST_MATCHES_KEY)?
+    {
+        crate::event::AttrValue::Bool(b) => Some(*b),
+        _ => None,
+    }
 }
 
-/// The span ids protect found a tool result's learned value came back from.
-fn secret_from(span: &SpanRecord) -> Box<[SpanId]> {
-    let Some(ids) = span
-        .attributes
-        .get(crate::protect::confirmation::SECRET_FROM_KEY)
+/// A secret-trail attribute's fingerprints (none when absent).
+fn trail_of(span: &SpanRecord, key: &str) -> Box<[u64]> {
+    span.attributes
+        .get(key)
         .and_then(|v| v.as_str())
-    else {
-        return Box::default();
-    };
-    ids.split(',')
-        .filter_map(|h| hex::decode(h).ok()?.try_into().ok())
-        .collect()
+        .map(crate::protect::trail::from_text)
+        .unwrap_or_default()
+}
+
+/// `executor.resource_tenant_id` as text, whether sent as a string or a number.
+fn resource_tenant(span: &SpanRecord) -> Option<String> {
+    match span.attributes.get("executor.resource_tenant_id")? {
+        crate::event::AttrValue::Str(s) => Some(s.clone()),
+        crate::event::AttrValue::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
 }
 
 /// Whether a tool call's arguments digest can matter to a finding: a write or high-impact

@@ -411,6 +411,9 @@ fn a_late_span_withdraws_a_finding_and_raises_another_once() {
     late.gen_ai.tool_name = Some("add_note".into());
     late.audit.effect_class = Some("write".into());
     late.audit.result_code = Some("ok".into());
+    // A stated decision: a confirmation asked for and still pending.
+    late.audit.policy_decision = Some("require_confirmation".into());
+    late.audit.confirmation_status = Some("pending".into());
     a.ingest(&batch(vec![late.clone()], vec![]), 6_000);
     // The call's own finding is raised as it arrives, before the next version.
     let early: Vec<_> = a

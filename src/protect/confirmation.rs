@@ -1,35 +1,34 @@
-//! What toolwatch derives from a span before redaction and keeps beside it: the digest a
-//! confirmation should have bound, and the tool calls whose results come back in this span.
+//! What toolwatch derives from a span before redaction and keeps beside it: whether the
+//! executor's confirmation digest is the digest of what ran, and the secret trail (keyed
+//! fingerprints of credentials a tool returned and of those a span sends out, see
+//! [`super::trail`]).
 //!
-//! Both are computed from values protect is about to remove, so they are computed first and
-//! kept only in a form that reveals nothing new: the digest of the arguments (only when the
-//! executor sent its own confirmation digest of the same arguments, which is already in the
-//! record) and span ids. They travel as attributes under reserved names; a sender's own
-//! attributes of those names are dropped, so an executor cannot vouch for itself.
+//! The digest is computed from the arguments before protect removes anything, and only its
+//! verdict is kept (a digest of arguments that held a short secret would let a reader of the
+//! archive test guesses for it). Both travel as attributes under reserved names; a sender's
+//! own attributes of those names are dropped, so an executor cannot vouch for itself.
 
 use sha2::{Digest, Sha256};
 
-use super::learned::{self, ResultOrigin};
-use crate::event::{hex_id, AttrValue, Attributes, SpanClass, SpanRecord};
+use super::trail::{self, Side};
+use crate::event::{AttrValue, Attributes, SpanRecord};
 
-/// The digest toolwatch computed from what ran (`sha256:<hex>`), set when the span carries
-/// `executor.confirmation_digest`.
-pub const ARGUMENTS_DIGEST_KEY: &str = "toolwatch.arguments_digest";
+/// Whether the span's `executor.confirmation_digest` is the digest of what ran (a bool), set
+/// when the span carries one and its arguments can be digested.
+pub const DIGEST_MATCHES_KEY: &str = "toolwatch.confirmation_digest_matches";
 
-/// The tool calls of the same request whose results taught a value found in this span's
-/// arguments, URL or headers (span ids, hex, comma-separated).
-pub const SECRET_FROM_KEY: &str = "toolwatch.secret_from_spans";
+/// Fingerprints of credentials removed from the span's tool result.
+pub const RETURNED_KEY: &str = "toolwatch.secrets_returned";
+
+/// Fingerprints of credentials removed from what the span sends out.
+pub const SENT_KEY: &str = "toolwatch.secrets_sent";
 
 /// Attributes toolwatch sets itself.
-const RESERVED: [&str; 2] = [ARGUMENTS_DIGEST_KEY, SECRET_FROM_KEY];
+const RESERVED: [&str; 3] = [DIGEST_MATCHES_KEY, RETURNED_KEY, SENT_KEY];
 
-/// Attributes of a span that carry what it sends out: a downstream URL and request headers.
-fn outbound_key(key: &str) -> bool {
-    matches!(
-        key,
-        "url.full" | "url.original" | "url.path" | "url.query" | "http.url" | "http.target"
-    ) || key.starts_with("http.request.header.")
-}
+/// The mark protect leaves where it removed a value: arguments that carry one were redacted
+/// upstream (by another toolwatch) and cannot be digested as the executor sent them.
+const REDACTED_MARK: &str = "[REDACTED:";
 
 /// The confirmation digest of a tool call: `sha256:` and the hex SHA-256 of the RFC 8785
 /// (JCS) canonical JSON of `{"arguments", "resource_id", "resource_version", "tool"}`, absent
@@ -61,78 +60,73 @@ pub fn confirmation_digest(
     format!("sha256:{}", hex::encode(Sha256::digest(&canonical)))
 }
 
-/// What protect derives from one span before it redacts it.
+/// What protect derives from one span around its redaction.
 #[derive(Debug, Default)]
 pub struct Derived {
-    arguments_digest: Option<String>,
-    secret_from: Vec<crate::event::SpanId>,
-    /// This span as a possible origin of learned values (a tool call with a result).
-    pub origin: Option<ResultOrigin>,
+    digest_matches: Option<bool>,
+    returned: Vec<u64>,
+    sent: Vec<u64>,
 }
 
 impl Derived {
-    /// Reads the span before redaction: drops reserved attributes the sender set, digests the
-    /// arguments if a confirmation digest is there to check, and looks for values that earlier
-    /// tool results of the request taught (the thread's learning scope must be set).
+    /// Reads the span before redaction: drops reserved attributes the sender set and checks
+    /// the confirmation digest.
     pub fn before(span: &mut SpanRecord) -> Derived {
         span.attributes
             .0
             .retain(|(k, _)| !RESERVED.contains(&k.as_str()));
         let g = &span.gen_ai;
         let a = &span.audit;
-        let arguments_digest = a.confirmation_digest.as_ref().map(|_| {
-            confirmation_digest(
-                g.tool_name.as_deref(),
-                g.tool_arguments.as_deref(),
-                a.resource_id.as_deref(),
-                a.resource_version.as_deref(),
-            )
-        });
-        let tool = span.class == SpanClass::Tool;
-        let teaches = tool && g.tool_result.is_some();
-        let looks = learned::origins_in_scope();
-        if !teaches && !looks {
-            return Derived {
-                arguments_digest,
-                ..Derived::default()
-            };
-        }
-        let here = ResultOrigin {
-            trace_id: span.trace_id,
-            span_id: span.span_id,
-            request: a.request_id.as_deref().map(learned::request_key),
-        };
-        let mut secret_from = Vec::new();
-        if looks {
-            if let (true, Some(args)) = (tool, &g.tool_arguments) {
-                learned::result_origins_in(args, &here, &mut secret_from);
-            }
-            for (k, v) in &span.attributes.0 {
-                if let (true, AttrValue::Str(text)) = (outbound_key(k), v) {
-                    learned::result_origins_in(text, &here, &mut secret_from);
-                }
-            }
-        }
-        let origin = teaches.then_some(here);
+        let digest_matches = a
+            .confirmation_digest
+            .as_deref()
+            .filter(|_| {
+                !g.tool_arguments
+                    .as_deref()
+                    .is_some_and(|t| t.contains(REDACTED_MARK))
+            })
+            .map(|sent| {
+                let computed = confirmation_digest(
+                    g.tool_name.as_deref(),
+                    g.tool_arguments.as_deref(),
+                    a.resource_id.as_deref(),
+                    a.resource_version.as_deref(),
+                );
+                sent.trim().eq_ignore_ascii_case(&computed)
+            });
         Derived {
-            arguments_digest,
-            secret_from,
-            origin,
+            digest_matches,
+            returned: Vec::new(),
+            sent: Vec::new(),
+        }
+    }
+
+    /// Adds what protecting the tool call's arguments (sent) or result (returned) collected.
+    pub fn add(&mut self, side: Side, fps: Vec<u64>) {
+        match side {
+            Side::Sent | Side::SentInAttributes => self.sent.extend(fps),
+            Side::Returned => self.returned.extend(fps),
         }
     }
 
     /// Sets the derived attributes on the protected span.
-    pub fn after(self, attributes: &mut Attributes) {
-        if let Some(d) = self.arguments_digest {
+    pub fn after(mut self, attributes: &mut Attributes) {
+        if let Some(m) = self.digest_matches {
             attributes
                 .0
-                .push((ARGUMENTS_DIGEST_KEY.into(), AttrValue::Str(d)));
+                .push((DIGEST_MATCHES_KEY.into(), AttrValue::Bool(m)));
         }
-        if !self.secret_from.is_empty() {
-            let ids: Vec<String> = self.secret_from.iter().map(|s| hex_id(s)).collect();
-            attributes
-                .0
-                .push((SECRET_FROM_KEY.into(), AttrValue::Str(ids.join(","))));
+        for (key, fps) in [
+            (RETURNED_KEY, &mut self.returned),
+            (SENT_KEY, &mut self.sent),
+        ] {
+            fps.sort_unstable();
+            fps.dedup();
+            if !fps.is_empty() {
+                attributes
+                    .0
+                    .push((key.into(), AttrValue::Str(trail::to_text(fps))));
+            }
         }
     }
 }

@@ -560,6 +560,7 @@ impl Redactor {
         key: Option<&str>,
         hits: &mut Redactions,
     ) -> Option<String> {
+        super::trail::scanning_under(key);
         let findings = self.scan_under(text, key);
         if findings.is_empty() {
             return None;
@@ -569,6 +570,8 @@ impl Redactor {
         for f in &findings {
             if self.detectors.get(f.rank).is_some_and(|d| d.learnable) {
                 learned::learn_in_scope(&f.rule, &text[f.start..f.end]);
+            } else if f.rule.starts_with(learned::LEARNED_PREFIX) {
+                super::trail::note(&text[f.start..f.end]);
             }
             out.push_str(&text[pos..f.start]);
             // A finding carries its detector's position, so its action needs no lookup.

@@ -86,50 +86,12 @@ struct Entry {
     /// `learned:<rule>`.
     rule: Arc<str>,
     at: Instant,
-    /// The tool call whose result the value was removed from, if it came from one.
-    origin: Option<ResultOrigin>,
-}
-
-/// The tool call whose *result* taught a value: a value an executor's tool returned that
-/// comes back later in the same request, in a call's arguments or a downstream URL or
-/// header, is the shape of prompt-injected exfiltration (`secret_in_outbound_call`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResultOrigin {
-    /// The call's trace.
-    pub trace_id: crate::event::TraceId,
-    /// The call.
-    pub span_id: crate::event::SpanId,
-    /// A hash of its `executor.request_id` (see [`request_key`]), if it named one.
-    pub request: Option<u64>,
-}
-
-/// The key a request id is compared by: a hash seeded randomly per process (learned values
-/// live in memory only), so no allocation per span and no precomputed collisions.
-pub fn request_key(request_id: &str) -> u64 {
-    use std::hash::BuildHasher;
-    static SEED: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
-    SEED.get_or_init(foldhash::fast::RandomState::default)
-        .hash_one(request_id)
-}
-
-impl ResultOrigin {
-    /// Whether `other` belongs to the same request and is another span: the same request id
-    /// when both name one, else the same trace.
-    pub fn same_request_elsewhere(&self, other: &ResultOrigin) -> bool {
-        let same = match (self.request, other.request) {
-            (Some(a), Some(b)) => a == b,
-            _ => self.trace_id == other.trace_id,
-        };
-        same && self.span_id != other.span_id
-    }
 }
 
 /// Values by their first eight bytes, in the order they were learned.
 #[derive(Debug, Clone)]
 struct Index {
     by_prefix: FastMap<u64, Vec<Arc<Entry>>>,
-    /// Entries that remember a tool result (most tenants have none: nothing to look for).
-    with_origin: usize,
     order: VecDeque<Arc<Entry>>,
     bytes: usize,
     /// One bit per hash of the first two bytes of a value: most word starts are ruled out by
@@ -141,7 +103,6 @@ impl Default for Index {
     fn default() -> Self {
         Index {
             by_prefix: FastMap::default(),
-            with_origin: 0,
             order: VecDeque::new(),
             bytes: 0,
             starts: [0; 64],
@@ -164,21 +125,9 @@ impl Index {
     }
 
     fn contains(&self, text: &str) -> bool {
-        self.holds(text, |_| true)
-    }
-
-    /// Whether an entry of `text` satisfies `f`.
-    fn holds(&self, text: &str, f: impl Fn(&Entry) -> bool) -> bool {
         prefix_key(text.as_bytes())
             .and_then(|k| self.by_prefix.get(&k))
-            .is_some_and(|bucket| bucket.iter().any(|e| &*e.text == text && f(e)))
-    }
-
-    /// Whether this index has `e` already: the same value from the same origin (a value
-    /// that two tool results returned is kept once per result, so each request that sends it
-    /// out again is seen).
-    fn has_entry(&self, e: &Entry) -> bool {
-        self.holds(&e.text, |x| x.origin == e.origin)
+            .is_some_and(|bucket| bucket.iter().any(|e| &*e.text == text))
     }
 
     fn push(&mut self, e: Arc<Entry>) {
@@ -186,7 +135,6 @@ impl Index {
             return;
         };
         self.bytes += e.text.len();
-        self.with_origin += usize::from(e.origin.is_some());
         let bit = start_bit(e.text.as_bytes());
         self.starts[bit / 64] |= 1 << (bit % 64);
         self.by_prefix.entry(k).or_default().push(Arc::clone(&e));
@@ -196,7 +144,6 @@ impl Index {
     fn pop_oldest(&mut self) -> Option<Arc<Entry>> {
         let e = self.order.pop_front()?;
         self.bytes -= e.text.len();
-        self.with_origin -= usize::from(e.origin.is_some());
         if let Some(k) = prefix_key(e.text.as_bytes()) {
             if let Some(bucket) = self.by_prefix.get_mut(&k) {
                 bucket.retain(|x| !Arc::ptr_eq(x, &e));
@@ -237,7 +184,6 @@ impl Index {
                     out.push(Hit {
                         range: i..end,
                         rule: Arc::clone(&e.rule),
-                        origin: e.origin,
                     });
                 }
             }
@@ -252,8 +198,6 @@ pub struct Hit {
     pub range: Range<usize>,
     /// `learned:<rule>`.
     pub rule: Arc<str>,
-    /// The tool call whose result taught it, if one did.
-    pub origin: Option<ResultOrigin>,
 }
 
 /// One tenant's values: a large index and a small recent one, each immutable once shared.
@@ -317,46 +261,25 @@ impl TenantScope {
         }
     }
 
-    /// Whether any value this tenant holds came from a tool result.
-    pub fn has_origins(&self) -> bool {
-        self.enabled
-            && self.snapshot.base.with_origin
-                + self.snapshot.recent.with_origin
-                + self.fresh.with_origin
-                > 0
-    }
-
     /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is
     /// merged) for later ones.
     pub fn learn(&mut self, rule: &str, value: &str) {
-        self.learn_from(rule, value, None);
-    }
-
-    /// Learns `value` as [`TenantScope::learn`] does, remembering the tool call whose result
-    /// it was removed from.
-    pub fn learn_from(&mut self, rule: &str, value: &str, origin: Option<ResultOrigin>) {
         if !self.enabled
             || value.len() < self.min_bytes
             || value.len() > MAX_VALUE_BYTES
             || rule.starts_with(LEARNED_PREFIX)
             || value.trim().len() < value.len()
             || !value.as_bytes()[0].is_ascii_alphanumeric()
+            || self.fresh.contains(value)
+            || self.snapshot.recent.contains(value)
+            || self.snapshot.base.contains(value)
         {
-            return;
-        }
-        // Known already: learned again only from another tool result, for its origin.
-        let known = |x: &Index| match &origin {
-            None => x.contains(value),
-            Some(o) => x.holds(value, |e| e.origin.as_ref() == Some(o)),
-        };
-        if known(&self.fresh) || known(&self.snapshot.recent) || known(&self.snapshot.base) {
             return;
         }
         self.fresh.push(Arc::new(Entry {
             text: value.into(),
             rule: Arc::from(format!("{LEARNED_PREFIX}{rule}")),
             at: Instant::now(),
-            origin,
         }));
     }
 }
@@ -443,7 +366,7 @@ impl LearnedValues {
         let (before_len, before_bytes) = (t.len(), t.bytes());
         let recent = Arc::make_mut(&mut t.recent);
         for e in fresh.order {
-            if !recent.has_entry(&e) && !t.base.has_entry(&e) {
+            if !recent.contains(&e.text) && !t.base.contains(&e.text) {
                 recent.push(e);
             }
         }
@@ -543,57 +466,17 @@ pub fn find_in_scope(text: &str, out: &mut Vec<Hit>) {
     });
 }
 
-/// Whether the current scope's tenant holds any value a tool result taught.
-pub fn origins_in_scope() -> bool {
-    SCOPE.with(|s| {
-        s.try_borrow()
-            .ok()
-            .is_some_and(|s| s.as_ref().is_some_and(TenantScope::has_origins))
-    })
-}
-
-/// Teaches the current scope's tenant `value`, removed by `rule` (from a tool result when
-/// [`with_result_origin`] is running).
+/// Teaches the current scope's tenant `value`, removed by `rule`.
 pub fn learn_in_scope(rule: &str, value: &str) {
-    let origin = ORIGIN.with(std::cell::Cell::get);
+    // Every credential a rule removes passes here: the secret trail notes it too.
+    super::trail::note(value);
     SCOPE.with(|s| {
         if let Ok(mut s) = s.try_borrow_mut() {
             if let Some(scope) = s.as_mut() {
-                scope.learn_from(rule, value, origin);
+                scope.learn(rule, value);
             }
         }
     });
-}
-
-thread_local! {
-    /// The tool call whose result is being protected on this thread, if any.
-    static ORIGIN: std::cell::Cell<Option<ResultOrigin>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` (protecting a tool call's result) so that what it learns remembers `origin`.
-pub fn with_result_origin<R>(origin: ResultOrigin, f: impl FnOnce() -> R) -> R {
-    ORIGIN.with(|o| o.set(Some(origin)));
-    let out = f();
-    ORIGIN.with(|o| o.set(None));
-    out
-}
-
-/// The tool calls of the same request (not `at` itself) whose results taught a value that
-/// stands in `text`: evidence that a value a tool returned is being sent out again. Read
-/// before `text` is protected (protection removes the value).
-pub fn result_origins_in(text: &str, at: &ResultOrigin, out: &mut Vec<crate::event::SpanId>) {
-    if !origins_in_scope() {
-        return;
-    }
-    let mut hits = Vec::new();
-    find_in_scope(text, &mut hits);
-    for h in hits {
-        if let Some(o) = h.origin.filter(|o| o.same_request_elsewhere(at)) {
-            if !out.contains(&o.span_id) {
-                out.push(o.span_id);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

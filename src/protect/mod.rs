@@ -15,6 +15,7 @@ pub mod key_context;
 pub mod learned;
 pub mod rules;
 pub mod shape;
+pub mod trail;
 pub mod validators;
 pub mod walk;
 
@@ -174,6 +175,19 @@ impl KeyedHasher {
             }
             Err(e) => Err(io(e)),
         }
+    }
+
+    /// A 64-bit keyed fingerprint of a removed secret, for matching the same secret across
+    /// the spans of one request (`schemas/findings.md`, `secret_in_outbound_call`); domain
+    /// separated from [`KeyedHasher::hash`], so it never equals part of an idempotency hash.
+    pub fn fingerprint(&self, value: &str) -> u64 {
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.key) else {
+            return 0;
+        };
+        mac.update(b"toolwatch.secret-trail\0");
+        mac.update(value.as_bytes());
+        let b = mac.finalize().into_bytes();
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
     }
 
     /// `hmac:<key-id>:<hex>` of `value`.
@@ -460,17 +474,22 @@ impl Protector {
         let mut hits = Redactions::new();
         // Before anything is removed: the digest a confirmation should bind, and values that
         // earlier tool results of the request taught.
-        let derived = confirmation::Derived::before(span);
+        let mut derived = confirmation::Derived::before(span);
         // The tenant names folders, metric labels and alarms: it is scanned like any field.
         walk::redact_string(r, &mut span.tenant, &mut hits, 0);
         self.protect_audit(r, &mut span.audit, &mut hits);
         self.protect_attributes(r, &mut span.attributes);
-        walk::redact_attributes(r, &mut span.attributes, &mut hits, 0);
+        // URLs and request headers are what a span sends out: on the secret trail.
+        let (_, sent) = trail::collect(trail::Side::SentInAttributes, r.hasher(), || {
+            walk::redact_attributes(r, &mut span.attributes, &mut hits, 0)
+        });
+        derived.add(trail::Side::Sent, sent);
         for text in [&mut span.name, &mut span.status_message] {
             walk::redact_string(r, text, &mut hits, 0);
             walk::limit(r, text, &mut hits);
         }
-        protect_gen_ai(r, &mut span.gen_ai, &mut hits, derived.origin);
+        let tool = span.class == crate::event::SpanClass::Tool;
+        protect_gen_ai(r, &mut span.gen_ai, &mut hits, tool.then_some(&mut derived));
         for e in &mut span.events {
             self.protect_attributes(r, &mut e.attributes);
             walk::redact_string(r, &mut e.name, &mut hits, 0);
@@ -571,13 +590,13 @@ impl Protector {
 
 /// The GenAI fields as sent. Identifiers (models, provider, tool name) are scanned too: they
 /// become metric labels and alarm budget names, and an executor can put anything in them; a
-/// real model or tool name matches no rule. What a tool's result teaches remembers the call
-/// (`origin`), for `secret_in_outbound_call`.
+/// real model or tool name matches no rule. A tool call's arguments and result are protected
+/// with the secret trail collected (`derived`: tool spans only).
 fn protect_gen_ai(
     r: &Redactor,
     g: &mut GenAiFields,
     hits: &mut Redactions,
-    origin: Option<learned::ResultOrigin>,
+    derived: Option<&mut confirmation::Derived>,
 ) {
     for field in [
         &mut g.operation,
@@ -593,16 +612,25 @@ fn protect_gen_ai(
         &mut g.agent_id,
         &mut g.agent_name,
         &mut g.tool_call_id,
-        &mut g.tool_arguments,
         &mut g.mcp_session_id,
     ] {
         walk::redact_field(r, field, hits);
     }
-    match origin {
-        Some(o) => {
-            learned::with_result_origin(o, || walk::redact_field(r, &mut g.tool_result, hits))
+    match derived {
+        Some(d) => {
+            for (side, field) in [
+                (trail::Side::Sent, &mut g.tool_arguments),
+                (trail::Side::Returned, &mut g.tool_result),
+            ] {
+                let (_, fps) =
+                    trail::collect(side, r.hasher(), || walk::redact_field(r, field, hits));
+                d.add(side, fps);
+            }
         }
-        None => walk::redact_field(r, &mut g.tool_result, hits),
+        None => {
+            walk::redact_field(r, &mut g.tool_arguments, hits);
+            walk::redact_field(r, &mut g.tool_result, hits);
+        }
     }
 }
 

@@ -631,6 +631,7 @@ fn key_rule_outcome(
     }
     count(hits, &rule.id);
     if let Some(v) = value {
+        super::trail::scanning_under(Some(key));
         super::learned::learn_in_scope(&rule.id, v);
     }
     match rule.action {
@@ -673,7 +674,23 @@ pub fn redact_attributes(
             AttrValue::Str(s) => s.clone(),
             other => serde_json::to_string(other).unwrap_or_default(),
         };
-        match key_rule_outcome(r, key, value.as_str(), empty, original, hits, depth) {
+        // The strings of an array a key rule removes whole (request headers are string
+        // arrays) are credentials on the secret trail, as a single string's would be.
+        let items: Vec<String> = match &*value {
+            AttrValue::Array(items) => items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let outcome = key_rule_outcome(r, key, value.as_str(), empty, original, hits, depth);
+        if matches!(outcome, KeyRuleOutcome::Drop | KeyRuleOutcome::Replace(_)) {
+            for item in &items {
+                super::trail::scanning_under(Some(key));
+                super::trail::note(item);
+            }
+        }
+        match outcome {
             KeyRuleOutcome::Scan => redact_value_under(r, value, hits, depth + 1, Some(key)),
             KeyRuleOutcome::Keep => {}
             KeyRuleOutcome::Drop => dropped.push(i),

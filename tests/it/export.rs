@@ -98,6 +98,16 @@ fn assert_same_rows(
             );
         }
         ua.remove("toolwatch.tenant");
+        // What each instance derives before its own redaction (the downstream drops the
+        // upstream's and sees already-redacted text): not compared.
+        for derived in [
+            "toolwatch.secrets_sent",
+            "toolwatch.secrets_returned",
+            "toolwatch.confirmation_digest_matches",
+        ] {
+            ua.remove(derived);
+            da.remove(derived);
+        }
         assert_eq!(ua, da, "{table} {id}: attributes");
     }
 }
