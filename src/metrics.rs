@@ -136,6 +136,7 @@ pub struct Metrics {
     archive_bytes: Family<Labels1, Counter>,
     archive_failed_rows: Family<Labels1, Counter>,
     archive_abandoned: Family<Labels1, Counter>,
+    manifest_failed: Counter,
     open_files: Family<Labels1, Gauge>,
     archive_buffered: Gauge,
     /// Compactions by table; files and bytes merged (`in`) and written (`out`).
@@ -761,6 +762,7 @@ impl Metrics {
             archive_bytes: Family::default(),
             archive_failed_rows: Family::default(),
             archive_abandoned: Family::default(),
+            manifest_failed: Counter::default(),
             open_files: Family::default(),
             archive_buffered: Gauge::default(),
             compactions: Family::default(),
@@ -873,6 +875,11 @@ impl Metrics {
             "archive_failed_rows",
             "Rows that could not be written to the archive, by table",
             m.archive_failed_rows.clone(),
+        );
+        registry.register(
+            "archive_manifest_failed_entries",
+            "Completed archive files that could not be recorded in the manifest (verify reports them as extra)",
+            m.manifest_failed.clone(),
         );
         registry.register(
             "archive_abandoned_files",
@@ -1055,6 +1062,11 @@ impl Metrics {
         self.archive_failed_rows
             .get_or_create(&[("table", table)])
             .inc_by(rows);
+    }
+
+    /// Counts completed files the manifest could not record.
+    pub fn manifest_failed(&self, files: usize) {
+        self.manifest_failed.inc_by(files as u64);
     }
 
     /// Unfinished files of `table` removed at start.

@@ -124,6 +124,14 @@ struct FileInfo {
     modified: SystemTime,
 }
 
+/// A merged file written into the staging folder.
+struct Written {
+    name: String,
+    bytes: u64,
+    rows: u64,
+    sha256: String,
+}
+
 /// Merges small files of the partitions under a data directory.
 pub struct Compactor {
     data_dir: PathBuf,
@@ -134,6 +142,8 @@ pub struct Compactor {
     wait: bool,
     dry_run: bool,
     metrics: Arc<Metrics>,
+    /// Where merged and removed files are recorded (opened at the first compaction).
+    manifest: Option<Arc<super::manifest::Manifest>>,
 }
 
 impl Compactor {
@@ -152,6 +162,50 @@ impl Compactor {
             wait: true,
             dry_run: false,
             metrics,
+            manifest: None,
+        }
+    }
+
+    /// Records a swap in the manifest: the merged inputs removed, the outputs added. A
+    /// failure is logged and counted (`verify` then reports the outputs as extra).
+    fn record(&mut self, part: &PartitionDir, removed: &[FileInfo], added: &[Written]) {
+        use super::manifest::{Manifest, NewEntry, Op};
+        let live = part.dir(&self.data_dir);
+        let table = part.table.as_str().to_string();
+        let mut entries: Vec<NewEntry> = removed
+            .iter()
+            .map(|f| NewEntry {
+                op: Op::Remove,
+                path: live.join(&f.name),
+                table: table.clone(),
+                rows: 0,
+                bytes: f.bytes,
+                sha256: String::new(),
+                records: None,
+                reason: "compaction",
+            })
+            .collect();
+        entries.extend(added.iter().map(|w| NewEntry {
+            op: Op::Add,
+            path: live.join(&w.name),
+            table: table.clone(),
+            rows: w.rows,
+            bytes: w.bytes,
+            sha256: w.sha256.clone(),
+            records: None,
+            reason: "compaction",
+        }));
+        let result = match &self.manifest {
+            Some(m) => m.append(&entries),
+            None => Manifest::shared(&self.data_dir, &self.instance_id).and_then(|m| {
+                let r = m.append(&entries);
+                self.manifest = Some(m);
+                r
+            }),
+        };
+        if let Err(e) = result {
+            self.metrics.manifest_failed(entries.len());
+            tracing::error!(error = %e, files = entries.len(), "compaction not recorded in the manifest");
         }
     }
 
@@ -282,7 +336,7 @@ impl Compactor {
         }
         std::fs::create_dir_all(&staging).map_err(|e| ArchiveError::io(&staging, e))?;
         let result = self.build(part, &groups, &files, &staging);
-        let (merged_in, written) = match result {
+        let (merged_in, outputs) = match result {
             Ok(r) => r,
             Err(e) => {
                 // Nothing live changed; the half-built folder goes.
@@ -307,6 +361,8 @@ impl Compactor {
         for dir in [live.parent(), staging.parent()].into_iter().flatten() {
             crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
         }
+        self.record(part, &merged_in, &outputs);
+        let written: Vec<(u64, u64)> = outputs.iter().map(|w| (w.bytes, w.rows)).collect();
         pause_for_test("swapped");
         remove_dir(&staging)?;
         let bytes_in: u64 = merged_in.iter().map(|f| f.bytes).sum();
@@ -336,15 +392,14 @@ impl Compactor {
     }
 
     /// Fills `staging` with the merged files and links to the others; returns the files
-    /// merged and, per file written, its bytes and rows.
-    #[allow(clippy::type_complexity)]
+    /// merged and the files written.
     fn build(
         &mut self,
         part: &PartitionDir,
         groups: &[Vec<FileInfo>],
         files: &[FileInfo],
         staging: &Path,
-    ) -> Result<(Vec<FileInfo>, Vec<(u64, u64)>), ArchiveError> {
+    ) -> Result<(Vec<FileInfo>, Vec<Written>), ArchiveError> {
         // The table's schema is that of its newest file: the running release's (the stage
         // owning the table defines it; the archive does not know it).
         let Some(schema) = newest_schema(files)? else {
@@ -374,7 +429,14 @@ impl Compactor {
             let path = staging.join(&name);
             let (bytes, rows) =
                 write_sorted(&path, part.table, &schema, &batches, &self.policy.settings)?;
-            written.push((bytes, rows));
+            let sha256 =
+                super::manifest::file_sha256(&path).map_err(|e| ArchiveError::io(&path, e))?;
+            written.push(Written {
+                name,
+                bytes,
+                rows,
+                sha256,
+            });
             merged_in.extend(inputs);
         }
         for f in files {

@@ -26,10 +26,12 @@ pub mod config;
 pub mod consumer;
 pub mod flush;
 pub mod lock;
+pub mod manifest;
 pub mod partition;
 pub mod rows;
 pub mod schema;
 pub mod snapshot;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -128,6 +130,8 @@ enum Wait {
 
 /// The partitioned Parquet writer for all tables.
 pub struct Archive {
+    /// Where completed files are recorded (shared by the instance's writers).
+    manifest: Arc<manifest::Manifest>,
     data_dir: PathBuf,
     settings: FileSettings,
     batch_rows: usize,
@@ -220,7 +224,10 @@ impl Archive {
         });
         let settings = file_settings(config);
         let budget = SharedBudget::for_data_dir(data_dir, config.buffer_bytes.as_usize());
+        let manifest = manifest::Manifest::shared(data_dir, &instance_id)
+            .map_err(|e| ArchiveError::io(&data_dir.join(manifest::DIR), e))?;
         Ok(Archive {
+            manifest,
             data_dir: data_dir.to_path_buf(),
             batch_rows: config.batch_rows.0,
             instance_id,
@@ -556,9 +563,28 @@ impl Archive {
             }
             return;
         }
+        let entries: Vec<manifest::NewEntry> = published
+            .iter()
+            .map(|(key, _, done, records)| manifest_entry(key.table, done, *records))
+            .collect();
+        self.record(&entries);
         for (key, lock, done, _) in published {
             self.count_completed(key.table, &done);
             drop(lock);
+        }
+    }
+
+    /// Appends completed files to the manifest. A failure is logged and counted, not fatal:
+    /// the files are written and their rows safe; `verify` will report them as `extra`.
+    fn record(&self, entries: &[manifest::NewEntry]) {
+        if let Err(e) = self.manifest.append(entries) {
+            self.metrics.manifest_failed(entries.len());
+            tracing::error!(
+                error = %e,
+                manifest = %self.manifest.path().display(),
+                files = entries.len(),
+                "archive files not recorded in the manifest"
+            );
         }
     }
 
@@ -751,7 +777,10 @@ impl Archive {
         };
         let (rows, records) = (buf.rows() as u64, buf.records);
         match self.write_file(key, buf) {
-            Ok(done) => self.count_completed(key.table, &done),
+            Ok(done) => {
+                self.record(&[manifest_entry(key.table, &done, records)]);
+                self.count_completed(key.table, &done);
+            }
             Err(e) => self.fail(key.table, rows, records, &e),
         }
         drop(lock);
@@ -861,6 +890,24 @@ fn group_by_partition<'a, T: 'a>(
         groups[slot].push(item);
     }
     groups
+}
+
+/// The manifest entry of a file a writer completed.
+fn manifest_entry(
+    table: Table,
+    done: &CompletedFile,
+    records: Option<(u64, u64)>,
+) -> manifest::NewEntry {
+    manifest::NewEntry {
+        op: manifest::Op::Add,
+        path: done.path.clone(),
+        table: table.as_str().to_string(),
+        rows: done.rows,
+        bytes: done.bytes,
+        sha256: done.sha256.clone(),
+        records,
+        reason: "flush",
+    }
 }
 
 /// The part of a completed file's name that says which buffer it was: `-<instance>-<sequence>`,

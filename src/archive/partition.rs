@@ -212,6 +212,8 @@ pub struct CompletedFile {
     pub rows: u64,
     /// Size on disk.
     pub bytes: u64,
+    /// Hex SHA-256 of its bytes (for the manifest).
+    pub sha256: String,
 }
 
 /// A complete file written under its temporary name, not yet visible. Written with
@@ -223,6 +225,7 @@ pub struct StagedFile {
     final_path: PathBuf,
     rows: u64,
     bytes: u64,
+    sha256: String,
 }
 
 /// When a staged file's bytes are made durable.
@@ -262,6 +265,7 @@ impl StagedFile {
             temp_path,
             rows,
             bytes: bytes.len() as u64,
+            sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes)),
         })
     }
 
@@ -274,6 +278,7 @@ impl StagedFile {
             path: self.final_path,
             rows: self.rows,
             bytes: self.bytes,
+            sha256: self.sha256,
         })
     }
 

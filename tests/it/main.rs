@@ -26,3 +26,4 @@ mod query;
 mod rust_sdk;
 mod tenancy;
 mod tls;
+mod verify;

@@ -1,0 +1,201 @@
+//! The manifest: an append-only, hash-chained record of every archive file that became
+//! visible or went away, one per writer instance, so `toolwatch verify` can tell an archive
+//! as written from one edited since.
+//!
+//! `manifest/<instance>.jsonl` under the data directory, one JSON object per line
+//! ([`Entry`]). Each line names the SHA-256 of the line before it (`prev`; the first names
+//! [`GENESIS`]), so an edited, removed or reordered line breaks the chain at that point. A
+//! file's entry is appended (and fsynced) after the file is published: a crash between the
+//! two leaves a file without an entry, which `verify` reports as `extra`. What the chain
+//! cannot show is its own tail cut off together with the files it named: `verify
+//! --print-heads` prints each manifest's last line hash, to keep elsewhere and compare.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The manifests' folder in the data directory.
+pub const DIR: &str = "manifest";
+
+/// The `prev` of a manifest's first line.
+pub const GENESIS: &str = "genesis";
+
+/// What an entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// A file became visible.
+    Add,
+    /// A file went away (merged by compaction).
+    Remove,
+}
+
+/// One line of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// 1, 2, … within the manifest.
+    pub seq: u64,
+    /// When it was written, ns since the epoch.
+    pub time_ns: i64,
+    /// Added or removed.
+    pub op: Op,
+    /// The file, relative to the data directory, `/`-separated.
+    pub path: String,
+    /// Its table.
+    pub table: String,
+    /// Rows in it.
+    pub rows: u64,
+    /// Its size.
+    pub bytes: u64,
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// The journal records its rows came from (first, last), when it was written from them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<(u64, u64)>,
+    /// Why: `flush` (written by a writer) or `compaction`.
+    pub reason: String,
+    /// Hex SHA-256 of the previous line's text, or [`GENESIS`].
+    pub prev: String,
+}
+
+/// An entry before the manifest numbers and chains it.
+#[derive(Debug, Clone)]
+pub struct NewEntry {
+    /// Added or removed.
+    pub op: Op,
+    /// The file (absolute, or relative to the data directory).
+    pub path: PathBuf,
+    /// Its table.
+    pub table: String,
+    /// Rows.
+    pub rows: u64,
+    /// Size.
+    pub bytes: u64,
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// Journal records covered.
+    pub records: Option<(u64, u64)>,
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// Hex SHA-256 of a line's text: the next line's `prev`.
+pub fn line_hash(line: &str) -> String {
+    hex::encode(Sha256::digest(line.as_bytes()))
+}
+
+struct State {
+    file: File,
+    seq: u64,
+    last: String,
+}
+
+/// One instance's manifest, open for appending; shared by the writers of one process.
+pub struct Manifest {
+    data_dir: PathBuf,
+    path: PathBuf,
+    state: Mutex<State>,
+}
+
+/// The manifests open in this process, so every writer of an instance appends to one chain.
+static OPEN: Mutex<Vec<(PathBuf, Weak<Manifest>)>> = Mutex::new(Vec::new());
+
+impl Manifest {
+    /// The manifest of `instance_id` under `data_dir`, opened once per process (created if
+    /// absent, continued after its last line if present).
+    pub fn shared(data_dir: &Path, instance_id: &str) -> std::io::Result<Arc<Manifest>> {
+        let path = data_dir.join(DIR).join(format!("{instance_id}.jsonl"));
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(m) = open
+            .iter()
+            .find(|(p, _)| *p == path)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(m);
+        }
+        std::fs::create_dir_all(data_dir.join(DIR))?;
+        let (seq, last) = match std::fs::read_to_string(&path) {
+            Ok(text) => text
+                .lines()
+                .last()
+                .map(|l| {
+                    let seq = serde_json::from_str::<Entry>(l).map_or(0, |e| e.seq);
+                    (seq, line_hash(l))
+                })
+                .unwrap_or((0, GENESIS.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, GENESIS.to_string()),
+            Err(e) => return Err(e),
+        };
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        if seq == 0 {
+            // A new manifest's name must survive a crash with its first lines.
+            crate::durable::sync_dir(&data_dir.join(DIR))?;
+        }
+        let m = Arc::new(Manifest {
+            data_dir: data_dir.to_path_buf(),
+            path: path.clone(),
+            state: Mutex::new(State { file, seq, last }),
+        });
+        open.push((path, Arc::downgrade(&m)));
+        Ok(m)
+    }
+
+    /// Its file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends entries, chained, in one write, and makes them durable.
+    pub fn append(&self, items: &[NewEntry]) -> std::io::Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut text = String::new();
+        let (mut seq, mut last) = (s.seq, s.last.clone());
+        for item in items {
+            seq += 1;
+            let path = item.path.strip_prefix(&self.data_dir).unwrap_or(&item.path);
+            let entry = Entry {
+                seq,
+                time_ns: crate::clock::now_ns(),
+                op: item.op,
+                path: path
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                table: item.table.clone(),
+                rows: item.rows,
+                bytes: item.bytes,
+                sha256: item.sha256.clone(),
+                records: item.records,
+                reason: item.reason.to_string(),
+                prev: last,
+            };
+            let line = serde_json::to_string(&entry).map_err(std::io::Error::other)?;
+            last = line_hash(&line);
+            text.push_str(&line);
+            text.push('\n');
+        }
+        s.file.write_all(text.as_bytes())?;
+        s.file.sync_data()?;
+        s.seq = seq;
+        s.last = last;
+        Ok(())
+    }
+}
+
+/// Hex SHA-256 of a file's bytes.
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h)?;
+    Ok(hex::encode(h.finalize()))
+}

@@ -1,0 +1,227 @@
+//! `toolwatch verify`: the archive against its manifests.
+//!
+//! Every manifest's chain is checked line by line (each line names the hash of the one
+//! before), then the files the manifests say should be there (added and not removed) are
+//! compared with the files that are: each missing, modified (SHA-256 differs) or extra file is
+//! named. `--since` limits the file comparison to partitions of that date or later (chains are
+//! always checked whole: they are small).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use super::manifest::{file_sha256, line_hash, Entry, Op, DIR, GENESIS};
+use super::partition::Table;
+
+/// One thing `verify` found wrong.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Problem {
+    /// A manifest line that is not an entry.
+    Unreadable {
+        /// The manifest.
+        manifest: String,
+        /// Line number (1-based).
+        line: usize,
+    },
+    /// A line whose `prev` is not the hash of the line before it: that line or this one was
+    /// edited, or a line was removed between them.
+    ChainBroken {
+        /// The manifest.
+        manifest: String,
+        /// Line number (1-based).
+        line: usize,
+    },
+    /// Lines out of order (a line's `prev` names another line of the manifest, or its `seq`
+    /// is not the next).
+    Reordered {
+        /// The manifest.
+        manifest: String,
+        /// Line number (1-based).
+        line: usize,
+    },
+    /// A file the manifests record is not there.
+    Missing(String),
+    /// A file's bytes are not those recorded.
+    Modified(String),
+    /// A file no manifest records.
+    Extra(String),
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Unreadable { manifest, line } => {
+                write!(f, "unreadable {manifest} line {line}")
+            }
+            Problem::ChainBroken { manifest, line } => {
+                write!(f, "chain-broken {manifest} line {line}")
+            }
+            Problem::Reordered { manifest, line } => write!(f, "reordered {manifest} line {line}"),
+            Problem::Missing(p) => write!(f, "missing {p}"),
+            Problem::Modified(p) => write!(f, "modified {p}"),
+            Problem::Extra(p) => write!(f, "extra {p}"),
+        }
+    }
+}
+
+/// What `verify` found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Manifests read.
+    pub manifests: usize,
+    /// Entries read.
+    pub entries: usize,
+    /// Files compared.
+    pub files: usize,
+    /// Each manifest's last line: (manifest, seq, hash of the line).
+    pub heads: Vec<(String, u64, String)>,
+    /// What is wrong, in order.
+    pub problems: Vec<Problem>,
+}
+
+/// Verifies the archive under `data_dir`; `since` (`YYYY-MM-DD`) limits the file comparison.
+pub fn verify(data_dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
+    let mut report = Report::default();
+    let mut expected: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    let mut removed: BTreeSet<String> = BTreeSet::new();
+    let mut manifests: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    manifests.sort();
+    for path in manifests {
+        let name = format!(
+            "{DIR}/{}",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let text = std::fs::read_to_string(&path)?;
+        report.manifests += 1;
+        let entries = check_chain(&name, &text, &mut report.problems);
+        if let Some(last) = text.lines().last() {
+            let seq = entries.last().map_or(0, |e| e.seq);
+            report.heads.push((name.clone(), seq, line_hash(last)));
+        }
+        report.entries += entries.len();
+        for e in entries {
+            match e.op {
+                Op::Add => {
+                    expected.insert(e.path, (e.sha256, e.bytes));
+                }
+                Op::Remove => {
+                    removed.insert(e.path);
+                }
+            }
+        }
+    }
+    for r in &removed {
+        expected.remove(r);
+    }
+    let in_scope = |p: &str| {
+        since.is_none_or(|d| {
+            p.split('/')
+                .find_map(|c| c.strip_prefix("date="))
+                .is_none_or(|date| date >= d)
+        })
+    };
+    let present: BTreeSet<String> = archive_files(data_dir)?
+        .into_iter()
+        .filter(|p| in_scope(p))
+        .collect();
+    for (p, (sha, bytes)) in expected.iter().filter(|(p, _)| in_scope(p)) {
+        if !present.contains(p) {
+            report.problems.push(Problem::Missing(p.clone()));
+            continue;
+        }
+        report.files += 1;
+        let file = data_dir.join(p);
+        let same_size = std::fs::metadata(&file).map(|m| m.len()).ok() == Some(*bytes);
+        if !same_size || file_sha256(&file)? != *sha {
+            report.problems.push(Problem::Modified(p.clone()));
+        }
+    }
+    for p in present.iter().filter(|p| !expected.contains_key(*p)) {
+        report.problems.push(Problem::Extra(p.clone()));
+    }
+    Ok(report)
+}
+
+/// The entries of one manifest, with the problems of its chain.
+fn check_chain(name: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Entry> {
+    let lines: Vec<&str> = text.lines().collect();
+    let hashes: Vec<String> = lines.iter().map(|l| line_hash(l)).collect();
+    let mut entries = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let at = i + 1;
+        let Ok(entry) = serde_json::from_str::<Entry>(line) else {
+            problems.push(Problem::Unreadable {
+                manifest: name.to_string(),
+                line: at,
+            });
+            continue;
+        };
+        let want = if i == 0 { GENESIS } else { &hashes[i - 1] };
+        if entry.prev != want {
+            let elsewhere = entry.prev == GENESIS || hashes.contains(&entry.prev);
+            problems.push(if elsewhere {
+                Problem::Reordered {
+                    manifest: name.to_string(),
+                    line: at,
+                }
+            } else {
+                Problem::ChainBroken {
+                    manifest: name.to_string(),
+                    line: at,
+                }
+            });
+        } else if entry.seq != at as u64 {
+            problems.push(Problem::Reordered {
+                manifest: name.to_string(),
+                line: at,
+            });
+        }
+        entries.push(entry);
+    }
+    entries
+}
+
+/// Every completed archive file, relative to the data directory, `/`-separated (temporary
+/// and compaction work files are not archive files).
+fn archive_files(data_dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for table in Table::ALL {
+        walk(data_dir, &data_dir.join(table.as_str()), &mut out)?;
+    }
+    Ok(out)
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in rd {
+        let e = e?;
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') {
+            continue;
+        }
+        if e.file_type()?.is_dir() {
+            walk(root, &path, out)?;
+        } else if name.ends_with(".parquet") {
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            out.push(
+                rel.components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/"),
+            );
+        }
+    }
+    Ok(())
+}

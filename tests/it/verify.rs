@@ -1,0 +1,198 @@
+//! `toolwatch verify`: an archive as written verifies; each kind of tampering is named, the
+//! exact file or manifest line, with exit status 1.
+
+use std::path::{Path, PathBuf};
+
+use crate::harness::{loadgen, parquet_files, toolwatch, Daemon};
+
+/// `verify`'s problem lines and its exit code.
+fn verify(data_dir: &Path) -> (Vec<String>, i32) {
+    let out = toolwatch()
+        .args(["verify", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .expect("verify");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (lines, out.status.code().unwrap_or(-1))
+}
+
+/// A copy of the archive to tamper with.
+fn copy(from: &Path, to: &Path) -> PathBuf {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    to.to_path_buf()
+}
+
+fn rel(data_dir: &Path, p: &Path) -> String {
+    p.strip_prefix(data_dir)
+        .expect("inside")
+        .to_string_lossy()
+        .to_string()
+}
+
+/// The compaction's manifest: its entries remove the merged files, then add the outputs, so
+/// its last line names a file that is there.
+fn manifest(data_dir: &Path) -> PathBuf {
+    std::fs::read_dir(data_dir.join("manifest"))
+        .expect("manifest dir")
+        .map(|e| e.expect("entry").path())
+        .find(|m| {
+            std::fs::read_to_string(m)
+                .expect("manifest")
+                .contains("\"reason\":\"compaction\"")
+        })
+        .expect("the compaction's manifest")
+}
+
+#[test]
+fn an_archive_as_written_verifies_and_each_tampering_is_named() {
+    let mut d = Daemon::start();
+    loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "60",
+        "--seed",
+        "41",
+    ]);
+    d.stop();
+    let data = d.data_dir.clone();
+    // A second run (another instance, another manifest) and a compaction (a third) merging
+    // the two runs' files: all recorded.
+    let mut d2 = Daemon::start_with(crate::harness::DaemonOptions {
+        data_dir: Some(data.clone()),
+        ..Default::default()
+    });
+    loadgen(&[
+        "--target",
+        &d2.grpc_url(),
+        "--requests",
+        "60",
+        "--seed",
+        "42",
+    ]);
+    d2.stop();
+    let before = parquet_files(&data, "spans").len();
+    let out = toolwatch()
+        .args([
+            "compact",
+            "--older-than",
+            "0s",
+            "--min-files",
+            "2",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .expect("compact");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = parquet_files(&data, "spans").len();
+    assert!(
+        after < before,
+        "compaction merged files ({before} -> {after})"
+    );
+    let manifests = std::fs::read_dir(data.join("manifest"))
+        .expect("dir")
+        .count();
+    assert_eq!(manifests, 3, "two daemon runs and one compaction");
+    assert_eq!(verify(&data), (vec![], 0), "the archive as written");
+
+    let work = tempfile::tempdir().expect("tempdir");
+    let case = |name: &str| copy(&data, &work.path().join(name));
+    let spans = |dir: &Path| {
+        let mut f = parquet_files(dir, "spans");
+        f.sort();
+        f
+    };
+
+    // A flipped byte.
+    let dir = case("flipped");
+    let victim = spans(&dir)[0].clone();
+    let mut bytes = std::fs::read(&victim).expect("read");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&victim, bytes).expect("write");
+    assert_eq!(
+        verify(&dir),
+        (vec![format!("modified {}", rel(&dir, &victim))], 1)
+    );
+
+    // A deleted file.
+    let dir = case("deleted");
+    let victim = spans(&dir)[0].clone();
+    std::fs::remove_file(&victim).expect("remove");
+    assert_eq!(
+        verify(&dir),
+        (vec![format!("missing {}", rel(&dir, &victim))], 1)
+    );
+
+    // An extra file.
+    let dir = case("extra");
+    let source = spans(&dir)[0].clone();
+    let extra = source.with_file_name("part-20990101T000000000Z-feedface-000001.parquet");
+    std::fs::copy(&source, &extra).expect("copy");
+    assert_eq!(
+        verify(&dir),
+        (vec![format!("extra {}", rel(&dir, &extra))], 1)
+    );
+
+    // A manifest cut short: the file its last line named is no longer recorded.
+    let dir = case("truncated");
+    let m = manifest(&dir);
+    let text = std::fs::read_to_string(&m).expect("manifest");
+    let mut lines: Vec<&str> = text.lines().collect();
+    let last: serde_json::Value = serde_json::from_str(lines.pop().expect("a line")).expect("json");
+    std::fs::write(&m, lines.join("\n") + "\n").expect("write");
+    let (problems, code) = verify(&dir);
+    assert_eq!(code, 1);
+    assert!(
+        problems.contains(&format!("extra {}", last["path"].as_str().expect("path"))),
+        "{problems:?}"
+    );
+
+    // Two lines swapped, and a line edited.
+    let name = |m: &Path| {
+        format!(
+            "manifest/{}",
+            m.file_name().expect("name").to_string_lossy()
+        )
+    };
+    let dir = case("reordered");
+    let m = manifest(&dir);
+    let text = std::fs::read_to_string(&m).expect("manifest");
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 4, "{} lines", lines.len());
+    lines.swap(1, 2);
+    std::fs::write(&m, lines.join("\n") + "\n").expect("write");
+    let (problems, code) = verify(&dir);
+    assert_eq!(code, 1);
+    assert!(
+        problems.contains(&format!("reordered {} line 2", name(&m))),
+        "{problems:?}"
+    );
+
+    let dir = case("edited");
+    let m = manifest(&dir);
+    let text = std::fs::read_to_string(&m).expect("manifest");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut e: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
+    e["rows"] = serde_json::json!(e["rows"].as_u64().expect("rows") + 1);
+    lines[1] = serde_json::to_string(&e).expect("json");
+    std::fs::write(&m, lines.join("\n") + "\n").expect("write");
+    assert_eq!(
+        verify(&dir),
+        (vec![format!("chain-broken {} line 3", name(&m))], 1)
+    );
+}
