@@ -64,6 +64,17 @@ struct VerifyArgs {
     /// at the end of a manifest (with the files it named) shows only against a kept head.
     #[arg(long)]
     print_heads: bool,
+    /// Ed25519 public key (64 hex digits) the manifest entries must be signed with: an entry
+    /// without a signature, or with one this key does not verify, is a problem.
+    #[arg(long, value_name = "HEX")]
+    public_key: Option<String>,
+    /// Print the public key of the signing key (--key-file, else
+    /// archive.manifest_signing_key_file) and exit.
+    #[arg(long)]
+    print_public_key: bool,
+    /// The signing key file for --print-public-key.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -417,6 +428,27 @@ fn verify(args: VerifyArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
+    if args.print_public_key {
+        let file = args
+            .key_file
+            .clone()
+            .unwrap_or_else(|| config.archive.manifest_signing_key_file.clone());
+        if file.as_os_str().is_empty() {
+            return usage_error(
+                "--print-public-key needs --key-file or archive.manifest_signing_key_file",
+            );
+        }
+        if !file.is_file() {
+            return usage_error(format!("{}: no signing key there", file.display()));
+        }
+        return match toolwatch::archive::manifest::load_or_create_signing_key(&file) {
+            Ok(k) => {
+                println!("{}", hex::encode(k.verifying_key().to_bytes()));
+                ExitCode::SUCCESS
+            }
+            Err(e) => usage_error(format!("{}: {e}", file.display())),
+        };
+    }
     let dir = args
         .data_dir
         .data_dir
@@ -433,7 +465,17 @@ fn verify(args: VerifyArgs) -> ExitCode {
             return usage_error(format!("--since {d:?}: expected YYYY-MM-DD"));
         }
     }
-    let report = match toolwatch::archive::verify::verify(&dir, args.since.as_deref()) {
+    let key = match args
+        .public_key
+        .as_deref()
+        .map(toolwatch::archive::verify::parse_public_key)
+    {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(e)) => return usage_error(format!("--public-key: {e}")),
+    };
+    let report = match toolwatch::archive::verify::verify(&dir, args.since.as_deref(), key.as_ref())
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("toolwatch verify: {}: {e}", dir.display());

@@ -59,6 +59,8 @@ pub struct Policy {
     pub every: Duration,
     /// Writer settings for the merged files.
     pub settings: FileSettings,
+    /// The key that signs the manifest entries of a compaction (empty: unsigned).
+    pub signing_key_file: PathBuf,
 }
 
 impl Policy {
@@ -70,6 +72,7 @@ impl Policy {
             max_bytes: c.compact_max_bytes.0,
             every: c.compact_every.0,
             settings: file_settings(c),
+            signing_key_file: c.manifest_signing_key_file.clone(),
         }
     }
 }
@@ -197,7 +200,12 @@ impl Compactor {
         }));
         let result = match &self.manifest {
             Some(m) => m.append(&entries),
-            None => Manifest::shared(&self.data_dir, &self.instance_id).and_then(|m| {
+            None => Manifest::shared(
+                &self.data_dir,
+                &self.instance_id,
+                &self.policy.signing_key_file,
+            )
+            .and_then(|m| {
                 let r = m.append(&entries);
                 self.manifest = Some(m);
                 r
@@ -950,6 +958,7 @@ mod tests {
             max_bytes: 64 << 20,
             every: Duration::ZERO,
             settings: file_settings(&ArchiveConfig::default()),
+            signing_key_file: PathBuf::new(),
         }
     }
 
@@ -1027,6 +1036,7 @@ mod tests {
             max_bytes: 64 * MIB,
             every: Duration::from_secs(60),
             settings: file_settings(&crate::config::ArchiveConfig::default()),
+            signing_key_file: PathBuf::new(),
         }
     }
 

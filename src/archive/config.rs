@@ -51,6 +51,9 @@ pub struct ArchiveConfig {
     /// Testing aid: the archive pauses this long after each journal record, to exercise
     /// backpressure. Keep `0s`.
     pub pause_per_record: LimitDuration,
+    /// Ed25519 key that signs every manifest entry (64 hex digits, the key's seed; created
+    /// with mode 0600 if the file is absent). Empty: entries are not signed.
+    pub manifest_signing_key_file: std::path::PathBuf,
 }
 
 impl Default for ArchiveConfig {
@@ -70,6 +73,7 @@ impl Default for ArchiveConfig {
             compact_min_files: PositiveUsize(4),
             compact_max_bytes: ByteSize(64 * 1024 * 1024),
             pause_per_record: LimitDuration(Duration::ZERO),
+            manifest_signing_key_file: std::path::PathBuf::new(),
         }
     }
 }

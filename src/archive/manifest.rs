@@ -61,6 +61,52 @@ pub struct Entry {
     pub reason: String,
     /// Hex SHA-256 of the previous line's text, or [`GENESIS`].
     pub prev: String,
+    /// Hex Ed25519 signature of the line as written without this field, when the writer
+    /// has a signing key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig: Option<String>,
+}
+
+impl Entry {
+    /// The text a signature covers: the entry as a line, without its signature.
+    pub fn signed_text(&self) -> serde_json::Result<String> {
+        let unsigned = Entry {
+            sig: None,
+            ..self.clone()
+        };
+        serde_json::to_string(&unsigned)
+    }
+}
+
+/// The key that signs a manifest's entries: 32 bytes (the Ed25519 seed) as 64 hex digits in a
+/// file, created (mode 0600) when absent.
+pub fn load_or_create_signing_key(path: &Path) -> std::io::Result<ed25519_dalek::SigningKey> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let bytes = hex::decode(text.trim())
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: not 64 hex digits (an Ed25519 seed)", path.display()),
+                    )
+                })?;
+            Ok(ed25519_dalek::SigningKey::from_bytes(&bytes))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let seed: [u8; 32] = rand::random();
+            let mut opts = OpenOptions::new();
+            opts.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            let mut f = opts.open(path)?;
+            f.write_all(hex::encode(seed).as_bytes())?;
+            f.sync_all()?;
+            Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// An entry before the manifest numbers and chains it.
@@ -90,6 +136,7 @@ pub fn line_hash(line: &str) -> String {
 }
 
 struct State {
+    signer: Option<ed25519_dalek::SigningKey>,
     file: File,
     seq: u64,
     last: String,
@@ -107,8 +154,13 @@ static OPEN: Mutex<Vec<(PathBuf, Weak<Manifest>)>> = Mutex::new(Vec::new());
 
 impl Manifest {
     /// The manifest of `instance_id` under `data_dir`, opened once per process (created if
-    /// absent, continued after its last line if present).
-    pub fn shared(data_dir: &Path, instance_id: &str) -> std::io::Result<Arc<Manifest>> {
+    /// absent, continued after its last line if present); its entries are signed with the
+    /// key in `signing_key_file` unless that is empty.
+    pub fn shared(
+        data_dir: &Path,
+        instance_id: &str,
+        signing_key_file: &Path,
+    ) -> std::io::Result<Arc<Manifest>> {
         let path = data_dir.join(DIR).join(format!("{instance_id}.jsonl"));
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|(_, w)| w.strong_count() > 0);
@@ -120,6 +172,11 @@ impl Manifest {
             return Ok(m);
         }
         std::fs::create_dir_all(data_dir.join(DIR))?;
+        let signer = if signing_key_file.as_os_str().is_empty() {
+            None
+        } else {
+            Some(load_or_create_signing_key(signing_key_file)?)
+        };
         let (seq, last) = match std::fs::read_to_string(&path) {
             Ok(text) => text
                 .lines()
@@ -140,7 +197,12 @@ impl Manifest {
         let m = Arc::new(Manifest {
             data_dir: data_dir.to_path_buf(),
             path: path.clone(),
-            state: Mutex::new(State { file, seq, last }),
+            state: Mutex::new(State {
+                signer,
+                file,
+                seq,
+                last,
+            }),
         });
         open.push((path, Arc::downgrade(&m)));
         Ok(m)
@@ -178,8 +240,18 @@ impl Manifest {
                 records: item.records,
                 reason: item.reason.to_string(),
                 prev: last,
+                sig: None,
             };
-            let line = serde_json::to_string(&entry).map_err(std::io::Error::other)?;
+            let mut line = serde_json::to_string(&entry).map_err(std::io::Error::other)?;
+            if let Some(key) = &s.signer {
+                use ed25519_dalek::Signer;
+                let sig = key.sign(line.as_bytes());
+                let signed = Entry {
+                    sig: Some(hex::encode(sig.to_bytes())),
+                    ..entry
+                };
+                line = serde_json::to_string(&signed).map_err(std::io::Error::other)?;
+            }
             last = line_hash(&line);
             text.push_str(&line);
             text.push('\n');

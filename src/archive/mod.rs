@@ -224,8 +224,9 @@ impl Archive {
         });
         let settings = file_settings(config);
         let budget = SharedBudget::for_data_dir(data_dir, config.buffer_bytes.as_usize());
-        let manifest = manifest::Manifest::shared(data_dir, &instance_id)
-            .map_err(|e| ArchiveError::io(&data_dir.join(manifest::DIR), e))?;
+        let manifest =
+            manifest::Manifest::shared(data_dir, &instance_id, &config.manifest_signing_key_file)
+                .map_err(|e| ArchiveError::io(&data_dir.join(manifest::DIR), e))?;
         Ok(Archive {
             manifest,
             data_dir: data_dir.to_path_buf(),

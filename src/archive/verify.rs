@@ -38,6 +38,20 @@ pub enum Problem {
         /// Line number (1-based).
         line: usize,
     },
+    /// An entry without a signature, where a public key says entries are signed.
+    Unsigned {
+        /// The manifest.
+        manifest: String,
+        /// Line number (1-based).
+        line: usize,
+    },
+    /// An entry whose signature the public key does not verify.
+    BadSignature {
+        /// The manifest.
+        manifest: String,
+        /// Line number (1-based).
+        line: usize,
+    },
     /// A file the manifests record is not there.
     Missing(String),
     /// A file's bytes are not those recorded.
@@ -56,6 +70,10 @@ impl std::fmt::Display for Problem {
                 write!(f, "chain-broken {manifest} line {line}")
             }
             Problem::Reordered { manifest, line } => write!(f, "reordered {manifest} line {line}"),
+            Problem::Unsigned { manifest, line } => write!(f, "unsigned {manifest} line {line}"),
+            Problem::BadSignature { manifest, line } => {
+                write!(f, "bad-signature {manifest} line {line}")
+            }
             Problem::Missing(p) => write!(f, "missing {p}"),
             Problem::Modified(p) => write!(f, "modified {p}"),
             Problem::Extra(p) => write!(f, "extra {p}"),
@@ -78,8 +96,13 @@ pub struct Report {
     pub problems: Vec<Problem>,
 }
 
-/// Verifies the archive under `data_dir`; `since` (`YYYY-MM-DD`) limits the file comparison.
-pub fn verify(data_dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
+/// Verifies the archive under `data_dir`; `since` (`YYYY-MM-DD`) limits the file comparison;
+/// with `key`, every entry must carry a signature it verifies.
+pub fn verify(
+    data_dir: &Path,
+    since: Option<&str>,
+    key: Option<&ed25519_dalek::VerifyingKey>,
+) -> std::io::Result<Report> {
     let mut report = Report::default();
     let mut expected: BTreeMap<String, (String, u64)> = BTreeMap::new();
     let mut removed: BTreeSet<String> = BTreeSet::new();
@@ -100,7 +123,7 @@ pub fn verify(data_dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
         );
         let text = std::fs::read_to_string(&path)?;
         report.manifests += 1;
-        let entries = check_chain(&name, &text, &mut report.problems);
+        let entries = check_chain(&name, &text, key, &mut report.problems);
         if let Some(last) = text.lines().last() {
             let seq = entries.last().map_or(0, |e| e.seq);
             report.heads.push((name.clone(), seq, line_hash(last)));
@@ -150,7 +173,12 @@ pub fn verify(data_dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
 }
 
 /// The entries of one manifest, with the problems of its chain.
-fn check_chain(name: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Entry> {
+fn check_chain(
+    name: &str,
+    text: &str,
+    key: Option<&ed25519_dalek::VerifyingKey>,
+    problems: &mut Vec<Problem>,
+) -> Vec<Entry> {
     let lines: Vec<&str> = text.lines().collect();
     let hashes: Vec<String> = lines.iter().map(|l| line_hash(l)).collect();
     let mut entries = Vec::new();
@@ -183,9 +211,42 @@ fn check_chain(name: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Entry
                 line: at,
             });
         }
+        if let Some(key) = key {
+            let manifest = name.to_string();
+            match signature_holds(&entry, key) {
+                None => problems.push(Problem::Unsigned { manifest, line: at }),
+                Some(false) => problems.push(Problem::BadSignature { manifest, line: at }),
+                Some(true) => {}
+            }
+        }
         entries.push(entry);
     }
     entries
+}
+
+/// Whether `key` verifies the entry's signature (none: it has none).
+fn signature_holds(entry: &Entry, key: &ed25519_dalek::VerifyingKey) -> Option<bool> {
+    let sig = entry.sig.as_deref()?;
+    let Some(sig) = hex::decode(sig)
+        .ok()
+        .and_then(|b| <[u8; 64]>::try_from(b).ok())
+    else {
+        return Some(false);
+    };
+    let Ok(text) = entry.signed_text() else {
+        return Some(false);
+    };
+    let sig = ed25519_dalek::Signature::from_bytes(&sig);
+    Some(key.verify_strict(text.as_bytes(), &sig).is_ok())
+}
+
+/// A public key as 64 hex digits.
+pub fn parse_public_key(text: &str) -> Result<ed25519_dalek::VerifyingKey, String> {
+    let bytes = hex::decode(text.trim())
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or("expected 64 hex digits (an Ed25519 public key)")?;
+    ed25519_dalek::VerifyingKey::from_bytes(&bytes).map_err(|e| format!("not a public key: {e}"))
 }
 
 /// Every completed archive file, relative to the data directory, `/`-separated (temporary

@@ -196,3 +196,103 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
         (vec![format!("chain-broken {} line 3", name(&m))], 1)
     );
 }
+
+/// With a signing key every entry is signed; `verify --public-key` checks each, and names an
+/// unsigned entry and a key that does not match.
+#[test]
+fn signed_manifests_verify_with_their_public_key_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("manifest.key");
+    let config = crate::monitoring::write_file(
+        dir.path(),
+        "signed.toml",
+        &format!(
+            "[archive]\nmanifest_signing_key_file = \"{}\"\n",
+            key_file.display()
+        ),
+    );
+    let mut d = Daemon::start_with(crate::harness::DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "40",
+        "--seed",
+        "43",
+    ]);
+    d.stop();
+    let data = d.data_dir.clone();
+    let out = toolwatch()
+        .args(["verify", "--print-public-key", "--key-file"])
+        .arg(&key_file)
+        .output()
+        .expect("print key");
+    assert!(out.status.success());
+    let public = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_string();
+    assert_eq!(public.len(), 64, "{public}");
+    let with_key = |data: &Path, key: &str| -> (Vec<String>, i32) {
+        let out = toolwatch()
+            .args(["verify", "--public-key", key, "--data-dir"])
+            .arg(data)
+            .output()
+            .expect("verify");
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        (lines, out.status.code().unwrap_or(-1))
+    };
+    assert_eq!(with_key(&data, &public), (vec![], 0));
+
+    let m = std::fs::read_dir(data.join("manifest"))
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .next()
+        .expect("a manifest");
+    let name = format!(
+        "manifest/{}",
+        m.file_name().expect("name").to_string_lossy()
+    );
+    let lines = std::fs::read_to_string(&m)
+        .expect("manifest")
+        .lines()
+        .count();
+    // Another key: every entry's signature fails.
+    let other = "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c";
+    let (problems, code) = with_key(&data, other);
+    assert_eq!(code, 1);
+    assert_eq!(
+        problems,
+        (1..=lines)
+            .map(|l| format!("bad-signature {name} line {l}"))
+            .collect::<Vec<_>>()
+    );
+    // A signature removed: that entry is unsigned (and the next line's chain breaks).
+    let work = tempfile::tempdir().expect("tempdir");
+    let copy_dir = copy(&data, &work.path().join("unsigned"));
+    let m2 = copy_dir.join(&name);
+    let text = std::fs::read_to_string(&m2).expect("manifest");
+    let mut l: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut e: serde_json::Value = serde_json::from_str(&l[0]).expect("json");
+    e.as_object_mut().expect("object").remove("sig");
+    l[0] = serde_json::to_string(&e).expect("json");
+    std::fs::write(&m2, l.join("\n") + "\n").expect("write");
+    let (problems, code) = with_key(&copy_dir, &public);
+    assert_eq!(code, 1);
+    assert!(
+        problems.contains(&format!("unsigned {name} line 1")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.contains(&format!("chain-broken {name} line 2")),
+        "{problems:?}"
+    );
+    // Without --public-key, signatures are not asked for.
+    assert_eq!(verify(&data), (vec![], 0));
+}
