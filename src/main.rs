@@ -50,6 +50,22 @@ enum Command {
     /// recorded, no file is there unrecorded, and every manifest's hash chain is whole. Names
     /// each problem; exits 1 if there is any.
     Verify(VerifyArgs),
+    /// Delete the archive partitions older than `[archive.retention]` keeps (the daemon does
+    /// this with each compaction pass), each removal recorded in a manifest first.
+    Retention(RetentionArgs),
+}
+
+#[derive(Args)]
+struct RetentionArgs {
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    /// The configuration file with `[archive.retention]` [default: the embedded defaults,
+    /// which keep everything].
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// List what would be deleted without deleting it.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -345,6 +361,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => trace(args),
         Command::Compact(args) => compact(args),
         Command::Verify(args) => verify(args),
+        Command::Retention(args) => retention(args),
     }
 }
 
@@ -419,6 +436,80 @@ fn query(args: QueryArgs) -> ExitCode {
         Err(e) => {
             eprintln!("toolwatch: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn retention(args: RetentionArgs) -> ExitCode {
+    use toolwatch::archive::partition::Table;
+    use toolwatch::archive::retention::{apply, expired};
+    let config = match Config::load(args.config.as_deref(), std::env::vars()) {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
+    let dir = args
+        .data_dir
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| config.storage.data_dir.clone());
+    if !dir.is_dir() {
+        return usage_error(format!(
+            "data directory {} does not exist (set --data-dir)",
+            dir.display()
+        ));
+    }
+    let retention = &config.archive.retention;
+    let found = match expired(&dir, retention, &Table::ALL, std::time::SystemTime::now()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("toolwatch retention: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for e in &found {
+        let bytes: u64 = e.files.iter().map(|(_, b)| b).sum();
+        println!(
+            "{} {}/tenant={}/date={}/hour={} files {} bytes {bytes}",
+            if args.dry_run {
+                "would-delete"
+            } else {
+                "delete"
+            },
+            e.part.table.as_str(),
+            e.part.tenant,
+            e.part.date,
+            e.part.hour,
+            e.files.len(),
+        );
+    }
+    if args.dry_run || found.is_empty() {
+        eprintln!("{} partitions past their retention", found.len());
+        return ExitCode::SUCCESS;
+    }
+    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let manifest = match toolwatch::archive::manifest::Manifest::shared(
+        &dir,
+        &instance_id,
+        &config.archive.manifest_signing_key_file,
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("toolwatch retention: manifest: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match apply(&dir, &found, &manifest) {
+        Ok((files, bytes)) => {
+            eprintln!(
+                "deleted {} partitions: {files} files, {bytes} bytes (recorded in {})",
+                found.len(),
+                manifest.path().display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolwatch retention: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct Policy {
     pub settings: FileSettings,
     /// The key that signs the manifest entries of a compaction (empty: unsigned).
     pub signing_key_file: PathBuf,
+    /// Retention, applied after each pass by the daemon's compactor.
+    pub retention: super::retention::RetentionConfig,
 }
 
 impl Policy {
@@ -73,6 +75,7 @@ impl Policy {
             every: c.compact_every.0,
             settings: file_settings(c),
             signing_key_file: c.manifest_signing_key_file.clone(),
+            retention: c.retention.clone(),
         }
     }
 }
@@ -147,6 +150,8 @@ pub struct Compactor {
     metrics: Arc<Metrics>,
     /// Where merged and removed files are recorded (opened at the first compaction).
     manifest: Option<Arc<super::manifest::Manifest>>,
+    /// Apply retention after each pass (the daemon's compactor).
+    retention: bool,
 }
 
 impl Compactor {
@@ -166,13 +171,61 @@ impl Compactor {
             dry_run: false,
             metrics,
             manifest: None,
+            retention: false,
+        }
+    }
+
+    /// Also applies the policy's retention after each pass.
+    pub fn with_retention(mut self) -> Compactor {
+        self.retention = true;
+        self
+    }
+
+    /// The instance's manifest, opened the first time it is needed.
+    fn manifest(&mut self) -> std::io::Result<Arc<super::manifest::Manifest>> {
+        if let Some(m) = &self.manifest {
+            return Ok(Arc::clone(m));
+        }
+        let m = super::manifest::Manifest::shared(
+            &self.data_dir,
+            &self.instance_id,
+            &self.policy.signing_key_file,
+        )?;
+        self.manifest = Some(Arc::clone(&m));
+        Ok(m)
+    }
+
+    /// Deletes the partitions of `tables` past their retention.
+    fn apply_retention(&mut self, tables: &[Table], now: SystemTime) {
+        if !self.retention || self.dry_run || self.policy.retention.is_empty() {
+            return;
+        }
+        let result = super::retention::expired(&self.data_dir, &self.policy.retention, tables, now)
+            .and_then(|expired| {
+                let manifest = self
+                    .manifest()
+                    .map_err(|e| ArchiveError::io(&self.data_dir.join(super::manifest::DIR), e))?;
+                let done = super::retention::apply(&self.data_dir, &expired, &manifest)?;
+                Ok((expired.len(), done))
+            });
+        match result {
+            Ok((0, _)) => {}
+            Ok((partitions, (files, bytes))) => {
+                tracing::info!(
+                    partitions,
+                    files,
+                    bytes,
+                    "expired archive partitions deleted"
+                )
+            }
+            Err(e) => tracing::error!(error = %e, "retention failed; expired partitions kept"),
         }
     }
 
     /// Records a swap in the manifest: the merged inputs removed, the outputs added. A
     /// failure is logged and counted (`verify` then reports the outputs as extra).
     fn record(&mut self, part: &PartitionDir, removed: &[FileInfo], added: &[Written]) {
-        use super::manifest::{Manifest, NewEntry, Op};
+        use super::manifest::{NewEntry, Op};
         let live = part.dir(&self.data_dir);
         let table = part.table.as_str().to_string();
         let mut entries: Vec<NewEntry> = removed
@@ -198,19 +251,7 @@ impl Compactor {
             records: None,
             reason: "compaction",
         }));
-        let result = match &self.manifest {
-            Some(m) => m.append(&entries),
-            None => Manifest::shared(
-                &self.data_dir,
-                &self.instance_id,
-                &self.policy.signing_key_file,
-            )
-            .and_then(|m| {
-                let r = m.append(&entries);
-                self.manifest = Some(m);
-                r
-            }),
-        };
+        let result = self.manifest().and_then(|m| m.append(&entries));
         if let Err(e) = result {
             self.metrics.manifest_failed(entries.len());
             tracing::error!(error = %e, files = entries.len(), "compaction not recorded in the manifest");
@@ -255,6 +296,7 @@ impl Compactor {
                 }
             }
         }
+        self.apply_retention(tables, now);
         Ok(report)
     }
 
@@ -566,7 +608,8 @@ fn by_bytes(files: Vec<FileInfo>, max_bytes: u64) -> Vec<Vec<FileInfo>> {
     groups
 }
 
-fn partitions(data_dir: &Path, table: Table) -> Result<Vec<PartitionDir>, ArchiveError> {
+/// The partition folders of `table`, in order.
+pub(super) fn partitions(data_dir: &Path, table: Table) -> Result<Vec<PartitionDir>, ArchiveError> {
     let mut out = Vec::new();
     let root = data_dir.join(table.as_str());
     for tenant in subdirs(&root, "tenant=")? {
@@ -835,8 +878,9 @@ impl Background {
     ) -> Option<Background> {
         let stop = Arc::new((Mutex::new(Asked::default()), Condvar::new()));
         let every = policy.every;
-        let mut compactor =
-            Compactor::new(data_dir, policy, instance_id, metrics).without_waiting();
+        let mut compactor = Compactor::new(data_dir, policy, instance_id, metrics)
+            .without_waiting()
+            .with_retention();
         let tables = tables.to_vec();
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -959,6 +1003,7 @@ mod tests {
             every: Duration::ZERO,
             settings: file_settings(&ArchiveConfig::default()),
             signing_key_file: PathBuf::new(),
+            retention: Default::default(),
         }
     }
 
@@ -1037,6 +1082,7 @@ mod tests {
             every: Duration::from_secs(60),
             settings: file_settings(&crate::config::ArchiveConfig::default()),
             signing_key_file: PathBuf::new(),
+            retention: Default::default(),
         }
     }
 

@@ -54,6 +54,8 @@ pub struct ArchiveConfig {
     /// Ed25519 key that signs every manifest entry (64 hex digits, the key's seed; created
     /// with mode 0600 if the file is absent). Empty: entries are not signed.
     pub manifest_signing_key_file: std::path::PathBuf,
+    /// `[archive.retention]`: how long each table's partitions are kept, per tenant.
+    pub retention: super::retention::RetentionConfig,
 }
 
 impl Default for ArchiveConfig {
@@ -74,6 +76,7 @@ impl Default for ArchiveConfig {
             compact_max_bytes: ByteSize(64 * 1024 * 1024),
             pause_per_record: LimitDuration(Duration::ZERO),
             manifest_signing_key_file: std::path::PathBuf::new(),
+            retention: super::retention::RetentionConfig::default(),
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod flush;
 pub mod lock;
 pub mod manifest;
 pub mod partition;
+pub mod retention;
 pub mod rows;
 pub mod schema;
 pub mod snapshot;

@@ -296,3 +296,153 @@ fn signed_manifests_verify_with_their_public_key_only() {
     // Without --public-key, signatures are not asked for.
     assert_eq!(verify(&data), (vec![], 0));
 }
+
+/// A synthetic year (one span a day for two tenants, each day its own partition): retention
+/// deletes exactly the partitions past each tenant's retention, by the CLI (spans) and by the
+/// daemon (requests), every deletion recorded, so `verify` still finds nothing wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_over_a_year_deletes_exactly_what_policy_says_and_verify_agrees() {
+    use crate::protect_e2e::{kv, s};
+    use std::collections::BTreeSet;
+    const DAY: i64 = 86_400;
+    let now_s = chrono::Utc::now().timestamp();
+    let today = now_s - now_s.rem_euclid(DAY);
+    let mut d = Daemon::start();
+    for (t, tenant) in ["acme", "globex"].iter().enumerate() {
+        let spans: Vec<serde_json::Value> = (0..365i64)
+            .map(|day| {
+                let noon = (today - day * DAY + DAY / 2) * 1_000_000_000;
+                serde_json::json!({
+                    "traceId": format!("{:08x}{:024x}", t + 1, day + 1),
+                    "spanId": format!("{:016x}", day + 1),
+                    "name": "invoke_agent",
+                    "startTimeUnixNano": noon.to_string(),
+                    "endTimeUnixNano": (noon + 1_000_000).to_string(),
+                    "attributes": [kv("gen_ai.operation.name", s("invoke_agent"))],
+                })
+            })
+            // Today's noon may be ahead of now: only days that have had their noon.
+            .filter(|sp| {
+                sp["endTimeUnixNano"]
+                    .as_str()
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(0)
+                    < now_s * 1_000_000_000
+            })
+            .collect();
+        let body = serde_json::json!({ "resourceSpans": [{
+            "resource": { "attributes": [ kv("executor.tenant_id", s(tenant)) ] },
+            "scopeSpans": [{ "spans": spans }],
+        }]});
+        crate::otlp_json::post_accepted(&d, "/v1/traces", &body).await;
+    }
+    d.stop();
+    let data = d.data_dir.clone();
+    let dates = |table: &str, tenant: &str| -> BTreeSet<String> {
+        let root = data.join(table).join(format!("tenant={tenant}"));
+        std::fs::read_dir(&root)
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .strip_prefix("date=")
+                            .map(str::to_string)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let all = dates("spans", "acme");
+    assert!(all.len() >= 364, "{} days written", all.len());
+    assert_eq!(verify(&data), (vec![], 0));
+
+    // Kept: the days whose partition hour (12:00-13:00 UTC) ended less than `keep` ago.
+    let kept = |keep_days: i64| -> BTreeSet<String> {
+        all.iter()
+            .filter(|date| {
+                let day = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
+                    .expect("date")
+                    .and_hms_opt(13, 0, 0)
+                    .expect("time")
+                    .and_utc()
+                    .timestamp();
+                day + keep_days * DAY > chrono::Utc::now().timestamp()
+            })
+            .cloned()
+            .collect()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = crate::monitoring::write_file(
+        dir.path(),
+        "retention.toml",
+        "[archive.retention]\nspans = \"90d\"\n[archive.retention.tenants.acme]\nspans = \"200d\"\n",
+    );
+    let run = |dry: bool| {
+        let mut c = toolwatch();
+        c.args(["retention", "--config"])
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data);
+        if dry {
+            c.arg("--dry-run");
+        }
+        let out = c.output().expect("retention");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let (acme_kept, globex_kept) = (kept(200), kept(90));
+    let listed = run(true);
+    let would = listed.lines().count();
+    assert_eq!(
+        would,
+        (all.len() - acme_kept.len()) + (all.len() - globex_kept.len()),
+        "{listed}"
+    );
+    assert_eq!(dates("spans", "acme"), all, "a dry run deletes nothing");
+    run(false);
+    assert_eq!(dates("spans", "acme"), acme_kept);
+    assert_eq!(dates("spans", "globex"), globex_kept);
+    assert_eq!(
+        dates("requests", "acme").len(),
+        all.len(),
+        "requests keep no retention"
+    );
+    assert_eq!(
+        verify(&data),
+        (vec![], 0),
+        "deletions by policy are recorded"
+    );
+
+    // The daemon applies retention with its compaction passes (requests: 30 days).
+    let config = crate::monitoring::write_file(
+        dir.path(),
+        "daemon.toml",
+        "[archive]\ncompact_every = \"1s\"\n[archive.retention]\nrequests = \"30d\"\n",
+    );
+    let mut d = Daemon::start_with(crate::harness::DaemonOptions {
+        data_dir: Some(data.clone()),
+        config: Some(config),
+        ..Default::default()
+    });
+    let want = kept(30);
+    crate::harness::wait_for("the daemon's retention", || {
+        (dates("requests", "acme") == want && dates("requests", "globex") == want).then_some(())
+    });
+    d.stop();
+    assert_eq!(verify(&data), (vec![], 0));
+    let retained = std::fs::read_dir(data.join("manifest"))
+        .expect("dir")
+        .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("manifest"))
+        .map(|m| m.matches("\"reason\":\"retention\"").count())
+        .sum::<usize>();
+    assert_eq!(
+        retained,
+        (2 * all.len() - acme_kept.len() - globex_kept.len()) + 2 * (all.len() - want.len()),
+        "one removal entry per deleted file"
+    );
+}

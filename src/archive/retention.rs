@@ -1,0 +1,201 @@
+//! Retention: partitions older than their table's (and tenant's) retention are deleted, each
+//! file's removal recorded in the manifest first (reason `retention`), so `verify` tells a
+//! deletion by policy from a loss.
+//!
+//! A partition hour expires when its end lies longer ago than the retention of its table for
+//! its tenant (`[archive.retention]`, per tenant under `tenants.<tenant>`). The daemon applies
+//! it with each compaction pass; `toolwatch retention [--dry-run]` applies (or lists) it at
+//! once. Deletion holds the partition's lock, so no writer or compaction meets it halfway.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::lock::{PartitionDir, PartitionLock};
+use super::manifest::{Manifest, NewEntry, Op};
+use super::partition::{encode_partition_value, Table};
+use super::ArchiveError;
+use crate::units::HumanDuration;
+
+/// How long each table's rows are kept (none: for ever).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TableRetention {
+    /// `spans`.
+    pub spans: Option<HumanDuration>,
+    /// `logs`.
+    pub logs: Option<HumanDuration>,
+    /// `requests`.
+    pub requests: Option<HumanDuration>,
+    /// `alarms`.
+    pub alarms: Option<HumanDuration>,
+    /// `findings`.
+    pub findings: Option<HumanDuration>,
+}
+
+impl TableRetention {
+    fn of(&self, table: Table) -> Option<Duration> {
+        let d = match table {
+            Table::Spans => &self.spans,
+            Table::Logs => &self.logs,
+            Table::Requests => &self.requests,
+            Table::Alarms => &self.alarms,
+            Table::Findings => &self.findings,
+        };
+        d.as_ref().map(|d| d.0)
+    }
+}
+
+/// `[archive.retention]`: per table for every tenant, and per tenant over that.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// `spans`, for every tenant.
+    pub spans: Option<HumanDuration>,
+    /// `logs`.
+    pub logs: Option<HumanDuration>,
+    /// `requests`.
+    pub requests: Option<HumanDuration>,
+    /// `alarms`.
+    pub alarms: Option<HumanDuration>,
+    /// `findings`.
+    pub findings: Option<HumanDuration>,
+    /// Per tenant (its own value for a table wins; tables it does not name keep the above).
+    pub tenants: BTreeMap<String, TableRetention>,
+}
+
+impl RetentionConfig {
+    /// Whether any retention is set.
+    pub fn is_empty(&self) -> bool {
+        Table::ALL.iter().all(|&t| {
+            self.all().of(t).is_none() && self.tenants.values().all(|r| r.of(t).is_none())
+        })
+    }
+
+    /// The values for every tenant.
+    fn all(&self) -> TableRetention {
+        TableRetention {
+            spans: self.spans,
+            logs: self.logs,
+            requests: self.requests,
+            alarms: self.alarms,
+            findings: self.findings,
+        }
+    }
+
+    /// How long `table`'s rows of the tenant whose folder value is `tenant_folder` are kept.
+    fn keep(&self, table: Table, tenant_folder: &str) -> Option<Duration> {
+        self.tenants
+            .iter()
+            .find(|(t, _)| encode_partition_value(t) == tenant_folder)
+            .and_then(|(_, r)| r.of(table))
+            .or_else(|| self.all().of(table))
+    }
+}
+
+/// A partition hour past its retention, with its files.
+#[derive(Debug, Clone)]
+pub struct Expired {
+    /// The partition.
+    pub part: PartitionDir,
+    /// Its completed files and their sizes.
+    pub files: Vec<(PathBuf, u64)>,
+}
+
+/// The end of a partition hour (none: not a date and hour).
+fn hour_end(part: &PartitionDir) -> Option<SystemTime> {
+    let date = chrono::NaiveDate::parse_from_str(&part.date, "%Y-%m-%d").ok()?;
+    let hour: u32 = part.hour.parse().ok()?;
+    let start = date.and_hms_opt(hour, 0, 0)?.and_utc().timestamp();
+    let end = u64::try_from(start).ok()? + 3600;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(end))
+}
+
+/// The partitions of `tables` past their retention at `now`.
+pub fn expired(
+    data_dir: &Path,
+    config: &RetentionConfig,
+    tables: &[Table],
+    now: SystemTime,
+) -> Result<Vec<Expired>, ArchiveError> {
+    let mut out = Vec::new();
+    for &table in tables {
+        for part in super::compact::partitions(data_dir, table)? {
+            let Some(keep) = config.keep(table, &part.tenant) else {
+                continue;
+            };
+            let Some(end) = hour_end(&part) else { continue };
+            if end + keep > now {
+                continue;
+            }
+            let dir = part.dir(data_dir);
+            let mut files = Vec::new();
+            for e in std::fs::read_dir(&dir).map_err(|e| ArchiveError::io(&dir, e))? {
+                let e = e.map_err(|err| ArchiveError::io(&dir, err))?;
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.ends_with(".parquet") && !name.starts_with('.') {
+                    let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
+                    files.push((e.path(), bytes));
+                }
+            }
+            files.sort();
+            out.push(Expired { part, files });
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes expired partitions: under each one's lock, records its files' removal in
+/// `manifest`, then removes them and the folder. Returns (files, bytes) deleted.
+pub fn apply(
+    data_dir: &Path,
+    expired: &[Expired],
+    manifest: &Manifest,
+) -> Result<(u64, u64), ArchiveError> {
+    let (mut files, mut bytes) = (0, 0);
+    for e in expired {
+        let Some(_lock) = PartitionLock::acquire(data_dir, &e.part, true)? else {
+            continue;
+        };
+        let entries: Vec<NewEntry> = e
+            .files
+            .iter()
+            .map(|(path, size)| NewEntry {
+                op: Op::Remove,
+                path: path.clone(),
+                table: e.part.table.as_str().to_string(),
+                rows: 0,
+                bytes: *size,
+                sha256: String::new(),
+                records: None,
+                reason: "retention",
+            })
+            .collect();
+        // Recorded first: a crash before the deletion leaves files the next run deletes
+        // (verify meanwhile calls them extra), never a deletion nothing recorded.
+        manifest
+            .append(&entries)
+            .map_err(|err| ArchiveError::io(manifest.path(), err))?;
+        for (path, size) in &e.files {
+            match std::fs::remove_file(path) {
+                Ok(()) => {
+                    files += 1;
+                    bytes += size;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(ArchiveError::io(path, err)),
+            }
+        }
+        let dir = e.part.dir(data_dir);
+        // The folder goes when nothing else is in it (a writer's temporary file may be).
+        let _ = std::fs::remove_dir(&dir);
+        if let Some(date_dir) = dir.parent() {
+            let _ = std::fs::remove_dir(date_dir);
+            crate::durable::sync_dir(date_dir.parent().unwrap_or(date_dir))
+                .map_err(|err| ArchiveError::io(date_dir, err))?;
+        }
+    }
+    Ok((files, bytes))
+}
