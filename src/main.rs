@@ -97,6 +97,10 @@ struct VerifyArgs {
 struct CompactArgs {
     #[command(flatten)]
     data_dir: DataDirArg,
+    /// The configuration file (its `[archive]` settings: file sizes, the manifest's signing
+    /// key) [default: the embedded defaults].
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     /// Only this table (spans, logs, requests, alarms) [default: all].
     #[arg(long, value_name = "T")]
     table: Option<String>,
@@ -532,7 +536,7 @@ fn verify(args: VerifyArgs) -> ExitCode {
         if !file.is_file() {
             return usage_error(format!("{}: no signing key there", file.display()));
         }
-        return match toolwatch::archive::manifest::load_or_create_signing_key(&file) {
+        return match toolwatch::archive::manifest::load_signing_key(&file) {
             Ok(k) => {
                 println!("{}", hex::encode(k.verifying_key().to_bytes()));
                 ExitCode::SUCCESS
@@ -602,7 +606,7 @@ fn verify(args: VerifyArgs) -> ExitCode {
 fn compact(args: CompactArgs) -> ExitCode {
     use toolwatch::archive::compact::{Compactor, Policy};
     use toolwatch::archive::partition::Table;
-    let config = match Config::load(None, std::env::vars()) {
+    let config = match Config::load(args.config.as_deref(), std::env::vars()) {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };

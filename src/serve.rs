@@ -156,6 +156,16 @@ pub async fn run(
     let hasher = config.hashing.current(&data_dir)?;
     let protector = Protector::from_config(&config.redaction, hasher)?;
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    // The manifest's signing key: the daemon creates it if absent (commands only read it).
+    let key_file = &config.archive.manifest_signing_key_file;
+    if !key_file.as_os_str().is_empty() {
+        crate::archive::manifest::load_or_create_signing_key(key_file).map_err(|source| {
+            ArchiveError::Io {
+                path: key_file.clone(),
+                source,
+            }
+        })?;
+    }
     let runtime = tokio::runtime::Handle::current();
 
     let journal = open_journal(&config, &data_dir, &metrics)?;

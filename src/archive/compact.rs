@@ -128,6 +128,8 @@ struct FileInfo {
     path: PathBuf,
     bytes: u64,
     modified: SystemTime,
+    /// Hex SHA-256 of the bytes, once read for a merge.
+    sha256: String,
 }
 
 /// A merged file written into the staging folder.
@@ -236,7 +238,9 @@ impl Compactor {
                 table: table.clone(),
                 rows: 0,
                 bytes: f.bytes,
-                sha256: String::new(),
+                // What was merged: `verify` checks it against the file's `add`, so a file
+                // changed (or slipped in) before its merge is not laundered by it.
+                sha256: f.sha256.clone(),
                 records: None,
                 reason: "compaction",
             })
@@ -407,11 +411,13 @@ impl Compactor {
             return Ok(());
         };
         lock::exchange(&live, &staging)?;
+        // Recorded before readers (and `verify`) may look again: they see the new folder and
+        // its entries together.
+        self.record(part, &merged_in, &outputs);
         drop(readers);
         for dir in [live.parent(), staging.parent()].into_iter().flatten() {
             crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
         }
-        self.record(part, &merged_in, &outputs);
         let written: Vec<(u64, u64)> = outputs.iter().map(|w| (w.bytes, w.rows)).collect();
         pause_for_test("swapped");
         remove_dir(&staging)?;
@@ -462,10 +468,15 @@ impl Compactor {
             let mut batches = Vec::new();
             let mut inputs = Vec::new();
             for f in group {
+                let sha256 = super::manifest::file_sha256(&f.path)
+                    .map_err(|e| ArchiveError::io(&f.path, e))?;
                 match read_file(&f.path, &schema)? {
                     Some(b) => {
                         batches.extend(b);
-                        inputs.push(f.clone());
+                        inputs.push(FileInfo {
+                            sha256,
+                            ..f.clone()
+                        });
                     }
                     None => {
                         tracing::warn!(path = %f.path.display(), "archive file of another schema not compacted")
@@ -682,6 +693,7 @@ fn list(dir: &Path) -> Result<Option<Vec<FileInfo>>, ArchiveError> {
             bytes: meta.len(),
             modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
             name,
+            sha256: String::new(),
         });
     }
     // Only completed Parquet files are merged; any other file is linked across unchanged.
@@ -1093,6 +1105,7 @@ mod tests {
             name,
             bytes,
             modified: now - Duration::from_secs(age_s),
+            sha256: String::new(),
         }
     }
 
@@ -1211,6 +1224,7 @@ mod tests {
                     path: PathBuf::new(),
                     bytes,
                     modified,
+                    sha256: String::new(),
                 })
                 .collect();
             let groups = select(infos, &policy(), hour, now);

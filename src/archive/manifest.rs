@@ -4,7 +4,9 @@
 //!
 //! `manifest/<instance>.jsonl` under the data directory, one JSON object per line
 //! ([`Entry`]). Each line names the SHA-256 of the line before it (`prev`; the first names
-//! [`GENESIS`]), so an edited, removed or reordered line breaks the chain at that point. A
+//! [`GENESIS`]), so an edited, removed or reordered line breaks the chain at that point
+//! (unless whoever edits it recomputes the chain after it: signed entries, or heads kept
+//! elsewhere, are what stop that). A
 //! file's entry is appended (and fsynced) after the file is published: a crash between the
 //! two leaves a file without an entry, which `verify` reports as `extra`. What the chain
 //! cannot show is its own tail cut off together with the files it named: `verify
@@ -79,8 +81,31 @@ impl Entry {
 }
 
 /// The key that signs a manifest's entries: 32 bytes (the Ed25519 seed) as 64 hex digits in a
-/// file, created (mode 0600) when absent.
+/// file, created (mode 0600, written whole under a temporary name, then renamed) when absent.
 pub fn load_or_create_signing_key(path: &Path) -> std::io::Result<ed25519_dalek::SigningKey> {
+    match load_signing_key(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let seed: [u8; 32] = rand::random();
+            let temp = path.with_extension("new");
+            let mut opts = OpenOptions::new();
+            opts.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            let mut f = opts.open(&temp)?;
+            f.write_all(hex::encode(seed).as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&temp, path)?;
+            if let Some(dir) = path.parent() {
+                crate::durable::sync_dir(dir)?;
+            }
+            Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
+        }
+        other => other,
+    }
+}
+
+/// The signing key in `path` (an error if there is none).
+pub fn load_signing_key(path: &Path) -> std::io::Result<ed25519_dalek::SigningKey> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let bytes = hex::decode(text.trim())
@@ -93,17 +118,6 @@ pub fn load_or_create_signing_key(path: &Path) -> std::io::Result<ed25519_dalek:
                     )
                 })?;
             Ok(ed25519_dalek::SigningKey::from_bytes(&bytes))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let seed: [u8; 32] = rand::random();
-            let mut opts = OpenOptions::new();
-            opts.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            let mut f = opts.open(path)?;
-            f.write_all(hex::encode(seed).as_bytes())?;
-            f.sync_all()?;
-            Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
         }
         Err(e) => Err(e),
     }
@@ -172,10 +186,12 @@ impl Manifest {
             return Ok(m);
         }
         std::fs::create_dir_all(data_dir.join(DIR))?;
+        // Only the daemon creates a key (at its start): a command given a wrong path must
+        // fail rather than sign with a key nobody knows.
         let signer = if signing_key_file.as_os_str().is_empty() {
             None
         } else {
-            Some(load_or_create_signing_key(signing_key_file)?)
+            Some(load_signing_key(signing_key_file)?)
         };
         let (seq, last) = match std::fs::read_to_string(&path) {
             Ok(text) => text
@@ -256,8 +272,17 @@ impl Manifest {
             text.push_str(&line);
             text.push('\n');
         }
-        s.file.write_all(text.as_bytes())?;
-        s.file.sync_data()?;
+        // A failed write is taken back whole, so the next append chains from the last line
+        // that is there (a torn line would make every later line look tampered with).
+        let len = s.file.metadata()?.len();
+        let written = s
+            .file
+            .write_all(text.as_bytes())
+            .and_then(|()| s.file.sync_data());
+        if let Err(e) = written {
+            let _ = s.file.set_len(len);
+            return Err(e);
+        }
         s.seq = seq;
         s.last = last;
         Ok(())

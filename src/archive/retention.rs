@@ -95,6 +95,9 @@ impl RetentionConfig {
     }
 }
 
+/// How long retention waits for a partition's lock before leaving it to the next pass.
+const LOCK_PATIENCE: Duration = Duration::from_secs(5);
+
 /// A partition hour past its retention, with its files.
 #[derive(Debug, Clone)]
 pub struct Expired {
@@ -127,7 +130,7 @@ pub fn expired(
                 continue;
             };
             let Some(end) = hour_end(&part) else { continue };
-            if end + keep > now {
+            if end.checked_add(keep).is_none_or(|t| t > now) {
                 continue;
             }
             let dir = part.dir(data_dir);
@@ -156,7 +159,9 @@ pub fn apply(
 ) -> Result<(u64, u64), ArchiveError> {
     let (mut files, mut bytes) = (0, 0);
     for e in expired {
-        let Some(_lock) = PartitionLock::acquire(data_dir, &e.part, true)? else {
+        // Not for ever: a partition held by a compaction waiting for readers is left to the
+        // next pass (the daemon's compactor must not hang on it).
+        let Some(_lock) = PartitionLock::acquire_within(data_dir, &e.part, LOCK_PATIENCE)? else {
             continue;
         };
         let entries: Vec<NewEntry> = e

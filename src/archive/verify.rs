@@ -52,6 +52,11 @@ pub enum Problem {
         /// Line number (1-based).
         line: usize,
     },
+    /// A file merged away (or deleted by retention) that no manifest ever recorded as added:
+    /// it was slipped in, and compaction took it in.
+    RemovedUnrecorded(String),
+    /// A file merged away whose bytes, when compaction read them, were not those recorded.
+    ModifiedBeforeRemoval(String),
     /// A file the manifests record is not there.
     Missing(String),
     /// A file's bytes are not those recorded.
@@ -74,6 +79,8 @@ impl std::fmt::Display for Problem {
             Problem::BadSignature { manifest, line } => {
                 write!(f, "bad-signature {manifest} line {line}")
             }
+            Problem::RemovedUnrecorded(p) => write!(f, "removed-unrecorded {p}"),
+            Problem::ModifiedBeforeRemoval(p) => write!(f, "modified-before-removal {p}"),
             Problem::Missing(p) => write!(f, "missing {p}"),
             Problem::Modified(p) => write!(f, "modified {p}"),
             Problem::Extra(p) => write!(f, "extra {p}"),
@@ -105,7 +112,11 @@ pub fn verify(
 ) -> std::io::Result<Report> {
     let mut report = Report::default();
     let mut expected: BTreeMap<String, (String, u64)> = BTreeMap::new();
-    let mut removed: BTreeSet<String> = BTreeSet::new();
+    // Removals, with the hash the remover read (empty: retention, which does not read).
+    let mut removed: BTreeMap<String, String> = BTreeMap::new();
+    let mut ever_added: BTreeMap<String, String> = BTreeMap::new();
+    // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
+    let _readers = super::lock::ReadersLock::shared(data_dir);
     let mut manifests: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
         Ok(rd) => rd
             .filter_map(Result::ok)
@@ -121,7 +132,14 @@ pub fn verify(
             "{DIR}/{}",
             path.file_name().unwrap_or_default().to_string_lossy()
         );
-        let text = std::fs::read_to_string(&path)?;
+        if !std::fs::metadata(&path)
+            .map(|m| m.is_file())
+            .unwrap_or(false)
+        {
+            continue;
+        }
+        // Bytes that are not UTF-8 make an unreadable line, not an unreadable archive.
+        let text = String::from_utf8_lossy(&std::fs::read(&path)?).into_owned();
         report.manifests += 1;
         let entries = check_chain(&name, &text, key, &mut report.problems);
         if let Some(last) = text.lines().last() {
@@ -132,16 +150,24 @@ pub fn verify(
         for e in entries {
             match e.op {
                 Op::Add => {
+                    ever_added.insert(e.path.clone(), e.sha256.clone());
                     expected.insert(e.path, (e.sha256, e.bytes));
                 }
                 Op::Remove => {
-                    removed.insert(e.path);
+                    removed.insert(e.path, e.sha256);
                 }
             }
         }
     }
-    for r in &removed {
+    for (r, read) in &removed {
         expected.remove(r);
+        match ever_added.get(r) {
+            None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
+            Some(sha) if !read.is_empty() && read != sha => report
+                .problems
+                .push(Problem::ModifiedBeforeRemoval(r.clone())),
+            Some(_) => {}
+        }
     }
     let in_scope = |p: &str| {
         since.is_none_or(|d| {
@@ -181,6 +207,7 @@ fn check_chain(
 ) -> Vec<Entry> {
     let lines: Vec<&str> = text.lines().collect();
     let hashes: Vec<String> = lines.iter().map(|l| line_hash(l)).collect();
+    let known: std::collections::HashSet<&str> = hashes.iter().map(String::as_str).collect();
     let mut entries = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let at = i + 1;
@@ -193,7 +220,7 @@ fn check_chain(
         };
         let want = if i == 0 { GENESIS } else { &hashes[i - 1] };
         if entry.prev != want {
-            let elsewhere = entry.prev == GENESIS || hashes.contains(&entry.prev);
+            let elsewhere = entry.prev == GENESIS || known.contains(entry.prev.as_str());
             problems.push(if elsewhere {
                 Problem::Reordered {
                     manifest: name.to_string(),
@@ -269,10 +296,16 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
         let e = e?;
         let path = e.path();
         let name = e.file_name().to_string_lossy().to_string();
-        if name.starts_with('.') {
+        // Hidden names count (readers' globs take them); only the writers' temporary files
+        // and compaction's work area are not archive files.
+        if name.ends_with(super::partition::IN_PROGRESS_SUFFIX) || name == ".compact" {
             continue;
         }
-        if e.file_type()?.is_dir() {
+        // Followed like readers follow them: a linked folder's files count.
+        if std::fs::metadata(&path)
+            .map(|m| m.is_dir())
+            .unwrap_or(false)
+        {
             walk(root, &path, out)?;
         } else if name.ends_with(".parquet") {
             let rel = path.strip_prefix(root).unwrap_or(&path);

@@ -148,6 +148,43 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
         (vec![format!("extra {}", rel(&dir, &extra))], 1)
     );
 
+    // A hidden file: readers' globs take it, so it is extra too.
+    let dir = case("hidden");
+    let source = spans(&dir)[0].clone();
+    let hidden = source.with_file_name(".slipped.parquet");
+    std::fs::copy(&source, &hidden).expect("copy");
+    assert_eq!(
+        verify(&dir),
+        (vec![format!("extra {}", rel(&dir, &hidden))], 1)
+    );
+
+    // A file slipped in, then merged by a compaction: the merge does not launder it.
+    let dir = case("laundered");
+    let source = spans(&dir)[0].clone();
+    let slipped = source.with_file_name("part-20000101T000000000Z-0badf00d-000001.parquet");
+    std::fs::copy(&source, &slipped).expect("copy");
+    let out = toolwatch()
+        .args([
+            "compact",
+            "--older-than",
+            "0s",
+            "--min-files",
+            "2",
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("compact");
+    assert!(out.status.success());
+    assert!(!slipped.exists(), "merged away");
+    assert_eq!(
+        verify(&dir),
+        (
+            vec![format!("removed-unrecorded {}", rel(&dir, &slipped))],
+            1
+        )
+    );
+
     // A manifest cut short: the file its last line named is no longer recorded.
     let dir = case("truncated");
     let m = manifest(&dir);
