@@ -80,6 +80,10 @@ struct VerifyArgs {
     /// at the end of a manifest (with the files it named) shows only against a kept head.
     #[arg(long)]
     print_heads: bool,
+    /// Heads kept from an earlier `--print-heads` (a file of its `head …` lines): each
+    /// manifest must still be there, at least that long, with that line unchanged.
+    #[arg(long, value_name = "FILE")]
+    heads: Option<std::path::PathBuf>,
     /// Ed25519 public key (64 hex digits) the manifest entries must be signed with: an entry
     /// without a signature, or with one this key does not verify, is a problem.
     #[arg(long, value_name = "HEX")]
@@ -569,14 +573,27 @@ fn verify(args: VerifyArgs) -> ExitCode {
         Some(Ok(k)) => Some(k),
         Some(Err(e)) => return usage_error(format!("--public-key: {e}")),
     };
-    let report = match toolwatch::archive::verify::verify(&dir, args.since.as_deref(), key.as_ref())
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("toolwatch verify: {}: {e}", dir.display());
-            return ExitCode::from(2);
+    let mut report =
+        match toolwatch::archive::verify::verify(&dir, args.since.as_deref(), key.as_ref()) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("toolwatch verify: {}: {e}", dir.display());
+                return ExitCode::from(2);
+            }
+        };
+    if let Some(file) = &args.heads {
+        let kept = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => return usage_error(format!("--heads {}: {e}", file.display())),
+        };
+        match toolwatch::archive::verify::check_heads(&dir, &kept) {
+            Ok(p) => report.problems.extend(p),
+            Err(e) => {
+                eprintln!("toolwatch verify: {}: {e}", dir.display());
+                return ExitCode::from(2);
+            }
         }
-    };
+    }
     for p in &report.problems {
         println!("{p}");
     }

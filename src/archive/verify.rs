@@ -57,6 +57,22 @@ pub enum Problem {
     RemovedUnrecorded(String),
     /// A file merged away whose bytes, when compaction read them, were not those recorded.
     ModifiedBeforeRemoval(String),
+    /// A manifest a kept head names is not there.
+    ManifestMissing(String),
+    /// A manifest is shorter than a kept head says it was: its tail was cut off.
+    Truncated {
+        /// The manifest.
+        manifest: String,
+        /// The kept head's line.
+        line: u64,
+    },
+    /// A manifest's line is not the one a kept head recorded.
+    HeadDiffers {
+        /// The manifest.
+        manifest: String,
+        /// The kept head's line.
+        line: u64,
+    },
     /// A file the manifests record is not there.
     Missing(String),
     /// A file's bytes are not those recorded.
@@ -81,6 +97,11 @@ impl std::fmt::Display for Problem {
             }
             Problem::RemovedUnrecorded(p) => write!(f, "removed-unrecorded {p}"),
             Problem::ModifiedBeforeRemoval(p) => write!(f, "modified-before-removal {p}"),
+            Problem::ManifestMissing(m) => write!(f, "manifest-missing {m}"),
+            Problem::Truncated { manifest, line } => write!(f, "truncated {manifest} line {line}"),
+            Problem::HeadDiffers { manifest, line } => {
+                write!(f, "head-differs {manifest} line {line}")
+            }
             Problem::Missing(p) => write!(f, "missing {p}"),
             Problem::Modified(p) => write!(f, "modified {p}"),
             Problem::Extra(p) => write!(f, "extra {p}"),
@@ -196,6 +217,47 @@ pub fn verify(
         report.problems.push(Problem::Extra(p.clone()));
     }
     Ok(report)
+}
+
+/// Checks heads kept from an earlier `verify --print-heads` (its `head <manifest> <seq>
+/// <hash>` lines; other lines are ignored): each manifest must still be there, at least that
+/// long, with that line unchanged. What the chain alone cannot show: a tail cut off, or a
+/// whole manifest deleted, together with the files they named.
+pub fn check_heads(data_dir: &Path, kept: &str) -> std::io::Result<Vec<Problem>> {
+    let mut problems = Vec::new();
+    for line in kept.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let ["head", manifest, seq, hash] = parts.as_slice() else {
+            continue;
+        };
+        let Ok(seq) = seq.parse::<u64>() else {
+            continue;
+        };
+        let manifest = manifest.to_string();
+        let path = data_dir.join(&manifest);
+        let text = match std::fs::read(&path) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                problems.push(Problem::ManifestMissing(manifest));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let at = usize::try_from(seq).unwrap_or(usize::MAX);
+        match text.lines().nth(at.saturating_sub(1)) {
+            _ if seq == 0 => {}
+            None => problems.push(Problem::Truncated {
+                manifest,
+                line: seq,
+            }),
+            Some(l) if line_hash(l) != *hash => problems.push(Problem::HeadDiffers {
+                manifest,
+                line: seq,
+            }),
+            Some(_) => {}
+        }
+    }
+    Ok(problems)
 }
 
 /// The entries of one manifest, with the problems of its chain.

@@ -185,6 +185,29 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
         )
     );
 
+    // Heads kept from the clean archive, to check later copies against.
+    let out = toolwatch()
+        .args(["verify", "--print-heads", "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("heads");
+    let heads = work.path().join("heads.txt");
+    std::fs::write(&heads, &out.stdout).expect("heads");
+    let with_heads = |dir: &Path| -> Vec<String> {
+        let out = toolwatch()
+            .args(["verify", "--heads"])
+            .arg(&heads)
+            .arg("--data-dir")
+            .arg(dir)
+            .output()
+            .expect("verify");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(with_heads(&data), Vec::<String>::new(), "the clean archive");
+
     // A manifest cut short: the file its last line named is no longer recorded.
     let dir = case("truncated");
     let m = manifest(&dir);
@@ -198,6 +221,23 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
         problems.contains(&format!("extra {}", last["path"].as_str().expect("path"))),
         "{problems:?}"
     );
+    // With the kept heads, the cut itself is named.
+    let cut = format!(
+        "truncated manifest/{} line {}",
+        m.file_name().expect("name").to_string_lossy(),
+        lines.len() + 1
+    );
+    let got = with_heads(&dir);
+    assert!(got.contains(&cut), "{cut}: {got:?}");
+    // A whole manifest deleted (with, here, nothing else): named too.
+    let dir = case("manifest-deleted");
+    let m = manifest(&dir);
+    std::fs::remove_file(&m).expect("remove");
+    let gone = format!(
+        "manifest-missing manifest/{}",
+        m.file_name().expect("name").to_string_lossy()
+    );
+    assert!(with_heads(&dir).contains(&gone), "{gone}");
 
     // Two lines swapped, and a line edited.
     let name = |m: &Path| {
