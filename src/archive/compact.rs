@@ -468,10 +468,8 @@ impl Compactor {
             let mut batches = Vec::new();
             let mut inputs = Vec::new();
             for f in group {
-                let sha256 = super::manifest::file_sha256(&f.path)
-                    .map_err(|e| ArchiveError::io(&f.path, e))?;
                 match read_file(&f.path, &schema)? {
-                    Some(b) => {
+                    Some((b, sha256)) => {
                         batches.extend(b);
                         inputs.push(FileInfo {
                             sha256,
@@ -730,10 +728,12 @@ fn newest_schema(files: &[FileInfo]) -> Result<Option<arrow::datatypes::SchemaRe
 }
 
 /// The batches of one file, or `None` if its schema is not the table's.
+/// A completed file's batches, if it has `schema`, and the hex SHA-256 of its bytes (for the
+/// manifest): read once, hashed and decoded from memory (inputs are small files).
 fn read_file(
     path: &Path,
     schema: &arrow::datatypes::SchemaRef,
-) -> Result<Option<Vec<RecordBatch>>, ArchiveError> {
+) -> Result<Option<(Vec<RecordBatch>, String)>, ArchiveError> {
     if !path
         .file_name()
         .and_then(|n| n.to_str())
@@ -741,8 +741,9 @@ fn read_file(
     {
         return Ok(None);
     }
-    let file = File::open(path).map_err(|e| ArchiveError::io(path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(ArchiveError::Parquet)?;
+    let bytes = bytes::Bytes::from(std::fs::read(path).map_err(|e| ArchiveError::io(path, e))?);
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(ArchiveError::Parquet)?;
     if builder.schema().fields() != schema.fields() {
         return Ok(None);
     }
@@ -754,7 +755,7 @@ fn read_file(
     for b in reader {
         out.push(b?);
     }
-    Ok(Some(out))
+    Ok(Some((out, sha256)))
 }
 
 /// The sort key of a table's rows.
