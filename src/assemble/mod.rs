@@ -790,14 +790,8 @@ impl AssembleConsumer {
             .map(|r| crate::findings::notice::alarm_of(r, now))
             .collect();
         delivery.offer(&alarms);
-        if let Some(crate::budget::AlarmJournal { writer, runtime }) = export {
-            use prost::Message;
-            let request = crate::budget::record::export_request(&alarms).encode_to_vec();
-            let payload = crate::journal::codec::encode_alarms(&request);
-            if let Err(e) = runtime.block_on(writer.append(payload)) {
-                self.metrics.budget.alarm_export_dropped(alarms.len());
-                tracing::warn!(error = %e, findings = alarms.len(), "findings not journalled for the export");
-            }
+        if let Some(export) = export {
+            export.append(&alarms, &self.metrics);
         }
     }
 

@@ -73,6 +73,20 @@ pub struct AlarmJournal {
     pub runtime: tokio::runtime::Handle,
 }
 
+impl AlarmJournal {
+    /// Journals alarms (budget alarms or findings) as OTLP log records for the export; a
+    /// failure is counted and logged, never waited out.
+    pub fn append(&self, alarms: &[Alarm], metrics: &Metrics) {
+        use prost::Message;
+        let request = record::export_request(alarms).encode_to_vec();
+        let payload = crate::journal::codec::encode_alarms(&request);
+        if let Err(e) = self.runtime.block_on(self.writer.append(payload)) {
+            metrics.budget.alarm_export_dropped(alarms.len());
+            tracing::warn!(error = %e, alarms = alarms.len(), "alarms not journalled for the export");
+        }
+    }
+}
+
 /// The budget stage as a journal consumer. Window state is saved together with the first
 /// record it does not include, only while every alarm raised so far is in a completed file; a
 /// restart skips the records the saved windows include and replays the rest.
@@ -116,14 +130,8 @@ impl BudgetConsumer {
             return;
         }
         raise(&mut self.stage, alarms, &mut self.totals);
-        if let Some(AlarmJournal { writer, runtime }) = &self.export {
-            use prost::Message;
-            let request = record::export_request(alarms).encode_to_vec();
-            let payload = crate::journal::codec::encode_alarms(&request);
-            if let Err(e) = runtime.block_on(writer.append(payload)) {
-                self.stage.metrics.budget.alarm_export_dropped(alarms.len());
-                tracing::warn!(error = %e, alarms = alarms.len(), "alarms not journalled for the export");
-            }
+        if let Some(export) = &self.export {
+            export.append(alarms, &self.stage.metrics);
         }
     }
 }
