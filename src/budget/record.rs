@@ -43,7 +43,6 @@ pub fn log_record(a: &Alarm) -> LogRecord {
         Level::Limit => (SeverityNumber::Error, "ERROR"),
         Level::Resolved => (SeverityNumber::Info, "INFO"),
     };
-    let time = u64::try_from(a.time_ns).unwrap_or(0);
     let mut attributes = vec![
         text("toolwatch.alarm.id", &a.alarm_id),
         text("toolwatch.alarm.scope", a.scope.as_str()),
@@ -63,22 +62,42 @@ pub fn log_record(a: &Alarm) -> LogRecord {
     if let Some(r) = &a.request_id {
         attributes.push(text("executor.request_id", r));
     }
+    let trace = a.trace_id.as_deref();
+    record(
+        a.time_ns,
+        (severity, severity_text),
+        &a.reason,
+        attributes,
+        trace,
+        EVENT_NAME,
+    )
+}
+
+/// A log record of toolwatch's own: time, severity, a text body, attributes, the trace (hex;
+/// left empty unless it is 16 bytes) and the event name.
+fn record(
+    time_ns: i64,
+    (severity, severity_text): (SeverityNumber, &str),
+    body: &str,
+    attributes: Vec<KeyValue>,
+    trace_hex: Option<&str>,
+    event_name: &str,
+) -> LogRecord {
+    let time = u64::try_from(time_ns).unwrap_or(0);
     LogRecord {
         time_unix_nano: time,
         observed_time_unix_nano: time,
         severity_number: severity as i32,
         severity_text: severity_text.into(),
         body: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(a.reason.clone())),
+            value: Some(any_value::Value::StringValue(body.to_string())),
         }),
         attributes,
-        trace_id: a
-            .trace_id
-            .as_deref()
+        trace_id: trace_hex
             .and_then(|t| hex::decode(t).ok())
             .filter(|b| b.len() == 16)
             .unwrap_or_default(),
-        event_name: EVENT_NAME.into(),
+        event_name: event_name.into(),
         ..Default::default()
     }
 }
@@ -91,7 +110,6 @@ fn finding_record(a: &Alarm, f: &super::evaluate::FindingEvidence) -> LogRecord 
         (false, "high") => (SeverityNumber::Error, "ERROR"),
         (false, _) => (SeverityNumber::Warn, "WARN"),
     };
-    let time = u64::try_from(a.time_ns).unwrap_or(0);
     let spans = f
         .span_ids
         .iter()
@@ -116,24 +134,15 @@ fn finding_record(a: &Alarm, f: &super::evaluate::FindingEvidence) -> LogRecord 
         ),
         text("executor.request_id", &a.scope_id),
     ];
-    LogRecord {
-        time_unix_nano: time,
-        observed_time_unix_nano: time,
-        severity_number: severity as i32,
-        severity_text: severity_text.into(),
-        body: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(f.rule.to_string())),
-        }),
+    let trace = f.trace_ids.first().map(String::as_str);
+    record(
+        a.time_ns,
+        (severity, severity_text),
+        f.rule,
         attributes,
-        trace_id: f
-            .trace_ids
-            .first()
-            .and_then(|t| hex::decode(t).ok())
-            .filter(|b| b.len() == 16)
-            .unwrap_or_default(),
-        event_name: FINDING_EVENT_NAME.into(),
-        ..Default::default()
-    }
+        trace,
+        FINDING_EVENT_NAME,
+    )
 }
 
 /// Alarms as one export request, grouped by tenant.
