@@ -381,6 +381,22 @@ fn data_dir(arg: &DataDirArg) -> Result<PathBuf, toolwatch::config::ConfigError>
     }
 }
 
+/// The data directory of a command that works on an existing archive: the flag, else the
+/// configuration's; a usage error when it is not there.
+fn existing_data_dir(arg: &DataDirArg, config: &Config) -> Result<PathBuf, ExitCode> {
+    let dir = arg
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| config.storage.data_dir.clone());
+    if !dir.is_dir() {
+        return Err(usage_error(format!(
+            "data directory {} does not exist (set --data-dir)",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
 /// The async runtime every command that needs one runs on.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
@@ -455,17 +471,10 @@ fn retention(args: RetentionArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
-    let dir = args
-        .data_dir
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| config.storage.data_dir.clone());
-    if !dir.is_dir() {
-        return usage_error(format!(
-            "data directory {} does not exist (set --data-dir)",
-            dir.display()
-        ));
-    }
+    let dir = match existing_data_dir(&args.data_dir, &config) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
     let retention = &config.archive.retention;
     let found = match expired(&dir, retention, &Table::ALL, std::time::SystemTime::now()) {
         Ok(f) => f,
@@ -548,17 +557,10 @@ fn verify(args: VerifyArgs) -> ExitCode {
             Err(e) => usage_error(format!("{}: {e}", file.display())),
         };
     }
-    let dir = args
-        .data_dir
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| config.storage.data_dir.clone());
-    if !dir.is_dir() {
-        return usage_error(format!(
-            "data directory {} does not exist (set --data-dir)",
-            dir.display()
-        ));
-    }
+    let dir = match existing_data_dir(&args.data_dir, &config) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
     if let Some(d) = args.since.as_deref() {
         if chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_err() {
             return usage_error(format!("--since {d:?}: expected YYYY-MM-DD"));
@@ -627,17 +629,10 @@ fn compact(args: CompactArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
-    let dir = args
-        .data_dir
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| config.storage.data_dir.clone());
-    if !dir.is_dir() {
-        return usage_error(format!(
-            "data directory {} does not exist (set --data-dir)",
-            dir.display()
-        ));
-    }
+    let dir = match existing_data_dir(&args.data_dir, &config) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
     let all = Table::ALL;
     let tables: Vec<Table> = match args.table.as_deref() {
         None => all.to_vec(),
