@@ -635,8 +635,11 @@ fn request_end(
                     &[root, last.span],
                     format!(
                         "last_call={}",
-                        code(last.result(), &["error", "timeout", "invalid"])
-                            .replace("none", "error")
+                        // A span in error without a result code failed with an `error`.
+                        code(
+                            Some(last.result().unwrap_or("error")),
+                            &["error", "timeout", "invalid"]
+                        )
                     ),
                 ));
             }

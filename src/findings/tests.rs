@@ -54,9 +54,17 @@ fn findings(spans: &[SpanRecord], logs: &[LogRecord]) -> Vec<Finding> {
 /// Protects the spans as the daemon does (one batch, in order, tenant `acme`, one protector
 /// so what one batch learns the next sees).
 fn protected(batches: &[Vec<SpanRecord>]) -> Vec<SpanRecord> {
+    protected_by(&protector(), batches)
+}
+
+fn protector() -> crate::protect::Protector {
     use crate::protect::{engine::Redactor, rules::RedactionConfig, KeyedHasher, Protector};
     let r = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"t")).expect("rules");
-    let p = Protector::new(r);
+    Protector::new(r)
+}
+
+/// The same with a given protector (what it learned in earlier calls stays learned).
+fn protected_by(p: &crate::protect::Protector, batches: &[Vec<SpanRecord>]) -> Vec<SpanRecord> {
     let mut out = Vec::new();
     for spans in batches {
         let mut batch = EventBatch {
@@ -542,9 +550,7 @@ proptest! {
 fn a_value_two_results_returned_is_found_sent_out_by_each_request() {
     // One secret returned to two requests (a shared database password): each request that
     // sends it out is found, not only the first to teach it.
-    use crate::protect::{engine::Redactor, rules::RedactionConfig, KeyedHasher, Protector};
-    let r = Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"t")).expect("rules");
-    let p = Protector::new(r);
+    let p = protector();
     let secret = "Qm7vX2pL9rT4kW8zHn";
     for trace in [[1u8; 16], [2u8; 16]] {
         let mut read = call(2, "read_config", "{}", "read", "ok", 0, 1);
@@ -558,17 +564,11 @@ fn a_value_two_results_returned_is_found_sent_out_by_each_request() {
             2,
             3,
         );
+        read.trace_id = trace;
+        let mut send = send;
+        send.trace_id = trace;
         let mut out = vec![root()];
-        for mut s in [read, send] {
-            s.tenant = "acme".into();
-            s.trace_id = trace;
-            let mut batch = EventBatch {
-                spans: vec![s],
-                logs: Vec::new(),
-            };
-            p.protect(&mut batch);
-            out.extend(batch.spans);
-        }
+        out.extend(protected_by(&p, &[vec![read], vec![send]]));
         assert_eq!(
             rules(&findings(&out, &[])),
             [("secret_in_outbound_call", vec![id(2), id(3)])],
