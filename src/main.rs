@@ -53,6 +53,40 @@ enum Command {
     /// Delete the archive partitions older than `[archive.retention]` keeps (the daemon does
     /// this with each compaction pass), each removal recorded in a manifest first.
     Retention(RetentionArgs),
+    /// Apply a redaction rule learned after the fact (or one leaked value, read from stdin)
+    /// to every archive file already written: each file it changes is replaced atomically
+    /// for readers and recorded in a manifest. Prints how many values in how many files it
+    /// removed.
+    Scrub(ScrubArgs),
+}
+
+#[derive(Args)]
+struct ScrubArgs {
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    /// The configuration file whose `[redaction]` rules the rule is looked up in (built-in
+    /// rules are always found) [default: the embedded defaults].
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// The id of the rule to apply.
+    #[arg(long, value_name = "ID", required_unless_present = "value_from_stdin")]
+    rule: Option<String>,
+    /// Remove one value, read from stdin (one line; never give it on the command line,
+    /// where process listings and shell history keep it).
+    #[arg(long, conflicts_with = "rule")]
+    value_from_stdin: bool,
+    /// Only this tenant's partitions.
+    #[arg(long, value_name = "T")]
+    tenant: Option<String>,
+    /// Only partitions of this date (YYYY-MM-DD) or later.
+    #[arg(long, value_name = "DATE")]
+    since: Option<String>,
+    /// Only this table (spans, logs, requests, alarms, findings) [default: all].
+    #[arg(long, value_name = "T")]
+    table: Option<String>,
+    /// Count what would be removed without changing anything.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -105,7 +139,7 @@ struct CompactArgs {
     /// key) [default: the embedded defaults].
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
-    /// Only this table (spans, logs, requests, alarms) [default: all].
+    /// Only this table (spans, logs, requests, alarms, findings) [default: all].
     #[arg(long, value_name = "T")]
     table: Option<String>,
     /// Merge files older than this, e.g. "10m" or "0s" [default: archive.compact_after].
@@ -370,6 +404,7 @@ fn main() -> ExitCode {
         Command::Compact(args) => compact(args),
         Command::Verify(args) => verify(args),
         Command::Retention(args) => retention(args),
+        Command::Scrub(args) => scrub(args),
     }
 }
 
@@ -622,9 +657,38 @@ fn verify(args: VerifyArgs) -> ExitCode {
     }
 }
 
-fn compact(args: CompactArgs) -> ExitCode {
-    use toolwatch::archive::compact::{Compactor, Policy};
+/// The tables a `--table` flag names: all when absent.
+fn tables_arg(arg: Option<&str>) -> Result<Vec<toolwatch::archive::partition::Table>, ExitCode> {
     use toolwatch::archive::partition::Table;
+    match arg {
+        None => Ok(Table::ALL.to_vec()),
+        Some(t) => match Table::ALL.iter().find(|x| x.as_str() == t) {
+            Some(&x) => Ok(vec![x]),
+            None => Err(usage_error(format!(
+                "unknown table {t:?} (spans, logs, requests, alarms or findings)"
+            ))),
+        },
+    }
+}
+
+/// The value `scrub --value-from-stdin` removes: stdin's first line, without its line end.
+fn value_from_stdin() -> Result<String, ExitCode> {
+    let mut line = String::new();
+    if let Err(e) = std::io::stdin().read_line(&mut line) {
+        return Err(usage_error(format!(
+            "cannot read the value from stdin: {e}"
+        )));
+    }
+    let value = line.trim_end_matches(['\r', '\n']).to_string();
+    if value.is_empty() {
+        return Err(usage_error("no value on stdin"));
+    }
+    Ok(value)
+}
+
+fn scrub(args: ScrubArgs) -> ExitCode {
+    use toolwatch::archive::compact::{Compactor, Policy};
+    use toolwatch::archive::scrub::{self, Scrubber, Target};
     let config = match Config::load(args.config.as_deref(), std::env::vars()) {
         Ok(c) => c,
         Err(e) => return usage_error(e),
@@ -633,17 +697,93 @@ fn compact(args: CompactArgs) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
-    let all = Table::ALL;
-    let tables: Vec<Table> = match args.table.as_deref() {
-        None => all.to_vec(),
-        Some(t) => match all.iter().find(|x| x.as_str() == t) {
-            Some(&x) => vec![x],
-            None => {
-                return usage_error(format!(
-                    "unknown table {t:?} (spans, logs, requests or alarms)"
-                ))
-            }
+    let tables = match tables_arg(args.table.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    if let Some(d) = &args.since {
+        if chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_err() {
+            return usage_error(format!("--since {d:?}: not a date (YYYY-MM-DD)"));
+        }
+    }
+    let target = match (&args.rule, args.value_from_stdin) {
+        (Some(id), _) => Target::Rule(id.clone()),
+        (None, _) => match value_from_stdin() {
+            Ok(v) => Target::Value(v),
+            Err(code) => return code,
         },
+    };
+    // A hashing rule needs the daemon's key, so its hashes join the ones protect made; any
+    // other rule never uses one.
+    let hasher = match &target {
+        Target::Rule(id) if Scrubber::rule_hashes(&config.redaction, id) => {
+            let key = dir.join("state").join("hash.key");
+            let configured =
+                !config.hashing.key_env.is_empty() || !config.hashing.key_file.is_empty();
+            if !configured && !key.exists() {
+                return usage_error(format!(
+                    "rule {id} hashes what it finds and there is no key at {}",
+                    key.display()
+                ));
+            }
+            match config.hashing.current(&dir) {
+                Ok(h) => h,
+                Err(e) => return usage_error(e),
+            }
+        }
+        _ => toolwatch::protect::KeyedHasher::new(&rand::random::<[u8; 32]>()),
+    };
+    let scrubber = match Scrubber::new(&config.redaction, &target, hasher) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    let scope = scrub::Scope {
+        tables,
+        tenant: args.tenant.clone(),
+        since: args.since.clone(),
+    };
+    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
+    let mut compactor = Compactor::new(
+        &dir,
+        Policy::from_config(&config.archive),
+        instance_id,
+        metrics,
+    );
+    let result = if args.dry_run {
+        scrub::count(&dir, &scope, &scrubber)
+    } else {
+        scrub::run(&mut compactor, &dir, &scope, &scrubber)
+    };
+    match result {
+        Ok(report) => {
+            println!("{}{report}", if args.dry_run { "would have " } else { "" });
+            if report.busy > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("toolwatch scrub: {e}; files scrubbed so far stay scrubbed, run it again");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn compact(args: CompactArgs) -> ExitCode {
+    use toolwatch::archive::compact::{Compactor, Policy};
+    let config = match Config::load(args.config.as_deref(), std::env::vars()) {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
+    let dir = match existing_data_dir(&args.data_dir, &config) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let tables = match tables_arg(args.table.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     let mut policy = Policy::from_config(&config.archive);
     if let Some(d) = args.older_than.as_deref() {

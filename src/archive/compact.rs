@@ -36,6 +36,7 @@ use parquet::arrow::ArrowWriter;
 
 use super::config::ArchiveConfig;
 use super::lock::{self, PartitionDir, PartitionLock, ReadersLock};
+use super::manifest::{NewEntry, Op};
 use super::partition::{writer_properties, FileSettings, Table, IN_PROGRESS_SUFFIX};
 use super::{file_settings, record_ranges, ArchiveError};
 use crate::metrics::Metrics;
@@ -121,9 +122,26 @@ impl std::fmt::Display for Report {
     }
 }
 
+/// A change [`Compactor::rewrite`] applies to each file's batches: the new batches, or
+/// `None` to keep the file as it is.
+pub type BatchChange<'a> =
+    dyn FnMut(Vec<RecordBatch>) -> Result<Option<Vec<RecordBatch>>, ArchiveError> + 'a;
+
+/// What [`Compactor::rewrite`] did to one partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rewrite {
+    /// Completed files read.
+    pub files_read: u64,
+    /// Files replaced by a changed copy.
+    pub files_rewritten: u64,
+    /// Another process held the partition (or our readers the archive) throughout: nothing
+    /// was changed.
+    pub busy: bool,
+}
+
 /// A completed file of a partition folder.
 #[derive(Debug, Clone)]
-struct FileInfo {
+pub(super) struct FileInfo {
     name: String,
     path: PathBuf,
     bytes: u64,
@@ -133,7 +151,7 @@ struct FileInfo {
 }
 
 /// A merged file written into the staging folder.
-struct Written {
+pub(super) struct Written {
     name: String,
     bytes: u64,
     rows: u64,
@@ -224,10 +242,16 @@ impl Compactor {
         }
     }
 
-    /// Records a swap in the manifest: the merged inputs removed, the outputs added. A
-    /// failure is logged and counted (`verify` then reports the outputs as extra).
-    fn record(&mut self, part: &PartitionDir, removed: &[FileInfo], added: &[Written]) {
-        use super::manifest::{NewEntry, Op};
+    /// The manifest entries of a swap: the inputs removed (with the hash they had when read,
+    /// which `verify` checks against their `add`, so a file changed or slipped in before its
+    /// rewrite is not laundered by it), the outputs added.
+    fn entries(
+        &self,
+        part: &PartitionDir,
+        removed: &[FileInfo],
+        added: &[Written],
+        reason: &'static str,
+    ) -> Vec<NewEntry> {
         let live = part.dir(&self.data_dir);
         let table = part.table.as_str().to_string();
         let mut entries: Vec<NewEntry> = removed
@@ -238,11 +262,9 @@ impl Compactor {
                 table: table.clone(),
                 rows: 0,
                 bytes: f.bytes,
-                // What was merged: `verify` checks it against the file's `add`, so a file
-                // changed (or slipped in) before its merge is not laundered by it.
                 sha256: f.sha256.clone(),
                 records: None,
-                reason: "compaction",
+                reason,
             })
             .collect();
         entries.extend(added.iter().map(|w| NewEntry {
@@ -253,13 +275,102 @@ impl Compactor {
             bytes: w.bytes,
             sha256: w.sha256.clone(),
             records: None,
-            reason: "compaction",
+            reason,
         }));
-        let result = self.manifest().and_then(|m| m.append(&entries));
-        if let Err(e) = result {
-            self.metrics.manifest_failed(entries.len());
-            tracing::error!(error = %e, files = entries.len(), "compaction not recorded in the manifest");
+        entries
+    }
+
+    /// Appends a swap's entries to the manifest; true if they are there. A failure is
+    /// logged and counted (the entries stay pending: the next pass appends them).
+    fn record(&mut self, entries: &[NewEntry]) -> bool {
+        match self.manifest().and_then(|m| m.append(entries)) {
+            Ok(()) => true,
+            Err(e) => {
+                self.metrics.manifest_failed(entries.len());
+                tracing::error!(error = %e, files = entries.len(), "archive rewrite not recorded in the manifest");
+                false
+            }
         }
+    }
+
+    /// Swaps the folder built in `staging` in for the live folder of `part` (whose lock the
+    /// caller holds), records `removed` and `added` in the manifest and removes the old
+    /// folder. False, with nothing changed and the built folder removed, when our readers
+    /// held the archive throughout.
+    pub(super) fn swap_in(
+        &mut self,
+        part: &PartitionDir,
+        staging: &Path,
+        removed: &[FileInfo],
+        added: &[Written],
+        reason: &'static str,
+    ) -> Result<bool, ArchiveError> {
+        let live = part.dir(&self.data_dir);
+        // Our readers list and read under the readers' lock: the swap waits for those in
+        // progress, so none finds a listed file swapped away.
+        let Some(readers) = ReadersLock::exclusive(&self.data_dir, self.readers_patience())? else {
+            let _ = remove_dir(staging);
+            tracing::debug!(
+                table = part.table.as_str(),
+                "a partition's rewrite was skipped: readers held the archive throughout"
+            );
+            return Ok(false);
+        };
+        // Written down before the swap: a crash between the swap and the manifest's lines
+        // leaves them to the next pass over the work area, which appends them if the swap
+        // happened (see [`Compactor::recover_pending`]).
+        let entries = self.entries(part, removed, added, reason);
+        let pending = part.pending(&self.data_dir);
+        write_pending(&self.data_dir, &pending, &entries)?;
+        pause_for_test("pending");
+        lock::exchange(&live, staging)?;
+        pause_for_test("exchanged");
+        // Recorded before readers (and `verify`) may look again: they see the new folder and
+        // its entries together.
+        let recorded = self.record(&entries);
+        drop(readers);
+        for dir in [live.parent(), staging.parent()].into_iter().flatten() {
+            crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
+        }
+        if recorded {
+            remove_file(&pending)?;
+        }
+        pause_for_test("swapped");
+        remove_dir(staging)?;
+        Ok(true)
+    }
+
+    /// Appends the entries of swaps a crash left unrecorded: a pending file whose added files
+    /// are all live was swapped in; one whose are not never was (its built folder is removed
+    /// with the work area).
+    fn recover_pending(&mut self, table: Table) -> Result<(), ArchiveError> {
+        for part in lock::pending(&self.data_dir, table) {
+            let Some(_lock) = PartitionLock::acquire(&self.data_dir, &part, self.wait)? else {
+                continue;
+            };
+            let path = part.pending(&self.data_dir);
+            let entries = read_pending(&self.data_dir, &path)?;
+            let added: Vec<&NewEntry> = entries.iter().filter(|e| e.op == Op::Add).collect();
+            let swapped = !added.is_empty() && added.iter().all(|e| e.path.is_file());
+            if swapped {
+                tracing::warn!(
+                    table = table.as_str(),
+                    files = entries.len(),
+                    "recording an archive rewrite a crash left unrecorded"
+                );
+                if !self.record(&entries) {
+                    continue;
+                }
+            }
+            remove_file(&path)?;
+        }
+        Ok(())
+    }
+
+    /// Records the swaps interrupted rewrites of `table` made and removes what they left in
+    /// the work area.
+    pub fn clean_up_table(&mut self, table: Table) -> Result<(), ArchiveError> {
+        self.clean_up(table, &mut Report::default())
     }
 
     /// Skips partitions another process holds instead of waiting for them.
@@ -323,8 +434,10 @@ impl Compactor {
         (!self.wait).then_some(READERS_PATIENCE)
     }
 
-    /// Removes the folders interrupted compactions left in the work area.
-    fn clean_up(&self, table: Table, report: &mut Report) -> Result<(), ArchiveError> {
+    /// Records the swaps interrupted rewrites made, then removes the folders they left in
+    /// the work area.
+    fn clean_up(&mut self, table: Table, report: &mut Report) -> Result<(), ArchiveError> {
+        self.recover_pending(table)?;
         for part in lock::staged(&self.data_dir, table) {
             let Some(_lock) = PartitionLock::acquire(&self.data_dir, &part, self.wait)? else {
                 report.busy += 1;
@@ -379,8 +492,7 @@ impl Compactor {
         if groups.is_empty() {
             return Ok(());
         }
-        let live = part.dir(&self.data_dir);
-        let Some(files) = list(&live)? else {
+        let Some(files) = list(&part.dir(&self.data_dir))? else {
             return Ok(());
         };
         let staging = part.staging(&self.data_dir);
@@ -399,28 +511,11 @@ impl Compactor {
             }
         };
         pause_for_test("built");
-        // Our readers list and read under the readers' lock: the swap waits for those in
-        // progress, so none finds a listed file swapped away.
-        let Some(readers) = ReadersLock::exclusive(&self.data_dir, self.readers_patience())? else {
-            let _ = remove_dir(&staging);
+        if !self.swap_in(part, &staging, &merged_in, &outputs, "compaction")? {
             report.busy += 1;
-            tracing::debug!(
-                table = part.table.as_str(),
-                "compaction skipped a partition: readers held the archive throughout"
-            );
             return Ok(());
-        };
-        lock::exchange(&live, &staging)?;
-        // Recorded before readers (and `verify`) may look again: they see the new folder and
-        // its entries together.
-        self.record(part, &merged_in, &outputs);
-        drop(readers);
-        for dir in [live.parent(), staging.parent()].into_iter().flatten() {
-            crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
         }
         let written: Vec<(u64, u64)> = outputs.iter().map(|w| (w.bytes, w.rows)).collect();
-        pause_for_test("swapped");
-        remove_dir(&staging)?;
         let bytes_in: u64 = merged_in.iter().map(|f| f.bytes).sum();
         let bytes_out: u64 = written.iter().map(|(b, _)| *b).sum();
         let rows: u64 = written.iter().map(|(_, r)| *r).sum();
@@ -507,6 +602,110 @@ impl Compactor {
         }
         crate::durable::sync_dir(staging).map_err(|e| ArchiveError::io(staging, e))?;
         Ok((merged_in, written))
+    }
+
+    /// Rewrites the completed files of `part` that `change` changes (it is given each file's
+    /// batches and returns the new ones, or `None` to keep the file), with the
+    /// same locking, swap and manifest entries (`reason`) as a merge: readers see the old
+    /// folder or the new one, and a crash leaves one of them whole.
+    pub fn rewrite(
+        &mut self,
+        part: &PartitionDir,
+        reason: &'static str,
+        change: &mut BatchChange<'_>,
+    ) -> Result<Rewrite, ArchiveError> {
+        let mut done = Rewrite::default();
+        let Some(_lock) = self.lock(part)? else {
+            done.busy = true;
+            return Ok(done);
+        };
+        let Some(files) = list(&part.dir(&self.data_dir))? else {
+            return Ok(done);
+        };
+        let staging = part.staging(&self.data_dir);
+        remove_dir(&staging)?;
+        std::fs::create_dir_all(&staging).map_err(|e| ArchiveError::io(&staging, e))?;
+        let built = self.build_rewrite(part, &files, &staging, change, &mut done);
+        let (removed, added) = match built {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = remove_dir(&staging);
+                return Err(e);
+            }
+        };
+        if removed.is_empty() {
+            remove_dir(&staging)?;
+            return Ok(done);
+        }
+        pause_for_test("built");
+        if self.swap_in(part, &staging, &removed, &added, reason)? {
+            done.files_rewritten = added.len() as u64;
+        } else {
+            done.busy = true;
+        }
+        Ok(done)
+    }
+
+    /// Fills `staging` for [`Compactor::rewrite`]: the changed files under new names, links to
+    /// the others; returns the files replaced and the files written.
+    fn build_rewrite(
+        &mut self,
+        part: &PartitionDir,
+        files: &[FileInfo],
+        staging: &Path,
+        change: &mut BatchChange<'_>,
+        done: &mut Rewrite,
+    ) -> Result<(Vec<FileInfo>, Vec<Written>), ArchiveError> {
+        let (mut removed, mut added) = (Vec::new(), Vec::new());
+        for f in files.iter().filter(|f| is_completed(&f.name)) {
+            let (schema, batches, sha256) = read_whole(&f.path)?;
+            done.files_read += 1;
+            let Some(changed) = change(batches)? else {
+                continue;
+            };
+            let name = self.rewritten_name(&f.name);
+            let path = staging.join(&name);
+            let (bytes, rows) =
+                write_in_order(&path, part.table, &schema, &changed, &self.policy.settings)?;
+            let new_sha =
+                super::manifest::file_sha256(&path).map_err(|e| ArchiveError::io(&path, e))?;
+            removed.push(FileInfo {
+                sha256,
+                ..f.clone()
+            });
+            added.push(Written {
+                name,
+                bytes,
+                rows,
+                sha256: new_sha,
+            });
+        }
+        for f in files {
+            if removed.iter().any(|m| m.name == f.name) {
+                continue;
+            }
+            let to = staging.join(&f.name);
+            std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e))?;
+        }
+        crate::durable::sync_dir(staging).map_err(|e| ArchiveError::io(staging, e))?;
+        Ok((removed, added))
+    }
+
+    /// `part-<time>-<instance>-s<n>` then the journal records the rewritten file's name
+    /// claims, so replay after a crash skips what it skipped before.
+    fn rewritten_name(&mut self, old: &str) -> String {
+        self.sequence += 1;
+        let mut name = format!(
+            "part-{}-{}-s{:06}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S%3fZ"),
+            self.instance_id,
+            self.sequence
+        );
+        for (id, first, last) in record_ranges(old) {
+            name.push_str(&super::records_suffix(&id, (first, last)));
+        }
+        name.push_str(".parquet");
+        name
     }
 
     /// `part-<time>-<instance>-c<n>` then, per journal id of the inputs, `_j<id>_<first>-<last>`.
@@ -698,6 +897,18 @@ fn list(dir: &Path) -> Result<Option<Vec<FileInfo>>, ArchiveError> {
     Ok(Some(out))
 }
 
+/// The completed files of a partition folder, by name.
+pub(super) fn completed_files(dir: &Path) -> Result<Vec<PathBuf>, ArchiveError> {
+    let mut out: Vec<PathBuf> = list(dir)?
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| is_completed(&f.name))
+        .map(|f| f.path)
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
 /// True for a completed Parquet file's name.
 fn is_completed(name: &str) -> bool {
     name.ends_with(".parquet") && !name.starts_with('.')
@@ -758,6 +969,54 @@ fn read_file(
     Ok(Some((out, sha256)))
 }
 
+/// A completed file's schema, batches and the hex SHA-256 of its bytes, read once.
+pub(super) fn read_whole(
+    path: &Path,
+) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>, String), ArchiveError> {
+    let bytes = bytes::Bytes::from(std::fs::read(path).map_err(|e| ArchiveError::io(path, e))?);
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(ArchiveError::Parquet)?;
+    let schema = Arc::clone(builder.schema());
+    let reader = builder
+        .with_batch_size(8192)
+        .build()
+        .map_err(ArchiveError::Parquet)?;
+    let mut out = Vec::new();
+    for b in reader {
+        out.push(b?);
+    }
+    Ok((schema, out, sha256))
+}
+
+/// Writes `batches` (of `schema`) to `path` as they are, fsynced; returns (bytes, rows).
+fn write_in_order(
+    path: &Path,
+    table: Table,
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+    settings: &FileSettings,
+) -> Result<(u64, u64), ArchiveError> {
+    let file = File::create(path).map_err(|e| ArchiveError::io(path, e))?;
+    let props = writer_properties(settings, table)?;
+    let mut writer = ArrowWriter::try_new(file, Arc::clone(schema), Some(props))
+        .map_err(ArchiveError::Parquet)?;
+    let mut rows = 0u64;
+    for b in batches {
+        writer.write(b).map_err(ArchiveError::Parquet)?;
+        rows += b.num_rows() as u64;
+    }
+    finish_file(path, writer).map(|bytes| (bytes, rows))
+}
+
+/// Closes a writer's file, fsynced; returns its size.
+fn finish_file(path: &Path, writer: ArrowWriter<File>) -> Result<u64, ArchiveError> {
+    let file = writer.into_inner().map_err(ArchiveError::Parquet)?;
+    file.sync_all().map_err(|e| ArchiveError::io(path, e))?;
+    file.metadata()
+        .map(|m| m.len())
+        .map_err(|e| ArchiveError::io(path, e))
+}
+
 /// The sort key of a table's rows.
 fn sort_columns(table: Table) -> &'static [&'static str] {
     match table {
@@ -816,13 +1075,87 @@ fn write_sorted(
         let out = arrow::compute::interleave_record_batch(&refs, &indices)?;
         writer.write(&out).map_err(ArchiveError::Parquet)?;
     }
-    let file = writer.into_inner().map_err(ArchiveError::Parquet)?;
-    file.sync_all().map_err(|e| ArchiveError::io(path, e))?;
-    let bytes = file
-        .metadata()
-        .map(|m| m.len())
-        .map_err(|e| ArchiveError::io(path, e))?;
-    Ok((bytes, n as u64))
+    finish_file(path, writer).map(|bytes| (bytes, n as u64))
+}
+
+/// One manifest entry waiting for its swap, as kept in a pending file.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PendingEntry {
+    op: Op,
+    /// Relative to the data directory.
+    path: PathBuf,
+    table: String,
+    rows: u64,
+    bytes: u64,
+    sha256: String,
+    reason: String,
+}
+
+/// Writes a swap's entries to `path` (durably, before the swap).
+fn write_pending(data_dir: &Path, path: &Path, entries: &[NewEntry]) -> Result<(), ArchiveError> {
+    let mut text = String::new();
+    for e in entries {
+        let line = PendingEntry {
+            op: e.op,
+            path: e
+                .path
+                .strip_prefix(data_dir)
+                .unwrap_or(&e.path)
+                .to_path_buf(),
+            table: e.table.clone(),
+            rows: e.rows,
+            bytes: e.bytes,
+            sha256: e.sha256.clone(),
+            reason: e.reason.to_string(),
+        };
+        let json = serde_json::to_string(&line)
+            .map_err(|e| ArchiveError::io(path, std::io::Error::other(e)))?;
+        text.push_str(&json);
+        text.push('\n');
+    }
+    let dir = path.parent().unwrap_or(data_dir);
+    std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(dir, e))?;
+    crate::durable::replace_file(path, text.as_bytes()).map_err(|e| ArchiveError::io(path, e))
+}
+
+/// The entries of a pending file; a line that does not parse is skipped (the file was
+/// written whole, through a rename, so that is damage, not a torn write).
+fn read_pending(data_dir: &Path, path: &Path) -> Result<Vec<NewEntry>, ArchiveError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ArchiveError::io(path, e)),
+    };
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Ok(p) = serde_json::from_str::<PendingEntry>(line) else {
+            tracing::warn!(path = %path.display(), "unreadable line in a pending manifest file skipped");
+            continue;
+        };
+        out.push(NewEntry {
+            op: p.op,
+            path: data_dir.join(&p.path),
+            table: p.table,
+            rows: p.rows,
+            bytes: p.bytes,
+            sha256: p.sha256,
+            records: None,
+            reason: match p.reason.as_str() {
+                "compaction" => "compaction",
+                "scrub" => "scrub",
+                _ => "recovered",
+            },
+        });
+    }
+    Ok(out)
+}
+
+fn remove_file(path: &Path) -> Result<(), ArchiveError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ArchiveError::io(path, e)),
+    }
 }
 
 fn remove_dir(dir: &Path) -> Result<(), ArchiveError> {

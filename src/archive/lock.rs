@@ -81,6 +81,12 @@ impl PartitionDir {
         work_dir(data_dir, self.table).join(self.name())
     }
 
+    /// The manifest entries of a swap of this partition, written before the swap and
+    /// removed once they are in the manifest.
+    pub fn pending(&self, data_dir: &Path) -> PathBuf {
+        pending_dir(data_dir, self.table).join(format!("{}.jsonl", self.name()))
+    }
+
     /// The hour's start, ns since the epoch, if the folder names parse.
     pub fn hour_start_ns(&self) -> Option<i64> {
         let date = chrono::NaiveDate::parse_from_str(&self.date, "%Y-%m-%d").ok()?;
@@ -94,6 +100,28 @@ impl PartitionDir {
 /// The compaction work folder of `table`.
 pub fn work_dir(data_dir: &Path, table: Table) -> PathBuf {
     data_dir.join(WORK_DIR).join("staging").join(table.as_str())
+}
+
+/// Where the pending manifest entries of `table`'s swaps are kept.
+fn pending_dir(data_dir: &Path, table: Table) -> PathBuf {
+    data_dir.join(WORK_DIR).join("pending").join(table.as_str())
+}
+
+/// Partitions of `table` with pending manifest entries (left by a process that died
+/// between a swap and its manifest lines, or whose manifest could not be written).
+pub fn pending(data_dir: &Path, table: Table) -> Vec<PartitionDir> {
+    let Ok(entries) = std::fs::read_dir(pending_dir(data_dir, table)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".jsonl"))
+                .and_then(|n| PartitionDir::from_name(table, n))
+        })
+        .collect()
 }
 
 /// Compaction folders left in the work area of `table` (by a process that died).

@@ -31,6 +31,7 @@ pub mod partition;
 pub mod retention;
 pub mod rows;
 pub mod schema;
+pub mod scrub;
 pub mod snapshot;
 pub mod verify;
 

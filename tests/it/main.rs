@@ -24,6 +24,7 @@ mod protect_e2e;
 mod python_sdk;
 mod query;
 mod rust_sdk;
+mod scrub;
 mod tenancy;
 mod tls;
 mod verify;

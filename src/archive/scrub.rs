@@ -1,0 +1,516 @@
+//! Scrub: a rule learned after the fact applied to what the archive already holds.
+//!
+//! `toolwatch scrub --rule ID` (or `--value-from-stdin`, for one leaked value) rewrites every
+//! archive file in which the rule removes something, one partition at a time, through
+//! [`Compactor::rewrite`]: the changed files are written under new names in the work area,
+//! swapped in together with the untouched ones in one rename, and recorded in the manifest
+//! (the old file `remove`d with the hash it had when read, the new one `add`ed, reason
+//! `scrub`). Readers list the old folder or the new one, so they never see a row twice or
+//! miss one; a crash (`kill -9` included) leaves one of the two whole, and scrubbing again
+//! finishes the rest (a scrubbed file holds nothing more to remove).
+//!
+//! Every text column is scanned the way protect scans a string, JSON inside included (a rule
+//! on keys applies to the attribute names in the JSON columns), except identifiers that never
+//! carry free text ([`SKIPPED_COLUMNS`]); each changed row's `redactions` counts gain the
+//! rule's hits. A value that only the rule's placeholder now names is gone from the archive's
+//! files; the journal, downstream exports and copies made meanwhile are not touched.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, MapArray, StringArray};
+use arrow::datatypes::DataType;
+use arrow::record_batch::RecordBatch;
+
+use super::compact::Compactor;
+use super::lock::PartitionDir;
+use super::partition::{encode_partition_value, Table};
+use super::schema::CountsColumn;
+use super::ArchiveError;
+use crate::event::Redactions;
+use crate::protect::engine::{Redactor, RuleError};
+use crate::protect::rules::{Action, DetectorSpec, RedactionConfig};
+use crate::protect::{walk, KeyedHasher};
+
+/// Columns never scanned: identifiers toolwatch or the trace context makes, and hashes.
+pub const SKIPPED_COLUMNS: &[&str] = &[
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "idempotency_key_hash",
+    "alarm_id",
+    "finding_id",
+];
+
+/// The rule id a value given on stdin is removed under: `[REDACTED:scrubbed_value]`.
+pub const VALUE_RULE: &str = "scrubbed_value";
+
+/// Shortest value `--value-from-stdin` accepts: a shorter one would remove too much.
+pub const MIN_VALUE_BYTES: usize = 8;
+
+/// What a scrub removes.
+pub enum Target {
+    /// A configured or built-in rule, by id.
+    Rule(String),
+    /// One exact value (never shown in errors or logs).
+    Value(String),
+}
+
+/// Why a scrub cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrubError {
+    /// No configured or built-in rule has this id.
+    #[error("no redaction rule {0:?} in the configuration or the built-in catalogue")]
+    UnknownRule(String),
+    /// The rule does not compile.
+    #[error("{0}")]
+    Rule(#[from] RuleError),
+    /// The value is too short to remove safely.
+    #[error("the value is {0} bytes; at least {MIN_VALUE_BYTES} are needed (a shorter one would remove too much)")]
+    ValueTooShort(usize),
+}
+
+/// One rule, compiled to be applied to archived values.
+pub struct Scrubber {
+    redactor: Redactor,
+}
+
+impl Scrubber {
+    /// The scrubber of `target` under the rules of `config` (its allowlists apply; the
+    /// built-in catalogue is looked up even when `default_rules` is off). `hasher` is the
+    /// daemon's key, needed by a `hash` rule so its hashes join the ones protect made.
+    pub fn new(
+        config: &RedactionConfig,
+        target: &Target,
+        hasher: KeyedHasher,
+    ) -> Result<Scrubber, ScrubError> {
+        let mut only = RedactionConfig {
+            default_rules: false,
+            disabled_rules: Vec::new(),
+            detectors: Vec::new(),
+            key_rules: Vec::new(),
+            tenants: Default::default(),
+            // Archived JSON sits a level or two deeper than protect saw it (an attribute
+            // value inside the attributes column): room so nothing is removed for depth.
+            max_depth: config.max_depth + 4,
+            ..config.clone()
+        };
+        match target {
+            Target::Rule(id) => {
+                let (detector, key_rule) = find_rule(config, id);
+                if detector.is_none() && key_rule.is_none() {
+                    return Err(ScrubError::UnknownRule(id.clone()));
+                }
+                only.detectors.extend(detector);
+                only.key_rules.extend(key_rule);
+            }
+            Target::Value(v) => {
+                if v.len() < MIN_VALUE_BYTES {
+                    return Err(ScrubError::ValueTooShort(v.len()));
+                }
+                only.allow_values.retain(|a| a != v);
+                only.detectors.push(value_detector(v));
+            }
+        }
+        let redactor = Redactor::new(&only, hasher).map_err(|e| match target {
+            // The value's own text must not reach an error message.
+            Target::Value(_) => ScrubError::Rule(RuleError::Keywords(
+                "the value cannot be compiled into a matcher".into(),
+            )),
+            Target::Rule(_) => ScrubError::Rule(e),
+        })?;
+        Ok(Scrubber { redactor })
+    }
+
+    /// True when the rule of `id` hashes what it finds (the daemon's key is then needed).
+    pub fn rule_hashes(config: &RedactionConfig, id: &str) -> bool {
+        let (d, k) = find_rule(config, id);
+        d.is_some_and(|d| d.action == Action::Hash) || k.is_some_and(|k| k.action == Action::Hash)
+    }
+
+    /// `batches` with the rule applied, or `None` when it removes nothing from them; adds the
+    /// values it changed to `values`.
+    pub fn batches(
+        &self,
+        batches: Vec<RecordBatch>,
+        values: &mut u64,
+    ) -> Result<Option<Vec<RecordBatch>>, ArchiveError> {
+        let mut changed = false;
+        let mut out = Vec::with_capacity(batches.len());
+        for b in batches {
+            match self.batch(&b)? {
+                Some((new, n)) => {
+                    changed = true;
+                    *values += n;
+                    out.push(new);
+                }
+                None => out.push(b),
+            }
+        }
+        Ok(changed.then_some(out))
+    }
+
+    /// One batch with the rule applied and the values changed, or `None`.
+    fn batch(&self, b: &RecordBatch) -> Result<Option<(RecordBatch, u64)>, ArchiveError> {
+        let schema = b.schema();
+        let mut columns: Vec<ArrayRef> = b.columns().to_vec();
+        let mut row_hits: Vec<Redactions> = vec![Redactions::new(); b.num_rows()];
+        let mut values = 0u64;
+        for (i, field) in schema.fields().iter().enumerate() {
+            if field.data_type() != &DataType::Utf8
+                || SKIPPED_COLUMNS.contains(&field.name().as_str())
+            {
+                continue;
+            }
+            if let Some((new, n)) = self.text_column(columns[i].as_string::<i32>(), &mut row_hits) {
+                columns[i] = Arc::new(new);
+                values += n;
+            }
+        }
+        if values == 0 {
+            return Ok(None);
+        }
+        if let Ok(i) = schema.index_of("redactions") {
+            if let Some(map) = columns[i].as_map_opt() {
+                columns[i] = add_counts(map, &row_hits)?;
+            }
+        }
+        Ok(Some((RecordBatch::try_new(schema, columns)?, values)))
+    }
+
+    /// A text column with the rule applied, and the values changed; `None` if none changed.
+    fn text_column(
+        &self,
+        column: &StringArray,
+        row_hits: &mut [Redactions],
+    ) -> Option<(StringArray, u64)> {
+        let mut changed: Vec<(usize, String)> = Vec::new();
+        for (row, value) in column.iter().enumerate() {
+            let Some(value) = value else { continue };
+            let mut s = value.to_string();
+            if walk::redact_string(&self.redactor, &mut s, &mut row_hits[row], 0) {
+                changed.push((row, s));
+            }
+        }
+        if changed.is_empty() {
+            return None;
+        }
+        let n = changed.len() as u64;
+        let mut next = changed.into_iter().peekable();
+        let new: StringArray = column
+            .iter()
+            .enumerate()
+            .map(|(row, v)| match next.next_if(|(r, _)| *r == row) {
+                Some((_, s)) => Some(s),
+                None => v.map(str::to_string),
+            })
+            .collect();
+        Some((new, n))
+    }
+}
+
+/// The detector and key rule named `id`: configured ones (tenant overrides included) first,
+/// then the built-in catalogue.
+fn find_rule(
+    config: &RedactionConfig,
+    id: &str,
+) -> (
+    Option<DetectorSpec>,
+    Option<crate::protect::rules::KeyRuleSpec>,
+) {
+    use crate::protect::catalogue;
+    let detectors = config
+        .detectors
+        .iter()
+        .chain(config.tenants.values().flat_map(|t| t.detectors.iter()))
+        .cloned()
+        .chain(catalogue::default_detectors());
+    let key_rules = config
+        .key_rules
+        .iter()
+        .chain(config.tenants.values().flat_map(|t| t.key_rules.iter()))
+        .cloned()
+        .chain(catalogue::default_key_rules());
+    let detector = detectors.into_iter().find(|d| d.id == id);
+    let key_rule = if detector.is_some() {
+        None
+    } else {
+        key_rules.into_iter().find(|k| k.id == id)
+    };
+    (detector, key_rule)
+}
+
+/// A detector of exactly `value`, placeholders included (a leaked value is what it is).
+fn value_detector(value: &str) -> DetectorSpec {
+    DetectorSpec {
+        id: VALUE_RULE.to_string(),
+        description: "a value given to `toolwatch scrub --value-from-stdin`".to_string(),
+        regex: regex::escape(value),
+        keywords: Vec::new(),
+        group: 0,
+        alternate_groups: Vec::new(),
+        validator: None,
+        action: Action::Mask,
+        skip_placeholders: false,
+        min_digits: 0,
+        signals: Vec::new(),
+        keys: Vec::new(),
+        except_keys: Vec::new(),
+        except_context: Vec::new(),
+        judged: false,
+        gate: None,
+    }
+}
+
+/// The `redactions` column with each row's new hits added.
+fn add_counts(map: &MapArray, row_hits: &[Redactions]) -> Result<ArrayRef, ArchiveError> {
+    let mut out = CountsColumn::default();
+    let keys = map.keys().as_string::<i32>();
+    let values = map.values().as_primitive::<arrow::datatypes::Int64Type>();
+    let offsets = map.value_offsets();
+    for (row, hits) in row_hits.iter().enumerate() {
+        let mut counts: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+        let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
+        for e in start..end {
+            *counts.entry(keys.value(e).to_string()).or_default() += values.value(e);
+        }
+        for (rule, n) in hits {
+            *counts.entry(rule.clone()).or_default() += i64::from(*n);
+        }
+        out.append(counts.iter().map(|(k, v)| (k.as_str(), *v)))?;
+    }
+    Ok(out.finish())
+}
+
+/// Which partitions a scrub looks at.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// Tables [default: all].
+    pub tables: Vec<Table>,
+    /// Only this tenant's partitions.
+    pub tenant: Option<String>,
+    /// Only partitions of this date (`YYYY-MM-DD`) or later.
+    pub since: Option<String>,
+}
+
+impl Scope {
+    fn covers(&self, part: &PartitionDir) -> bool {
+        self.tenant
+            .as_deref()
+            .is_none_or(|t| encode_partition_value(t) == part.tenant)
+            && self
+                .since
+                .as_deref()
+                .is_none_or(|d| part.date.as_str() >= d)
+    }
+}
+
+/// What a scrub did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Partitions looked at.
+    pub partitions: u64,
+    /// Files read.
+    pub files_read: u64,
+    /// Files rewritten.
+    pub files_rewritten: u64,
+    /// Values changed (a value holding the secret twice counts once).
+    pub values: u64,
+    /// Partitions another process held throughout (scrub them again).
+    pub busy: u64,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "removed {} values from {} files ({} files in {} partitions read); {} partitions busy",
+            self.values, self.files_rewritten, self.files_read, self.partitions, self.busy
+        )
+    }
+}
+
+/// Applies `scrubber` to the partitions of `scope` under `data_dir`, through `compactor`
+/// (its instance names the new files and the manifest they are recorded in).
+pub fn run(
+    compactor: &mut Compactor,
+    data_dir: &Path,
+    scope: &Scope,
+    scrubber: &Scrubber,
+) -> Result<Report, ArchiveError> {
+    let mut report = Report::default();
+    let tables: &[Table] = if scope.tables.is_empty() {
+        &Table::ALL
+    } else {
+        &scope.tables
+    };
+    for &table in tables {
+        compactor.clean_up_table(table)?;
+        for part in super::compact::partitions(data_dir, table)? {
+            if !scope.covers(&part) {
+                continue;
+            }
+            report.partitions += 1;
+            let mut values = 0u64;
+            let done = compactor.rewrite(&part, "scrub", &mut |batches| {
+                scrubber.batches(batches, &mut values)
+            })?;
+            report.files_read += done.files_read;
+            if done.busy {
+                report.busy += 1;
+                continue;
+            }
+            report.files_rewritten += done.files_rewritten;
+            report.values += values;
+        }
+    }
+    Ok(report)
+}
+
+/// What [`run`] would do, without changing anything: `files_rewritten` counts the files
+/// that would be.
+pub fn count(data_dir: &Path, scope: &Scope, scrubber: &Scrubber) -> Result<Report, ArchiveError> {
+    let mut report = Report::default();
+    let tables: &[Table] = if scope.tables.is_empty() {
+        &Table::ALL
+    } else {
+        &scope.tables
+    };
+    // Shared with our readers: a compaction does not swap a folder away mid-count.
+    let _readers = super::lock::ReadersLock::shared(data_dir);
+    for &table in tables {
+        for part in super::compact::partitions(data_dir, table)? {
+            if !scope.covers(&part) {
+                continue;
+            }
+            report.partitions += 1;
+            for path in super::compact::completed_files(&part.dir(data_dir))? {
+                let (_, batches, _) = super::compact::read_whole(&path)?;
+                report.files_read += 1;
+                let before = report.values;
+                scrubber.batches(batches, &mut report.values)?;
+                if report.values > before {
+                    report.files_rewritten += 1;
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Array;
+    use arrow::datatypes::{Field, Schema};
+
+    fn scrubber(target: Target) -> Scrubber {
+        let mut config = RedactionConfig::default();
+        config.detectors.push(DetectorSpec {
+            id: "acme_token".into(),
+            regex: "acme_[a-z0-9]{12}".into(),
+            ..value_detector("unused-value")
+        });
+        Scrubber::new(&config, &target, KeyedHasher::new(&[7; 32])).expect("scrubber")
+    }
+
+    fn batch(texts: &[Option<&str>]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("trace_id", DataType::Utf8, false),
+            Field::new("attributes", DataType::Utf8, true),
+            super::super::schema::counts_map_field("redactions"),
+        ]));
+        let mut counts = CountsColumn::default();
+        for _ in texts {
+            counts.append([("email", 1)]).expect("counts");
+        }
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["acme_aaaaaaaaaaaa"; texts.len()])),
+                Arc::new(StringArray::from(texts.to_vec())),
+                counts.finish(),
+            ],
+        )
+        .expect("batch")
+    }
+
+    #[test]
+    fn a_rule_removes_its_values_in_json_and_counts_them_per_row() {
+        let s = scrubber(Target::Rule("acme_token".into()));
+        let b = batch(&[
+            Some(r#"{"note":"key acme_0123456789ab here","n":1}"#),
+            None,
+            Some(r#"{"clean":"nothing"}"#),
+        ]);
+        let mut values = 0;
+        let out = s
+            .batches(vec![b], &mut values)
+            .expect("scrub")
+            .expect("changed");
+        assert_eq!(values, 1);
+        let attrs = out[0].column(1).as_string::<i32>();
+        assert_eq!(
+            attrs.value(0),
+            r#"{"n":1,"note":"key [REDACTED:acme_token] here"}"#
+        );
+        assert!(attrs.is_null(1));
+        assert_eq!(attrs.value(2), r#"{"clean":"nothing"}"#);
+        // Identifiers are not scanned even when they match.
+        assert_eq!(
+            out[0].column(0).as_string::<i32>().value(0),
+            "acme_aaaaaaaaaaaa"
+        );
+        let map = out[0].column(2).as_map();
+        let row0 = map.value(0);
+        let keys: Vec<&str> = row0.column(0).as_string::<i32>().iter().flatten().collect();
+        let counts: Vec<i64> = row0
+            .column(1)
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!((keys, counts), (vec!["acme_token", "email"], vec![1, 1]));
+        assert_eq!(map.value(1).len(), 1);
+    }
+
+    #[test]
+    fn nothing_to_remove_is_none_and_a_value_from_stdin_is_removed_exactly() {
+        let s = scrubber(Target::Rule("acme_token".into()));
+        let mut values = 0;
+        assert!(s
+            .batches(vec![batch(&[Some("plain")])], &mut values)
+            .expect("scrub")
+            .is_none());
+        let v = scrubber(Target::Value("hunter2-but-longer".into()));
+        let out = v
+            .batches(
+                vec![batch(&[
+                    Some("pw=hunter2-but-longer;"),
+                    Some("hunter2-but-long"),
+                ])],
+                &mut values,
+            )
+            .expect("scrub")
+            .expect("changed");
+        let attrs = out[0].column(1).as_string::<i32>();
+        assert_eq!(attrs.value(0), "pw=[REDACTED:scrubbed_value];");
+        assert_eq!(attrs.value(1), "hunter2-but-long");
+        assert_eq!(values, 1);
+    }
+
+    #[test]
+    fn unknown_rules_and_short_values_are_refused_without_echoing_the_value() {
+        let config = RedactionConfig::default();
+        let key = || KeyedHasher::new(&[7; 32]);
+        let e = Scrubber::new(&config, &Target::Rule("nope".into()), key())
+            .err()
+            .expect("unknown");
+        assert!(e.to_string().contains("\"nope\""));
+        let e = Scrubber::new(&config, &Target::Value("s3cr".into()), key())
+            .err()
+            .expect("short");
+        assert!(!e.to_string().contains("s3cr"));
+        // Built-in rules are found by id even though the scrubber compiles only one rule.
+        assert!(Scrubber::new(&config, &Target::Rule("email_address".into()), key()).is_ok());
+    }
+}
