@@ -58,6 +58,25 @@ enum Command {
     /// for readers and recorded in a manifest. Prints how many values in how many files it
     /// removed.
     Scrub(ScrubArgs),
+    /// Print the table definitions (column types, Hive partitions) that let Apache Spark SQL
+    /// or Trino read the archive where it lies.
+    Ddl(DdlArgs),
+}
+
+#[derive(Args)]
+struct DdlArgs {
+    /// The engine.
+    #[arg(long, value_enum)]
+    engine: toolwatch::query::ddl::Engine,
+    /// Where the tables' folders are, as the engine names it (a path or `s3://bucket/prefix`)
+    /// [default: the data directory, absolute].
+    #[arg(long, value_name = "URL")]
+    location: Option<String>,
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    /// Only this table (spans, logs, requests, alarms, findings) [default: all].
+    #[arg(long, value_name = "T")]
+    table: Option<String>,
 }
 
 #[derive(Args)]
@@ -405,6 +424,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify(args),
         Command::Retention(args) => retention(args),
         Command::Scrub(args) => scrub(args),
+        Command::Ddl(args) => ddl(args),
     }
 }
 
@@ -684,6 +704,38 @@ fn value_from_stdin() -> Result<String, ExitCode> {
         return Err(usage_error("no value on stdin"));
     }
     Ok(value)
+}
+
+fn ddl(args: DdlArgs) -> ExitCode {
+    let tables = match tables_arg(args.table.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let location = match args.location {
+        Some(l) => l,
+        None => {
+            let dir = match data_dir(&args.data_dir) {
+                Ok(d) => d,
+                Err(e) => return usage_error(e),
+            };
+            std::path::absolute(&dir)
+                .unwrap_or(dir)
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    let location = location.trim_end_matches('/');
+    for table in tables {
+        let folder = format!("{location}/{}", table.as_str());
+        match toolwatch::query::ddl::definition(args.engine, table, &folder) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("toolwatch ddl: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn scrub(args: ScrubArgs) -> ExitCode {

@@ -9,6 +9,7 @@
 //! of the rows a running daemon still buffers ([`fresh`], [`view`]; see `archive::snapshot`),
 //! each row once. Everything here is read-only.
 
+pub mod ddl;
 pub mod fresh;
 pub mod output;
 pub mod trace;

@@ -11,6 +11,7 @@ mod compaction;
 mod corpora;
 mod dashboards;
 mod durability;
+mod engines;
 mod export;
 mod findings;
 mod fresh;
