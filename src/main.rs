@@ -452,6 +452,23 @@ fn existing_data_dir(arg: &DataDirArg, config: &Config) -> Result<PathBuf, ExitC
     Ok(dir)
 }
 
+/// Refuses a command that appends manifest entries without a signing key to an archive
+/// whose manifests are signed.
+fn check_signing(dir: &std::path::Path, config: &Config) -> Result<(), ExitCode> {
+    if config
+        .archive
+        .manifest_signing_key_file
+        .as_os_str()
+        .is_empty()
+        && toolwatch::archive::manifest::archive_is_signed(dir)
+    {
+        return Err(usage_error(
+            "the archive's manifests are signed: give --config with archive.manifest_signing_key_file, so this command signs what it records",
+        ));
+    }
+    Ok(())
+}
+
 /// The async runtime every command that needs one runs on.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
@@ -558,7 +575,23 @@ fn retention(args: RetentionArgs) -> ExitCode {
         eprintln!("{} partitions past their retention", found.len());
         return ExitCode::SUCCESS;
     }
+    if let Err(code) = check_signing(&dir, &config) {
+        return code;
+    }
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    // Lines an interrupted rewrite left pending are recorded before their files can go.
+    let mut compactor = toolwatch::archive::compact::Compactor::new(
+        &dir,
+        toolwatch::archive::compact::Policy::from_config(&config.archive),
+        instance_id.clone(),
+        std::sync::Arc::new(toolwatch::metrics::Metrics::new()),
+    );
+    for table in Table::ALL {
+        if let Err(e) = compactor.clean_up_table(table) {
+            eprintln!("toolwatch retention: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let manifest = match toolwatch::archive::manifest::Manifest::shared(
         &dir,
         &instance_id,
@@ -789,11 +822,30 @@ fn scrub(args: ScrubArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(e),
     };
+    if !args.dry_run {
+        if let Err(code) = check_signing(&dir, &config) {
+            return code;
+        }
+    }
     let scope = scrub::Scope {
         tables,
         tenant: args.tenant.clone(),
         since: args.since.clone(),
     };
+    // A daemon serving the archive first writes out what it holds, rows journaled under
+    // the old rules included, so those files are scrubbed too.
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    if let toolwatch::query::fresh::Freshness::Partial(why) =
+        runtime.block_on(toolwatch::query::fresh::flush_daemon(&dir))
+    {
+        eprintln!(
+            "warning: {why}; rows the daemon still holds are not scrubbed, run scrub again later"
+        );
+    }
+    drop(runtime);
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
     let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
     let mut compactor = Compactor::new(
@@ -810,7 +862,7 @@ fn scrub(args: ScrubArgs) -> ExitCode {
     match result {
         Ok(report) => {
             println!("{}{report}", if args.dry_run { "would have " } else { "" });
-            if report.busy > 0 {
+            if !report.complete() {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
@@ -849,6 +901,11 @@ fn compact(args: CompactArgs) -> ExitCode {
             return usage_error("--min-files must be at least 2");
         }
         policy.min_files = n;
+    }
+    if !args.dry_run {
+        if let Err(code) = check_signing(&dir, &config) {
+            return code;
+        }
     }
     let instance_id = hex::encode(rand::random::<[u8; 4]>());
     let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());

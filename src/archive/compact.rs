@@ -134,9 +134,11 @@ pub struct Rewrite {
     pub files_read: u64,
     /// Files replaced by a changed copy.
     pub files_rewritten: u64,
-    /// Another process held the partition (or our readers the archive) throughout: nothing
-    /// was changed.
+    /// Another process held the partition (or our readers the archive) throughout, or a
+    /// file changed while it was rewritten: nothing was changed; try again.
     pub busy: bool,
+    /// The partition folder holds a folder (or went): it was not looked at.
+    pub skipped: bool,
 }
 
 /// A completed file of a partition folder.
@@ -325,13 +327,14 @@ impl Compactor {
         pause_for_test("pending");
         lock::exchange(&live, staging)?;
         pause_for_test("exchanged");
+        // The swap is made durable before the manifest says it happened.
+        for dir in [live.parent(), staging.parent()].into_iter().flatten() {
+            crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
+        }
         // Recorded before readers (and `verify`) may look again: they see the new folder and
         // its entries together.
         let recorded = self.record(&entries);
         drop(readers);
-        for dir in [live.parent(), staging.parent()].into_iter().flatten() {
-            crate::durable::sync_dir(dir).map_err(|e| ArchiveError::io(dir, e))?;
-        }
         if recorded {
             remove_file(&pending)?;
         }
@@ -343,28 +346,42 @@ impl Compactor {
     /// Appends the entries of swaps a crash left unrecorded: a pending file whose added files
     /// are all live was swapped in; one whose are not never was (its built folder is removed
     /// with the work area).
-    fn recover_pending(&mut self, table: Table) -> Result<(), ArchiveError> {
+    fn recover_pending(&mut self, table: Table) {
         for part in lock::pending(&self.data_dir, table) {
-            let Some(_lock) = PartitionLock::acquire(&self.data_dir, &part, self.wait)? else {
-                continue;
-            };
-            let path = part.pending(&self.data_dir);
-            let entries = read_pending(&self.data_dir, &path)?;
-            let added: Vec<&NewEntry> = entries.iter().filter(|e| e.op == Op::Add).collect();
-            let swapped = !added.is_empty() && added.iter().all(|e| e.path.is_file());
-            if swapped {
-                tracing::warn!(
-                    table = table.as_str(),
-                    files = entries.len(),
-                    "recording an archive rewrite a crash left unrecorded"
-                );
-                if !self.record(&entries) {
-                    continue;
-                }
+            let recovered = PartitionLock::acquire(&self.data_dir, &part, self.wait).and_then(
+                |lock| match lock {
+                    Some(_lock) => self.recover_partition(&part),
+                    None => Ok(()),
+                },
+            );
+            // One unreadable pending file does not stop compaction; it stays for a look.
+            if let Err(e) = recovered {
+                tracing::error!(table = table.as_str(), error = %e, "pending manifest lines not recovered");
             }
-            remove_file(&path)?;
         }
-        Ok(())
+    }
+
+    /// Recovers the pending lines of one partition, whose lock the caller holds (before
+    /// anything else swaps it, so a later swap never overwrites them).
+    fn recover_partition(&mut self, part: &PartitionDir) -> Result<(), ArchiveError> {
+        let path = part.pending(&self.data_dir);
+        if !path.exists() {
+            return Ok(());
+        }
+        let entries = read_pending(&self.data_dir, &path)?;
+        let added: Vec<&NewEntry> = entries.iter().filter(|e| e.op == Op::Add).collect();
+        let swapped = !added.is_empty() && added.iter().all(|e| e.path.is_file());
+        if swapped {
+            tracing::warn!(
+                table = part.table.as_str(),
+                files = entries.len(),
+                "recording an archive rewrite a crash left unrecorded"
+            );
+            if !self.record(&entries) {
+                return Ok(());
+            }
+        }
+        remove_file(&path)
     }
 
     /// Records the swaps interrupted rewrites of `table` made and removes what they left in
@@ -437,7 +454,7 @@ impl Compactor {
     /// Records the swaps interrupted rewrites made, then removes the folders they left in
     /// the work area.
     fn clean_up(&mut self, table: Table, report: &mut Report) -> Result<(), ArchiveError> {
-        self.recover_pending(table)?;
+        self.recover_pending(table);
         for part in lock::staged(&self.data_dir, table) {
             let Some(_lock) = PartitionLock::acquire(&self.data_dir, &part, self.wait)? else {
                 report.busy += 1;
@@ -487,6 +504,9 @@ impl Compactor {
             report.busy += 1;
             return Ok(());
         };
+        // Pending lines of an earlier swap of this partition go first (this swap's pending
+        // file takes their place).
+        self.recover_partition(part)?;
         // Again under the lock: the daemon may have written files since.
         let groups = self.plan(part, now)?;
         if groups.is_empty() {
@@ -605,9 +625,12 @@ impl Compactor {
     }
 
     /// Rewrites the completed files of `part` that `change` changes (it is given each file's
-    /// batches and returns the new ones, or `None` to keep the file), with the
-    /// same locking, swap and manifest entries (`reason`) as a merge: readers see the old
-    /// folder or the new one, and a crash leaves one of them whole.
+    /// batches and returns the new ones, or `None` to keep the file), with the same swap and
+    /// manifest entries (`reason`) as a merge: readers see the old folder or the new one, and
+    /// a crash leaves one of them whole. The files are read and rewritten without the
+    /// partition's lock (in the work area the caller owns, see [`ScrubLock`](lock::ScrubLock)),
+    /// so the daemon's writer is held only for the swap; if a file rewritten changed or went
+    /// meanwhile (a merge), nothing is swapped and the partition is reported busy.
     pub fn rewrite(
         &mut self,
         part: &PartitionDir,
@@ -615,27 +638,69 @@ impl Compactor {
         change: &mut BatchChange<'_>,
     ) -> Result<Rewrite, ArchiveError> {
         let mut done = Rewrite::default();
+        let live = part.dir(&self.data_dir);
+        let Some(files) = list(&live)? else {
+            done.skipped = !live.is_dir() || part_holds_folders(&live);
+            return Ok(done);
+        };
+        let work = part.rewrite_work(&self.data_dir);
+        remove_dir(&work)?;
+        std::fs::create_dir_all(&work).map_err(|e| ArchiveError::io(&work, e))?;
+        let result = self.rewrite_in(part, &files, &work, reason, change, &mut done);
+        let _ = remove_dir(&work);
+        match result {
+            Ok(()) => Ok(done),
+            // A file listed, then merged away before it was read: the partition is busy.
+            Err(ArchiveError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                done.busy = true;
+                Ok(done)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn rewrite_in(
+        &mut self,
+        part: &PartitionDir,
+        files: &[FileInfo],
+        work: &Path,
+        reason: &'static str,
+        change: &mut BatchChange<'_>,
+        done: &mut Rewrite,
+    ) -> Result<(), ArchiveError> {
+        let (removed, added) = self.build_rewrite(part, files, work, change, done)?;
+        if removed.is_empty() {
+            return Ok(());
+        }
         let Some(_lock) = self.lock(part)? else {
             done.busy = true;
-            return Ok(done);
+            return Ok(());
         };
-        let Some(files) = list(&part.dir(&self.data_dir))? else {
-            return Ok(done);
+        // Under the lock: the files rewritten must still be there as they were read; the
+        // others (new flushes included) are linked across as they are now.
+        let Some(now) = list(&part.dir(&self.data_dir))? else {
+            done.busy = true;
+            return Ok(());
         };
+        let unchanged = removed
+            .iter()
+            .all(|r| now.iter().any(|f| f.name == r.name && f.bytes == r.bytes));
+        if !unchanged {
+            done.busy = true;
+            return Ok(());
+        }
+        // Pending lines of an earlier swap of this partition go first: this swap's own
+        // pending file takes their place.
+        self.recover_partition(part)?;
         let staging = part.staging(&self.data_dir);
         remove_dir(&staging)?;
         std::fs::create_dir_all(&staging).map_err(|e| ArchiveError::io(&staging, e))?;
-        let built = self.build_rewrite(part, &files, &staging, change, &mut done);
-        let (removed, added) = match built {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = remove_dir(&staging);
-                return Err(e);
-            }
-        };
-        if removed.is_empty() {
-            remove_dir(&staging)?;
-            return Ok(done);
+        let linked = link_staging(work, &staging, &added, &removed, &now);
+        if let Err(e) = linked {
+            let _ = remove_dir(&staging);
+            return Err(e);
         }
         pause_for_test("built");
         if self.swap_in(part, &staging, &removed, &added, reason)? {
@@ -643,16 +708,16 @@ impl Compactor {
         } else {
             done.busy = true;
         }
-        Ok(done)
+        Ok(())
     }
 
-    /// Fills `staging` for [`Compactor::rewrite`]: the changed files under new names, links to
-    /// the others; returns the files replaced and the files written.
+    /// Writes the changed files of `files` into `work` under new names; returns the files
+    /// replaced and the files written.
     fn build_rewrite(
         &mut self,
         part: &PartitionDir,
         files: &[FileInfo],
-        staging: &Path,
+        work: &Path,
         change: &mut BatchChange<'_>,
         done: &mut Rewrite,
     ) -> Result<(Vec<FileInfo>, Vec<Written>), ArchiveError> {
@@ -664,7 +729,7 @@ impl Compactor {
                 continue;
             };
             let name = self.rewritten_name(&f.name);
-            let path = staging.join(&name);
+            let path = work.join(&name);
             let (bytes, rows) =
                 write_in_order(&path, part.table, &schema, &changed, &self.policy.settings)?;
             let new_sha =
@@ -680,14 +745,6 @@ impl Compactor {
                 sha256: new_sha,
             });
         }
-        for f in files {
-            if removed.iter().any(|m| m.name == f.name) {
-                continue;
-            }
-            let to = staging.join(&f.name);
-            std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e))?;
-        }
-        crate::durable::sync_dir(staging).map_err(|e| ArchiveError::io(staging, e))?;
         Ok((removed, added))
     }
 
@@ -897,16 +954,18 @@ fn list(dir: &Path) -> Result<Option<Vec<FileInfo>>, ArchiveError> {
     Ok(Some(out))
 }
 
-/// The completed files of a partition folder, by name.
-pub(super) fn completed_files(dir: &Path) -> Result<Vec<PathBuf>, ArchiveError> {
-    let mut out: Vec<PathBuf> = list(dir)?
-        .unwrap_or_default()
+/// The completed files of a partition folder, by name; `None` when it holds a folder.
+pub(super) fn completed_files(dir: &Path) -> Result<Option<Vec<PathBuf>>, ArchiveError> {
+    let Some(files) = list(dir)? else {
+        return Ok(None);
+    };
+    let mut out: Vec<PathBuf> = files
         .into_iter()
         .filter(|f| is_completed(&f.name))
         .map(|f| f.path)
         .collect();
     out.sort();
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// True for a completed Parquet file's name.
@@ -1076,6 +1135,36 @@ fn write_sorted(
         writer.write(&out).map_err(ArchiveError::Parquet)?;
     }
     finish_file(path, writer).map(|bytes| (bytes, n as u64))
+}
+
+/// Fills `staging` for a rewrite: the files written in `work` moved in, hard links of the
+/// live files (`now`) not replaced; fsynced.
+fn link_staging(
+    work: &Path,
+    staging: &Path,
+    added: &[Written],
+    removed: &[FileInfo],
+    now: &[FileInfo],
+) -> Result<(), ArchiveError> {
+    for w in added {
+        let (from, to) = (work.join(&w.name), staging.join(&w.name));
+        std::fs::rename(&from, &to).map_err(|e| ArchiveError::io(&to, e))?;
+    }
+    for f in now {
+        if removed.iter().any(|r| r.name == f.name) {
+            continue;
+        }
+        let to = staging.join(&f.name);
+        std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e))?;
+    }
+    crate::durable::sync_dir(staging).map_err(|e| ArchiveError::io(staging, e))
+}
+
+/// True when a partition folder holds a folder (which no rewrite moves).
+fn part_holds_folders(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().any(|e| e.path().is_dir()))
+        .unwrap_or(false)
 }
 
 /// One manifest entry waiting for its swap, as kept in a pending file.

@@ -87,6 +87,13 @@ impl PartitionDir {
         pending_dir(data_dir, self.table).join(format!("{}.jsonl", self.name()))
     }
 
+    /// Where a scrub writes this partition's rewritten files without its lock.
+    pub fn rewrite_work(&self, data_dir: &Path) -> PathBuf {
+        rewrite_work_dir(data_dir)
+            .join(self.table.as_str())
+            .join(self.name())
+    }
+
     /// The hour's start, ns since the epoch, if the folder names parse.
     pub fn hour_start_ns(&self) -> Option<i64> {
         let date = chrono::NaiveDate::parse_from_str(&self.date, "%Y-%m-%d").ok()?;
@@ -305,6 +312,30 @@ impl ReadersLock {
         })?;
         Ok(taken.map(|()| ReadersLock { _file: file }))
     }
+}
+
+/// The scrub lock, `<data_dir>/.compact/locks/scrub.lock`, held by a running `toolwatch
+/// scrub` for its whole run: two scrubs take turns, and the one holding it owns the rewrite
+/// work area (see [`PartitionDir::rewrite_work`]).
+#[derive(Debug)]
+pub struct ScrubLock {
+    _file: File,
+}
+
+impl ScrubLock {
+    /// Takes the lock, waiting for a scrub already running.
+    pub fn acquire(data_dir: &Path) -> Result<ScrubLock, ArchiveError> {
+        let path = data_dir.join(WORK_DIR).join("locks").join("scrub.lock");
+        let file = open_lock_file(&path)?;
+        flock(&file, libc::LOCK_EX).map_err(|e| ArchiveError::io(&path, e))?;
+        Ok(ScrubLock { _file: file })
+    }
+}
+
+/// Where a scrub writes its rewritten files before it takes a partition's lock (the work
+/// area of the scrub lock's holder).
+pub fn rewrite_work_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(WORK_DIR).join("rewrite")
 }
 
 /// How often a compaction looks again while readers hold the readers' lock.

@@ -289,6 +289,22 @@ impl Manifest {
     }
 }
 
+/// True when some manifest under `data_dir` ends in a signed line: a command that appends
+/// entries unsigned there would make `verify --public-key` report them.
+pub fn archive_is_signed(data_dir: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(data_dir.join(DIR)) else {
+        return false;
+    };
+    rd.flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .any(|e| {
+            std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|t| t.lines().last().map(|l| l.contains("\"sig\":")))
+                .unwrap_or(false)
+        })
+}
+
 /// Hex SHA-256 of a file's bytes.
 pub fn file_sha256(path: &Path) -> std::io::Result<String> {
     let mut f = File::open(path)?;

@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, MapArray, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, MapArray, StringArray};
 use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 
@@ -108,7 +108,9 @@ impl Scrubber {
                 if v.len() < MIN_VALUE_BYTES {
                     return Err(ScrubError::ValueTooShort(v.len()));
                 }
-                only.allow_values.retain(|a| a != v);
+                // A value known to have leaked goes wherever it is, allowlisted keys included.
+                only.allow_values.clear();
+                only.allow_keys.clear();
                 only.detectors.push(value_detector(v));
             }
         }
@@ -171,8 +173,13 @@ impl Scrubber {
             return Ok(None);
         }
         if let Ok(i) = schema.index_of("redactions") {
-            if let Some(map) = columns[i].as_map_opt() {
-                columns[i] = add_counts(map, &row_hits)?;
+            if let Some(counted) = columns[i]
+                .as_map_opt()
+                .map(|map| add_counts(map, &row_hits))
+                .transpose()?
+                .flatten()
+            {
+                columns[i] = counted;
             }
         }
         Ok(Some((RecordBatch::try_new(schema, columns)?, values)))
@@ -188,7 +195,12 @@ impl Scrubber {
         for (row, value) in column.iter().enumerate() {
             let Some(value) = value else { continue };
             let mut s = value.to_string();
-            if walk::redact_string(&self.redactor, &mut s, &mut row_hits[row], 0) {
+            let mut found = walk::redact_string(&self.redactor, &mut s, &mut row_hits[row], 0);
+            // Bytes values are archived as hex, where no rule can see what protect saw.
+            if s.contains(BYTES_KEY) {
+                found |= self.bytes_values(&mut s, &mut row_hits[row]);
+            }
+            if found {
                 changed.push((row, s));
             }
         }
@@ -206,6 +218,56 @@ impl Scrubber {
             })
             .collect();
         Some((new, n))
+    }
+}
+
+/// The key under which the archive writes a bytes value (`{"bytes_hex": "…"}`).
+const BYTES_KEY: &str = "\"bytes_hex\"";
+
+impl Scrubber {
+    /// Scans the bytes values of a JSON text as the text protect read them as (UTF-8); one
+    /// the rule changes becomes the redacted text. True if any changed.
+    fn bytes_values(&self, s: &mut String, hits: &mut Redactions) -> bool {
+        let Ok(mut v) = serde_json::from_str::<serde_json::Value>(s) else {
+            return false;
+        };
+        if !self.bytes_in(&mut v, hits, 0) {
+            return false;
+        }
+        *s = v.to_string();
+        true
+    }
+
+    fn bytes_in(&self, v: &mut serde_json::Value, hits: &mut Redactions, depth: usize) -> bool {
+        use serde_json::Value;
+        if depth > self.redactor.max_depth {
+            return false;
+        }
+        match v {
+            Value::Object(m) if m.len() == 1 => {
+                if let Some(Value::String(h)) = m.get("bytes_hex") {
+                    let Some(mut text) =
+                        hex::decode(h).ok().and_then(|b| String::from_utf8(b).ok())
+                    else {
+                        return false;
+                    };
+                    if walk::redact_string(&self.redactor, &mut text, hits, 0) {
+                        *v = Value::String(text);
+                        return true;
+                    }
+                    return false;
+                }
+                m.values_mut()
+                    .fold(false, |any, x| self.bytes_in(x, hits, depth + 1) | any)
+            }
+            Value::Object(m) => m
+                .values_mut()
+                .fold(false, |any, x| self.bytes_in(x, hits, depth + 1) | any),
+            Value::Array(a) => a
+                .iter_mut()
+                .fold(false, |any, x| self.bytes_in(x, hits, depth + 1) | any),
+            _ => false,
+        }
     }
 }
 
@@ -262,11 +324,17 @@ fn value_detector(value: &str) -> DetectorSpec {
     }
 }
 
-/// The `redactions` column with each row's new hits added.
-fn add_counts(map: &MapArray, row_hits: &[Redactions]) -> Result<ArrayRef, ArchiveError> {
+/// The `redactions` column with each row's new hits added; `None` when the column is not
+/// the map this release writes (a file of another schema keeps its counts).
+fn add_counts(map: &MapArray, row_hits: &[Redactions]) -> Result<Option<ArrayRef>, ArchiveError> {
     let mut out = CountsColumn::default();
-    let keys = map.keys().as_string::<i32>();
-    let values = map.values().as_primitive::<arrow::datatypes::Int64Type>();
+    let (Some(keys), Some(values)) = (
+        map.keys().as_string_opt::<i32>(),
+        map.values()
+            .as_primitive_opt::<arrow::datatypes::Int64Type>(),
+    ) else {
+        return Ok(None);
+    };
     let offsets = map.value_offsets();
     for (row, hits) in row_hits.iter().enumerate() {
         let mut counts: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
@@ -279,7 +347,8 @@ fn add_counts(map: &MapArray, row_hits: &[Redactions]) -> Result<ArrayRef, Archi
         }
         out.append(counts.iter().map(|(k, v)| (k.as_str(), *v)))?;
     }
-    Ok(out.finish())
+    let column = out.finish();
+    Ok((column.data_type() == map.data_type()).then_some(column))
 }
 
 /// Which partitions a scrub looks at.
@@ -316,16 +385,35 @@ pub struct Report {
     pub files_rewritten: u64,
     /// Values changed (a value holding the secret twice counts once).
     pub values: u64,
-    /// Partitions another process held throughout (scrub them again).
+    /// Partitions another process held throughout, or whose files changed meanwhile
+    /// (scrub them again).
     pub busy: u64,
+    /// Partitions not looked at: the folder holds a folder.
+    pub skipped: u64,
+    /// Partitions that failed (an unreadable file, a write error): logged; the others
+    /// were scrubbed.
+    pub failed: u64,
+}
+
+impl Report {
+    /// True when every partition in scope was looked at and is done.
+    pub fn complete(&self) -> bool {
+        self.busy == 0 && self.skipped == 0 && self.failed == 0
+    }
 }
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "removed {} values from {} files ({} files in {} partitions read); {} partitions busy",
-            self.values, self.files_rewritten, self.files_read, self.partitions, self.busy
+            "removed {} values from {} files ({} files in {} partitions read); {} partitions busy, {} skipped, {} failed",
+            self.values,
+            self.files_rewritten,
+            self.files_read,
+            self.partitions,
+            self.busy,
+            self.skipped,
+            self.failed
         )
     }
 }
@@ -344,8 +432,21 @@ pub fn run(
     } else {
         &scope.tables
     };
+    // One scrub at a time owns the rewrite work area; what a killed one left there goes.
+    let _scrub = super::lock::ScrubLock::acquire(data_dir)?;
+    let work = super::lock::rewrite_work_dir(data_dir);
+    if let Err(e) = std::fs::remove_dir_all(&work) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(ArchiveError::Io {
+                path: work,
+                source: e,
+            });
+        }
+    }
     for &table in tables {
-        compactor.clean_up_table(table)?;
+        if let Err(e) = compactor.clean_up_table(table) {
+            tracing::error!(table = table.as_str(), error = %e, "interrupted rewrites not cleaned up");
+        }
         for part in super::compact::partitions(data_dir, table)? {
             if !scope.covers(&part) {
                 continue;
@@ -354,14 +455,27 @@ pub fn run(
             let mut values = 0u64;
             let done = compactor.rewrite(&part, "scrub", &mut |batches| {
                 scrubber.batches(batches, &mut values)
-            })?;
+            });
+            let done = match done {
+                Ok(d) => d,
+                // One partition that cannot be scrubbed does not stop the others. The error
+                // names files and types, never values.
+                Err(e) => {
+                    tracing::error!(table = table.as_str(), tenant = %part.tenant, date = %part.date, hour = %part.hour, error = %e, "partition not scrubbed");
+                    report.failed += 1;
+                    continue;
+                }
+            };
             report.files_read += done.files_read;
-            if done.busy {
+            if done.skipped {
+                tracing::warn!(table = table.as_str(), tenant = %part.tenant, date = %part.date, hour = %part.hour, "partition not scrubbed: its folder holds a folder");
+                report.skipped += 1;
+            } else if done.busy {
                 report.busy += 1;
-                continue;
+            } else {
+                report.files_rewritten += done.files_rewritten;
+                report.values += values;
             }
-            report.files_rewritten += done.files_rewritten;
-            report.values += values;
         }
     }
     Ok(report)
@@ -384,7 +498,11 @@ pub fn count(data_dir: &Path, scope: &Scope, scrubber: &Scrubber) -> Result<Repo
                 continue;
             }
             report.partitions += 1;
-            for path in super::compact::completed_files(&part.dir(data_dir))? {
+            let Some(files) = super::compact::completed_files(&part.dir(data_dir))? else {
+                report.skipped += 1;
+                continue;
+            };
+            for path in files {
                 let (_, batches, _) = super::compact::read_whole(&path)?;
                 report.files_read += 1;
                 let before = report.values;
@@ -401,7 +519,6 @@ pub fn count(data_dir: &Path, scope: &Scope, scrubber: &Scrubber) -> Result<Repo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::Array;
     use arrow::datatypes::{Field, Schema};
 
     fn scrubber(target: Target) -> Scrubber {
@@ -496,6 +613,36 @@ mod tests {
         assert_eq!(attrs.value(0), "pw=[REDACTED:scrubbed_value];");
         assert_eq!(attrs.value(1), "hunter2-but-long");
         assert_eq!(values, 1);
+    }
+
+    #[test]
+    fn a_leaked_value_goes_from_allowlisted_keys_and_bytes_values_too() {
+        let v = scrubber(Target::Value("hunter2-but-longer".into()));
+        let hex = hex::encode("pw hunter2-but-longer end");
+        let other = hex::encode("nothing here at all");
+        let b = batch(&[
+            Some(r#"{"service.version":"hunter2-but-longer"}"#),
+            Some(&format!(
+                r#"{{"blob":{{"bytes_hex":"{hex}"}},"keep":{{"bytes_hex":"{other}"}}}}"#
+            )),
+        ]);
+        let mut values = 0;
+        let out = v
+            .batches(vec![b], &mut values)
+            .expect("scrub")
+            .expect("changed");
+        let attrs = out[0].column(1).as_string::<i32>();
+        assert_eq!(
+            attrs.value(0),
+            r#"{"service.version":"[REDACTED:scrubbed_value]"}"#
+        );
+        assert_eq!(
+            attrs.value(1),
+            format!(
+                r#"{{"blob":"pw [REDACTED:scrubbed_value] end","keep":{{"bytes_hex":"{other}"}}}}"#
+            )
+        );
+        assert_eq!(values, 2);
     }
 
     #[test]
