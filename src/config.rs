@@ -53,6 +53,9 @@ pub struct Config {
     pub export: crate::export::config::ExportConfig,
     /// The daemon's own logs.
     pub log: LogConfig,
+    /// `[retention]`: the same as `[archive.retention]` (one of the two, not both).
+    #[serde(skip_serializing_if = "crate::archive::retention::RetentionConfig::is_empty")]
+    pub retention: crate::archive::retention::RetentionConfig,
 }
 
 /// Listening addresses of the three servers.
@@ -89,14 +92,31 @@ pub struct ReceiveConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// Data directory: holds `spans/`, `logs/` and the daemon's state.
+    /// Data directory: holds the journal and the daemon's state, and the archive unless
+    /// `archive_dir` names another place.
     pub data_dir: PathBuf,
+    /// Where the archive's tables, manifests and work area live, when not in `data_dir`:
+    /// one folder several instances (each with its own `data_dir`) write together.
+    /// Empty: `data_dir`.
+    pub archive_dir: PathBuf,
+}
+
+impl StorageConfig {
+    /// The archive's root folder.
+    pub fn archive_root(&self) -> PathBuf {
+        if self.archive_dir.as_os_str().is_empty() {
+            self.data_dir.clone()
+        } else {
+            self.archive_dir.clone()
+        }
+    }
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             data_dir: PathBuf::from("./toolwatch-data"),
+            archive_dir: PathBuf::new(),
         }
     }
 }
@@ -248,7 +268,22 @@ impl Config {
             }
             None => Config::default(),
         };
-        config.with_env_overrides(env)
+        config.with_env_overrides(env)?.with_retention_moved()
+    }
+
+    /// `[retention]` moved under `[archive.retention]`, where the archive reads it.
+    fn with_retention_moved(mut self) -> Result<Config, ConfigError> {
+        if self.retention.is_empty() {
+            return Ok(self);
+        }
+        if !self.archive.retention.is_empty() {
+            return Err(ConfigError::Invalid {
+                origin: "retention".into(),
+                message: "give retention in [retention] or in [archive.retention], not both".into(),
+            });
+        }
+        self.archive.retention = std::mem::take(&mut self.retention);
+        Ok(self)
     }
 
     /// Applies `TOOLWATCH_SECTION__KEY=value` overrides; `__` separates the levels.
@@ -585,6 +620,32 @@ mod tests {
         let err = Config::from_toml("[listen]\notlp_grpc = \"nowhere\"\n", "f.toml")
             .expect_err("bad addr");
         assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn retention_may_be_given_top_level_as_the_issue_names_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "[retention]\nspans = \"90d\"\ntenants.acme.spans = \"400d\"\n",
+        )
+        .expect("write");
+        let c = Config::load(Some(&file), Vec::new()).expect("load");
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(c.archive.retention.spans.map(|d| d.0), Some(90 * day));
+        assert_eq!(
+            c.archive.retention.tenants["acme"].spans.map(|d| d.0),
+            Some(400 * day)
+        );
+        assert!(c.retention.is_empty());
+        std::fs::write(
+            &file,
+            "[retention]\nspans = \"90d\"\n[archive.retention]\nlogs = \"9d\"\n",
+        )
+        .expect("write");
+        let e = Config::load(Some(&file), Vec::new()).expect_err("both");
+        assert!(e.to_string().contains("not both"), "{e}");
     }
 
     #[test]

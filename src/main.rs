@@ -199,8 +199,9 @@ impl FreshArg {
 
 #[derive(Args)]
 struct DataDirArg {
-    /// Data directory holding the archive [default: ./toolwatch-data, or
-    /// TOOLWATCH_STORAGE__DATA_DIR].
+    /// Data directory holding the archive (or the shared archive folder, `storage.archive_dir`)
+    /// [default: TOOLWATCH_STORAGE__ARCHIVE_DIR, else TOOLWATCH_STORAGE__DATA_DIR, else
+    /// ./toolwatch-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 }
@@ -428,21 +429,23 @@ fn main() -> ExitCode {
     }
 }
 
-/// The data directory from the flag, else the configuration (env overrides included).
+/// The archive's folder from the flag, else the configuration's (`storage.archive_dir`, else
+/// `storage.data_dir`; env overrides included).
 fn data_dir(arg: &DataDirArg) -> Result<PathBuf, toolwatch::config::ConfigError> {
     match &arg.data_dir {
         Some(d) => Ok(d.clone()),
-        None => Config::load(None, std::env::vars()).map(|c| c.storage.data_dir),
+        None => Config::load(None, std::env::vars()).map(|c| c.storage.archive_root()),
     }
 }
 
-/// The data directory of a command that works on an existing archive: the flag, else the
-/// configuration's; a usage error when it is not there.
+/// The archive's folder for a command that works on an existing archive: the flag, else the
+/// configuration's (`storage.archive_dir`, else `storage.data_dir`); a usage error when it is
+/// not there.
 fn existing_data_dir(arg: &DataDirArg, config: &Config) -> Result<PathBuf, ExitCode> {
     let dir = arg
         .data_dir
         .clone()
-        .unwrap_or_else(|| config.storage.data_dir.clone());
+        .unwrap_or_else(|| config.storage.archive_root());
     if !dir.is_dir() {
         return Err(usage_error(format!(
             "data directory {} does not exist (set --data-dir)",

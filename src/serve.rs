@@ -142,10 +142,13 @@ pub async fn run(
     reload: ConfigSource,
 ) -> Result<ArchiveTotals, ServeError> {
     let data_dir = config.storage.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).map_err(|source| ServeError::DataDir {
-        path: data_dir.clone(),
-        source,
-    })?;
+    let archive_dir = config.storage.archive_root();
+    for dir in [&data_dir, &archive_dir] {
+        std::fs::create_dir_all(dir).map_err(|source| ServeError::DataDir {
+            path: dir.clone(),
+            source,
+        })?;
+    }
     let metrics = Arc::new(Metrics::new());
     let senders = Arc::new(SharedDirectory::new(SenderDirectory::from_config(
         &config.auth,
@@ -215,7 +218,7 @@ pub async fn run(
         head: Arc::clone(&head),
     };
     let archive = Archive::open(
-        &data_dir,
+        &archive_dir,
         &[Table::Spans, Table::Logs],
         &config.archive,
         instance_id.clone(),
@@ -232,7 +235,7 @@ pub async fn run(
     }
     let archive_consumer = ArchiveConsumer::new(
         archive,
-        &data_dir,
+        &archive_dir,
         &journal.id,
         head.committed(),
         recent,
@@ -249,7 +252,7 @@ pub async fn run(
     )?;
 
     let requests_archive = Archive::open(
-        &data_dir,
+        &archive_dir,
         &[Table::Requests, Table::Findings],
         &config.archive,
         instance_id.clone(),
@@ -261,7 +264,7 @@ pub async fn run(
     let stop_delivery = CancellationToken::new();
     let (mut budget_stage, skip_before, delivery_tasks) = budget_stage(
         &config,
-        &data_dir,
+        (&data_dir, &archive_dir),
         instance_id.clone(),
         Arc::clone(&metrics),
         stop_delivery.clone(),
@@ -662,7 +665,7 @@ const JOURNAL_FULL: f64 = 0.98;
 /// delivery tasks.
 fn budget_stage(
     config: &Config,
-    data_dir: &std::path::Path,
+    (data_dir, archive_dir): (&std::path::Path, &std::path::Path),
     instance_id: String,
     metrics: Arc<Metrics>,
     stop_delivery: CancellationToken,
@@ -691,7 +694,7 @@ fn budget_stage(
     let mut alarm_files = config.archive.clone();
     alarm_files.max_file_age.0 = alarm_files.max_file_age.0.min(ALARM_FILE_MAX_AGE);
     let archive = Archive::open(
-        data_dir,
+        archive_dir,
         &[Table::Alarms],
         &alarm_files,
         instance_id,

@@ -205,7 +205,7 @@ impl Archive {
         for &table in tables {
             let dir = data_dir.join(table.as_str());
             std::fs::create_dir_all(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
-            let removed = remove_in_progress(&dir)?;
+            let removed = remove_in_progress(data_dir, table)?;
             if removed > 0 {
                 tracing::warn!(
                     table = table.as_str(),
@@ -973,23 +973,35 @@ pub fn record_ranges(name: &str) -> Vec<(String, u64, u64)> {
     out
 }
 
-fn remove_in_progress(dir: &Path) -> Result<u64, ArchiveError> {
+/// Removes the unfinished files a dead writer left in `table`'s partitions. A writer holds a
+/// partition's lock while its file is unfinished, so a file whose partition is locked belongs
+/// to a live writer (another instance writing the same archive) and stays.
+fn remove_in_progress(data_dir: &Path, table: Table) -> Result<u64, ArchiveError> {
     let mut removed = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).map_err(|e| ArchiveError::io(&d, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| ArchiveError::io(&d, e))?;
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(IN_PROGRESS_SUFFIX))
-            {
-                std::fs::remove_file(&path).map_err(|e| ArchiveError::io(&path, e))?;
-                removed += 1;
+    for part in compact::partitions(data_dir, table)? {
+        let dir = part.dir(data_dir);
+        let entries = std::fs::read_dir(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
+        let unfinished: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.ends_with(IN_PROGRESS_SUFFIX))
+            })
+            .collect();
+        if unfinished.is_empty() {
+            continue;
+        }
+        let Some(_lock) = lock::PartitionLock::acquire(data_dir, &part, false)? else {
+            continue;
+        };
+        for path in unfinished {
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                // Completed (renamed) by its writer since the listing.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ArchiveError::io(&path, e)),
             }
         }
     }
@@ -1297,7 +1309,7 @@ mod tests {
             );
         }
         assert_eq!(
-            remove_in_progress(&dir.path().join("spans")).expect("scan"),
+            remove_in_progress(dir.path(), Table::Spans).expect("scan"),
             0
         );
         assert_eq!(a.pinned_record(), None);

@@ -29,3 +29,4 @@ mod scrub;
 mod tenancy;
 mod tls;
 mod verify;
+mod writers;

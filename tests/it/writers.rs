@@ -1,0 +1,197 @@
+//! Several instances, each with its own data directory (journal, state), writing one archive
+//! folder (`storage.archive_dir`): no file collides, every span is there once, `verify`
+//! checks every instance's manifest, `query` reads them all.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use toolwatch::archive::lock::{PartitionDir, PartitionLock};
+use toolwatch::archive::partition::Table;
+
+use crate::harness::{loadgen, parquet_files, toolwatch, Daemon, DaemonOptions};
+
+const REQUESTS: u64 = 60;
+
+fn instance(archive: &Path, data: &Path) -> Daemon {
+    Daemon::start_with(DaemonOptions {
+        data_dir: Some(data.to_path_buf()),
+        env: vec![
+            (
+                "TOOLWATCH_STORAGE__ARCHIVE_DIR".into(),
+                archive.display().to_string(),
+            ),
+            ("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "300ms".into()),
+            ("TOOLWATCH_ARCHIVE__MAX_FILE_AGE".into(), "200ms".into()),
+            // Both instances merge the same partitions, often.
+            ("TOOLWATCH_ARCHIVE__COMPACT_EVERY".into(), "300ms".into()),
+            ("TOOLWATCH_ARCHIVE__COMPACT_AFTER".into(), "1ms".into()),
+            ("TOOLWATCH_ARCHIVE__COMPACT_MIN_FILES".into(), "2".into()),
+        ],
+        ..Default::default()
+    })
+}
+
+fn count(archive: &Path, sql: &str) -> u64 {
+    let out = toolwatch()
+        .arg("query")
+        .arg("--data-dir")
+        .arg(archive)
+        .args(["--format", "json", sql])
+        .output()
+        .expect("query");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("rows");
+    rows[0]["n"].as_u64().expect("count")
+}
+
+fn verify(archive: &Path) -> (String, String, i32) {
+    let out = toolwatch()
+        .args(["verify", "--data-dir"])
+        .arg(archive)
+        .output()
+        .expect("verify");
+    (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn two_instances_write_one_archive_without_collisions() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let archive = root.path().join("shared-archive");
+    let mut a = instance(&archive, &root.path().join("a"));
+    let mut b = instance(&archive, &root.path().join("b"));
+    // The same three tenants at both (a rebalanced router sends a tenant to either), so both
+    // write, and merge, the same partitions at once.
+    let (ta, tb) = (a.grpc_url(), b.grpc_url());
+    let send = |target: String, seed: &'static str| {
+        std::thread::spawn(move || {
+            loadgen(&[
+                "--target",
+                &target,
+                "--requests",
+                "60",
+                "--tenants",
+                "3",
+                "--seed",
+                seed,
+            ])
+        })
+    };
+    let (ra, rb) = (send(ta, "71"), send(tb, "72"));
+    let spans_a = ra.join().expect("loadgen a")["spans"]
+        .as_u64()
+        .expect("spans");
+    let spans_b = rb.join().expect("loadgen b")["spans"]
+        .as_u64()
+        .expect("spans");
+    a.wait_for_complete_summaries(REQUESTS);
+    b.wait_for_complete_summaries(REQUESTS);
+    a.stop();
+    b.stop();
+
+    // Each data directory keeps its own journal and state; the archive is in neither.
+    for d in ["a", "b"] {
+        assert!(root.path().join(d).join("journal").is_dir());
+        assert!(!root.path().join(d).join("spans").exists());
+    }
+    let spans = spans_a + spans_b;
+    assert_eq!(count(&archive, "SELECT count(*) AS n FROM spans"), spans);
+    assert_eq!(
+        count(
+            &archive,
+            "SELECT count(*) AS n FROM (SELECT DISTINCT trace_id, span_id FROM spans)"
+        ),
+        spans,
+        "no span twice"
+    );
+    assert_eq!(
+        count(
+            &archive,
+            "SELECT count(*) AS n FROM requests WHERE summary_version = 1"
+        ),
+        2 * REQUESTS
+    );
+    // One manifest per instance, each recording the files its instance wrote (named by its
+    // id; either instance may since have merged the other's).
+    let manifests: Vec<std::path::PathBuf> = std::fs::read_dir(archive.join("manifest"))
+        .expect("manifests")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(manifests.len(), 2, "one manifest per instance");
+    for m in &manifests {
+        let id = m.file_stem().and_then(|s| s.to_str()).expect("instance id");
+        let text = std::fs::read_to_string(m).expect("manifest");
+        let flushed: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("\"reason\":\"flush\"") && l.contains("\"path\":\"spans/"))
+            .collect();
+        assert!(!flushed.is_empty(), "{id} wrote spans files");
+        assert!(
+            flushed.iter().all(|l| l.contains(&format!("-{id}-"))),
+            "{id}'s manifest records only its own files"
+        );
+    }
+    let (problems, summary, code) = verify(&archive);
+    assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
+    assert!(summary.starts_with("2 manifests"), "{summary}");
+
+    // A third instance starting on the archive removes what a dead writer left unfinished,
+    // but not the file of a writer that is alive (it holds the partition's lock).
+    let spans_dirs: Vec<_> = parquet_files(&archive, "spans")
+        .iter()
+        .filter_map(|f| f.parent().map(Path::to_path_buf))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert!(spans_dirs.len() >= 2);
+    let dead = spans_dirs[0].join(".part-dead-writer.parquet.inprogress");
+    let alive = spans_dirs[1].join(".part-live-writer.parquet.inprogress");
+    std::fs::write(&dead, b"half").expect("plant");
+    std::fs::write(&alive, b"half").expect("plant");
+    let part = |dir: &Path| {
+        let value = |prefix: &str| {
+            dir.ancestors()
+                .filter_map(|a| a.file_name()?.to_str()?.strip_prefix(prefix))
+                .next()
+                .expect("partition folder")
+                .to_string()
+        };
+        PartitionDir {
+            table: Table::Spans,
+            tenant: value("tenant="),
+            date: value("date="),
+            hour: value("hour="),
+        }
+    };
+    let held = PartitionLock::acquire(&archive, &part(&spans_dirs[1]), true)
+        .expect("lock")
+        .expect("taken");
+    let mut c = instance(&archive, &root.path().join("c"));
+    assert!(!dead.exists(), "a dead writer's unfinished file is removed");
+    assert!(alive.exists(), "a live writer's unfinished file stays");
+    c.stop();
+    drop(held);
+    std::fs::remove_file(&alive).expect("clean");
+
+    // The archive compacts and verifies as one.
+    let out = toolwatch()
+        .args(["compact", "--older-than", "0s", "--data-dir"])
+        .arg(&archive)
+        .output()
+        .expect("compact");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (problems, summary, code) = verify(&archive);
+    assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
+    assert_eq!(count(&archive, "SELECT count(*) AS n FROM spans"), spans);
+}
