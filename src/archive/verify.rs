@@ -3,8 +3,9 @@
 //! Every manifest's chain is checked line by line (each line names the hash of the one
 //! before), then the files the manifests say should be there (added and not removed) are
 //! compared with the files that are: each missing, modified (SHA-256 differs) or extra file is
-//! named. `--since` limits the file comparison to partitions of that date or later (chains are
-//! always checked whole: they are small).
+//! named. `--since` limits the file comparison and signature checks to partitions of that
+//! date or later; chains are always checked whole, streamed line by line, so memory holds the
+//! files in scope, never a manifest's text.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -124,18 +125,36 @@ pub struct Report {
     pub problems: Vec<Problem>,
 }
 
-/// Verifies the archive under `data_dir`; `since` (`YYYY-MM-DD`) limits the file comparison;
-/// with `key`, every entry must carry a signature it verifies.
+/// What the manifests say about the files in scope.
+#[derive(Default)]
+struct Ledger {
+    /// Every file added: its SHA-256 and size as recorded.
+    added: std::collections::HashMap<String, ([u8; 32], u64)>,
+    /// Every file removed, with the SHA-256 its remover read (`None`: retention, which does
+    /// not read).
+    removed: std::collections::HashMap<String, Option<[u8; 32]>>,
+}
+
+/// A hex SHA-256 as bytes (anything else: zeros, which match no file).
+fn sha_bytes(hex_text: &str) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    if hex::decode_to_slice(hex_text, &mut out).is_err() {
+        out = [0u8; 32];
+    }
+    out
+}
+
+/// Verifies the archive under `data_dir`; `since` (`YYYY-MM-DD`) limits the file comparison
+/// and the signature checks to partitions of that date or later (every chain is still read
+/// whole, streamed); with `key`, every entry in scope, and every manifest's last line, must
+/// carry a signature it verifies (the chain ties each earlier line to the last).
 pub fn verify(
     data_dir: &Path,
     since: Option<&str>,
     key: Option<&ed25519_dalek::VerifyingKey>,
 ) -> std::io::Result<Report> {
     let mut report = Report::default();
-    let mut expected: BTreeMap<String, (String, u64)> = BTreeMap::new();
-    // Removals, with the hash the remover read (empty: retention, which does not read).
-    let mut removed: BTreeMap<String, String> = BTreeMap::new();
-    let mut ever_added: BTreeMap<String, String> = BTreeMap::new();
+    let mut ledger = Ledger::default();
     // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
     let _readers = super::lock::ReadersLock::shared(data_dir);
     let mut manifests: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
@@ -148,6 +167,13 @@ pub fn verify(
         Err(e) => return Err(e),
     };
     manifests.sort();
+    let in_scope = |p: &str| {
+        since.is_none_or(|d| {
+            p.split('/')
+                .find_map(|c| c.strip_prefix("date="))
+                .is_none_or(|date| date >= d)
+        })
+    };
     for path in manifests {
         let name = format!(
             "{DIR}/{}",
@@ -159,49 +185,29 @@ pub fn verify(
         {
             continue;
         }
-        // Bytes that are not UTF-8 make an unreadable line, not an unreadable archive.
-        let text = String::from_utf8_lossy(&std::fs::read(&path)?).into_owned();
         report.manifests += 1;
-        let entries = check_chain(&name, &text, key, &mut report.problems);
-        if let Some(last) = text.lines().last() {
-            let seq = entries.last().map_or(0, |e| e.seq);
-            report.heads.push((name.clone(), seq, line_hash(last)));
-        }
-        report.entries += entries.len();
-        for e in entries {
-            match e.op {
-                Op::Add => {
-                    ever_added.insert(e.path.clone(), e.sha256.clone());
-                    expected.insert(e.path, (e.sha256, e.bytes));
-                }
-                Op::Remove => {
-                    removed.insert(e.path, e.sha256);
-                }
-            }
+        let scan = scan_manifest(&name, &path, key, &in_scope, &mut ledger, &mut report.problems)?;
+        report.entries += scan.entries;
+        if let Some(head) = scan.head {
+            report.heads.push((name, head.0, head.1));
         }
     }
+    let Ledger { mut added, removed } = ledger;
     for (r, read) in &removed {
-        expected.remove(r);
-        match ever_added.get(r) {
+        match added.remove(r) {
             None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
-            Some(sha) if !read.is_empty() && read != sha => report
+            Some((sha, _)) if read.is_some_and(|read| read != sha) => report
                 .problems
                 .push(Problem::ModifiedBeforeRemoval(r.clone())),
             Some(_) => {}
         }
     }
-    let in_scope = |p: &str| {
-        since.is_none_or(|d| {
-            p.split('/')
-                .find_map(|c| c.strip_prefix("date="))
-                .is_none_or(|date| date >= d)
-        })
-    };
     let present: BTreeSet<String> = archive_files(data_dir)?
         .into_iter()
         .filter(|p| in_scope(p))
         .collect();
-    for (p, (sha, bytes)) in expected.iter().filter(|(p, _)| in_scope(p)) {
+    let expected: BTreeMap<String, ([u8; 32], u64)> = added.into_iter().collect();
+    for (p, (sha, bytes)) in &expected {
         if !present.contains(p) {
             report.problems.push(Problem::Missing(p.clone()));
             continue;
@@ -209,7 +215,7 @@ pub fn verify(
         report.files += 1;
         let file = data_dir.join(p);
         let same_size = std::fs::metadata(&file).map(|m| m.len()).ok() == Some(*bytes);
-        if !same_size || file_sha256(&file)? != *sha {
+        if !same_size || sha_bytes(&file_sha256(&file)?) != *sha {
             report.problems.push(Problem::Modified(p.clone()));
         }
     }
@@ -217,6 +223,168 @@ pub fn verify(
         report.problems.push(Problem::Extra(p.clone()));
     }
     Ok(report)
+}
+
+/// What scanning one manifest found.
+struct Scan {
+    /// Entries read.
+    entries: usize,
+    /// Its last line: (seq, hash).
+    head: Option<(u64, String)>,
+}
+
+/// One line of a manifest at a time: a manifest of millions of lines is never held whole.
+struct Lines {
+    reader: std::io::BufReader<std::fs::File>,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    fn open(path: &Path) -> std::io::Result<Lines> {
+        Ok(Lines {
+            reader: std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?),
+            buf: Vec::new(),
+        })
+    }
+
+    /// The next line without its end (`\n` or `\r\n`); bytes that are not UTF-8 make an
+    /// unreadable line, not an unreadable archive.
+    fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        use std::io::BufRead;
+        self.buf.clear();
+        if self.reader.read_until(b'\n', &mut self.buf)? == 0 {
+            return Ok(None);
+        }
+        let mut end = self.buf.len();
+        if self.buf[..end].ends_with(b"\n") {
+            end -= 1;
+            if self.buf[..end].ends_with(b"\r") {
+                end -= 1;
+            }
+        }
+        Ok(Some(String::from_utf8_lossy(&self.buf[..end]).into_owned()))
+    }
+}
+
+/// Checks one manifest's chain, streamed, and books its entries in scope.
+fn scan_manifest(
+    name: &str,
+    path: &Path,
+    key: Option<&ed25519_dalek::VerifyingKey>,
+    in_scope: &dyn Fn(&str) -> bool,
+    ledger: &mut Ledger,
+    problems: &mut Vec<Problem>,
+) -> std::io::Result<Scan> {
+    let mut lines = Lines::open(path)?;
+    let mut scan = Scan {
+        entries: 0,
+        head: None,
+    };
+    let mut previous = GENESIS.to_string();
+    // Lines whose `prev` is not the line before's hash: (line, prev), told apart once the
+    // whole manifest's hashes are known (rare: only a changed manifest has any).
+    let mut mismatched: Vec<(usize, String)> = Vec::new();
+    // The last entry, whose signature is always checked.
+    let mut last: Option<(usize, Entry)> = None;
+    let mut at = 0usize;
+    while let Some(line) = lines.next_line()? {
+        at += 1;
+        let hash = line_hash(&line);
+        let parsed = serde_json::from_str::<Entry>(&line);
+        previous = match parsed {
+            Err(_) => {
+                problems.push(Problem::Unreadable {
+                    manifest: name.to_string(),
+                    line: at,
+                });
+                hash
+            }
+            Ok(entry) => {
+                if entry.prev != previous {
+                    mismatched.push((at, entry.prev.clone()));
+                } else if entry.seq != at as u64 {
+                    problems.push(Problem::Reordered {
+                        manifest: name.to_string(),
+                        line: at,
+                    });
+                }
+                let scoped = in_scope(&entry.path);
+                if let (Some(key), true) = (key, scoped) {
+                    check_signature(name, at, &entry, key, problems);
+                }
+                if scoped {
+                    book(ledger, &entry);
+                }
+                scan.entries += 1;
+                scan.head = Some((entry.seq, hash.clone()));
+                last = Some((at, entry));
+                hash
+            }
+        };
+    }
+    if let (Some(key), Some((at, entry))) = (key, &last) {
+        if !in_scope(&entry.path) {
+            check_signature(name, *at, entry, key, problems);
+        }
+    }
+    if !mismatched.is_empty() {
+        classify_mismatches(name, path, mismatched, problems)?;
+    }
+    Ok(scan)
+}
+
+/// Books one entry: an add, or a removal with what its remover read.
+fn book(ledger: &mut Ledger, entry: &Entry) {
+    match entry.op {
+        Op::Add => {
+            ledger
+                .added
+                .insert(entry.path.clone(), (sha_bytes(&entry.sha256), entry.bytes));
+        }
+        Op::Remove => {
+            let read = (!entry.sha256.is_empty()).then(|| sha_bytes(&entry.sha256));
+            ledger.removed.insert(entry.path.clone(), read);
+        }
+    }
+}
+
+fn check_signature(
+    name: &str,
+    at: usize,
+    entry: &Entry,
+    key: &ed25519_dalek::VerifyingKey,
+    problems: &mut Vec<Problem>,
+) {
+    let manifest = name.to_string();
+    match signature_holds(entry, key) {
+        None => problems.push(Problem::Unsigned { manifest, line: at }),
+        Some(false) => problems.push(Problem::BadSignature { manifest, line: at }),
+        Some(true) => {}
+    }
+}
+
+/// Tells a line moved (its `prev` names another line of the manifest, or the start) from a
+/// chain broken (its `prev` names no line: the line before it was changed or removed).
+fn classify_mismatches(
+    name: &str,
+    path: &Path,
+    mismatched: Vec<(usize, String)>,
+    problems: &mut Vec<Problem>,
+) -> std::io::Result<()> {
+    let mut known = std::collections::HashSet::new();
+    let mut lines = Lines::open(path)?;
+    while let Some(line) = lines.next_line()? {
+        known.insert(line_hash(&line));
+    }
+    for (at, prev) in mismatched {
+        let manifest = name.to_string();
+        problems.push(if prev == GENESIS || known.contains(&prev) {
+            Problem::Reordered { manifest, line: at }
+        } else {
+            Problem::ChainBroken { manifest, line: at }
+        });
+    }
+    Ok(())
 }
 
 /// Checks heads kept from an earlier `verify --print-heads` (its `head <manifest> <seq>
@@ -235,22 +403,28 @@ pub fn check_heads(data_dir: &Path, kept: &str) -> std::io::Result<Vec<Problem>>
         };
         let manifest = manifest.to_string();
         let path = data_dir.join(&manifest);
-        let text = match std::fs::read(&path) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        let mut lines = match Lines::open(&path) {
+            Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 problems.push(Problem::ManifestMissing(manifest));
                 continue;
             }
             Err(e) => return Err(e),
         };
-        let at = usize::try_from(seq).unwrap_or(usize::MAX);
-        match text.lines().nth(at.saturating_sub(1)) {
+        let mut line = None;
+        for _ in 0..seq {
+            line = lines.next_line()?;
+            if line.is_none() {
+                break;
+            }
+        }
+        match line {
             _ if seq == 0 => {}
             None => problems.push(Problem::Truncated {
                 manifest,
                 line: seq,
             }),
-            Some(l) if line_hash(l) != *hash => problems.push(Problem::HeadDiffers {
+            Some(l) if line_hash(&l) != *hash => problems.push(Problem::HeadDiffers {
                 manifest,
                 line: seq,
             }),
@@ -258,59 +432,6 @@ pub fn check_heads(data_dir: &Path, kept: &str) -> std::io::Result<Vec<Problem>>
         }
     }
     Ok(problems)
-}
-
-/// The entries of one manifest, with the problems of its chain.
-fn check_chain(
-    name: &str,
-    text: &str,
-    key: Option<&ed25519_dalek::VerifyingKey>,
-    problems: &mut Vec<Problem>,
-) -> Vec<Entry> {
-    let lines: Vec<&str> = text.lines().collect();
-    let hashes: Vec<String> = lines.iter().map(|l| line_hash(l)).collect();
-    let known: std::collections::HashSet<&str> = hashes.iter().map(String::as_str).collect();
-    let mut entries = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        let at = i + 1;
-        let Ok(entry) = serde_json::from_str::<Entry>(line) else {
-            problems.push(Problem::Unreadable {
-                manifest: name.to_string(),
-                line: at,
-            });
-            continue;
-        };
-        let want = if i == 0 { GENESIS } else { &hashes[i - 1] };
-        if entry.prev != want {
-            let elsewhere = entry.prev == GENESIS || known.contains(entry.prev.as_str());
-            problems.push(if elsewhere {
-                Problem::Reordered {
-                    manifest: name.to_string(),
-                    line: at,
-                }
-            } else {
-                Problem::ChainBroken {
-                    manifest: name.to_string(),
-                    line: at,
-                }
-            });
-        } else if entry.seq != at as u64 {
-            problems.push(Problem::Reordered {
-                manifest: name.to_string(),
-                line: at,
-            });
-        }
-        if let Some(key) = key {
-            let manifest = name.to_string();
-            match signature_holds(&entry, key) {
-                None => problems.push(Problem::Unsigned { manifest, line: at }),
-                Some(false) => problems.push(Problem::BadSignature { manifest, line: at }),
-                Some(true) => {}
-            }
-        }
-        entries.push(entry);
-    }
-    entries
 }
 
 /// Whether `key` verifies the entry's signature (none: it has none).
