@@ -148,6 +148,15 @@ struct VerifyArgs {
     /// The signing key file for --print-public-key.
     #[arg(long, value_name = "FILE")]
     key_file: Option<std::path::PathBuf>,
+    /// Record every `extra` file (one no manifest knows: written before manifests existed,
+    /// or by a writer that crashed before its line) as added, reason `adopted`, in a new
+    /// manifest; from then on `verify` expects those files as they are now.
+    #[arg(long)]
+    adopt_unrecorded: bool,
+    /// The configuration file (its `archive.manifest_signing_key_file` signs what
+    /// --adopt-unrecorded records) [default: the embedded defaults].
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -623,7 +632,7 @@ fn retention(args: RetentionArgs) -> ExitCode {
 }
 
 fn verify(args: VerifyArgs) -> ExitCode {
-    let config = match Config::load(None, std::env::vars()) {
+    let config = match Config::load(args.config.as_deref(), std::env::vars()) {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
@@ -685,6 +694,11 @@ fn verify(args: VerifyArgs) -> ExitCode {
                 eprintln!("toolwatch verify: {}: {e}", dir.display());
                 return ExitCode::from(2);
             }
+        }
+    }
+    if args.adopt_unrecorded {
+        if let Err(code) = adopt_unrecorded(&dir, &config, &mut report) {
+            return code;
         }
     }
     for p in &report.problems {
@@ -874,6 +888,52 @@ fn scrub(args: ScrubArgs) -> ExitCode {
         Err(e) => {
             eprintln!("toolwatch scrub: {e}; files scrubbed so far stay scrubbed, run it again");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `verify --adopt-unrecorded`: the report's `extra` files recorded in a new manifest and
+/// taken off the report.
+fn adopt_unrecorded(
+    dir: &std::path::Path,
+    config: &Config,
+    report: &mut toolwatch::archive::verify::Report,
+) -> Result<(), ExitCode> {
+    use toolwatch::archive::verify::Problem;
+    let extra: Vec<String> = report
+        .problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::Extra(path) => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    if extra.is_empty() {
+        return Ok(());
+    }
+    check_signing(dir, config)?;
+    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let adopted = toolwatch::archive::manifest::Manifest::shared(
+        dir,
+        &instance_id,
+        &config.archive.manifest_signing_key_file,
+    )
+    .and_then(|m| toolwatch::archive::verify::adopt(dir, &extra, &m).map(|n| (n, m)));
+    match adopted {
+        Ok((n, m)) => {
+            eprintln!(
+                "adopted {n} unrecorded files (recorded in {})",
+                m.path().display()
+            );
+            let adopted: std::collections::HashSet<&String> = extra.iter().collect();
+            report
+                .problems
+                .retain(|p| !matches!(p, Problem::Extra(path) if adopted.contains(path)));
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("toolwatch verify: adopting unrecorded files: {e}");
+            Err(ExitCode::from(2))
         }
     }
 }

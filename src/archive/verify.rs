@@ -186,7 +186,14 @@ pub fn verify(
             continue;
         }
         report.manifests += 1;
-        let scan = scan_manifest(&name, &path, key, &in_scope, &mut ledger, &mut report.problems)?;
+        let scan = scan_manifest(
+            &name,
+            &path,
+            key,
+            &in_scope,
+            &mut ledger,
+            &mut report.problems,
+        )?;
         report.entries += scan.entries;
         if let Some(head) = scan.head {
             report.heads.push((name, head.0, head.1));
@@ -385,6 +392,45 @@ fn classify_mismatches(
         });
     }
     Ok(())
+}
+
+/// Records files no manifest knows (`extra`: an archive written before manifests existed, or
+/// a crash between a file's publication and its line) as added, reason `adopted`, in
+/// `manifest`; returns how many. A file that went meanwhile is skipped. An explicit operator
+/// step: whatever the files hold from then on is what `verify` expects.
+pub fn adopt(
+    data_dir: &Path,
+    paths: &[String],
+    manifest: &super::manifest::Manifest,
+) -> std::io::Result<usize> {
+    use super::manifest::NewEntry;
+    let mut entries = Vec::new();
+    for p in paths {
+        let file = data_dir.join(p);
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        let rows =
+            parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes.clone()))
+                .map(|r| {
+                    use parquet::file::reader::FileReader;
+                    u64::try_from(r.metadata().file_metadata().num_rows()).unwrap_or(0)
+                })
+                .unwrap_or(0);
+        entries.push(NewEntry {
+            op: Op::Add,
+            path: file,
+            table: p.split('/').next().unwrap_or_default().to_string(),
+            rows,
+            bytes: bytes.len() as u64,
+            sha256,
+            records: None,
+            reason: "adopted",
+        });
+    }
+    manifest.append(&entries)?;
+    Ok(entries.len())
 }
 
 /// Checks heads kept from an earlier `verify --print-heads` (its `head <manifest> <seq>

@@ -272,6 +272,43 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
         verify(&dir),
         (vec![format!("chain-broken {} line 3", name(&m))], 1)
     );
+
+    // An archive written before manifests existed: every file is extra until adopted, and
+    // from then on tampering shows again.
+    let dir = case("adopted");
+    std::fs::remove_dir_all(dir.join("manifest")).expect("no manifests");
+    let (problems, code) = verify(&dir);
+    assert_eq!(code, 1);
+    let files = parquet_files(&dir, "spans").len()
+        + parquet_files(&dir, "logs").len()
+        + parquet_files(&dir, "requests").len()
+        + parquet_files(&dir, "alarms").len()
+        + parquet_files(&dir, "findings").len();
+    assert_eq!(problems.len(), files, "{problems:?}");
+    assert!(problems.iter().all(|p| p.starts_with("extra ")));
+    let out = toolwatch()
+        .args(["verify", "--adopt-unrecorded", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("adopt");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("adopted {files} unrecorded files"))
+    );
+    assert_eq!(verify(&dir), (vec![], 0));
+    let victim = spans(&dir)[0].clone();
+    let mut bytes = std::fs::read(&victim).expect("read");
+    bytes[10] ^= 0x01;
+    std::fs::write(&victim, bytes).expect("write");
+    assert_eq!(
+        verify(&dir),
+        (vec![format!("modified {}", rel(&dir, &victim))], 1)
+    );
 }
 
 /// With a signing key every entry is signed; `verify --public-key` checks each, and names an
