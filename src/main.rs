@@ -819,7 +819,14 @@ fn scrub(args: ScrubArgs) -> ExitCode {
     // other rule never uses one.
     let hasher = match &target {
         Target::Rule(id) if Scrubber::rule_hashes(&config.redaction, id) => {
-            let key = dir.join("state").join("hash.key");
+            // The key is in the daemon's data directory: the archive's, unless the archive
+            // is a folder several instances share.
+            let key_dir = if config.storage.archive_dir.as_os_str().is_empty() {
+                dir.clone()
+            } else {
+                config.storage.data_dir.clone()
+            };
+            let key = key_dir.join("state").join("hash.key");
             let configured =
                 !config.hashing.key_env.is_empty() || !config.hashing.key_file.is_empty();
             if !configured && !key.exists() {
@@ -828,7 +835,7 @@ fn scrub(args: ScrubArgs) -> ExitCode {
                     key.display()
                 ));
             }
-            match config.hashing.current(&dir) {
+            match config.hashing.current(&key_dir) {
                 Ok(h) => h,
                 Err(e) => return usage_error(e),
             }

@@ -404,14 +404,23 @@ pub async fn run(
         Arc::clone(&metrics),
     ));
 
-    // Readers of this data directory (`query`, `trace`) find the daemon here to flush.
-    let _address_file = match crate::archive::flush::publish_address(&data_dir, addrs.admin) {
-        Ok(f) => Some(f),
-        Err(e) => {
-            tracing::warn!(error = %e, "admin address not recorded in the data directory; query and trace will not flush first");
-            None
-        }
-    };
+    // Readers of this data directory (`query`, `trace`) find the daemon here to flush; readers
+    // of a shared archive folder find every instance writing it there.
+    let mut address_files = vec![crate::archive::flush::address_file(&data_dir)];
+    if archive_dir != data_dir {
+        address_files.push(crate::archive::flush::instance_address_file(
+            &archive_dir,
+            &journal.id,
+        ));
+    }
+    let _address_files: Vec<_> = address_files
+        .into_iter()
+        .filter_map(|path| {
+            crate::archive::flush::publish_address_at(path, addrs.admin)
+                .inspect_err(|e| tracing::warn!(error = %e, "admin address not recorded; query and trace will not ask this daemon for its buffered rows"))
+                .ok()
+        })
+        .collect();
     let reloader = tokio::spawn(reload_on_hangup(
         reload,
         Reloadable {

@@ -216,9 +216,23 @@ pub fn address_file(data_dir: &Path) -> PathBuf {
     data_dir.join("state").join("admin.addr")
 }
 
+/// The file naming the admin address of one of the daemons writing a shared archive folder
+/// (`storage.archive_dir`), by its journal id (the same across its restarts, so a restart
+/// replaces its file rather than adding one).
+pub fn instance_address_file(archive_dir: &Path, journal_id: &str) -> PathBuf {
+    archive_dir
+        .join(super::lock::WORK_DIR)
+        .join("instances")
+        .join(format!("{journal_id}.addr"))
+}
+
 /// Records `addr` for readers of `data_dir`; removed by dropping the returned guard.
 pub fn publish_address(data_dir: &Path, addr: SocketAddr) -> std::io::Result<AddressFile> {
-    let path = address_file(data_dir);
+    publish_address_at(address_file(data_dir), addr)
+}
+
+/// Records `addr` in the file `path`; removed by dropping the returned guard.
+pub fn publish_address_at(path: PathBuf, addr: SocketAddr) -> std::io::Result<AddressFile> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -228,11 +242,28 @@ pub fn publish_address(data_dir: &Path, addr: SocketAddr) -> std::io::Result<Add
 
 /// The admin address a daemon recorded under `data_dir`, if one did (it may be gone since).
 pub fn recorded_address(data_dir: &Path) -> Option<SocketAddr> {
-    std::fs::read_to_string(address_file(data_dir))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    read_address(&address_file(data_dir))
+}
+
+/// Every admin address recorded for readers of the archive under `dir`: the daemon whose
+/// data directory it is, and each daemon writing it as a shared folder (some may be gone).
+pub fn recorded_addresses(dir: &Path) -> Vec<SocketAddr> {
+    let mut out: Vec<SocketAddr> = recorded_address(dir).into_iter().collect();
+    let shared = dir.join(super::lock::WORK_DIR).join("instances");
+    if let Ok(rd) = std::fs::read_dir(shared) {
+        for e in rd.flatten() {
+            if e.path().extension().is_some_and(|x| x == "addr") {
+                out.extend(read_address(&e.path()));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn read_address(path: &Path) -> Option<SocketAddr> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Removes the address file when dropped.

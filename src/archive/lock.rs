@@ -176,6 +176,13 @@ impl PartitionDir {
     /// practice (a pair among a million partitions: one chance in ten million); if two did,
     /// the daemon's writer, which holds the partitions of a group at once, would wait on
     /// itself.
+    /// The order partitions' locks are taken in when one holder takes several at once
+    /// (a write group): the same order in every process, so two instances writing the same
+    /// partitions never each hold one the other waits for.
+    pub fn lock_order(&self) -> (Table, i64) {
+        (self.table, self.lock_offset())
+    }
+
     fn lock_offset(&self) -> i64 {
         use sha2::{Digest, Sha256};
         let d = Sha256::digest(self.name().as_bytes());

@@ -514,7 +514,11 @@ impl Archive {
             }
             return;
         }
-        for group in keys.chunks(WRITE_GROUP) {
+        // Locks are taken in one global order (see `PartitionDir::lock_order`): another
+        // instance writing the same partitions at once waits, never deadlocks.
+        let mut ordered = keys.to_vec();
+        ordered.sort_by_cached_key(|k| lock::PartitionDir::of(k).lock_order());
+        for group in ordered.chunks(WRITE_GROUP) {
             self.write_group(group);
         }
     }
@@ -980,7 +984,12 @@ fn remove_in_progress(data_dir: &Path, table: Table) -> Result<u64, ArchiveError
     let mut removed = 0;
     for part in compact::partitions(data_dir, table)? {
         let dir = part.dir(data_dir);
-        let entries = std::fs::read_dir(&dir).map_err(|e| ArchiveError::io(&dir, e))?;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            // Deleted since the listing (another instance's retention).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(ArchiveError::io(&dir, e)),
+        };
         let unfinished: Vec<PathBuf> = entries
             .flatten()
             .map(|e| e.path())

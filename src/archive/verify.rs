@@ -133,6 +133,19 @@ struct Ledger {
     /// Every file removed, with the SHA-256 its remover read (`None`: retention, which does
     /// not read).
     removed: std::collections::HashMap<String, Option<[u8; 32]>>,
+    /// Adds out of scope, kept small (a hash of the path to the SHA-256 recorded), so a
+    /// removal out of scope is still checked against what was added.
+    old_added: std::collections::HashMap<u64, [u8; 32]>,
+    /// Removals out of scope, with what their remover read.
+    old_removed: Vec<(String, Option<[u8; 32]>)>,
+}
+
+/// A 64-bit key of a path (the same in every run).
+fn path_key(path: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    h.finish()
 }
 
 /// A hex SHA-256 as bytes (anything else: zeros, which match no file).
@@ -199,7 +212,23 @@ pub fn verify(
             report.heads.push((name, head.0, head.1));
         }
     }
-    let Ledger { mut added, removed } = ledger;
+    let Ledger {
+        mut added,
+        removed,
+        old_added,
+        old_removed,
+    } = ledger;
+    // Removals of files out of scope: still checked, so a file changed and then merged away
+    // is found however old its partition.
+    for (r, read) in &old_removed {
+        match old_added.get(&path_key(r)) {
+            None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
+            Some(sha) if read.is_some_and(|read| read != *sha) => report
+                .problems
+                .push(Problem::ModifiedBeforeRemoval(r.clone())),
+            Some(_) => {}
+        }
+    }
     for (r, read) in &removed {
         match added.remove(r) {
             None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
@@ -319,9 +348,7 @@ fn scan_manifest(
                 if let (Some(key), true) = (key, scoped) {
                     check_signature(name, at, &entry, key, problems);
                 }
-                if scoped {
-                    book(ledger, &entry);
-                }
+                book(ledger, &entry, scoped);
                 scan.entries += 1;
                 scan.head = Some((entry.seq, hash.clone()));
                 last = Some((at, entry));
@@ -340,18 +367,25 @@ fn scan_manifest(
     Ok(scan)
 }
 
-/// Books one entry: an add, or a removal with what its remover read.
-fn book(ledger: &mut Ledger, entry: &Entry) {
-    match entry.op {
-        Op::Add => {
+/// Books one entry: an add, or a removal with what its remover read (out of scope, only
+/// what checking removals needs).
+fn book(ledger: &mut Ledger, entry: &Entry, scoped: bool) {
+    let read = || (!entry.sha256.is_empty()).then(|| sha_bytes(&entry.sha256));
+    match (entry.op, scoped) {
+        (Op::Add, true) => {
             ledger
                 .added
                 .insert(entry.path.clone(), (sha_bytes(&entry.sha256), entry.bytes));
         }
-        Op::Remove => {
-            let read = (!entry.sha256.is_empty()).then(|| sha_bytes(&entry.sha256));
-            ledger.removed.insert(entry.path.clone(), read);
+        (Op::Remove, true) => {
+            ledger.removed.insert(entry.path.clone(), read());
         }
+        (Op::Add, false) => {
+            ledger
+                .old_added
+                .insert(path_key(&entry.path), sha_bytes(&entry.sha256));
+        }
+        (Op::Remove, false) => ledger.old_removed.push((entry.path.clone(), read())),
     }
 }
 
@@ -378,10 +412,19 @@ fn classify_mismatches(
     mismatched: Vec<(usize, String)>,
     problems: &mut Vec<Problem>,
 ) -> std::io::Result<()> {
+    // Which of the few `prev`s named are some line's hash: one more streamed pass.
+    let mut wanted: std::collections::HashSet<&str> =
+        mismatched.iter().map(|(_, p)| p.as_str()).collect();
     let mut known = std::collections::HashSet::new();
     let mut lines = Lines::open(path)?;
     while let Some(line) = lines.next_line()? {
-        known.insert(line_hash(&line));
+        if wanted.is_empty() {
+            break;
+        }
+        let h = line_hash(&line);
+        if wanted.remove(h.as_str()) {
+            known.insert(h);
+        }
     }
     for (at, prev) in mismatched {
         let manifest = name.to_string();

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::archive::flush::recorded_address;
+use crate::archive::flush::recorded_addresses;
 use crate::archive::snapshot::BufferedSet;
 
 /// How long to try reaching the daemon: it is local, so a refusal comes at once.
@@ -87,12 +87,49 @@ fn client(addr: SocketAddr) -> Result<(reqwest::Client, &'static str), String> {
     Ok((client, scheme))
 }
 
-/// Asks the daemon serving `data_dir` for copies of what its archive writers buffer: `None`
-/// with how it went when there is no daemon or no usable answer.
+/// How several daemons' answers add up: every one that answered flushed or copied, or the
+/// first reason one did not; no daemon when none answered.
+fn combined(outcomes: Vec<Freshness>) -> Freshness {
+    let mut all = Freshness::NoDaemon;
+    for o in outcomes {
+        match o {
+            Freshness::Partial(why) => return Freshness::Partial(why),
+            Freshness::Flushed => all = Freshness::Flushed,
+            Freshness::NoDaemon => {}
+        }
+    }
+    all
+}
+
+/// Asks every daemon serving the archive under `data_dir` (its own, or each instance writing
+/// it as a shared folder) for copies of what its archive writers buffer: `None` with how it
+/// went when there is no daemon or no usable answer.
 pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) {
-    let Some(addr) = recorded_address(data_dir) else {
-        return (None, Freshness::NoDaemon);
-    };
+    let mut merged: Option<BufferedSet> = None;
+    let mut outcomes = Vec::new();
+    for addr in recorded_addresses(data_dir) {
+        let (set, how) = buffered_rows_of(addr).await;
+        if let Some(set) = set {
+            let m = merged.get_or_insert_with(BufferedSet::default);
+            m.records = m.records.max(set.records);
+            m.files.extend(set.files);
+        }
+        outcomes.push(how);
+    }
+    (merged, combined(outcomes))
+}
+
+/// Asks every daemon serving the archive under `data_dir` to flush, and waits for them.
+pub async fn flush_daemon(data_dir: &Path) -> Freshness {
+    let mut outcomes = Vec::new();
+    for addr in recorded_addresses(data_dir) {
+        outcomes.push(flush_daemon_at(addr).await);
+    }
+    combined(outcomes)
+}
+
+/// One daemon's copies of what its archive writers buffer.
+async fn buffered_rows_of(addr: SocketAddr) -> (Option<BufferedSet>, Freshness) {
     let (client, scheme) = match client(addr) {
         Ok(c) => c,
         Err(e) => return (None, Freshness::Partial(e)),
@@ -124,11 +161,8 @@ pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) 
     }
 }
 
-/// Asks the daemon serving `data_dir` to flush, and waits for it.
-pub async fn flush_daemon(data_dir: &Path) -> Freshness {
-    let Some(addr) = recorded_address(data_dir) else {
-        return Freshness::NoDaemon;
-    };
+/// Asks one daemon to flush, and waits for it.
+async fn flush_daemon_at(addr: SocketAddr) -> Freshness {
     let (client, scheme) = match client(addr) {
         Ok(c) => c,
         Err(e) => return Freshness::Partial(e),

@@ -184,6 +184,16 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
             1
         )
     );
+    // Still named by a run whose --since leaves that partition out of the file comparison.
+    let out = toolwatch()
+        .args(["verify", "--since", "2999-01-01", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("verify --since");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("removed-unrecorded {}\n", rel(&dir, &slipped))
+    );
 
     // Heads kept from the clean archive, to check later copies against.
     let out = toolwatch()

@@ -195,3 +195,93 @@ fn two_instances_write_one_archive_without_collisions() {
     assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
     assert_eq!(count(&archive, "SELECT count(*) AS n FROM spans"), spans);
 }
+
+/// Readers of a shared archive folder ask every instance writing it for the rows it still
+/// buffers: a query sees both instances' acknowledged spans before either wrote a file.
+#[test]
+fn a_query_of_a_shared_archive_sees_every_instances_buffered_rows() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let archive = root.path().join("shared-archive");
+    let start = |name: &str| {
+        Daemon::start_with(DaemonOptions {
+            data_dir: Some(root.path().join(name)),
+            env: vec![
+                (
+                    "TOOLWATCH_STORAGE__ARCHIVE_DIR".into(),
+                    archive.display().to_string(),
+                ),
+                ("TOOLWATCH_ARCHIVE__MAX_FILE_AGE".into(), "1h".into()),
+                ("TOOLWATCH_ARCHIVE__COMPACT_EVERY".into(), "0s".into()),
+            ],
+            ..Default::default()
+        })
+    };
+    let (mut a, mut b) = (start("a"), start("b"));
+    let sa = loadgen(&[
+        "--target",
+        &a.grpc_url(),
+        "--requests",
+        "20",
+        "--seed",
+        "81",
+    ])["spans"]
+        .as_u64()
+        .expect("spans");
+    let sb = loadgen(&[
+        "--target",
+        &b.grpc_url(),
+        "--requests",
+        "20",
+        "--seed",
+        "82",
+    ])["spans"]
+        .as_u64()
+        .expect("spans");
+    assert!(
+        parquet_files(&archive, "spans").is_empty(),
+        "nothing written yet"
+    );
+    assert_eq!(count(&archive, "SELECT count(*) AS n FROM spans"), sa + sb);
+    // --flush asks both to write out: the files alone then hold every span.
+    let out = toolwatch()
+        .arg("query")
+        .arg("--data-dir")
+        .arg(&archive)
+        .args([
+            "--flush",
+            "--format",
+            "json",
+            "SELECT count(*) AS n FROM spans",
+        ])
+        .output()
+        .expect("query --flush");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = toolwatch()
+        .arg("query")
+        .arg("--data-dir")
+        .arg(&archive)
+        .args([
+            "--no-flush",
+            "--format",
+            "json",
+            "SELECT count(*) AS n FROM spans",
+        ])
+        .output()
+        .expect("query --no-flush");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("rows");
+    assert_eq!(rows[0]["n"].as_u64(), Some(sa + sb));
+    a.stop();
+    b.stop();
+    // Stopped daemons leave no address behind for readers to try.
+    let instances = archive.join(".compact").join("instances");
+    assert_eq!(
+        std::fs::read_dir(&instances)
+            .map(|rd| rd.count())
+            .unwrap_or(0),
+        0
+    );
+}
