@@ -148,6 +148,12 @@ struct VerifyArgs {
     /// The signing key file for --print-public-key.
     #[arg(long, value_name = "FILE")]
     key_file: Option<std::path::PathBuf>,
+    /// Keep where each manifest was verified up to, and the files in scope it booked, in
+    /// FILE (outside the data directory), and continue from there next time: an hourly run
+    /// reads only the manifest lines appended since. Needs --since (no earlier than the
+    /// checkpoint's); not advanced past a problem of the manifests.
+    #[arg(long, value_name = "FILE", requires = "since")]
+    checkpoint: Option<std::path::PathBuf>,
     /// Record every `extra` file (one no manifest knows: written before manifests existed,
     /// or by a writer that crashed before its line) as added, reason `adopted`, in a new
     /// manifest; from then on `verify` expects those files as they are now.
@@ -675,14 +681,38 @@ fn verify(args: VerifyArgs) -> ExitCode {
         Some(Ok(k)) => Some(k),
         Some(Err(e)) => return usage_error(format!("--public-key: {e}")),
     };
-    let mut report =
-        match toolwatch::archive::verify::verify(&dir, args.since.as_deref(), key.as_ref()) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("toolwatch verify: {}: {e}", dir.display());
+    let checkpoint = match load_checkpoint(args.checkpoint.as_deref(), args.since.as_deref()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let (mut report, next) = match toolwatch::archive::verify::verify_from(
+        &dir,
+        args.since.as_deref(),
+        key.as_ref(),
+        checkpoint.as_ref(),
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolwatch verify: {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(file) = &args.checkpoint {
+        if report.problems.iter().any(|p| p.is_of_manifests()) {
+            eprintln!(
+                "checkpoint {} not advanced: the manifests have problems",
+                file.display()
+            );
+        } else {
+            let written = serde_json::to_vec(&next)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| toolwatch::durable::replace_file(file, &bytes));
+            if let Err(e) = written {
+                eprintln!("toolwatch verify: checkpoint {}: {e}", file.display());
                 return ExitCode::from(2);
             }
-        };
+        }
+    }
     if let Some(file) = &args.heads {
         let kept = match std::fs::read_to_string(file) {
             Ok(t) => t,
@@ -897,6 +927,36 @@ fn scrub(args: ScrubArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The checkpoint `verify --checkpoint` continues from: none yet when the file is absent.
+fn load_checkpoint(
+    file: Option<&std::path::Path>,
+    since: Option<&str>,
+) -> Result<Option<toolwatch::archive::verify::Checkpoint>, ExitCode> {
+    let Some(file) = file else {
+        return Ok(None);
+    };
+    let text = match std::fs::read(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(usage_error(format!("--checkpoint {}: {e}", file.display()))),
+    };
+    let c: toolwatch::archive::verify::Checkpoint = serde_json::from_slice(&text).map_err(|e| {
+        usage_error(format!(
+            "--checkpoint {}: not a checkpoint: {e}",
+            file.display()
+        ))
+    })?;
+    if since.is_some_and(|s| s < c.since.as_str()) {
+        return Err(usage_error(format!(
+            "--checkpoint {} covers partitions from {} on: give --since {} or later, or verify without it",
+            file.display(),
+            c.since,
+            c.since
+        )));
+    }
+    Ok(Some(c))
 }
 
 /// `verify --adopt-unrecorded`: the report's `extra` files recorded in a new manifest and

@@ -166,8 +166,25 @@ pub fn verify(
     since: Option<&str>,
     key: Option<&ed25519_dalek::VerifyingKey>,
 ) -> std::io::Result<Report> {
+    verify_from(data_dir, since, key, None).map(|(report, _)| report)
+}
+
+/// [`verify`], continuing from `checkpoint` (taken by an earlier run with a `since` no later
+/// than this one's): each manifest's chain is read from the line the checkpoint verified (which
+/// must still be there, unchanged), and the files it booked are compared with those the new
+/// lines book. Returns the checkpoint to keep for the next run. A removal of a file out of
+/// scope whose add came before the checkpoint is not checked (a run without one checks it).
+pub fn verify_from(
+    data_dir: &Path,
+    since: Option<&str>,
+    key: Option<&ed25519_dalek::VerifyingKey>,
+    checkpoint: Option<&Checkpoint>,
+) -> std::io::Result<(Report, Checkpoint)> {
     let mut report = Report::default();
     let mut ledger = Ledger::default();
+    if let Some(c) = checkpoint {
+        seed(&mut ledger, c, since);
+    }
     // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
     let _readers = super::lock::ReadersLock::shared(data_dir);
     let mut manifests: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
@@ -180,6 +197,7 @@ pub fn verify(
         Err(e) => return Err(e),
     };
     manifests.sort();
+    let mut marks: Vec<Mark> = Vec::new();
     let in_scope = |p: &str| {
         since.is_none_or(|d| {
             p.split('/')
@@ -199,19 +217,44 @@ pub fn verify(
             continue;
         }
         report.manifests += 1;
+        let start = checkpoint.and_then(|c| c.marks.iter().find(|m| m.manifest == name));
         let scan = scan_manifest(
             &name,
             &path,
             key,
             &in_scope,
             &mut ledger,
+            start,
             &mut report.problems,
         )?;
         report.entries += scan.entries;
+        marks.extend(scan.mark);
         if let Some(head) = scan.head {
             report.heads.push((name, head.0, head.1));
         }
     }
+    // A manifest the checkpoint verified must still be there.
+    for m in checkpoint.map(|c| c.marks.as_slice()).unwrap_or_default() {
+        if !marks.iter().any(|n| n.manifest == m.manifest) {
+            report
+                .problems
+                .push(Problem::ManifestMissing(m.manifest.clone()));
+        }
+    }
+    let next = Checkpoint {
+        since: since.unwrap_or_default().to_string(),
+        marks,
+        added: ledger
+            .added
+            .iter()
+            .map(|(p, (sha, bytes))| (p.clone(), hex::encode(sha), *bytes))
+            .collect(),
+        removed: ledger
+            .removed
+            .iter()
+            .map(|(p, read)| (p.clone(), read.map(hex::encode).unwrap_or_default()))
+            .collect(),
+    };
     let Ledger {
         mut added,
         removed,
@@ -222,6 +265,8 @@ pub fn verify(
     // is found however old its partition.
     for (r, read) in &old_removed {
         match old_added.get(&path_key(r)) {
+            // Added before the checkpoint, perhaps: not known here.
+            None if checkpoint.is_some() => {}
             None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
             Some(sha) if read.is_some_and(|read| read != *sha) => report
                 .problems
@@ -258,7 +303,40 @@ pub fn verify(
     for p in present.iter().filter(|p| !expected.contains_key(*p)) {
         report.problems.push(Problem::Extra(p.clone()));
     }
-    Ok(report)
+    Ok((report, next))
+}
+
+/// The checkpoint's booked files in scope of a run from `since` on.
+fn seed(ledger: &mut Ledger, c: &Checkpoint, since: Option<&str>) {
+    let in_scope = |p: &str| {
+        since.is_none_or(|d| {
+            p.split('/')
+                .find_map(|c| c.strip_prefix("date="))
+                .is_none_or(|date| date >= d)
+        })
+    };
+    for (p, sha, bytes) in c.added.iter().filter(|(p, _, _)| in_scope(p)) {
+        ledger.added.insert(p.clone(), (sha_bytes(sha), *bytes));
+    }
+    for (p, read) in c.removed.iter().filter(|(p, _)| in_scope(p)) {
+        let read = (!read.is_empty()).then(|| sha_bytes(read));
+        ledger.removed.insert(p.clone(), read);
+    }
+}
+
+impl Problem {
+    /// True for a problem of the manifests themselves (not of the files they name): a run
+    /// that finds one does not advance a checkpoint past it.
+    pub fn is_of_manifests(&self) -> bool {
+        !matches!(
+            self,
+            Problem::Missing(_)
+                | Problem::Modified(_)
+                | Problem::Extra(_)
+                | Problem::RemovedUnrecorded(_)
+                | Problem::ModifiedBeforeRemoval(_)
+        )
+    }
 }
 
 /// What scanning one manifest found.
@@ -267,12 +345,45 @@ struct Scan {
     entries: usize,
     /// Its last line: (seq, hash).
     head: Option<(u64, String)>,
+    /// Where its last line is, to continue from next time.
+    mark: Option<Mark>,
+}
+
+/// Where a manifest was verified up to: its last line verified, by position and hash.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Mark {
+    /// The manifest, `manifest/<instance>.jsonl`.
+    pub manifest: String,
+    /// The line's number (1-based) and `seq`.
+    pub line: usize,
+    /// Byte offset where the line starts.
+    pub offset: u64,
+    /// Hex SHA-256 of the line.
+    pub hash: String,
+}
+
+/// What `verify --checkpoint` keeps between runs (outside the data directory, like heads):
+/// where each manifest was verified up to, and the files in scope its lines booked, so the
+/// next run reads only the lines appended since.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Checkpoint {
+    /// Partitions of this date (`YYYY-MM-DD`) or later are booked below; a run with an
+    /// earlier `--since` cannot use the checkpoint.
+    pub since: String,
+    /// Per manifest.
+    pub marks: Vec<Mark>,
+    /// Files added in scope: path, hex SHA-256, size.
+    pub added: Vec<(String, String, u64)>,
+    /// Files removed in scope: path, hex SHA-256 read by the remover (empty: none).
+    pub removed: Vec<(String, String)>,
 }
 
 /// One line of a manifest at a time: a manifest of millions of lines is never held whole.
 struct Lines {
     reader: std::io::BufReader<std::fs::File>,
     buf: Vec<u8>,
+    /// Bytes read so far: where the next line starts.
+    offset: u64,
 }
 
 impl Lines {
@@ -280,7 +391,16 @@ impl Lines {
         Ok(Lines {
             reader: std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?),
             buf: Vec::new(),
+            offset: 0,
         })
+    }
+
+    /// Continues reading at byte `offset`.
+    fn seek(&mut self, offset: u64) -> std::io::Result<()> {
+        use std::io::Seek;
+        self.reader.seek(std::io::SeekFrom::Start(offset))?;
+        self.offset = offset;
+        Ok(())
     }
 
     /// The next line without its end (`\n` or `\r\n`); bytes that are not UTF-8 make an
@@ -288,9 +408,11 @@ impl Lines {
     fn next_line(&mut self) -> std::io::Result<Option<String>> {
         use std::io::BufRead;
         self.buf.clear();
-        if self.reader.read_until(b'\n', &mut self.buf)? == 0 {
+        let n = self.reader.read_until(b'\n', &mut self.buf)?;
+        if n == 0 {
             return Ok(None);
         }
+        self.offset += n as u64;
         let mut end = self.buf.len();
         if self.buf[..end].ends_with(b"\n") {
             end -= 1;
@@ -309,23 +431,61 @@ fn scan_manifest(
     key: Option<&ed25519_dalek::VerifyingKey>,
     in_scope: &dyn Fn(&str) -> bool,
     ledger: &mut Ledger,
+    start: Option<&Mark>,
     problems: &mut Vec<Problem>,
 ) -> std::io::Result<Scan> {
     let mut lines = Lines::open(path)?;
     let mut scan = Scan {
         entries: 0,
         head: None,
+        mark: None,
     };
     let mut previous = GENESIS.to_string();
+    let mut at = 0usize;
+    // From a checkpoint: its line must still be there, unchanged; the chain continues from it.
+    if let Some(mark) = start {
+        lines.seek(mark.offset)?;
+        match lines.next_line()? {
+            Some(line) if line_hash(&line) == mark.hash => {
+                previous = mark.hash.clone();
+                at = mark.line;
+                scan.head = Some((mark.line as u64, mark.hash.clone()));
+                scan.mark = Some(mark.clone());
+            }
+            found => {
+                let manifest = name.to_string();
+                problems.push(match found {
+                    None => Problem::Truncated {
+                        manifest,
+                        line: mark.line as u64,
+                    },
+                    Some(_) => Problem::HeadDiffers {
+                        manifest,
+                        line: mark.line as u64,
+                    },
+                });
+                lines.seek(0)?;
+            }
+        }
+    }
     // Lines whose `prev` is not the line before's hash: (line, prev), told apart once the
     // whole manifest's hashes are known (rare: only a changed manifest has any).
     let mut mismatched: Vec<(usize, String)> = Vec::new();
     // The last entry, whose signature is always checked.
     let mut last: Option<(usize, Entry)> = None;
-    let mut at = 0usize;
-    while let Some(line) = lines.next_line()? {
+    loop {
+        let line_start = lines.offset;
+        let Some(line) = lines.next_line()? else {
+            break;
+        };
         at += 1;
         let hash = line_hash(&line);
+        scan.mark = Some(Mark {
+            manifest: name.to_string(),
+            line: at,
+            offset: line_start,
+            hash: hash.clone(),
+        });
         let parsed = serde_json::from_str::<Entry>(&line);
         previous = match parsed {
             Err(_) => {

@@ -570,3 +570,137 @@ async fn retention_over_a_year_deletes_exactly_what_policy_says_and_verify_agree
         "one removal entry per deleted file"
     );
 }
+
+/// `verify --checkpoint`: a second run reads only the lines appended since, still compares
+/// the files in scope, and names a manifest cut before or deleted after the checkpoint.
+#[test]
+fn a_checkpoint_lets_later_runs_read_only_new_manifest_lines() {
+    let mut d = Daemon::start();
+    loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "30",
+        "--seed",
+        "51",
+    ]);
+    d.stop();
+    let data = d.data_dir.clone();
+    let date = parquet_files(&data, "spans")[0]
+        .ancestors()
+        .find_map(|a| {
+            a.file_name()?
+                .to_str()?
+                .strip_prefix("date=")
+                .map(str::to_string)
+        })
+        .expect("a date folder");
+    let checkpoint = data.parent().expect("parent").join("verify.checkpoint");
+    let run = |dir: &Path| {
+        let out = toolwatch()
+            .args(["verify", "--since", &date, "--checkpoint"])
+            .arg(&checkpoint)
+            .arg("--data-dir")
+            .arg(dir)
+            .output()
+            .expect("verify");
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+            out.status.code().unwrap_or(-1),
+        )
+    };
+    let (problems, summary, code) = run(&data);
+    assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
+    let entries = |summary: &str| -> u64 {
+        summary
+            .split(", ")
+            .find_map(|p| p.strip_suffix(" entries"))
+            .and_then(|n| n.parse().ok())
+            .expect("entries in the summary")
+    };
+    assert!(entries(&summary) > 0);
+    // Nothing appended: nothing read, every file still compared.
+    let (problems, summary, code) = run(&data);
+    assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
+    assert_eq!(entries(&summary), 0, "{summary}");
+    assert!(!summary.contains(" 0 files compared"), "{summary}");
+
+    // A second run of the daemon: a new manifest, read whole; the old one from its mark.
+    let mut d2 = Daemon::start_with(crate::harness::DaemonOptions {
+        data_dir: Some(data.clone()),
+        ..Default::default()
+    });
+    loadgen(&[
+        "--target",
+        &d2.grpc_url(),
+        "--requests",
+        "10",
+        "--seed",
+        "52",
+    ]);
+    d2.stop();
+    let (problems, summary, code) = run(&data);
+    assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
+    let new_lines = entries(&summary);
+    assert!(new_lines > 0);
+
+    // A file changed after the checkpoint is still found: files are compared every run.
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = copy(&data, &work.path().join("flipped"));
+    let victim = parquet_files(&dir, "spans")[0].clone();
+    let mut bytes = std::fs::read(&victim).expect("read");
+    bytes[10] ^= 0x01;
+    std::fs::write(&victim, bytes).expect("write");
+    let saved = std::fs::read(&checkpoint).expect("checkpoint");
+    let (problems, _, code) = run(&dir);
+    assert_eq!(
+        (problems, code),
+        (format!("modified {}\n", rel(&dir, &victim)), 1)
+    );
+
+    // A manifest cut before its mark, and one deleted: named.
+    std::fs::write(&checkpoint, &saved).expect("restore checkpoint");
+    let dir = copy(&data, &work.path().join("cut"));
+    let mut manifests: Vec<PathBuf> = std::fs::read_dir(dir.join("manifest"))
+        .expect("manifests")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    manifests.sort();
+    let text = std::fs::read_to_string(&manifests[0]).expect("manifest");
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(&manifests[0], lines[..lines.len() - 1].join("\n") + "\n").expect("cut");
+    std::fs::remove_file(&manifests[1]).expect("delete");
+    let (problems, summary, code) = run(&dir);
+    assert_eq!(code, 1, "{summary}");
+    let name = |m: &Path| {
+        format!(
+            "manifest/{}",
+            m.file_name().expect("name").to_string_lossy()
+        )
+    };
+    assert!(
+        problems.contains(&format!(
+            "truncated {} line {}",
+            name(&manifests[0]),
+            lines.len()
+        )),
+        "{problems}"
+    );
+    assert!(
+        problems.contains(&format!("manifest-missing {}", name(&manifests[1]))),
+        "{problems}"
+    );
+    // The checkpoint did not advance past them.
+    assert_eq!(std::fs::read(&checkpoint).expect("checkpoint"), saved);
+
+    // An earlier --since than the checkpoint's is refused.
+    let out = toolwatch()
+        .args(["verify", "--since", "1999-01-01", "--checkpoint"])
+        .arg(&checkpoint)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(2));
+}
