@@ -134,11 +134,18 @@ struct Ledger {
     /// not read).
     removed: std::collections::HashMap<String, Option<[u8; 32]>>,
     /// Adds out of scope, kept small (a hash of the path to the SHA-256 recorded), so a
-    /// removal out of scope is still checked against what was added.
+    /// removal out of scope is still checked against what was added: the latest
+    /// [`OLD_ADDS_KEPT`] of them (a merge removes files added shortly before it).
     old_added: std::collections::HashMap<u64, [u8; 32]>,
+    /// Their order, oldest first, and whether any were dropped.
+    old_order: std::collections::VecDeque<u64>,
+    old_dropped: bool,
     /// Removals out of scope, with what their remover read.
     old_removed: Vec<(String, Option<[u8; 32]>)>,
 }
+
+/// How many adds out of scope are kept for checking removals (about 80 bytes each).
+const OLD_ADDS_KEPT: usize = 1 << 20;
 
 /// A 64-bit key of a path (the same in every run).
 fn path_key(path: &str) -> u64 {
@@ -260,13 +267,15 @@ pub fn verify_from(
         removed,
         old_added,
         old_removed,
+        old_dropped,
+        ..
     } = ledger;
     // Removals of files out of scope: still checked, so a file changed and then merged away
     // is found however old its partition.
     for (r, read) in &old_removed {
         match old_added.get(&path_key(r)) {
-            // Added before the checkpoint, perhaps: not known here.
-            None if checkpoint.is_some() => {}
+            // Added before the checkpoint, or among the adds no longer kept: not known here.
+            None if checkpoint.is_some() || old_dropped => {}
             None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
             Some(sha) if read.is_some_and(|read| read != *sha) => report
                 .problems
@@ -541,9 +550,15 @@ fn book(ledger: &mut Ledger, entry: &Entry, scoped: bool) {
             ledger.removed.insert(entry.path.clone(), read());
         }
         (Op::Add, false) => {
-            ledger
-                .old_added
-                .insert(path_key(&entry.path), sha_bytes(&entry.sha256));
+            let key = path_key(&entry.path);
+            ledger.old_added.insert(key, sha_bytes(&entry.sha256));
+            ledger.old_order.push_back(key);
+            if ledger.old_order.len() > OLD_ADDS_KEPT {
+                if let Some(oldest) = ledger.old_order.pop_front() {
+                    ledger.old_added.remove(&oldest);
+                    ledger.old_dropped = true;
+                }
+            }
         }
         (Op::Remove, false) => ledger.old_removed.push((entry.path.clone(), read())),
     }
