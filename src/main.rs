@@ -106,6 +106,9 @@ struct ScrubArgs {
     /// Count what would be removed without changing anything.
     #[arg(long)]
     dry_run: bool,
+    /// Partitions scrubbed at once [default: the number of CPUs].
+    #[arg(long, value_name = "N")]
+    threads: Option<std::num::NonZeroUsize>,
 }
 
 #[derive(Args)]
@@ -900,18 +903,27 @@ fn scrub(args: ScrubArgs) -> ExitCode {
         );
     }
     drop(runtime);
-    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let threads = args
+        .threads
+        .or_else(|| std::thread::available_parallelism().ok())
+        .map_or(1, std::num::NonZeroUsize::get);
     let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
-    let mut compactor = Compactor::new(
-        &dir,
-        Policy::from_config(&config.archive),
-        instance_id,
-        metrics,
-    );
+    // One compactor (an instance, with its manifest) per thread.
+    let compactors: Vec<Compactor> = (0..threads)
+        .map(|_| {
+            let instance_id = hex::encode(rand::random::<[u8; 4]>());
+            Compactor::new(
+                &dir,
+                Policy::from_config(&config.archive),
+                instance_id,
+                std::sync::Arc::clone(&metrics),
+            )
+        })
+        .collect();
     let result = if args.dry_run {
         scrub::count(&dir, &scope, &scrubber)
     } else {
-        scrub::run(&mut compactor, &dir, &scope, &scrubber)
+        scrub::run(compactors, &dir, &scope, &scrubber)
     };
     match result {
         Ok(report) => {

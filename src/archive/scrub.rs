@@ -396,6 +396,17 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds another part's counts.
+    fn add(&mut self, o: &Report) {
+        self.partitions += o.partitions;
+        self.files_read += o.files_read;
+        self.files_rewritten += o.files_rewritten;
+        self.values += o.values;
+        self.busy += o.busy;
+        self.skipped += o.skipped;
+        self.failed += o.failed;
+    }
+
     /// True when every partition in scope was looked at and is done.
     pub fn complete(&self) -> bool {
         self.busy == 0 && self.skipped == 0 && self.failed == 0
@@ -418,19 +429,23 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// Applies `scrubber` to the partitions of `scope` under `data_dir`, through `compactor`
-/// (its instance names the new files and the manifest they are recorded in).
+/// Applies `scrubber` to the partitions of `scope` under `data_dir`, one partition at a time
+/// per compactor in `compactors` (each on a thread of its own; their instances name the new
+/// files and the manifests they are recorded in).
 pub fn run(
-    compactor: &mut Compactor,
+    compactors: Vec<Compactor>,
     data_dir: &Path,
     scope: &Scope,
     scrubber: &Scrubber,
 ) -> Result<Report, ArchiveError> {
-    let mut report = Report::default();
     let tables: &[Table] = if scope.tables.is_empty() {
         &Table::ALL
     } else {
         &scope.tables
+    };
+    let mut compactors = compactors;
+    let Some(first) = compactors.first_mut() else {
+        return Ok(Report::default());
     };
     // One scrub at a time owns the rewrite work area; what a killed one left there goes.
     let _scrub = super::lock::ScrubLock::acquire(data_dir)?;
@@ -443,42 +458,72 @@ pub fn run(
             });
         }
     }
+    let mut parts = Vec::new();
     for &table in tables {
-        if let Err(e) = compactor.clean_up_table(table) {
+        if let Err(e) = first.clean_up_table(table) {
             tracing::error!(table = table.as_str(), error = %e, "interrupted rewrites not cleaned up");
         }
-        for part in super::compact::partitions(data_dir, table)? {
-            if !scope.covers(&part) {
-                continue;
-            }
-            report.partitions += 1;
-            let mut values = 0u64;
-            let done = compactor.rewrite(&part, "scrub", &mut |batches| {
-                scrubber.batches(batches, &mut values)
-            });
-            let done = match done {
-                Ok(d) => d,
-                // One partition that cannot be scrubbed does not stop the others. The error
-                // names files and types, never values.
-                Err(e) => {
-                    tracing::error!(table = table.as_str(), tenant = %part.tenant, date = %part.date, hour = %part.hour, error = %e, "partition not scrubbed");
-                    report.failed += 1;
-                    continue;
-                }
-            };
-            report.files_read += done.files_read;
-            if done.skipped {
-                tracing::warn!(table = table.as_str(), tenant = %part.tenant, date = %part.date, hour = %part.hour, "partition not scrubbed: its folder holds a folder");
-                report.skipped += 1;
-            } else if done.busy {
-                report.busy += 1;
-            } else {
-                report.files_rewritten += done.files_rewritten;
-                report.values += values;
-            }
-        }
+        parts.extend(
+            super::compact::partitions(data_dir, table)?
+                .into_iter()
+                .filter(|p| scope.covers(p)),
+        );
     }
-    Ok(report)
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let total = std::sync::Mutex::new(Report::default());
+    std::thread::scope(|threads| {
+        for mut compactor in compactors {
+            let (next, total, parts) = (&next, &total, &parts);
+            threads.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(part) = parts.get(i) else {
+                    break;
+                };
+                let one = scrub_partition(&mut compactor, part, scrubber);
+                let mut t = total
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                t.add(&one);
+            });
+        }
+    });
+    Ok(total
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// Scrubs one partition; its part of the report.
+fn scrub_partition(compactor: &mut Compactor, part: &PartitionDir, scrubber: &Scrubber) -> Report {
+    let mut report = Report {
+        partitions: 1,
+        ..Report::default()
+    };
+    let table = part.table.as_str();
+    let mut values = 0u64;
+    let done = compactor.rewrite(part, "scrub", &mut |batches| {
+        scrubber.batches(batches, &mut values)
+    });
+    let done = match done {
+        Ok(d) => d,
+        // One partition that cannot be scrubbed does not stop the others. The error names
+        // files and types, never values.
+        Err(e) => {
+            tracing::error!(table, tenant = %part.tenant, date = %part.date, hour = %part.hour, error = %e, "partition not scrubbed");
+            report.failed = 1;
+            return report;
+        }
+    };
+    report.files_read = done.files_read;
+    if done.skipped {
+        tracing::warn!(table, tenant = %part.tenant, date = %part.date, hour = %part.hour, "partition not scrubbed: its folder holds a folder");
+        report.skipped = 1;
+    } else if done.busy {
+        report.busy = 1;
+    } else {
+        report.files_rewritten = done.files_rewritten;
+        report.values = values;
+    }
+    report
 }
 
 /// What [`run`] would do, without changing anything: `files_rewritten` counts the files

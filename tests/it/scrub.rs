@@ -173,7 +173,8 @@ fn scrub_killed_at(data: &Path, config: &Path, step: &str) {
         .arg(data)
         .arg("--config")
         .arg(config)
-        .args(["--rule", "zq_token"])
+        // One thread: the kill finds exactly one partition at `step`.
+        .args(["--rule", "zq_token", "--threads", "1"])
         .env(
             "_TOOLWATCH_COMPACT_PAUSE",
             format!("{step}:{}", marker.display()),
