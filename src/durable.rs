@@ -28,14 +28,18 @@ pub fn sync_filesystem(path: &Path) -> std::io::Result<()> {
 /// Replaces `path` with `bytes`: written to `<path>.tmp`, fsynced, renamed over `path`, and
 /// the folder fsynced, so a crash leaves the old content or the new, never a mix.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    // A temporary of this process alone: two writers of one file (overlapping runs) each
+    // rename a whole file of their own.
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = std::path::PathBuf::from(tmp);
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    // A bare file name's folder is the working directory.
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    sync_dir(dir.unwrap_or(Path::new(".")))
 }
 
 #[cfg(test)]

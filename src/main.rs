@@ -688,6 +688,19 @@ fn verify(args: VerifyArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if let Some(c) = &checkpoint {
+        let this = key.map(|k| hex::encode(k.to_bytes())).unwrap_or_default();
+        if c.public_key != this {
+            return usage_error(format!(
+                "--checkpoint: it was taken {}; delete it to start a new one",
+                if c.public_key.is_empty() {
+                    "without --public-key".to_string()
+                } else {
+                    format!("with public key {}", c.public_key)
+                }
+            ));
+        }
+    }
     let (mut report, next) = match toolwatch::archive::verify::verify_from(
         &dir,
         args.since.as_deref(),
@@ -700,22 +713,6 @@ fn verify(args: VerifyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(file) = &args.checkpoint {
-        if report.problems.iter().any(|p| p.is_of_manifests()) {
-            eprintln!(
-                "checkpoint {} not advanced: the manifests have problems",
-                file.display()
-            );
-        } else {
-            let written = serde_json::to_vec(&next)
-                .map_err(std::io::Error::other)
-                .and_then(|bytes| toolwatch::durable::replace_file(file, &bytes));
-            if let Err(e) = written {
-                eprintln!("toolwatch verify: checkpoint {}: {e}", file.display());
-                return ExitCode::from(2);
-            }
-        }
-    }
     if let Some(file) = &args.heads {
         let kept = match std::fs::read_to_string(file) {
             Ok(t) => t,
@@ -729,9 +726,31 @@ fn verify(args: VerifyArgs) -> ExitCode {
             }
         }
     }
+    // Neither a checkpoint nor an adoption goes past a problem of the manifests: a file they
+    // no longer vouch for must not become expected.
+    let manifests_sound = !report.problems.iter().any(|p| p.is_of_manifests());
+    let mut failed = false;
+    if let Some(file) = &args.checkpoint {
+        if !manifests_sound {
+            eprintln!(
+                "checkpoint {} not advanced: the manifests have problems",
+                file.display()
+            );
+        } else {
+            let written = serde_json::to_vec(&next)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| toolwatch::durable::replace_file(file, &bytes));
+            if let Err(e) = written {
+                eprintln!("toolwatch verify: checkpoint {}: {e}", file.display());
+                failed = true;
+            }
+        }
+    }
     if args.adopt_unrecorded {
-        if let Err(code) = adopt_unrecorded(&dir, &config, &mut report) {
-            return code;
+        if !manifests_sound {
+            eprintln!("nothing adopted: the manifests have problems");
+        } else if adopt_unrecorded(&dir, &config, &mut report).is_err() {
+            failed = true;
         }
     }
     for p in &report.problems {
@@ -753,7 +772,9 @@ fn verify(args: VerifyArgs) -> ExitCode {
             format!("{} problems", report.problems.len())
         }
     );
-    if report.problems.is_empty() {
+    if failed {
+        ExitCode::from(2)
+    } else if report.problems.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

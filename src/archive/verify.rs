@@ -194,17 +194,6 @@ pub fn verify_from(
     }
     // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
     let _readers = super::lock::ReadersLock::shared(data_dir);
-    let mut manifests: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
-        Ok(rd) => rd
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    manifests.sort();
-    let mut marks: Vec<Mark> = Vec::new();
     let in_scope = |p: &str| {
         since.is_none_or(|d| {
             p.split('/')
@@ -212,44 +201,40 @@ pub fn verify_from(
                 .is_none_or(|date| date >= d)
         })
     };
-    for path in manifests {
-        let name = format!(
-            "{DIR}/{}",
-            path.file_name().unwrap_or_default().to_string_lossy()
-        );
-        if !std::fs::metadata(&path)
-            .map(|m| m.is_file())
-            .unwrap_or(false)
-        {
-            continue;
-        }
-        report.manifests += 1;
-        let start = checkpoint.and_then(|c| c.marks.iter().find(|m| m.manifest == name));
-        let scan = scan_manifest(
-            &name,
-            &path,
-            key,
-            &in_scope,
-            &mut ledger,
-            start,
-            &mut report.problems,
-        )?;
-        report.entries += scan.entries;
-        marks.extend(scan.mark);
-        if let Some(head) = scan.head {
-            report.heads.push((name, head.0, head.1));
-        }
-    }
+    let from: std::collections::HashMap<String, Mark> = checkpoint
+        .map(|c| {
+            c.marks
+                .iter()
+                .map(|m| (m.manifest.clone(), m.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut read = read_manifests(data_dir, key, &in_scope, &mut ledger, &from)?;
     // A manifest the checkpoint verified must still be there.
-    for m in checkpoint.map(|c| c.marks.as_slice()).unwrap_or_default() {
-        if !marks.iter().any(|n| n.manifest == m.manifest) {
-            report
-                .problems
-                .push(Problem::ManifestMissing(m.manifest.clone()));
+    for m in from.keys() {
+        if !read.seen.contains(m) {
+            read.problems.push(Problem::ManifestMissing(m.clone()));
         }
     }
+    let mut present = present_files(data_dir, &in_scope)?;
+    // A writer publishes a file before its line, and retention writes its line before it
+    // deletes: files and lines that disagree are looked at again after the lines appended
+    // meanwhile are read, so a running daemon makes no false alarm.
+    if disagree(&ledger, &present) {
+        let again = read_manifests(data_dir, key, &in_scope, &mut ledger, &read.marks)?;
+        read.merge(again);
+        present = present_files(data_dir, &in_scope)?;
+    }
+    report.manifests = read.seen.len();
+    report.entries = read.entries;
+    report.heads = read.heads.into_values().collect();
+    report.heads.sort();
+    report.problems = read.problems;
+    let mut marks: Vec<Mark> = read.marks.into_values().collect();
+    marks.sort_by(|a, b| a.manifest.cmp(&b.manifest));
     let next = Checkpoint {
         since: since.unwrap_or_default().to_string(),
+        public_key: key.map(|k| hex::encode(k.to_bytes())).unwrap_or_default(),
         marks,
         added: ledger
             .added
@@ -262,6 +247,129 @@ pub fn verify_from(
             .map(|(p, read)| (p.clone(), read.map(hex::encode).unwrap_or_default()))
             .collect(),
     };
+    let expected = settle(ledger, checkpoint.is_some(), &mut report.problems);
+    for (p, (sha, bytes)) in &expected {
+        if !present.contains(p) {
+            report.problems.push(Problem::Missing(p.clone()));
+            continue;
+        }
+        let file = data_dir.join(p);
+        let hashed = match file_sha256(&file) {
+            Ok(h) => h,
+            // Deleted since the listing (retention, a merge): gone as the lines say.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(std::io::Error::new(e.kind(), format!("{p}: {e}"))),
+        };
+        report.files += 1;
+        let same_size = std::fs::metadata(&file).map(|m| m.len()).ok() == Some(*bytes);
+        if !same_size || sha_bytes(&hashed) != *sha {
+            report.problems.push(Problem::Modified(p.clone()));
+        }
+    }
+    for p in present.iter().filter(|p| !expected.contains_key(*p)) {
+        report.problems.push(Problem::Extra(p.clone()));
+    }
+    Ok((report, next))
+}
+
+/// What reading the manifests gave.
+#[derive(Default)]
+struct Read {
+    /// The manifests there.
+    seen: std::collections::HashSet<String>,
+    /// Per manifest: where it was read up to.
+    marks: std::collections::HashMap<String, Mark>,
+    /// Per manifest: its last line (seq, hash).
+    heads: std::collections::HashMap<String, (String, u64, String)>,
+    entries: usize,
+    problems: Vec<Problem>,
+}
+
+impl Read {
+    /// A second read's findings over the first's.
+    fn merge(&mut self, later: Read) {
+        self.seen.extend(later.seen);
+        self.marks.extend(later.marks);
+        self.heads.extend(later.heads);
+        self.entries += later.entries;
+        self.problems.extend(later.problems);
+    }
+}
+
+/// Reads every manifest (each from its mark in `from`, if it has one) into `ledger`.
+fn read_manifests(
+    data_dir: &Path,
+    key: Option<&ed25519_dalek::VerifyingKey>,
+    in_scope: &dyn Fn(&str) -> bool,
+    ledger: &mut Ledger,
+    from: &std::collections::HashMap<String, Mark>,
+) -> std::io::Result<Read> {
+    let mut manifests: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    manifests.sort();
+    let mut read = Read::default();
+    for path in manifests {
+        let name = format!(
+            "{DIR}/{}",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        );
+        if !std::fs::metadata(&path)
+            .map(|m| m.is_file())
+            .unwrap_or(false)
+        {
+            continue;
+        }
+        read.seen.insert(name.clone());
+        let scan = scan_manifest(
+            &name,
+            &path,
+            key,
+            in_scope,
+            ledger,
+            from.get(&name),
+            &mut read.problems,
+        )?;
+        read.entries += scan.entries;
+        if let Some(mark) = scan.mark {
+            read.marks.insert(name.clone(), mark);
+        }
+        if let Some(head) = scan.head {
+            read.heads.insert(name.clone(), (name, head.0, head.1));
+        }
+    }
+    Ok(read)
+}
+
+/// The completed files in scope.
+fn present_files(
+    data_dir: &Path,
+    in_scope: &dyn Fn(&str) -> bool,
+) -> std::io::Result<BTreeSet<String>> {
+    Ok(archive_files(data_dir)?
+        .into_iter()
+        .filter(|p| in_scope(p))
+        .collect())
+}
+
+/// True when the files present are not those the ledger expects.
+fn disagree(ledger: &Ledger, present: &BTreeSet<String>) -> bool {
+    let live = |p: &String| ledger.added.contains_key(p) && !ledger.removed.contains_key(p);
+    present.iter().any(|p| !live(p)) || ledger.added.keys().any(|p| live(p) && !present.contains(p))
+}
+
+/// The files the ledger expects (added, not removed), with the problems of its removals.
+fn settle(
+    ledger: Ledger,
+    incremental: bool,
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<String, ([u8; 32], u64)> {
     let Ledger {
         mut added,
         removed,
@@ -275,44 +383,24 @@ pub fn verify_from(
     for (r, read) in &old_removed {
         match old_added.get(&path_key(r)) {
             // Added before the checkpoint, or among the adds no longer kept: not known here.
-            None if checkpoint.is_some() || old_dropped => {}
-            None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
-            Some(sha) if read.is_some_and(|read| read != *sha) => report
-                .problems
-                .push(Problem::ModifiedBeforeRemoval(r.clone())),
+            None if incremental || old_dropped => {}
+            None => problems.push(Problem::RemovedUnrecorded(r.clone())),
+            Some(sha) if read.is_some_and(|read| read != *sha) => {
+                problems.push(Problem::ModifiedBeforeRemoval(r.clone()))
+            }
             Some(_) => {}
         }
     }
     for (r, read) in &removed {
         match added.remove(r) {
-            None => report.problems.push(Problem::RemovedUnrecorded(r.clone())),
-            Some((sha, _)) if read.is_some_and(|read| read != sha) => report
-                .problems
-                .push(Problem::ModifiedBeforeRemoval(r.clone())),
+            None => problems.push(Problem::RemovedUnrecorded(r.clone())),
+            Some((sha, _)) if read.is_some_and(|read| read != sha) => {
+                problems.push(Problem::ModifiedBeforeRemoval(r.clone()))
+            }
             Some(_) => {}
         }
     }
-    let present: BTreeSet<String> = archive_files(data_dir)?
-        .into_iter()
-        .filter(|p| in_scope(p))
-        .collect();
-    let expected: BTreeMap<String, ([u8; 32], u64)> = added.into_iter().collect();
-    for (p, (sha, bytes)) in &expected {
-        if !present.contains(p) {
-            report.problems.push(Problem::Missing(p.clone()));
-            continue;
-        }
-        report.files += 1;
-        let file = data_dir.join(p);
-        let same_size = std::fs::metadata(&file).map(|m| m.len()).ok() == Some(*bytes);
-        if !same_size || sha_bytes(&file_sha256(&file)?) != *sha {
-            report.problems.push(Problem::Modified(p.clone()));
-        }
-    }
-    for p in present.iter().filter(|p| !expected.contains_key(*p)) {
-        report.problems.push(Problem::Extra(p.clone()));
-    }
-    Ok((report, next))
+    added.into_iter().collect()
 }
 
 /// The checkpoint's booked files in scope of a run from `since` on.
@@ -385,6 +473,10 @@ pub struct Checkpoint {
     pub added: Vec<(String, String, u64)>,
     /// Files removed in scope: path, hex SHA-256 read by the remover (empty: none).
     pub removed: Vec<(String, String)>,
+    /// The public key the lines before the marks were checked with (hex; empty: none): a
+    /// run with another key cannot continue from them.
+    #[serde(default)]
+    pub public_key: String,
 }
 
 /// One line of a manifest at a time: a manifest of millions of lines is never held whole.
@@ -415,6 +507,12 @@ impl Lines {
     /// The next line without its end (`\n` or `\r\n`); bytes that are not UTF-8 make an
     /// unreadable line, not an unreadable archive.
     fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        Ok(self.next_line_ended()?.map(|(line, _)| line))
+    }
+
+    /// [`Lines::next_line`], and whether the line ended with its `\n` (the last line of a
+    /// manifest being appended to, or torn by a crash, has none yet).
+    fn next_line_ended(&mut self) -> std::io::Result<Option<(String, bool)>> {
         use std::io::BufRead;
         self.buf.clear();
         let n = self.reader.read_until(b'\n', &mut self.buf)?;
@@ -423,13 +521,17 @@ impl Lines {
         }
         self.offset += n as u64;
         let mut end = self.buf.len();
-        if self.buf[..end].ends_with(b"\n") {
+        let ended = self.buf[..end].ends_with(b"\n");
+        if ended {
             end -= 1;
             if self.buf[..end].ends_with(b"\r") {
                 end -= 1;
             }
         }
-        Ok(Some(String::from_utf8_lossy(&self.buf[..end]).into_owned()))
+        Ok(Some((
+            String::from_utf8_lossy(&self.buf[..end]).into_owned(),
+            ended,
+        )))
     }
 }
 
@@ -484,9 +586,15 @@ fn scan_manifest(
     let mut last: Option<(usize, Entry)> = None;
     loop {
         let line_start = lines.offset;
-        let Some(line) = lines.next_line()? else {
+        let Some((line, ended)) = lines.next_line_ended()? else {
             break;
         };
+        let parsed = serde_json::from_str::<Entry>(&line);
+        // A last line without its line end that is not an entry is one being appended (or
+        // torn by a crash mid-append): not written yet, neither a problem nor a mark.
+        if !ended && parsed.is_err() {
+            break;
+        }
         at += 1;
         let hash = line_hash(&line);
         scan.mark = Some(Mark {
@@ -495,7 +603,6 @@ fn scan_manifest(
             offset: line_start,
             hash: hash.clone(),
         });
-        let parsed = serde_json::from_str::<Entry>(&line);
         previous = match parsed {
             Err(_) => {
                 problems.push(Problem::Unreadable {
@@ -560,7 +667,11 @@ fn book(ledger: &mut Ledger, entry: &Entry, scoped: bool) {
                 }
             }
         }
-        (Op::Remove, false) => ledger.old_removed.push((entry.path.clone(), read())),
+        // Checked against the adds kept; beyond as many removals, the rest go unchecked.
+        (Op::Remove, false) if ledger.old_removed.len() < OLD_ADDS_KEPT => {
+            ledger.old_removed.push((entry.path.clone(), read()))
+        }
+        (Op::Remove, false) => ledger.old_dropped = true,
     }
 }
 

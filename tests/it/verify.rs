@@ -704,3 +704,78 @@ fn a_checkpoint_lets_later_runs_read_only_new_manifest_lines() {
         .expect("verify");
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A manifest line being appended (no line end yet, not an entry) is not a problem; a bare
+/// checkpoint file name works; adoption and checkpoints stop at a problem of the manifests.
+#[test]
+fn torn_tails_bare_checkpoint_names_and_adoption_behind_a_broken_chain() {
+    let mut d = Daemon::start();
+    loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "10",
+        "--seed",
+        "53",
+    ]);
+    d.stop();
+    let data = d.data_dir.clone();
+    let m = std::fs::read_dir(data.join("manifest"))
+        .expect("manifests")
+        .map(|e| e.expect("entry").path())
+        .next()
+        .expect("a manifest");
+    let text = std::fs::read_to_string(&m).expect("manifest");
+    std::fs::write(&m, format!("{text}{{\"seq\":99,\"op\":\"ad")).expect("torn tail");
+    assert_eq!(verify(&data), (vec![], 0), "a tail being appended");
+
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let out = toolwatch()
+        .current_dir(cwd.path())
+        .args([
+            "verify",
+            "--since",
+            "2000-01-01",
+            "--checkpoint",
+            "cp.json",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .expect("verify");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(cwd.path().join("cp.json").is_file());
+    // A checkpoint taken without a public key is not continued with one.
+    let out = toolwatch()
+        .current_dir(cwd.path())
+        .args(["verify", "--since", "2000-01-01", "--checkpoint", "cp.json"])
+        .args(["--public-key", &"ab".repeat(32), "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(2));
+
+    // An edited line breaks the chain: an extra file is then not adopted.
+    std::fs::write(&m, &text).expect("restore");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines[0] = lines[0].replacen("\"rows\":", "\"rows\":1", 1);
+    std::fs::write(&m, lines.join("\n") + "\n").expect("edit");
+    let extra = parquet_files(&data, "spans")[0]
+        .parent()
+        .expect("partition")
+        .join("part-planted.parquet");
+    std::fs::copy(&parquet_files(&data, "spans")[0], &extra).expect("plant");
+    let out = toolwatch()
+        .args(["verify", "--adopt-unrecorded", "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing adopted"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("extra {}", rel(&data, &extra))));
+}
