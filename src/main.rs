@@ -490,6 +490,17 @@ fn check_signing(dir: &std::path::Path, config: &Config) -> Result<(), ExitCode>
     Ok(())
 }
 
+/// The configuration and the archive's folder of a command that works on an existing
+/// archive (`compact`, `scrub`, `retention`).
+fn archive_command(
+    config: Option<&std::path::Path>,
+    data_dir: &DataDirArg,
+) -> Result<(Config, PathBuf), ExitCode> {
+    let config = Config::load(config, std::env::vars()).map_err(usage_error)?;
+    let dir = existing_data_dir(data_dir, &config)?;
+    Ok((config, dir))
+}
+
 /// The async runtime every command that needs one runs on.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
@@ -560,12 +571,8 @@ fn query(args: QueryArgs) -> ExitCode {
 fn retention(args: RetentionArgs) -> ExitCode {
     use toolwatch::archive::partition::Table;
     use toolwatch::archive::retention::{apply, expired};
-    let config = match Config::load(args.config.as_deref(), std::env::vars()) {
+    let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
-        Err(e) => return usage_error(e),
-    };
-    let dir = match existing_data_dir(&args.data_dir, &config) {
-        Ok(d) => d,
         Err(code) => return code,
     };
     let retention = &config.archive.retention;
@@ -845,12 +852,8 @@ fn ddl(args: DdlArgs) -> ExitCode {
 fn scrub(args: ScrubArgs) -> ExitCode {
     use toolwatch::archive::compact::{Compactor, Policy};
     use toolwatch::archive::scrub::{self, Scrubber, Target};
-    let config = match Config::load(args.config.as_deref(), std::env::vars()) {
+    let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
-        Err(e) => return usage_error(e),
-    };
-    let dir = match existing_data_dir(&args.data_dir, &config) {
-        Ok(d) => d,
         Err(code) => return code,
     };
     let tables = match tables_arg(args.table.as_deref()) {
@@ -1040,12 +1043,8 @@ fn adopt_unrecorded(
 
 fn compact(args: CompactArgs) -> ExitCode {
     use toolwatch::archive::compact::{Compactor, Policy};
-    let config = match Config::load(args.config.as_deref(), std::env::vars()) {
+    let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
-        Err(e) => return usage_error(e),
-    };
-    let dir = match existing_data_dir(&args.data_dir, &config) {
-        Ok(d) => d,
         Err(code) => return code,
     };
     let tables = match tables_arg(args.table.as_deref()) {

@@ -7,7 +7,7 @@
 //! (`spark.sql.legacy.parquet.nanosAsLong = true`), so they are `BIGINT` there; Trino reads
 //! them as `TIMESTAMP` at the catalog's `hive.timestamp-precision` (set `NANOSECONDS`).
 
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field};
 
 use crate::archive::partition::Table;
 
@@ -18,17 +18,6 @@ pub enum Engine {
     Spark,
     /// Trino's Hive connector (`CREATE TABLE … WITH (external_location = …)`).
     Trino,
-}
-
-/// The schema a table's newest files have.
-pub fn table_schema(table: Table) -> std::sync::Arc<Schema> {
-    match table {
-        Table::Spans => crate::archive::schema::spans_schema(),
-        Table::Logs => crate::archive::schema::logs_schema(),
-        Table::Requests => crate::assemble::rows::requests_schema(),
-        Table::Alarms => crate::budget::rows::alarms_schema(),
-        Table::Findings => crate::findings::rows::findings_schema(),
-    }
 }
 
 /// A column type an engine cannot declare.
@@ -43,7 +32,7 @@ pub struct UnsupportedType {
 /// The statements that define `table` over the folder at `location` (the table's folder:
 /// `<data_dir>/<table>` or `s3://bucket/prefix/<table>`) and register its partitions.
 pub fn definition(engine: Engine, table: Table, location: &str) -> Result<String, UnsupportedType> {
-    let schema = table_schema(table);
+    let schema = super::table_schema(table);
     let mut columns = Vec::with_capacity(schema.fields().len() + 3);
     for f in schema.fields() {
         columns.push(format!(

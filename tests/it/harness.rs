@@ -570,3 +570,36 @@ pub fn span_keys<'a>(rows: impl IntoIterator<Item = &'a Map<String, Value>>) -> 
         })
         .collect()
 }
+
+/// `toolwatch verify --data-dir <data_dir>`: its problem lines and exit code.
+pub fn verify_archive(data_dir: &Path) -> (Vec<String>, i32) {
+    let out = toolwatch()
+        .args(["verify", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .expect("verify");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (lines, out.status.code().unwrap_or(-1))
+}
+
+/// The `n` column of the first row of `toolwatch query [extra] --format json <sql>`.
+pub fn query_n(data_dir: &Path, extra: &[&str], sql: &str) -> u64 {
+    let out = toolwatch()
+        .arg("query")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .args(["--format", "json", sql])
+        .output()
+        .expect("query");
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("rows");
+    rows[0]["n"].as_u64().expect("count")
+}

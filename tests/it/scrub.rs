@@ -18,7 +18,10 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use serde_json::{Map, Value};
 
-use crate::harness::{assert_readers_agree, read_table, toolwatch, wait_for, Daemon};
+use crate::harness::{
+    assert_readers_agree, query_n, read_table, toolwatch, verify_archive as verify, wait_for,
+    Daemon,
+};
 
 /// A credential of a format no built-in rule knows: learned after the fact.
 const TOKEN: &str = "zqtok_4f1c2a9b8e7d6c5b4a3f";
@@ -190,36 +193,9 @@ fn scrub_killed_at(data: &Path, config: &Path, step: &str) {
     std::fs::remove_file(&marker).expect("marker");
 }
 
-/// `verify`'s problem lines and exit code.
-fn verify(data: &Path) -> (Vec<String>, i32) {
-    let out = toolwatch()
-        .args(["verify", "--data-dir"])
-        .arg(data)
-        .output()
-        .expect("verify");
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    (lines, out.status.code().unwrap_or(-1))
-}
-
-/// `select count(*)` through `toolwatch query`.
+/// `select count(*) as n` through `toolwatch query`, from the files alone.
 fn count(data: &Path, sql: &str) -> u64 {
-    let out = toolwatch()
-        .arg("query")
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--no-flush", "--format", "json", sql])
-        .output()
-        .expect("query");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("rows");
-    rows[0]["n"].as_u64().expect("count")
+    query_n(data, &["--no-flush"], sql)
 }
 
 #[test]

@@ -3,21 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::harness::{loadgen, parquet_files, toolwatch, Daemon};
-
-/// `verify`'s problem lines and its exit code.
-fn verify(data_dir: &Path) -> (Vec<String>, i32) {
-    let out = toolwatch()
-        .args(["verify", "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .expect("verify");
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    (lines, out.status.code().unwrap_or(-1))
-}
+use crate::harness::{loadgen, parquet_files, toolwatch, verify_archive as verify, Daemon};
 
 /// A copy of the archive to tamper with.
 fn copy(from: &Path, to: &Path) -> PathBuf {

@@ -8,7 +8,7 @@ use std::path::Path;
 use toolwatch::archive::lock::{PartitionDir, PartitionLock};
 use toolwatch::archive::partition::Table;
 
-use crate::harness::{loadgen, parquet_files, toolwatch, Daemon, DaemonOptions};
+use crate::harness::{loadgen, parquet_files, query_n, toolwatch, Daemon, DaemonOptions};
 
 const REQUESTS: u64 = 60;
 
@@ -32,20 +32,7 @@ fn instance(archive: &Path, data: &Path) -> Daemon {
 }
 
 fn count(archive: &Path, sql: &str) -> u64 {
-    let out = toolwatch()
-        .arg("query")
-        .arg("--data-dir")
-        .arg(archive)
-        .args(["--format", "json", sql])
-        .output()
-        .expect("query");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("rows");
-    rows[0]["n"].as_u64().expect("count")
+    query_n(archive, &[], sql)
 }
 
 fn verify(archive: &Path) -> (String, String, i32) {
