@@ -167,6 +167,14 @@ fn scrub(data: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, Strin
     )
 }
 
+/// `toolwatch scrub --config <config> --rule <rule> [extra]`; (exit code, stdout, stderr).
+fn scrub_rule(data: &Path, config: &Path, rule: &str, extra: &[&str]) -> (i32, String, String) {
+    let config = config.to_str().expect("utf-8");
+    let mut args = vec!["--config", config, "--rule", rule];
+    args.extend_from_slice(extra);
+    scrub(data, &args, None)
+}
+
 /// Runs `toolwatch scrub` that stops at `step`, waits for it to get there, kills it.
 fn scrub_killed_at(data: &Path, config: &Path, step: &str) {
     let marker = data.join(format!("paused-{step}"));
@@ -223,17 +231,7 @@ fn scrub_removes_values_archived_before_the_rule_existed_through_readers_and_kil
     assert_eq!(verify(&data), (vec![], 0));
 
     // A dry run counts without changing anything.
-    let (code, out, _) = scrub(
-        &data,
-        &[
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--rule",
-            "zq_token",
-            "--dry-run",
-        ],
-        None,
-    );
+    let (code, out, _) = scrub_rule(&data, &config, "zq_token", &["--dry-run"]);
     assert_eq!(code, 0);
     assert!(
         out.starts_with("would have removed 24 values from 12 files"),
@@ -271,16 +269,7 @@ fn scrub_removes_values_archived_before_the_rule_existed_through_readers_and_kil
             reads
         })
     };
-    let (code, out, err) = scrub(
-        &data,
-        &[
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--rule",
-            "zq_token",
-        ],
-        None,
-    );
+    let (code, out, err) = scrub_rule(&data, &config, "zq_token", &[]);
     stop.store(true, Ordering::SeqCst);
     let reads = reader.join().expect("the reader saw every row once");
     assert_eq!(code, 0, "{err}");
@@ -311,16 +300,7 @@ fn scrub_removes_values_archived_before_the_rule_existed_through_readers_and_kil
     assert_eq!(manifests.matches("\"reason\":\"scrub\"").count(), 2 * 12);
 
     // Scrubbing again finds nothing.
-    let (code, out, _) = scrub(
-        &data,
-        &[
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--rule",
-            "zq_token",
-        ],
-        None,
-    );
+    let (code, out, _) = scrub_rule(&data, &config, "zq_token", &[]);
     assert_eq!(code, 0);
     assert!(out.starts_with("removed 0 values from 0 files"), "{out}");
 
@@ -405,16 +385,7 @@ fn scrub_beside_a_writing_and_compacting_daemon_loses_and_doubles_nothing() {
     });
     let mut scrubbed_while_writing = 0u32;
     while !sender.is_finished() {
-        let (code, out, err) = scrub(
-            &data,
-            &[
-                "--config",
-                config.to_str().expect("utf-8"),
-                "--rule",
-                "agent_name",
-            ],
-            None,
-        );
+        let (code, out, err) = scrub_rule(&data, &config, "agent_name", &[]);
         // Busy partitions (a file merged while it was rewritten) are scrubbed next round.
         assert!(code == 0 || code == 1, "{code}: {out}{err}");
         eprintln!("while writing: {}", out.trim());
@@ -423,16 +394,7 @@ fn scrub_beside_a_writing_and_compacting_daemon_loses_and_doubles_nothing() {
     let report = sender.join().expect("loadgen");
     let spans = report["spans"].as_u64().expect("spans");
     d.stop();
-    let (code, out, err) = scrub(
-        &data,
-        &[
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--rule",
-            "agent_name",
-        ],
-        None,
-    );
+    let (code, out, err) = scrub_rule(&data, &config, "agent_name", &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(scrubbed_while_writing >= 1);
     assert_eq!(count(&data, "select count(*) as n from spans"), spans);
