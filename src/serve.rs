@@ -406,17 +406,17 @@ pub async fn run(
 
     // Readers of this data directory (`query`, `trace`) find the daemon here to flush; readers
     // of a shared archive folder find every instance writing it there.
-    let mut address_files = vec![crate::archive::flush::address_file(&data_dir)];
+    let mut address_files = vec![(crate::archive::flush::address_file(&data_dir), false)];
     if archive_dir != data_dir {
-        address_files.push(crate::archive::flush::instance_address_file(
-            &archive_dir,
-            &journal.id,
+        address_files.push((
+            crate::archive::flush::instance_address_file(&archive_dir, &journal.id),
+            true,
         ));
     }
     let _address_files: Vec<_> = address_files
         .into_iter()
-        .filter_map(|path| {
-            crate::archive::flush::publish_address_at(path, addrs.admin)
+        .filter_map(|(path, with_host)| {
+            crate::archive::flush::publish_address_at(path, addrs.admin, with_host)
                 .inspect_err(|e| tracing::warn!(error = %e, "admin address not recorded; query and trace will not ask this daemon for its buffered rows"))
                 .ok()
         })

@@ -228,16 +228,56 @@ pub fn instance_address_file(archive_dir: &Path, journal_id: &str) -> PathBuf {
 
 /// Records `addr` for readers of `data_dir`; removed by dropping the returned guard.
 pub fn publish_address(data_dir: &Path, addr: SocketAddr) -> std::io::Result<AddressFile> {
-    publish_address_at(address_file(data_dir), addr)
+    publish_address_at(address_file(data_dir), addr, false)
 }
 
-/// Records `addr` in the file `path`; removed by dropping the returned guard.
-pub fn publish_address_at(path: PathBuf, addr: SocketAddr) -> std::io::Result<AddressFile> {
+/// Records `addr` (and, `with_host`, this machine's name) in the file `path`, locked for as long as the
+/// returned guard lives, so readers can tell a live daemon's file from a dead one's; removed
+/// by dropping the guard.
+pub fn publish_address_at(
+    path: PathBuf,
+    addr: SocketAddr,
+    with_host: bool,
+) -> std::io::Result<AddressFile> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::DirBuilderExt;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        // Only this user writes addresses readers send their admin token to.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
     }
-    crate::durable::replace_file(&path, format!("{addr}\n").as_bytes())?;
-    Ok(AddressFile { path })
+    // Locked before it is renamed into place: a reader never finds it unlocked while its
+    // daemon lives (the lock goes with the open file, across the rename).
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let mut file = std::fs::File::create(&tmp)?;
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let text = if with_host {
+        format!("{addr}\n{}\n", host_name())
+    } else {
+        format!("{addr}\n")
+    };
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(AddressFile {
+        path,
+        _lock: Some(file),
+    })
+}
+
+/// This machine's name (empty if it has none).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The admin address a daemon recorded under `data_dir`, if one did (it may be gone since).
@@ -245,31 +285,107 @@ pub fn recorded_address(data_dir: &Path) -> Option<SocketAddr> {
     read_address(&address_file(data_dir))
 }
 
-/// Every admin address recorded for readers of the archive under `dir`: the daemon whose
-/// data directory it is, and each daemon writing it as a shared folder (some may be gone).
-pub fn recorded_addresses(dir: &Path) -> Vec<SocketAddr> {
-    let mut out: Vec<SocketAddr> = recorded_address(dir).into_iter().collect();
+/// A daemon readers of an archive can ask for its buffered rows.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecordedDaemon {
+    /// The daemon whose data directory it is, at this address (its file may outlive it).
+    Here(SocketAddr),
+    /// A daemon writing the shared folder from this machine, alive (it holds its file's
+    /// lock), at this address.
+    Live(SocketAddr),
+    /// Writing the shared folder from another machine (its admin port answers only its own
+    /// machine): its buffered rows cannot be read from here.
+    Elsewhere(String),
+    /// An address file this reader must not trust (not its own user's, or writable by others).
+    Untrusted(PathBuf),
+}
+
+/// Every live daemon recorded for readers of the archive under `dir`: the daemon whose data
+/// directory it is, and each daemon writing it as a shared folder. The address files of
+/// daemons that are gone (unlocked) are removed.
+pub fn recorded_addresses(dir: &Path) -> Vec<RecordedDaemon> {
+    let mut out: Vec<RecordedDaemon> = recorded_address(dir)
+        .map(RecordedDaemon::Here)
+        .into_iter()
+        .collect();
     let shared = dir.join(super::lock::WORK_DIR).join("instances");
+    let here = host_name();
     if let Ok(rd) = std::fs::read_dir(shared) {
         for e in rd.flatten() {
-            if e.path().extension().is_some_and(|x| x == "addr") {
-                out.extend(read_address(&e.path()));
+            let path = e.path();
+            if path.extension().is_none_or(|x| x != "addr") {
+                continue;
+            }
+            if !trusted(&path) {
+                out.push(RecordedDaemon::Untrusted(path));
+                continue;
+            }
+            if !held(&path) {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let mut lines = text.lines();
+            let addr = lines.next().and_then(|a| a.trim().parse().ok());
+            let host = lines.next().unwrap_or_default().trim().to_string();
+            match addr {
+                Some(a) if host == here => out.push(RecordedDaemon::Live(a)),
+                Some(_) => out.push(RecordedDaemon::Elsewhere(host)),
+                None => {}
             }
         }
     }
     out.sort();
     out.dedup();
+    // A daemon whose data directory this is and which also records itself as an instance.
+    let live: Vec<SocketAddr> = out
+        .iter()
+        .filter_map(|d| match d {
+            RecordedDaemon::Live(a) => Some(*a),
+            _ => None,
+        })
+        .collect();
+    out.retain(|d| !matches!(d, RecordedDaemon::Here(a) if live.contains(a)));
     out
 }
 
-fn read_address(path: &Path) -> Option<SocketAddr> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+/// Whether a daemon holds the file's lock (it lives).
+fn held(path: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    let taken = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    !taken
 }
 
-/// Removes the address file when dropped.
+/// An address file of this reader's own user that no one else may write.
+fn trusted(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    meta.file_type().is_file() && meta.uid() == me && meta.mode() & 0o022 == 0
+}
+
+fn read_address(path: &Path) -> Option<SocketAddr> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Removes the address file when dropped (and holds its lock while it lives).
 #[derive(Debug)]
 pub struct AddressFile {
     path: PathBuf,
+    _lock: Option<std::fs::File>,
 }
 
 impl Drop for AddressFile {
@@ -281,6 +397,42 @@ impl Drop for AddressFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readers_ask_live_instances_here_and_skip_dead_foreign_and_untrusted_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
+        let live =
+            publish_address_at(instance_address_file(dir.path(), "aa"), a, true).expect("publish");
+        // A dead daemon's file: nobody holds its lock.
+        let dead = instance_address_file(dir.path(), "bb");
+        std::fs::write(&dead, "127.0.0.1:4002\n").expect("plant");
+        // A live daemon on another machine.
+        let b: SocketAddr = "10.0.0.2:9464".parse().expect("addr");
+        let elsewhere = instance_address_file(dir.path(), "cc");
+        let guard = publish_address_at(elsewhere.clone(), b, true).expect("publish");
+        let text = std::fs::read_to_string(&elsewhere).expect("read");
+        std::fs::write(&elsewhere, text.replace(&host_name(), "other-host")).expect("edit");
+        let found = recorded_addresses(dir.path());
+        assert!(found.contains(&RecordedDaemon::Live(a)), "{found:?}");
+        assert!(!dead.exists(), "a dead daemon's file is removed");
+        // The edit replaced the locked file's contents in place: still held, other host.
+        assert!(
+            found.contains(&RecordedDaemon::Elsewhere("other-host".into())),
+            "{found:?}"
+        );
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o666))
+            .expect("chmod");
+        assert!(
+            recorded_addresses(dir.path()).contains(&RecordedDaemon::Untrusted(elsewhere.clone()))
+        );
+        // Stopped daemons take their files with them.
+        drop(guard);
+        drop(live);
+        assert_eq!(recorded_addresses(dir.path()), vec![]);
+        assert!(!elsewhere.exists());
+    }
 
     #[test]
     fn a_flush_waits_for_the_records_and_for_its_interval() {

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::archive::flush::recorded_addresses;
+use crate::archive::flush::{recorded_addresses, RecordedDaemon};
 use crate::archive::snapshot::BufferedSet;
 
 /// How long to try reaching the daemon: it is local, so a refusal comes at once.
@@ -64,7 +64,11 @@ fn client(addr: SocketAddr) -> Result<(reqwest::Client, &'static str), String> {
         })?;
         let cert = reqwest::Certificate::from_pem(&pem)
             .map_err(|e| format!("{ADMIN_CA_ENV}: not a PEM certificate: {e}"))?;
-        builder = builder.add_root_certificate(cert);
+        // Only this CA: a publicly trusted certificate for some address must not receive
+        // the token.
+        builder = builder
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(cert);
         scheme = "https";
     }
     let token = std::env::var(ADMIN_TOKEN_ENV).ok();
@@ -105,14 +109,36 @@ fn combined(outcomes: Vec<Freshness>) -> Freshness {
 /// it as a shared folder) for copies of what its archive writers buffer: `None` with how it
 /// went when there is no daemon or no usable answer.
 pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) {
+    let daemons = recorded_addresses(data_dir);
+    let answers = futures_util::future::join_all(daemons.iter().map(|d| async move {
+        match d {
+            RecordedDaemon::Here(a) => buffered_rows_of(*a).await,
+            RecordedDaemon::Live(a) => {
+                let (set, how) = buffered_rows_of(*a).await;
+                (set, unreachable_live(how, *a))
+            }
+            other => (None, not_asked(other)),
+        }
+    }))
+    .await;
     let mut merged: Option<BufferedSet> = None;
     let mut outcomes = Vec::new();
-    for addr in recorded_addresses(data_dir) {
-        let (set, how) = buffered_rows_of(addr).await;
+    for (set, how) in answers {
         if let Some(set) = set {
             let m = merged.get_or_insert_with(BufferedSet::default);
             m.records = m.records.max(set.records);
-            m.files.extend(set.files);
+            for f in set.files {
+                // Paths carry each process's instance id: the same path twice would make
+                // one copy hide the other.
+                if m.files.iter().any(|g| g.entry.path == f.entry.path) {
+                    outcomes.push(Freshness::Partial(format!(
+                        "two daemons buffer {}; one copy left out",
+                        f.entry.path
+                    )));
+                    continue;
+                }
+                m.files.push(f);
+            }
         }
         outcomes.push(how);
     }
@@ -121,11 +147,41 @@ pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) 
 
 /// Asks every daemon serving the archive under `data_dir` to flush, and waits for them.
 pub async fn flush_daemon(data_dir: &Path) -> Freshness {
-    let mut outcomes = Vec::new();
-    for addr in recorded_addresses(data_dir) {
-        outcomes.push(flush_daemon_at(addr).await);
-    }
+    let daemons = recorded_addresses(data_dir);
+    let outcomes = futures_util::future::join_all(daemons.iter().map(|d| async move {
+        match d {
+            RecordedDaemon::Here(a) => flush_daemon_at(*a).await,
+            RecordedDaemon::Live(a) => unreachable_live(flush_daemon_at(*a).await, *a),
+            other => not_asked(other),
+        }
+    }))
+    .await;
     combined(outcomes)
+}
+
+/// A live daemon (it holds its address file) that does not answer is a partial answer, not
+/// an absent daemon.
+fn unreachable_live(how: Freshness, addr: SocketAddr) -> Freshness {
+    match how {
+        Freshness::NoDaemon => Freshness::Partial(format!(
+            "the daemon at {addr} writes this archive but does not answer"
+        )),
+        other => other,
+    }
+}
+
+/// Why a recorded daemon was not asked.
+fn not_asked(d: &RecordedDaemon) -> Freshness {
+    Freshness::Partial(match d {
+        RecordedDaemon::Elsewhere(host) => format!(
+            "a daemon on {host} writes this archive; its buffered rows cannot be read from this machine"
+        ),
+        RecordedDaemon::Untrusted(path) => format!(
+            "{} is not this user's or others may write it: that daemon was not asked",
+            path.display()
+        ),
+        RecordedDaemon::Here(_) | RecordedDaemon::Live(_) => String::new(),
+    })
 }
 
 /// One daemon's copies of what its archive writers buffer.
