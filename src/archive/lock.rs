@@ -171,11 +171,6 @@ impl PartitionLock {
 }
 
 impl PartitionDir {
-    /// The byte of the table's lock file standing for this partition: 62 bits of the SHA-256
-    /// of its name, the same in every process and release. Two partitions never share one in
-    /// practice (a pair among a million partitions: one chance in ten million); if two did,
-    /// the daemon's writer, which holds the partitions of a group at once, would wait on
-    /// itself.
     /// The order partitions' locks are taken in when one holder takes several at once
     /// (a write group): the same order in every process, so two instances writing the same
     /// partitions never each hold one the other waits for.
@@ -183,6 +178,11 @@ impl PartitionDir {
         (self.table, self.lock_offset())
     }
 
+    /// The byte of the table's lock file standing for this partition: 62 bits of the SHA-256
+    /// of its name, the same in every process and release. Two partitions never share one in
+    /// practice (a pair among a million partitions: one chance in ten million); if two did,
+    /// the daemon's writer, which holds the partitions of a group at once, would wait on
+    /// itself.
     fn lock_offset(&self) -> i64 {
         use sha2::{Digest, Sha256};
         let d = Sha256::digest(self.name().as_bytes());
