@@ -25,14 +25,19 @@ pub fn sync_filesystem(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Replaces `path` with `bytes`: written to `<path>.tmp`, fsynced, renamed over `path`, and
-/// the folder fsynced, so a crash leaves the old content or the new, never a mix.
-pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    // A temporary of this process alone: two writers of one file (overlapping runs) each
-    // rename a whole file of their own.
+/// The temporary a new version of `path` is written to before it is renamed over it,
+/// `<path>.<pid>.tmp`: a temporary of this process alone, so two writers of one file
+/// (overlapping runs) each rename a whole file of their own.
+pub fn temporary_of(path: &Path) -> std::path::PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
+    std::path::PathBuf::from(tmp)
+}
+
+/// Replaces `path` with `bytes`: written to [`temporary_of`] `path`, fsynced, renamed over
+/// `path`, and the folder fsynced, so a crash leaves the old content or the new, never a mix.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = temporary_of(path);
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;

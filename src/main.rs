@@ -570,7 +570,7 @@ fn query(args: QueryArgs) -> ExitCode {
 
 fn retention(args: RetentionArgs) -> ExitCode {
     use toolwatch::archive::partition::Table;
-    use toolwatch::archive::retention::{apply, expired};
+    use toolwatch::archive::retention::expired;
     let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
         Err(code) => return code,
@@ -606,37 +606,18 @@ fn retention(args: RetentionArgs) -> ExitCode {
     if let Err(code) = check_signing(&dir, &config) {
         return code;
     }
-    let instance_id = hex::encode(rand::random::<[u8; 4]>());
-    // Lines an interrupted rewrite left pending are recorded before their files can go.
     let mut compactor = toolwatch::archive::compact::Compactor::new(
         &dir,
         toolwatch::archive::compact::Policy::from_config(&config.archive),
-        instance_id.clone(),
+        toolwatch::archive::new_instance_id(),
         std::sync::Arc::new(toolwatch::metrics::Metrics::new()),
     );
-    for table in Table::ALL {
-        if let Err(e) = compactor.clean_up_table(table) {
-            eprintln!("toolwatch retention: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let manifest = match toolwatch::archive::manifest::Manifest::shared(
-        &dir,
-        &instance_id,
-        &config.archive.manifest_signing_key_file,
-    ) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("toolwatch retention: manifest: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match apply(&dir, &found, &manifest) {
+    match compactor.delete_expired(&found) {
         Ok((files, bytes)) => {
             eprintln!(
                 "deleted {} partitions: {files} files, {bytes} bytes (recorded in {})",
                 found.len(),
-                manifest.path().display()
+                compactor.manifest_path().display()
             );
             ExitCode::SUCCESS
         }
@@ -677,10 +658,8 @@ fn verify(args: VerifyArgs) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
-    if let Some(d) = args.since.as_deref() {
-        if chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_err() {
-            return usage_error(format!("--since {d:?}: expected YYYY-MM-DD"));
-        }
+    if let Err(code) = since_arg(args.since.as_deref()) {
+        return code;
     }
     let key = match args
         .public_key
@@ -788,6 +767,16 @@ fn verify(args: VerifyArgs) -> ExitCode {
     }
 }
 
+/// A usage error unless a `--since` flag, if given, is a date.
+fn since_arg(since: Option<&str>) -> Result<(), ExitCode> {
+    match since {
+        Some(d) if chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_err() => Err(usage_error(
+            format!("--since {d:?}: expected a date, YYYY-MM-DD"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The tables a `--table` flag names: all when absent.
 fn tables_arg(arg: Option<&str>) -> Result<Vec<toolwatch::archive::partition::Table>, ExitCode> {
     use toolwatch::archive::partition::Table;
@@ -860,10 +849,8 @@ fn scrub(args: ScrubArgs) -> ExitCode {
         Ok(t) => t,
         Err(code) => return code,
     };
-    if let Some(d) = &args.since {
-        if chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_err() {
-            return usage_error(format!("--since {d:?}: not a date (YYYY-MM-DD)"));
-        }
+    if let Err(code) = since_arg(args.since.as_deref()) {
+        return code;
     }
     let target = match (&args.rule, args.value_from_stdin) {
         (Some(id), _) => Target::Rule(id.clone()),
@@ -883,17 +870,14 @@ fn scrub(args: ScrubArgs) -> ExitCode {
             } else {
                 config.storage.data_dir.clone()
             };
-            let key = key_dir.join("state").join("hash.key");
-            let configured =
-                !config.hashing.key_env.is_empty() || !config.hashing.key_file.is_empty();
-            if !configured && !key.exists() {
-                return usage_error(format!(
-                    "rule {id} hashes what it finds and there is no key at {}",
-                    key.display()
-                ));
-            }
-            match config.hashing.current(&key_dir) {
-                Ok(h) => h,
+            match config.hashing.existing(&key_dir) {
+                Ok(Some(h)) => h,
+                Ok(None) => {
+                    return usage_error(format!(
+                        "rule {id} hashes what it finds and there is no key at {}",
+                        toolwatch::protect::default_key_file(&key_dir).display()
+                    ))
+                }
                 Err(e) => return usage_error(e),
             }
         }
@@ -927,26 +911,25 @@ fn scrub(args: ScrubArgs) -> ExitCode {
         );
     }
     drop(runtime);
-    let threads = args
-        .threads
-        .or_else(|| std::thread::available_parallelism().ok())
-        .map_or(1, std::num::NonZeroUsize::get);
-    let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
-    // One compactor (an instance, with its manifest) per thread.
-    let compactors: Vec<Compactor> = (0..threads)
-        .map(|_| {
-            let instance_id = hex::encode(rand::random::<[u8; 4]>());
-            Compactor::new(
-                &dir,
-                Policy::from_config(&config.archive),
-                instance_id,
-                std::sync::Arc::clone(&metrics),
-            )
-        })
-        .collect();
     let result = if args.dry_run {
         scrub::count(&dir, &scope, &scrubber)
     } else {
+        let threads = args
+            .threads
+            .or_else(|| std::thread::available_parallelism().ok())
+            .map_or(1, std::num::NonZeroUsize::get);
+        let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
+        // One compactor (an instance, with its manifest) per thread.
+        let compactors: Vec<Compactor> = (0..threads)
+            .map(|_| {
+                Compactor::new(
+                    &dir,
+                    Policy::from_config(&config.archive),
+                    toolwatch::archive::new_instance_id(),
+                    std::sync::Arc::clone(&metrics),
+                )
+            })
+            .collect();
         scrub::run(compactors, &dir, &scope, &scrubber)
     };
     match result {
@@ -1015,7 +998,7 @@ fn adopt_unrecorded(
         return Ok(());
     }
     check_signing(dir, config)?;
-    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let instance_id = toolwatch::archive::new_instance_id();
     let adopted = toolwatch::archive::manifest::Manifest::shared(
         dir,
         &instance_id,
@@ -1069,7 +1052,7 @@ fn compact(args: CompactArgs) -> ExitCode {
             return code;
         }
     }
-    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let instance_id = toolwatch::archive::new_instance_id();
     let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
     let mut compactor = Compactor::new(&dir, policy, instance_id, metrics).dry_run(args.dry_run);
     match compactor.run(&tables, std::time::SystemTime::now(), &|| false) {
@@ -1151,21 +1134,18 @@ fn hash_key(args: HashKeyArgs) -> ExitCode {
         config.storage.data_dir = d;
     }
     // Never create a key here: a new key would print hashes the archive cannot hold.
-    let default_key = config.storage.data_dir.join("state").join("hash.key");
-    let configured = !config.hashing.key_env.is_empty() || !config.hashing.key_file.is_empty();
-    if !configured && !default_key.exists() {
-        eprintln!(
-            "toolwatch: no key at {}: point --data-dir at the daemon's data directory",
-            default_key.display()
-        );
-        return ExitCode::from(2);
-    }
     let keys = config
         .hashing
-        .current(&config.storage.data_dir)
+        .existing(&config.storage.data_dir)
         .and_then(|c| config.hashing.previous().map(|p| (c, p)));
     let (current, previous) = match keys {
-        Ok(k) => k,
+        Ok((Some(c), p)) => (c, p),
+        Ok((None, _)) => {
+            return usage_error(format!(
+                "no key at {}: point --data-dir at the daemon's data directory",
+                toolwatch::protect::default_key_file(&config.storage.data_dir).display()
+            ))
+        }
         Err(e) => return usage_error(e),
     };
     println!("{}\tcurrent", current.hash(&args.raw));

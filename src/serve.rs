@@ -158,7 +158,7 @@ pub async fn run(
     )));
     let hasher = config.hashing.current(&data_dir)?;
     let protector = Protector::from_config(&config.redaction, hasher)?;
-    let instance_id = hex::encode(rand::random::<[u8; 4]>());
+    let instance_id = crate::archive::new_instance_id();
     // The manifest's signing key: the daemon creates it if absent (commands only read it).
     let key_file = &config.archive.manifest_signing_key_file;
     if !key_file.as_os_str().is_empty() {

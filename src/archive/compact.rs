@@ -36,7 +36,7 @@ use parquet::arrow::ArrowWriter;
 
 use super::config::ArchiveConfig;
 use super::lock::{self, PartitionDir, PartitionLock, ReadersLock};
-use super::manifest::{NewEntry, Op};
+use super::manifest::{NewEntry, Op, Reason};
 use super::partition::{writer_properties, FileSettings, Table, IN_PROGRESS_SUFFIX};
 use super::{file_settings, record_ranges, ArchiveError};
 use crate::metrics::Metrics;
@@ -224,10 +224,7 @@ impl Compactor {
         }
         let result = super::retention::expired(&self.data_dir, &self.policy.retention, tables, now)
             .and_then(|expired| {
-                let manifest = self
-                    .manifest()
-                    .map_err(|e| ArchiveError::io(&self.data_dir.join(super::manifest::DIR), e))?;
-                let done = super::retention::apply(&self.data_dir, &expired, &manifest)?;
+                let done = self.delete_expired(&expired)?;
                 Ok((expired.len(), done))
             });
         match result {
@@ -244,6 +241,31 @@ impl Compactor {
         }
     }
 
+    /// Deletes `expired` partitions (see [`super::retention::apply`]), each removal recorded
+    /// in this instance's manifest first, after the lines interrupted rewrites of their
+    /// tables left pending (their files may be among those going). Returns (files, bytes).
+    pub fn delete_expired(
+        &mut self,
+        expired: &[super::retention::Expired],
+    ) -> Result<(u64, u64), ArchiveError> {
+        let mut tables: Vec<Table> = expired.iter().map(|e| e.part.table).collect();
+        tables.dedup();
+        for table in tables {
+            self.recover_pending(table);
+        }
+        let manifest = self
+            .manifest()
+            .map_err(|e| ArchiveError::io(&self.data_dir.join(super::manifest::DIR), e))?;
+        super::retention::apply(&self.data_dir, expired, &manifest)
+    }
+
+    /// This instance's manifest file.
+    pub fn manifest_path(&self) -> PathBuf {
+        self.data_dir
+            .join(super::manifest::DIR)
+            .join(format!("{}.jsonl", self.instance_id))
+    }
+
     /// The manifest entries of a swap: the inputs removed (with the hash they had when read,
     /// which `verify` checks against their `add`, so a file changed or slipped in before its
     /// rewrite is not laundered by it), the outputs added.
@@ -252,7 +274,7 @@ impl Compactor {
         part: &PartitionDir,
         removed: &[FileInfo],
         added: &[Written],
-        reason: &'static str,
+        reason: Reason,
     ) -> Vec<NewEntry> {
         let live = part.dir(&self.data_dir);
         let table = part.table.as_str().to_string();
@@ -305,7 +327,7 @@ impl Compactor {
         staging: &Path,
         removed: &[FileInfo],
         added: &[Written],
-        reason: &'static str,
+        reason: Reason,
     ) -> Result<bool, ArchiveError> {
         let live = part.dir(&self.data_dir);
         // Our readers list and read under the readers' lock: the swap waits for those in
@@ -531,30 +553,29 @@ impl Compactor {
             }
         };
         pause_for_test("built");
-        if !self.swap_in(part, &staging, &merged_in, &outputs, "compaction")? {
+        if !self.swap_in(part, &staging, &merged_in, &outputs, Reason::Compaction)? {
             report.busy += 1;
             return Ok(());
         }
-        let written: Vec<(u64, u64)> = outputs.iter().map(|w| (w.bytes, w.rows)).collect();
         let bytes_in: u64 = merged_in.iter().map(|f| f.bytes).sum();
-        let bytes_out: u64 = written.iter().map(|(b, _)| *b).sum();
-        let rows: u64 = written.iter().map(|(_, r)| *r).sum();
+        let bytes_out: u64 = outputs.iter().map(|w| w.bytes).sum();
+        let rows: u64 = outputs.iter().map(|w| w.rows).sum();
         report.compacted += 1;
         report.files_in += merged_in.len() as u64;
         report.bytes_in += bytes_in;
-        report.files_out += written.len() as u64;
+        report.files_out += outputs.len() as u64;
         report.bytes_out += bytes_out;
         report.rows += rows;
         self.metrics.archive_compaction(
             part.table.as_str(),
             (merged_in.len() as u64, bytes_in),
-            (written.len() as u64, bytes_out),
+            (outputs.len() as u64, bytes_out),
         );
         tracing::info!(
             table = part.table.as_str(),
             files_in = merged_in.len(),
             bytes_in,
-            files_out = written.len(),
+            files_out = outputs.len(),
             bytes_out,
             rows,
             "archive partition compacted"
@@ -601,10 +622,8 @@ impl Compactor {
             }
             let name = self.merged_name(&inputs);
             let path = staging.join(&name);
-            let (bytes, rows) =
+            let (bytes, rows, sha256) =
                 write_sorted(&path, part.table, &schema, &batches, &self.policy.settings)?;
-            let sha256 =
-                super::manifest::file_sha256(&path).map_err(|e| ArchiveError::io(&path, e))?;
             written.push(Written {
                 name,
                 bytes,
@@ -634,7 +653,7 @@ impl Compactor {
     pub fn rewrite(
         &mut self,
         part: &PartitionDir,
-        reason: &'static str,
+        reason: Reason,
         change: &mut BatchChange<'_>,
     ) -> Result<Rewrite, ArchiveError> {
         let mut done = Rewrite::default();
@@ -666,7 +685,7 @@ impl Compactor {
         part: &PartitionDir,
         files: &[FileInfo],
         work: &Path,
-        reason: &'static str,
+        reason: Reason,
         change: &mut BatchChange<'_>,
         done: &mut Rewrite,
     ) -> Result<(), ArchiveError> {
@@ -730,10 +749,8 @@ impl Compactor {
             };
             let name = self.rewritten_name(&f.name);
             let path = work.join(&name);
-            let (bytes, rows) =
+            let (bytes, rows, new_sha) =
                 write_in_order(&path, part.table, &schema, &changed, &self.policy.settings)?;
-            let new_sha =
-                super::manifest::file_sha256(&path).map_err(|e| ArchiveError::io(&path, e))?;
             removed.push(FileInfo {
                 sha256,
                 ..f.clone()
@@ -969,7 +986,7 @@ pub(super) fn completed_files(dir: &Path) -> Result<Option<Vec<PathBuf>>, Archiv
 }
 
 /// True for a completed Parquet file's name.
-fn is_completed(name: &str) -> bool {
+pub(super) fn is_completed(name: &str) -> bool {
     name.ends_with(".parquet") && !name.starts_with('.')
 }
 
@@ -997,7 +1014,6 @@ fn newest_schema(files: &[FileInfo]) -> Result<Option<arrow::datatypes::SchemaRe
     first_error.map_or(Ok(None), Err)
 }
 
-/// The batches of one file, or `None` if its schema is not the table's.
 /// A completed file's batches, if it has `schema`, and the hex SHA-256 of its bytes (for the
 /// manifest): read once, hashed and decoded from memory (inputs are small files).
 fn read_file(
@@ -1011,31 +1027,36 @@ fn read_file(
     {
         return Ok(None);
     }
-    let bytes = bytes::Bytes::from(std::fs::read(path).map_err(|e| ArchiveError::io(path, e))?);
-    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(ArchiveError::Parquet)?;
+    let (builder, sha256) = open_hashed(path)?;
     if builder.schema().fields() != schema.fields() {
         return Ok(None);
     }
-    let reader = builder
-        .with_batch_size(8192)
-        .build()
-        .map_err(ArchiveError::Parquet)?;
-    let mut out = Vec::new();
-    for b in reader {
-        out.push(b?);
-    }
-    Ok(Some((out, sha256)))
+    Ok(Some((decode(builder)?, sha256)))
 }
 
 /// A completed file's schema, batches and the hex SHA-256 of its bytes, read once.
 pub(super) fn read_whole(
     path: &Path,
 ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>, String), ArchiveError> {
+    let (builder, sha256) = open_hashed(path)?;
+    let schema = Arc::clone(builder.schema());
+    Ok((schema, decode(builder)?, sha256))
+}
+
+/// A file read into memory and hashed, ready to decode.
+fn open_hashed(
+    path: &Path,
+) -> Result<(ParquetRecordBatchReaderBuilder<bytes::Bytes>, String), ArchiveError> {
     let bytes = bytes::Bytes::from(std::fs::read(path).map_err(|e| ArchiveError::io(path, e))?);
     let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(ArchiveError::Parquet)?;
-    let schema = Arc::clone(builder.schema());
+    Ok((builder, sha256))
+}
+
+/// Every batch of a file.
+fn decode(
+    builder: ParquetRecordBatchReaderBuilder<bytes::Bytes>,
+) -> Result<Vec<RecordBatch>, ArchiveError> {
     let reader = builder
         .with_batch_size(8192)
         .build()
@@ -1044,36 +1065,74 @@ pub(super) fn read_whole(
     for b in reader {
         out.push(b?);
     }
-    Ok((schema, out, sha256))
+    Ok(out)
 }
 
-/// Writes `batches` (of `schema`) to `path` as they are, fsynced; returns (bytes, rows).
+/// Writes `batches` (of `schema`) to `path` as they are, fsynced; returns (bytes, rows,
+/// hex SHA-256).
 fn write_in_order(
     path: &Path,
     table: Table,
     schema: &arrow::datatypes::SchemaRef,
     batches: &[RecordBatch],
     settings: &FileSettings,
-) -> Result<(u64, u64), ArchiveError> {
-    let file = File::create(path).map_err(|e| ArchiveError::io(path, e))?;
-    let props = writer_properties(settings, table)?;
-    let mut writer = ArrowWriter::try_new(file, Arc::clone(schema), Some(props))
-        .map_err(ArchiveError::Parquet)?;
+) -> Result<(u64, u64, String), ArchiveError> {
+    let mut writer = open_writer(path, table, schema, settings)?;
     let mut rows = 0u64;
     for b in batches {
         writer.write(b).map_err(ArchiveError::Parquet)?;
         rows += b.num_rows() as u64;
     }
-    finish_file(path, writer).map(|bytes| (bytes, rows))
+    finish_file(path, writer).map(|(bytes, sha)| (bytes, rows, sha))
 }
 
-/// Closes a writer's file, fsynced; returns its size.
-fn finish_file(path: &Path, writer: ArrowWriter<File>) -> Result<u64, ArchiveError> {
-    let file = writer.into_inner().map_err(ArchiveError::Parquet)?;
-    file.sync_all().map_err(|e| ArchiveError::io(path, e))?;
-    file.metadata()
-        .map(|m| m.len())
-        .map_err(|e| ArchiveError::io(path, e))
+/// A file being written, hashed as its bytes go out (the manifest needs the hash; reading
+/// the file back for it would read every merged byte twice).
+struct HashedFile {
+    file: File,
+    hasher: sha2::Sha256,
+    bytes: u64,
+}
+
+impl std::io::Write for HashedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        sha2::Digest::update(&mut self.hasher, &buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// A Parquet writer of `table`'s settings into a new file at `path`.
+fn open_writer(
+    path: &Path,
+    table: Table,
+    schema: &arrow::datatypes::SchemaRef,
+    settings: &FileSettings,
+) -> Result<ArrowWriter<HashedFile>, ArchiveError> {
+    let file = File::create(path).map_err(|e| ArchiveError::io(path, e))?;
+    let props = writer_properties(settings, table)?;
+    let out = HashedFile {
+        file,
+        hasher: <sha2::Sha256 as sha2::Digest>::new(),
+        bytes: 0,
+    };
+    ArrowWriter::try_new(out, Arc::clone(schema), Some(props)).map_err(ArchiveError::Parquet)
+}
+
+/// Closes a writer's file, fsynced; returns its size and hex SHA-256.
+fn finish_file(
+    path: &Path,
+    writer: ArrowWriter<HashedFile>,
+) -> Result<(u64, String), ArchiveError> {
+    let out = writer.into_inner().map_err(ArchiveError::Parquet)?;
+    out.file.sync_all().map_err(|e| ArchiveError::io(path, e))?;
+    let sha = hex::encode(sha2::Digest::finalize(out.hasher));
+    Ok((out.bytes, sha))
 }
 
 /// The sort key of a table's rows.
@@ -1095,7 +1154,7 @@ fn write_sorted(
     schema: &arrow::datatypes::SchemaRef,
     batches: &[RecordBatch],
     settings: &FileSettings,
-) -> Result<(u64, u64), ArchiveError> {
+) -> Result<(u64, u64, String), ArchiveError> {
     let mut keys = Vec::new();
     for name in sort_columns(table) {
         let idx = schema.index_of(name)?;
@@ -1123,10 +1182,7 @@ fn write_sorted(
         let b = starts.partition_point(|&s| s <= global) - 1;
         (b, global - starts[b])
     };
-    let file = File::create(path).map_err(|e| ArchiveError::io(path, e))?;
-    let props = writer_properties(settings, table)?;
-    let mut writer = ArrowWriter::try_new(file, Arc::clone(schema), Some(props))
-        .map_err(ArchiveError::Parquet)?;
+    let mut writer = open_writer(path, table, schema, settings)?;
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     let chunk = settings.row_group_rows.clamp(1, 65536);
     for slice in order.values().chunks(chunk) {
@@ -1134,7 +1190,7 @@ fn write_sorted(
         let out = arrow::compute::interleave_record_batch(&refs, &indices)?;
         writer.write(&out).map_err(ArchiveError::Parquet)?;
     }
-    finish_file(path, writer).map(|bytes| (bytes, n as u64))
+    finish_file(path, writer).map(|(bytes, sha)| (bytes, n as u64, sha))
 }
 
 /// Fills `staging` for a rewrite: the files written in `work` moved in, hard links of the
@@ -1167,37 +1223,20 @@ fn part_holds_folders(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// One manifest entry waiting for its swap, as kept in a pending file.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct PendingEntry {
-    op: Op,
-    /// Relative to the data directory.
-    path: PathBuf,
-    table: String,
-    rows: u64,
-    bytes: u64,
-    sha256: String,
-    reason: String,
-}
-
-/// Writes a swap's entries to `path` (durably, before the swap).
+/// Writes a swap's entries to `path` (durably, before the swap), their paths relative to
+/// the data directory.
 fn write_pending(data_dir: &Path, path: &Path, entries: &[NewEntry]) -> Result<(), ArchiveError> {
     let mut text = String::new();
     for e in entries {
-        let line = PendingEntry {
-            op: e.op,
+        let relative = NewEntry {
             path: e
                 .path
                 .strip_prefix(data_dir)
                 .unwrap_or(&e.path)
                 .to_path_buf(),
-            table: e.table.clone(),
-            rows: e.rows,
-            bytes: e.bytes,
-            sha256: e.sha256.clone(),
-            reason: e.reason.to_string(),
+            ..e.clone()
         };
-        let json = serde_json::to_string(&line)
+        let json = serde_json::to_string(&relative)
             .map_err(|e| ArchiveError::io(path, std::io::Error::other(e)))?;
         text.push_str(&json);
         text.push('\n');
@@ -1217,24 +1256,12 @@ fn read_pending(data_dir: &Path, path: &Path) -> Result<Vec<NewEntry>, ArchiveEr
     };
     let mut out = Vec::new();
     for line in text.lines() {
-        let Ok(p) = serde_json::from_str::<PendingEntry>(line) else {
+        let Ok(mut e) = serde_json::from_str::<NewEntry>(line) else {
             tracing::warn!(path = %path.display(), "unreadable line in a pending manifest file skipped");
             continue;
         };
-        out.push(NewEntry {
-            op: p.op,
-            path: data_dir.join(&p.path),
-            table: p.table,
-            rows: p.rows,
-            bytes: p.bytes,
-            sha256: p.sha256,
-            records: None,
-            reason: match p.reason.as_str() {
-                "compaction" => "compaction",
-                "scrub" => "scrub",
-                _ => "recovered",
-            },
-        });
+        e.path = data_dir.join(&e.path);
+        out.push(e);
     }
     Ok(out)
 }
@@ -1427,6 +1454,29 @@ mod tests {
         w.write(&batch).expect("write");
         let file = w.into_inner().expect("close");
         file.set_modified(SystemTime::now() - ago).expect("mtime");
+    }
+
+    #[test]
+    fn a_written_files_hash_and_size_are_those_of_its_bytes_on_disk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write(dir.path(), "in.parquet", 500, true, Duration::ZERO);
+        let (schema, batches, _) = read_whole(&dir.path().join("in.parquet")).expect("read");
+        let settings = file_settings(&ArchiveConfig::default());
+        for (name, sorted) in [("sorted.parquet", true), ("as-is.parquet", false)] {
+            let path = dir.path().join(name);
+            let (bytes, rows, sha) = if sorted {
+                write_sorted(&path, Table::Alarms, &schema, &batches, &settings)
+            } else {
+                write_in_order(&path, Table::Alarms, &schema, &batches, &settings)
+            }
+            .expect("write");
+            assert_eq!(rows, 500);
+            assert_eq!(bytes, std::fs::metadata(&path).expect("meta").len());
+            assert_eq!(
+                sha,
+                super::super::manifest::file_sha256(&path).expect("hash")
+            );
+        }
     }
 
     /// Merges files a minute old, two at a time.

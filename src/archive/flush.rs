@@ -240,7 +240,6 @@ pub fn publish_address_at(
     with_host: bool,
 ) -> std::io::Result<AddressFile> {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::DirBuilderExt;
     if let Some(dir) = path.parent() {
         // Only this user writes addresses readers send their admin token to.
@@ -251,13 +250,10 @@ pub fn publish_address_at(
     }
     // Locked before it is renamed into place: a reader never finds it unlocked while its
     // daemon lives (the lock goes with the open file, across the rename).
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
+    let tmp = crate::durable::temporary_of(&path);
     let mut file = std::fs::File::create(&tmp)?;
-    // SAFETY: flock on a descriptor we own; no memory is passed.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(std::io::Error::last_os_error());
+    if !super::lock::flock(&file, libc::LOCK_EX | libc::LOCK_NB)? {
+        return Err(std::io::Error::from(std::io::ErrorKind::WouldBlock));
     }
     let text = if with_host {
         format!("{addr}\n{}\n", host_name())
@@ -351,13 +347,11 @@ pub fn recorded_addresses(dir: &Path) -> Vec<RecordedDaemon> {
 
 /// Whether a daemon holds the file's lock (it lives).
 fn held(path: &Path) -> bool {
-    use std::os::fd::AsRawFd;
     let Ok(f) = std::fs::File::open(path) else {
         return false;
     };
-    // SAFETY: flock on a descriptor we own; no memory is passed.
-    let taken = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
-    !taken
+    // A lock that cannot be tried at all is taken for held: the file is kept.
+    super::lock::flock(&f, libc::LOCK_SH | libc::LOCK_NB).map_or(true, |taken| !taken)
 }
 
 /// An address file of this reader's own user that no one else may write.

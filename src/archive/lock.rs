@@ -117,23 +117,18 @@ fn pending_dir(data_dir: &Path, table: Table) -> PathBuf {
 /// Partitions of `table` with pending manifest entries (left by a process that died
 /// between a swap and its manifest lines, or whose manifest could not be written).
 pub fn pending(data_dir: &Path, table: Table) -> Vec<PartitionDir> {
-    let Ok(entries) = std::fs::read_dir(pending_dir(data_dir, table)) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".jsonl"))
-                .and_then(|n| PartitionDir::from_name(table, n))
-        })
-        .collect()
+    named_in(&pending_dir(data_dir, table), table, ".jsonl")
 }
 
 /// Compaction folders left in the work area of `table` (by a process that died).
 pub fn staged(data_dir: &Path, table: Table) -> Vec<PartitionDir> {
-    let Ok(entries) = std::fs::read_dir(work_dir(data_dir, table)) else {
+    named_in(&work_dir(data_dir, table), table, "")
+}
+
+/// The partitions of `table` named by the entries of `dir` (a [`PartitionDir::name`]
+/// followed by `suffix`).
+fn named_in(dir: &Path, table: Table, suffix: &str) -> Vec<PartitionDir> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
@@ -141,6 +136,7 @@ pub fn staged(data_dir: &Path, table: Table) -> Vec<PartitionDir> {
         .filter_map(|e| {
             e.file_name()
                 .to_str()
+                .and_then(|n| n.strip_suffix(suffix))
                 .and_then(|n| PartitionDir::from_name(table, n))
         })
         .collect()
@@ -159,10 +155,7 @@ impl PartitionLock {
         part: &PartitionDir,
         wait: bool,
     ) -> Result<Option<PartitionLock>, ArchiveError> {
-        let path = data_dir
-            .join(WORK_DIR)
-            .join("locks")
-            .join(format!("{}.lock", part.table.as_str()));
+        let path = lock_path(data_dir, &format!("{}.lock", part.table.as_str()));
         let file = open_lock_file(&path)?;
         let taken =
             lock_byte(&file, part.lock_offset(), wait).map_err(|e| ArchiveError::io(&path, e))?;
@@ -278,9 +271,14 @@ pub struct ReadersLock {
     _file: File,
 }
 
+/// A lock file of the archive's work area, `<data_dir>/.compact/locks/<name>`.
+fn lock_path(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join(WORK_DIR).join("locks").join(name)
+}
+
 /// The readers' lock file.
 fn readers_lock_path(data_dir: &Path) -> PathBuf {
-    data_dir.join(WORK_DIR).join("locks").join("readers.lock")
+    lock_path(data_dir, "readers.lock")
 }
 
 impl ReadersLock {
@@ -332,7 +330,7 @@ pub struct ScrubLock {
 impl ScrubLock {
     /// Takes the lock, waiting for a scrub already running.
     pub fn acquire(data_dir: &Path) -> Result<ScrubLock, ArchiveError> {
-        let path = data_dir.join(WORK_DIR).join("locks").join("scrub.lock");
+        let path = lock_path(data_dir, "scrub.lock");
         let file = open_lock_file(&path)?;
         flock(&file, libc::LOCK_EX).map_err(|e| ArchiveError::io(&path, e))?;
         Ok(ScrubLock { _file: file })
@@ -370,7 +368,7 @@ fn open_lock_file(path: &Path) -> Result<File, ArchiveError> {
 }
 
 /// `flock(op)`: true when taken, false when `LOCK_NB` found it held.
-fn flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
+pub(crate) fn flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
     // SAFETY: flock on a descriptor the caller owns; no memory is passed.
     lock_call(op & libc::LOCK_NB != 0, || unsafe {
         libc::flock(file.as_raw_fd(), op)

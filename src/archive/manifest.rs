@@ -123,8 +123,38 @@ pub fn load_signing_key(path: &Path) -> std::io::Result<ed25519_dalek::SigningKe
     }
 }
 
-/// An entry before the manifest numbers and chains it.
-#[derive(Debug, Clone)]
+/// Why a file was added or removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// A writer completed it.
+    Flush,
+    /// Compaction merged files into it, or merged it away.
+    Compaction,
+    /// Scrub rewrote it.
+    Scrub,
+    /// Retention deleted it.
+    Retention,
+    /// `verify --adopt-unrecorded` took it in.
+    Adopted,
+}
+
+impl Reason {
+    /// As written in an entry's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Flush => "flush",
+            Reason::Compaction => "compaction",
+            Reason::Scrub => "scrub",
+            Reason::Retention => "retention",
+            Reason::Adopted => "adopted",
+        }
+    }
+}
+
+/// An entry before the manifest numbers and chains it (also what a rewrite keeps pending
+/// until its swap is recorded).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewEntry {
     /// Added or removed.
     pub op: Op,
@@ -139,9 +169,10 @@ pub struct NewEntry {
     /// Hex SHA-256 of its bytes.
     pub sha256: String,
     /// Journal records covered.
+    #[serde(default)]
     pub records: Option<(u64, u64)>,
     /// Why.
-    pub reason: &'static str,
+    pub reason: Reason,
 }
 
 /// Hex SHA-256 of a line's text: the next line's `prev`.
@@ -239,22 +270,17 @@ impl Manifest {
         let (mut seq, mut last) = (s.seq, s.last.clone());
         for item in items {
             seq += 1;
-            let path = item.path.strip_prefix(&self.data_dir).unwrap_or(&item.path);
             let entry = Entry {
                 seq,
                 time_ns: crate::clock::now_ns(),
                 op: item.op,
-                path: path
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join("/"),
+                path: relative_path(&self.data_dir, &item.path),
                 table: item.table.clone(),
                 rows: item.rows,
                 bytes: item.bytes,
                 sha256: item.sha256.clone(),
                 records: item.records,
-                reason: item.reason.to_string(),
+                reason: item.reason.as_str().to_string(),
                 prev: last,
                 sig: None,
             };
@@ -289,20 +315,41 @@ impl Manifest {
     }
 }
 
+/// `path` relative to `root` (itself if it is not under `root`), `/`-separated: how
+/// manifests and `verify` name archive files.
+pub fn relative_path(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The manifests under `data_dir`, by name (none when there is no manifest folder).
+pub fn list(data_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    out.sort();
+    Ok(out)
+}
+
 /// True when some manifest under `data_dir` ends in a signed line: a command that appends
 /// entries unsigned there would make `verify --public-key` report them.
 pub fn archive_is_signed(data_dir: &Path) -> bool {
-    let Ok(rd) = std::fs::read_dir(data_dir.join(DIR)) else {
-        return false;
-    };
-    rd.flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
-        .any(|e| {
-            std::fs::read_to_string(e.path())
-                .ok()
-                .and_then(|t| t.lines().last().map(|l| l.contains("\"sig\":")))
-                .unwrap_or(false)
-        })
+    list(data_dir).unwrap_or_default().iter().any(|m| {
+        std::fs::read_to_string(m)
+            .ok()
+            .and_then(|t| t.lines().last().map(|l| l.contains("\"sig\":")))
+            .unwrap_or(false)
+    })
 }
 
 /// Hex SHA-256 of a file's bytes.

@@ -899,6 +899,12 @@ fn group_by_partition<'a, T: 'a>(
     groups
 }
 
+/// A new writer instance's id (4 random bytes, hex): it names the instance's files and its
+/// manifest. Each daemon start and each command that writes the archive is an instance.
+pub fn new_instance_id() -> String {
+    hex::encode(rand::random::<[u8; 4]>())
+}
+
 /// The manifest entry of a file a writer completed.
 fn manifest_entry(
     table: Table,
@@ -913,7 +919,7 @@ fn manifest_entry(
         bytes: done.bytes,
         sha256: done.sha256.clone(),
         records,
-        reason: "flush",
+        reason: manifest::Reason::Flush,
     }
 }
 

@@ -107,13 +107,10 @@ pub struct Expired {
     pub files: Vec<(PathBuf, u64)>,
 }
 
-/// The end of a partition hour (none: not a date and hour).
+/// The end of a partition hour (none: not a date and hour, or before 1970).
 fn hour_end(part: &PartitionDir) -> Option<SystemTime> {
-    let date = chrono::NaiveDate::parse_from_str(&part.date, "%Y-%m-%d").ok()?;
-    let hour: u32 = part.hour.parse().ok()?;
-    let start = date.and_hms_opt(hour, 0, 0)?.and_utc().timestamp();
-    let end = u64::try_from(start).ok()? + 3600;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(end))
+    let start = u64::try_from(part.hour_start_ns()?).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(start) + Duration::from_secs(3600))
 }
 
 /// The partitions of `tables` past their retention at `now`.
@@ -137,8 +134,7 @@ pub fn expired(
             let mut files = Vec::new();
             for e in std::fs::read_dir(&dir).map_err(|e| ArchiveError::io(&dir, e))? {
                 let e = e.map_err(|err| ArchiveError::io(&dir, err))?;
-                let name = e.file_name().to_string_lossy().to_string();
-                if name.ends_with(".parquet") && !name.starts_with('.') {
+                if super::compact::is_completed(&e.file_name().to_string_lossy()) {
                     let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
                     files.push((e.path(), bytes));
                 }
@@ -175,7 +171,7 @@ pub fn apply(
                 bytes: *size,
                 sha256: String::new(),
                 records: None,
-                reason: "retention",
+                reason: super::manifest::Reason::Retention,
             })
             .collect();
         // Recorded first: a crash before the deletion leaves files the next run deletes

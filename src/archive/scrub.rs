@@ -244,21 +244,19 @@ impl Scrubber {
             return false;
         }
         match v {
-            Value::Object(m) if m.len() == 1 => {
-                if let Some(Value::String(h)) = m.get("bytes_hex") {
-                    let Some(mut text) =
-                        hex::decode(h).ok().and_then(|b| String::from_utf8(b).ok())
-                    else {
-                        return false;
-                    };
-                    if walk::redact_string(&self.redactor, &mut text, hits, 0) {
-                        *v = Value::String(text);
-                        return true;
-                    }
+            Value::Object(m) if m.len() == 1 && m.contains_key("bytes_hex") => {
+                let Some(Value::String(h)) = m.get("bytes_hex") else {
                     return false;
+                };
+                let Some(mut text) = hex::decode(h).ok().and_then(|b| String::from_utf8(b).ok())
+                else {
+                    return false;
+                };
+                let changed = walk::redact_string(&self.redactor, &mut text, hits, 0);
+                if changed {
+                    *v = Value::String(text);
                 }
-                m.values_mut()
-                    .fold(false, |any, x| self.bytes_in(x, hits, depth + 1) | any)
+                changed
             }
             Value::Object(m) => m
                 .values_mut()
@@ -363,6 +361,24 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// The partitions in scope under `data_dir`, table by table.
+    fn partitions(&self, data_dir: &Path) -> Result<Vec<PartitionDir>, ArchiveError> {
+        let tables: &[Table] = if self.tables.is_empty() {
+            &Table::ALL
+        } else {
+            &self.tables
+        };
+        let mut out = Vec::new();
+        for &table in tables {
+            out.extend(
+                super::compact::partitions(data_dir, table)?
+                    .into_iter()
+                    .filter(|p| self.covers(p)),
+            );
+        }
+        Ok(out)
+    }
+
     fn covers(&self, part: &PartitionDir) -> bool {
         self.tenant
             .as_deref()
@@ -438,11 +454,6 @@ pub fn run(
     scope: &Scope,
     scrubber: &Scrubber,
 ) -> Result<Report, ArchiveError> {
-    let tables: &[Table] = if scope.tables.is_empty() {
-        &Table::ALL
-    } else {
-        &scope.tables
-    };
     let mut compactors = compactors;
     let Some(first) = compactors.first_mut() else {
         return Ok(Report::default());
@@ -458,16 +469,13 @@ pub fn run(
             });
         }
     }
-    let mut parts = Vec::new();
-    for &table in tables {
+    let parts = scope.partitions(data_dir)?;
+    let mut tables: Vec<Table> = parts.iter().map(|p| p.table).collect();
+    tables.dedup();
+    for table in tables {
         if let Err(e) = first.clean_up_table(table) {
             tracing::error!(table = table.as_str(), error = %e, "interrupted rewrites not cleaned up");
         }
-        parts.extend(
-            super::compact::partitions(data_dir, table)?
-                .into_iter()
-                .filter(|p| scope.covers(p)),
-        );
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let total = std::sync::Mutex::new(Report::default());
@@ -500,7 +508,7 @@ fn scrub_partition(compactor: &mut Compactor, part: &PartitionDir, scrubber: &Sc
     };
     let table = part.table.as_str();
     let mut values = 0u64;
-    let done = compactor.rewrite(part, "scrub", &mut |batches| {
+    let done = compactor.rewrite(part, super::manifest::Reason::Scrub, &mut |batches| {
         scrubber.batches(batches, &mut values)
     });
     let done = match done {
@@ -530,31 +538,21 @@ fn scrub_partition(compactor: &mut Compactor, part: &PartitionDir, scrubber: &Sc
 /// that would be.
 pub fn count(data_dir: &Path, scope: &Scope, scrubber: &Scrubber) -> Result<Report, ArchiveError> {
     let mut report = Report::default();
-    let tables: &[Table] = if scope.tables.is_empty() {
-        &Table::ALL
-    } else {
-        &scope.tables
-    };
     // Shared with our readers: a compaction does not swap a folder away mid-count.
     let _readers = super::lock::ReadersLock::shared(data_dir);
-    for &table in tables {
-        for part in super::compact::partitions(data_dir, table)? {
-            if !scope.covers(&part) {
-                continue;
-            }
-            report.partitions += 1;
-            let Some(files) = super::compact::completed_files(&part.dir(data_dir))? else {
-                report.skipped += 1;
-                continue;
-            };
-            for path in files {
-                let (_, batches, _) = super::compact::read_whole(&path)?;
-                report.files_read += 1;
-                let before = report.values;
-                scrubber.batches(batches, &mut report.values)?;
-                if report.values > before {
-                    report.files_rewritten += 1;
-                }
+    for part in scope.partitions(data_dir)? {
+        report.partitions += 1;
+        let Some(files) = super::compact::completed_files(&part.dir(data_dir))? else {
+            report.skipped += 1;
+            continue;
+        };
+        for path in files {
+            let (_, batches, _) = super::compact::read_whole(&path)?;
+            report.files_read += 1;
+            let before = report.values;
+            scrubber.batches(batches, &mut report.values)?;
+            if report.values > before {
+                report.files_rewritten += 1;
             }
         }
     }

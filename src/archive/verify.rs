@@ -8,7 +8,7 @@
 //! files in scope, never a manifest's text.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::manifest::{file_sha256, line_hash, Entry, Op, DIR, GENESIS};
 use super::partition::Table;
@@ -155,6 +155,16 @@ fn path_key(path: &str) -> u64 {
     h.finish()
 }
 
+/// Whether the archive file at `path` (relative) is in a partition dated `since` or later
+/// (every file when there is no `since`; a path without a date is always in).
+fn in_scope(since: Option<&str>, path: &str) -> bool {
+    since.is_none_or(|d| {
+        path.split('/')
+            .find_map(|c| c.strip_prefix("date="))
+            .is_none_or(|date| date >= d)
+    })
+}
+
 /// A hex SHA-256 as bytes (anything else: zeros, which match no file).
 fn sha_bytes(hex_text: &str) -> [u8; 32] {
     let mut out = [0u8; 32];
@@ -194,13 +204,7 @@ pub fn verify_from(
     }
     // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
     let _readers = super::lock::ReadersLock::shared(data_dir);
-    let in_scope = |p: &str| {
-        since.is_none_or(|d| {
-            p.split('/')
-                .find_map(|c| c.strip_prefix("date="))
-                .is_none_or(|date| date >= d)
-        })
-    };
+    let in_scope = |p: &str| in_scope(since, p);
     let from: std::collections::HashMap<String, Mark> = checkpoint
         .map(|c| {
             c.marks
@@ -254,15 +258,22 @@ pub fn verify_from(
             continue;
         }
         let file = data_dir.join(p);
-        let hashed = match file_sha256(&file) {
-            Ok(h) => h,
-            // Deleted since the listing (retention, a merge): gone as the lines say.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+        // Deleted since the listing (retention, a merge): gone as the lines say.
+        let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+        let size = match std::fs::metadata(&file) {
+            Ok(m) => m.len(),
+            Err(e) if gone(&e) => continue,
             Err(e) => return Err(std::io::Error::new(e.kind(), format!("{p}: {e}"))),
         };
+        // A size that differs says enough: the file is not read.
+        let modified = size != *bytes
+            || match file_sha256(&file) {
+                Ok(h) => sha_bytes(&h) != *sha,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(std::io::Error::new(e.kind(), format!("{p}: {e}"))),
+            };
         report.files += 1;
-        let same_size = std::fs::metadata(&file).map(|m| m.len()).ok() == Some(*bytes);
-        if !same_size || sha_bytes(&hashed) != *sha {
+        if modified {
             report.problems.push(Problem::Modified(p.clone()));
         }
     }
@@ -304,18 +315,8 @@ fn read_manifests(
     ledger: &mut Ledger,
     from: &std::collections::HashMap<String, Mark>,
 ) -> std::io::Result<Read> {
-    let mut manifests: Vec<PathBuf> = match std::fs::read_dir(data_dir.join(DIR)) {
-        Ok(rd) => rd
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    manifests.sort();
     let mut read = Read::default();
-    for path in manifests {
+    for path in super::manifest::list(data_dir)? {
         let name = format!(
             "{DIR}/{}",
             path.file_name().unwrap_or_default().to_string_lossy()
@@ -405,17 +406,10 @@ fn settle(
 
 /// The checkpoint's booked files in scope of a run from `since` on.
 fn seed(ledger: &mut Ledger, c: &Checkpoint, since: Option<&str>) {
-    let in_scope = |p: &str| {
-        since.is_none_or(|d| {
-            p.split('/')
-                .find_map(|c| c.strip_prefix("date="))
-                .is_none_or(|date| date >= d)
-        })
-    };
-    for (p, sha, bytes) in c.added.iter().filter(|(p, _, _)| in_scope(p)) {
+    for (p, sha, bytes) in c.added.iter().filter(|(p, _, _)| in_scope(since, p)) {
         ledger.added.insert(p.clone(), (sha_bytes(sha), *bytes));
     }
-    for (p, read) in c.removed.iter().filter(|(p, _)| in_scope(p)) {
+    for (p, read) in c.removed.iter().filter(|(p, _)| in_scope(since, p)) {
         let read = (!read.is_empty()).then(|| sha_bytes(read));
         ledger.removed.insert(p.clone(), read);
     }
@@ -736,17 +730,16 @@ pub fn adopt(
     let mut entries = Vec::new();
     for p in paths {
         let file = data_dir.join(p);
-        let Ok(bytes) = std::fs::read(&file) else {
+        let Ok(bytes) = std::fs::read(&file).map(bytes::Bytes::from) else {
             continue;
         };
         let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-        let rows =
-            parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes.clone()))
-                .map(|r| {
-                    use parquet::file::reader::FileReader;
-                    u64::try_from(r.metadata().file_metadata().num_rows()).unwrap_or(0)
-                })
-                .unwrap_or(0);
+        let rows = parquet::file::reader::SerializedFileReader::new(bytes.clone())
+            .map(|r| {
+                use parquet::file::reader::FileReader;
+                u64::try_from(r.metadata().file_metadata().num_rows()).unwrap_or(0)
+            })
+            .unwrap_or(0);
         entries.push(NewEntry {
             op: Op::Add,
             path: file,
@@ -755,7 +748,7 @@ pub fn adopt(
             bytes: bytes.len() as u64,
             sha256,
             records: None,
-            reason: "adopted",
+            reason: super::manifest::Reason::Adopted,
         });
     }
     manifest.append(&entries)?;
@@ -866,13 +859,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
         {
             walk(root, &path, out)?;
         } else if name.ends_with(".parquet") {
-            let rel = path.strip_prefix(root).unwrap_or(&path);
-            out.push(
-                rel.components()
-                    .map(|c| c.as_os_str().to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join("/"),
-            );
+            out.push(super::manifest::relative_path(root, &path));
         }
     }
     Ok(())

@@ -85,7 +85,18 @@ impl HashingConfig {
         if !self.key_file.is_empty() {
             return KeyedHasher::load(Path::new(&self.key_file));
         }
-        KeyedHasher::load_or_create(&data_dir.join("state").join("hash.key"))
+        KeyedHasher::load_or_create(&default_key_file(data_dir))
+    }
+
+    /// The current key, never created: for commands that must hash as the daemon did (a
+    /// new key would make hashes the archive cannot hold). `Ok(None)` when no key is
+    /// configured and none is at the daemon's default place under `data_dir`.
+    pub fn existing(&self, data_dir: &Path) -> Result<Option<KeyedHasher>, KeyError> {
+        let configured = !self.key_env.is_empty() || !self.key_file.is_empty();
+        if !configured && !default_key_file(data_dir).exists() {
+            return Ok(None);
+        }
+        self.current(data_dir).map(Some)
     }
 
     /// The keys used before a rotation.
@@ -95,6 +106,11 @@ impl HashingConfig {
             .map(|f| KeyedHasher::load(Path::new(f)))
             .collect()
     }
+}
+
+/// Where the daemon keeps its key when none is configured.
+pub fn default_key_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("state").join("hash.key")
 }
 
 /// HMAC-SHA256 under toolwatch's own key.

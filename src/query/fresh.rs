@@ -109,18 +109,7 @@ fn combined(outcomes: Vec<Freshness>) -> Freshness {
 /// it as a shared folder) for copies of what its archive writers buffer: `None` with how it
 /// went when there is no daemon or no usable answer.
 pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) {
-    let daemons = recorded_addresses(data_dir);
-    let answers = futures_util::future::join_all(daemons.iter().map(|d| async move {
-        match d {
-            RecordedDaemon::Here(a) => buffered_rows_of(*a).await,
-            RecordedDaemon::Live(a) => {
-                let (set, how) = buffered_rows_of(*a).await;
-                (set, unreachable_live(how, *a))
-            }
-            other => (None, not_asked(other)),
-        }
-    }))
-    .await;
+    let answers = ask_each(data_dir, buffered_rows_of).await;
     let mut merged: Option<BufferedSet> = None;
     let mut outcomes = Vec::new();
     for (set, how) in answers {
@@ -147,41 +136,49 @@ pub async fn buffered_rows(data_dir: &Path) -> (Option<BufferedSet>, Freshness) 
 
 /// Asks every daemon serving the archive under `data_dir` to flush, and waits for them.
 pub async fn flush_daemon(data_dir: &Path) -> Freshness {
-    let daemons = recorded_addresses(data_dir);
-    let outcomes = futures_util::future::join_all(daemons.iter().map(|d| async move {
+    let answers = ask_each(data_dir, |a| async move {
+        (None::<()>, flush_daemon_at(a).await)
+    });
+    combined(answers.await.into_iter().map(|(_, how)| how).collect())
+}
+
+/// Asks every daemon recorded for the archive under `data_dir` at once with `ask`; a live
+/// instance that does not answer, one on another machine and one whose address file is not
+/// to be trusted each make a partial answer.
+async fn ask_each<T, F, Fut>(data_dir: &Path, ask: F) -> Vec<(Option<T>, Freshness)>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = (Option<T>, Freshness)>,
+{
+    let ask = &ask;
+    let answers = recorded_addresses(data_dir).into_iter().map(|d| async move {
         match d {
-            RecordedDaemon::Here(a) => flush_daemon_at(*a).await,
-            RecordedDaemon::Live(a) => unreachable_live(flush_daemon_at(*a).await, *a),
-            other => not_asked(other),
+            RecordedDaemon::Here(a) => ask(a).await,
+            RecordedDaemon::Live(a) => match ask(a).await {
+                (t, Freshness::NoDaemon) => (
+                    t,
+                    Freshness::Partial(format!(
+                        "the daemon at {a} writes this archive but does not answer"
+                    )),
+                ),
+                other => other,
+            },
+            RecordedDaemon::Elsewhere(host) => (
+                None,
+                Freshness::Partial(format!(
+                    "a daemon on {host} writes this archive; its buffered rows cannot be read from this machine"
+                )),
+            ),
+            RecordedDaemon::Untrusted(path) => (
+                None,
+                Freshness::Partial(format!(
+                    "{} is not this user's or others may write it: that daemon was not asked",
+                    path.display()
+                )),
+            ),
         }
-    }))
-    .await;
-    combined(outcomes)
-}
-
-/// A live daemon (it holds its address file) that does not answer is a partial answer, not
-/// an absent daemon.
-fn unreachable_live(how: Freshness, addr: SocketAddr) -> Freshness {
-    match how {
-        Freshness::NoDaemon => Freshness::Partial(format!(
-            "the daemon at {addr} writes this archive but does not answer"
-        )),
-        other => other,
-    }
-}
-
-/// Why a recorded daemon was not asked.
-fn not_asked(d: &RecordedDaemon) -> Freshness {
-    Freshness::Partial(match d {
-        RecordedDaemon::Elsewhere(host) => format!(
-            "a daemon on {host} writes this archive; its buffered rows cannot be read from this machine"
-        ),
-        RecordedDaemon::Untrusted(path) => format!(
-            "{} is not this user's or others may write it: that daemon was not asked",
-            path.display()
-        ),
-        RecordedDaemon::Here(_) | RecordedDaemon::Live(_) => String::new(),
-    })
+    });
+    futures_util::future::join_all(answers).await
 }
 
 /// One daemon's copies of what its archive writers buffer.

@@ -571,18 +571,55 @@ pub fn span_keys<'a>(rows: impl IntoIterator<Item = &'a Map<String, Value>>) -> 
         .collect()
 }
 
-/// `toolwatch verify --data-dir <data_dir>`: its problem lines and exit code.
-pub fn verify_archive(data_dir: &Path) -> (Vec<String>, i32) {
+/// What a `toolwatch verify` run printed.
+pub struct VerifyRun {
+    /// Its problem lines (stdout).
+    pub problems: Vec<String>,
+    /// Its summary and notes (stderr).
+    pub summary: String,
+    /// Its exit code.
+    pub code: i32,
+}
+
+/// `toolwatch verify [extra] --data-dir <data_dir>`.
+pub fn run_verify(data_dir: &Path, extra: &[&str]) -> VerifyRun {
     let out = toolwatch()
-        .args(["verify", "--data-dir"])
+        .arg("verify")
+        .args(extra)
+        .arg("--data-dir")
         .arg(data_dir)
         .output()
         .expect("verify");
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    (lines, out.status.code().unwrap_or(-1))
+    VerifyRun {
+        problems: String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+        summary: String::from_utf8_lossy(&out.stderr).to_string(),
+        code: out.status.code().unwrap_or(-1),
+    }
+}
+
+/// `toolwatch verify --data-dir <data_dir>`: its problem lines and exit code.
+pub fn verify_archive(data_dir: &Path) -> (Vec<String>, i32) {
+    let run = run_verify(data_dir, &[]);
+    (run.problems, run.code)
+}
+
+/// `toolwatch compact --older-than 0s [extra] --data-dir <data_dir>`, which must succeed.
+pub fn compact_now(data_dir: &Path, extra: &[&str]) {
+    let out = toolwatch()
+        .args(["compact", "--older-than", "0s"])
+        .args(extra)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .expect("compact");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The `n` column of the first row of `toolwatch query [extra] --format json <sql>`.

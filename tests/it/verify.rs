@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::harness::{loadgen, parquet_files, toolwatch, verify_archive as verify, Daemon};
+use crate::harness::{
+    compact_now, loadgen, parquet_files, run_verify, toolwatch, verify_archive as verify, Daemon,
+};
 
 /// A copy of the archive to tamper with.
 fn copy(from: &Path, to: &Path) -> PathBuf {
@@ -67,23 +69,7 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
     ]);
     d2.stop();
     let before = parquet_files(&data, "spans").len();
-    let out = toolwatch()
-        .args([
-            "compact",
-            "--older-than",
-            "0s",
-            "--min-files",
-            "2",
-            "--data-dir",
-        ])
-        .arg(&data)
-        .output()
-        .expect("compact");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    compact_now(&data, &["--min-files", "2"]);
     let after = parquet_files(&data, "spans").len();
     assert!(
         after < before,
@@ -149,19 +135,7 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
     let source = spans(&dir)[0].clone();
     let slipped = source.with_file_name("part-20000101T000000000Z-0badf00d-000001.parquet");
     std::fs::copy(&source, &slipped).expect("copy");
-    let out = toolwatch()
-        .args([
-            "compact",
-            "--older-than",
-            "0s",
-            "--min-files",
-            "2",
-            "--data-dir",
-        ])
-        .arg(&dir)
-        .output()
-        .expect("compact");
-    assert!(out.status.success());
+    compact_now(&dir, &["--min-files", "2"]);
     assert!(!slipped.exists(), "merged away");
     assert_eq!(
         verify(&dir),
@@ -171,14 +145,9 @@ fn an_archive_as_written_verifies_and_each_tampering_is_named() {
         )
     );
     // Still named by a run whose --since leaves that partition out of the file comparison.
-    let out = toolwatch()
-        .args(["verify", "--since", "2999-01-01", "--data-dir"])
-        .arg(&dir)
-        .output()
-        .expect("verify --since");
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("removed-unrecorded {}\n", rel(&dir, &slipped))
+        run_verify(&dir, &["--since", "2999-01-01"]).problems,
+        vec![format!("removed-unrecorded {}", rel(&dir, &slipped))]
     );
 
     // Heads kept from the clean archive, to check later copies against.
@@ -347,16 +316,8 @@ fn signed_manifests_verify_with_their_public_key_only() {
         .to_string();
     assert_eq!(public.len(), 64, "{public}");
     let with_key = |data: &Path, key: &str| -> (Vec<String>, i32) {
-        let out = toolwatch()
-            .args(["verify", "--public-key", key, "--data-dir"])
-            .arg(data)
-            .output()
-            .expect("verify");
-        let lines = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
-        (lines, out.status.code().unwrap_or(-1))
+        let run = run_verify(data, &["--public-key", key]);
+        (run.problems, run.code)
     };
     assert_eq!(with_key(&data, &public), (vec![], 0));
 
@@ -582,19 +543,12 @@ fn a_checkpoint_lets_later_runs_read_only_new_manifest_lines() {
         })
         .expect("a date folder");
     let checkpoint = data.parent().expect("parent").join("verify.checkpoint");
+    let checkpoint_arg = checkpoint.to_str().expect("utf-8");
+    // (stdout, stderr, exit code) of a checkpointed run.
     let run = |dir: &Path| {
-        let out = toolwatch()
-            .args(["verify", "--since", &date, "--checkpoint"])
-            .arg(&checkpoint)
-            .arg("--data-dir")
-            .arg(dir)
-            .output()
-            .expect("verify");
-        (
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-            out.status.code().unwrap_or(-1),
-        )
+        let r = run_verify(dir, &["--since", &date, "--checkpoint", checkpoint_arg]);
+        let stdout: String = r.problems.iter().map(|l| format!("{l}\n")).collect();
+        (stdout, r.summary, r.code)
     };
     let (problems, summary, code) = run(&data);
     assert_eq!((problems.as_str(), code), ("", 0), "{summary}");

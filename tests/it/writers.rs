@@ -8,7 +8,9 @@ use std::path::Path;
 use toolwatch::archive::lock::{PartitionDir, PartitionLock};
 use toolwatch::archive::partition::Table;
 
-use crate::harness::{loadgen, parquet_files, query_n, toolwatch, Daemon, DaemonOptions};
+use crate::harness::{
+    compact_now, loadgen, parquet_files, query_n, run_verify, toolwatch, Daemon, DaemonOptions,
+};
 
 const REQUESTS: u64 = 60;
 
@@ -33,19 +35,6 @@ fn instance(archive: &Path, data: &Path) -> Daemon {
 
 fn count(archive: &Path, sql: &str) -> u64 {
     query_n(archive, &[], sql)
-}
-
-fn verify(archive: &Path) -> (String, String, i32) {
-    let out = toolwatch()
-        .args(["verify", "--data-dir"])
-        .arg(archive)
-        .output()
-        .expect("verify");
-    (
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-        out.status.code().unwrap_or(-1),
-    )
 }
 
 #[test]
@@ -125,9 +114,9 @@ fn two_instances_write_one_archive_without_collisions() {
             "{id}'s manifest records only its own files"
         );
     }
-    let (problems, summary, code) = verify(&archive);
-    assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
-    assert!(summary.starts_with("2 manifests"), "{summary}");
+    let run = run_verify(&archive, &[]);
+    assert_eq!((run.problems, run.code), (vec![], 0), "{}", run.summary);
+    assert!(run.summary.starts_with("2 manifests"), "{}", run.summary);
 
     // A third instance starting on the archive removes what a dead writer left unfinished,
     // but not the file of a writer that is alive (it holds the partition's lock).
@@ -168,18 +157,9 @@ fn two_instances_write_one_archive_without_collisions() {
     std::fs::remove_file(&alive).expect("clean");
 
     // The archive compacts and verifies as one.
-    let out = toolwatch()
-        .args(["compact", "--older-than", "0s", "--data-dir"])
-        .arg(&archive)
-        .output()
-        .expect("compact");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (problems, summary, code) = verify(&archive);
-    assert_eq!((problems.as_str(), code), ("", 0), "{summary}");
+    compact_now(&archive, &[]);
+    let run = run_verify(&archive, &[]);
+    assert_eq!((run.problems, run.code), (vec![], 0), "{}", run.summary);
     assert_eq!(count(&archive, "SELECT count(*) AS n FROM spans"), spans);
 }
 
