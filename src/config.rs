@@ -99,9 +99,31 @@ pub struct StorageConfig {
     /// one folder several instances (each with its own `data_dir`) write together.
     /// Empty: `data_dir`.
     pub archive_dir: PathBuf,
+    /// Object storage the archive is uploaded to as it is written: `s3://bucket/prefix`
+    /// (credentials, region and endpoint from the `AWS_*` environment variables) or
+    /// `file:///folder`. Each file goes up whole before the manifest lines naming it, so a
+    /// reader of the store (`toolwatch query --url`) sees only complete files. Empty: none.
+    pub url: String,
+    /// How often the daemon uploads what the manifests recorded since its last upload.
+    pub upload_every: HumanDuration,
+    /// How long an object stays in the store after the line removing it (compaction,
+    /// scrub, retention) is uploaded: a reader that listed it just before still finds it.
+    pub delete_delay: LimitDuration,
+    /// Files at least this large are uploaded in parts of 8 MiB (the last smaller), a
+    /// failed part aborting the whole upload.
+    pub multipart_bytes: ByteSize,
 }
 
 impl StorageConfig {
+    /// How the uploader works, from these settings.
+    pub fn upload_settings(&self) -> crate::archive::upload::UploadSettings {
+        crate::archive::upload::UploadSettings {
+            delete_delay: self.delete_delay.0,
+            multipart_bytes: self.multipart_bytes.0,
+            segment_lines: 10_000,
+        }
+    }
+
     /// The archive's root folder.
     pub fn archive_root(&self) -> PathBuf {
         if self.archive_dir.as_os_str().is_empty() {
@@ -117,6 +139,10 @@ impl Default for StorageConfig {
         StorageConfig {
             data_dir: PathBuf::from("./toolwatch-data"),
             archive_dir: PathBuf::new(),
+            url: String::new(),
+            upload_every: HumanDuration(Duration::from_secs(5)),
+            delete_delay: LimitDuration(Duration::from_secs(15 * 60)),
+            multipart_bytes: ByteSize(32 << 20),
         }
     }
 }
@@ -354,6 +380,15 @@ impl Config {
             origin: e.key.into(),
             message: e.message,
         })?;
+        if !self.storage.url.is_empty() {
+            // Builds the client only: nothing is sent, so a store down now is not an error.
+            crate::archive::remote::RemoteArchive::open(&self.storage.url).map_err(|e| {
+                ConfigError::Invalid {
+                    origin: "storage.url".into(),
+                    message: e.to_string(),
+                }
+            })?;
+        }
         let j = &self.journal;
         if j.max_bytes.0 < j.segment_bytes.0.saturating_mul(4) {
             return Err(ConfigError::Invalid {
@@ -700,5 +735,19 @@ mod tests {
             .with_env_overrides(vec![("TOOLWATCH_ARCHIVE__ZSTD_LEVEL".into(), "99".into())])
             .expect_err("bad value");
         assert!(err.to_string().contains("between 1 and 22"), "{err}");
+    }
+
+    #[test]
+    fn a_storage_url_that_cannot_be_written_to_is_refused_naming_the_key() {
+        let mut c = Config::default();
+        c.storage.url = "gs://bucket/prefix".into();
+        let err = c.validate().expect_err("gs is not supported");
+        assert_eq!(
+            err.to_string(),
+            "storage.url: storage.url \"gs://bucket/prefix\": unsupported scheme \"gs\" (s3 or file)"
+        );
+        c.storage.url = "s3://bucket/prefix".into();
+        c.validate()
+            .expect("an S3 URL builds a client without a request");
     }
 }

@@ -58,9 +58,31 @@ enum Command {
     /// for readers and recorded in a manifest. Prints how many values in how many files it
     /// removed.
     Scrub(ScrubArgs),
+    /// Upload the archive to object storage (`storage.url`, or `--url`) now: every manifest
+    /// line not there yet, each after the files it adds, then the objects removed longer
+    /// than `storage.delete_delay` ago. A daemon with `storage.url` does this every
+    /// `storage.upload_every` for every manifest in its archive folder (those of `compact`,
+    /// `scrub` and `retention` runs too); this is for an archive no daemon serves.
+    Upload(UploadArgs),
     /// Print the table definitions (column types, Hive partitions) that let Apache Spark SQL
     /// or Trino read the archive where it lies.
     Ddl(DdlArgs),
+}
+
+#[derive(Args)]
+struct UploadArgs {
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    /// The configuration file with `[storage]` (`url`, `delete_delay`, `multipart_bytes`)
+    /// [default: the embedded defaults].
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    store: StoreArg,
+    /// Delete every removed object now, without waiting for `storage.delete_delay` (a
+    /// reader that listed one just before fails and lists again).
+    #[arg(long)]
+    delete_now: bool,
 }
 
 #[derive(Args)]
@@ -162,6 +184,8 @@ struct VerifyArgs {
     /// manifest; from then on `verify` expects those files as they are now.
     #[arg(long)]
     adopt_unrecorded: bool,
+    #[command(flatten)]
+    store: StoreArg,
     /// The configuration file (its `archive.manifest_signing_key_file` signs what
     /// --adopt-unrecorded records) [default: the embedded defaults].
     #[arg(long, value_name = "FILE")]
@@ -189,6 +213,45 @@ struct CompactArgs {
     /// Print what would be merged without changing anything.
     #[arg(long)]
     dry_run: bool,
+}
+
+#[derive(Args)]
+struct StoreArg {
+    /// Read the archive in object storage instead (`s3://bucket/prefix`, credentials and
+    /// endpoint from the `AWS_*` environment variables, or `file:///folder`): the files its
+    /// uploaded manifests record. Rows not uploaded yet are not there.
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+}
+
+impl StoreArg {
+    /// The store named, if one is.
+    fn remote(&self) -> Result<Option<toolwatch::archive::remote::RemoteArchive>, ExitCode> {
+        self.url
+            .as_deref()
+            .map(toolwatch::archive::remote::RemoteArchive::open)
+            .transpose()
+            .map_err(usage_error)
+    }
+}
+
+/// Runs `work` on a session over the archive: in object storage when `remote` is given,
+/// else under `dir` (fresh as `freshen` asks, warning when not).
+async fn on_archive<T, F, Fut>(
+    dir: &std::path::Path,
+    remote: Option<&toolwatch::archive::remote::RemoteArchive>,
+    freshen: toolwatch::query::fresh::Freshen,
+    scope: &toolwatch::query::TenantScope,
+    work: F,
+) -> Result<T, toolwatch::query::QueryError>
+where
+    F: FnMut(datafusion::execution::context::SessionContext) -> Fut,
+    Fut: std::future::Future<Output = Result<T, toolwatch::query::QueryError>>,
+{
+    match remote {
+        Some(r) => toolwatch::query::with_remote_session(r, scope, work).await,
+        None => warn_unfresh(toolwatch::query::with_session(dir, freshen, scope, work).await),
+    }
 }
 
 #[derive(Args)]
@@ -229,6 +292,8 @@ struct QueryArgs {
     #[command(flatten)]
     data_dir: DataDirArg,
     #[command(flatten)]
+    store: StoreArg,
+    #[command(flatten)]
     fresh: FreshArg,
     /// Output format.
     #[arg(long, value_enum, default_value_t = toolwatch::query::output::Format::Table)]
@@ -246,6 +311,8 @@ struct QueryArgs {
 struct TraceArgs {
     #[command(flatten)]
     data_dir: DataDirArg,
+    #[command(flatten)]
+    store: StoreArg,
     #[command(flatten)]
     fresh: FreshArg,
     /// Print the request as one JSON document instead of a tree.
@@ -444,6 +511,7 @@ fn main() -> ExitCode {
         Command::Retention(args) => retention(args),
         Command::Scrub(args) => scrub(args),
         Command::Ddl(args) => ddl(args),
+        Command::Upload(args) => upload(args),
     }
 }
 
@@ -518,6 +586,10 @@ fn query(args: QueryArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return usage_error(e),
     };
+    let remote = match args.store.remote() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
@@ -532,13 +604,13 @@ fn query(args: QueryArgs) -> ExitCode {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let result = warn_unfresh(runtime.block_on(async {
+    let result = runtime.block_on(async {
         let scope = if args.tenants.is_empty() {
             toolwatch::query::TenantScope::all()
         } else {
             toolwatch::query::TenantScope::only(args.tenants.iter().cloned())
         };
-        toolwatch::query::with_session(&dir, args.fresh.freshen(), &scope, |ctx| {
+        on_archive(&dir, remote.as_ref(), args.fresh.freshen(), &scope, |ctx| {
             let (sql, progress) = (&args.sql, &progress);
             async move {
                 toolwatch::query::run(&ctx, sql, |rows| {
@@ -550,7 +622,7 @@ fn query(args: QueryArgs) -> ExitCode {
             }
         })
         .await
-    }));
+    });
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
@@ -654,10 +726,36 @@ fn verify(args: VerifyArgs) -> ExitCode {
             Err(e) => usage_error(format!("{}: {e}", file.display())),
         };
     }
-    let dir = match existing_data_dir(&args.data_dir, &config) {
-        Ok(d) => d,
+    let remote = match args.store.remote() {
+        Ok(r) => r,
         Err(code) => return code,
     };
+    if remote.is_some() && args.adopt_unrecorded {
+        return usage_error("--adopt-unrecorded works on a local archive, not with --url");
+    }
+    let mut store_files = match remote.map(toolwatch::archive::remote::StoreFiles::new) {
+        None => None,
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            eprintln!("toolwatch verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = match &store_files {
+        Some(f) => {
+            use toolwatch::archive::verify::ArchiveFiles;
+            f.manifest_root().to_path_buf()
+        }
+        None => match existing_data_dir(&args.data_dir, &config) {
+            Ok(d) => d,
+            Err(code) => return code,
+        },
+    };
+    let shown = args
+        .store
+        .url
+        .clone()
+        .unwrap_or_else(|| dir.display().to_string());
     if let Err(code) = since_arg(args.since.as_deref()) {
         return code;
     }
@@ -687,15 +785,24 @@ fn verify(args: VerifyArgs) -> ExitCode {
             ));
         }
     }
-    let (mut report, next) = match toolwatch::archive::verify::verify_from(
-        &dir,
-        args.since.as_deref(),
-        key.as_ref(),
-        checkpoint.as_ref(),
-    ) {
+    let verified = match &mut store_files {
+        Some(files) => toolwatch::archive::verify::verify_files(
+            files,
+            args.since.as_deref(),
+            key.as_ref(),
+            checkpoint.as_ref(),
+        ),
+        None => toolwatch::archive::verify::verify_from(
+            &dir,
+            args.since.as_deref(),
+            key.as_ref(),
+            checkpoint.as_ref(),
+        ),
+    };
+    let (mut report, next) = match verified {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("toolwatch verify: {}: {e}", dir.display());
+            eprintln!("toolwatch verify: {shown}: {e}");
             return ExitCode::from(2);
         }
     };
@@ -707,7 +814,7 @@ fn verify(args: VerifyArgs) -> ExitCode {
         match toolwatch::archive::verify::check_heads(&dir, &kept) {
             Ok(p) => report.problems.extend(p),
             Err(e) => {
-                eprintln!("toolwatch verify: {}: {e}", dir.display());
+                eprintln!("toolwatch verify: {shown}: {e}");
                 return ExitCode::from(2);
             }
         }
@@ -1084,6 +1191,49 @@ fn warn_unfresh<T, E>(result: Result<(T, toolwatch::query::fresh::Freshness), E>
     })
 }
 
+fn upload(args: UploadArgs) -> ExitCode {
+    use toolwatch::archive::{remote::RemoteArchive, upload::Uploader};
+    let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let url = args
+        .store
+        .url
+        .clone()
+        .unwrap_or_else(|| config.storage.url.clone());
+    if url.is_empty() {
+        return usage_error("no object store: set storage.url in --config, or --url");
+    }
+    let remote = match RemoteArchive::open(&url) {
+        Ok(r) => r,
+        Err(e) => return usage_error(e),
+    };
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
+    let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics);
+    match runtime.block_on(uploader.pass(args.delete_now)) {
+        Ok(r) => {
+            eprintln!(
+                "uploaded {} files ({} bytes) and {} manifest lines in {} segments to {url}; deleted {} objects; {} files already gone, {} differing from their entries (not uploaded); {} manifests uploaded by another process",
+                r.files, r.bytes, r.lines, r.segments, r.deleted, r.gone, r.differs, r.held_elsewhere
+            );
+            if r.differs > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("toolwatch upload: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn trace(args: TraceArgs) -> ExitCode {
     let dir = match data_dir(&args.data_dir) {
         Ok(d) => d,
@@ -1093,17 +1243,21 @@ fn trace(args: TraceArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let view = warn_unfresh(runtime.block_on(async {
+    let remote = match args.store.remote() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let view = runtime.block_on(async {
         let scope = match &args.tenant {
             Some(t) => toolwatch::query::TenantScope::only([t.clone()]),
             None => toolwatch::query::TenantScope::all(),
         };
-        toolwatch::query::with_session(&dir, args.fresh.freshen(), &scope, |ctx| {
+        on_archive(&dir, remote.as_ref(), args.fresh.freshen(), &scope, |ctx| {
             let (id, tenant) = (&args.id, args.tenant.as_deref());
             async move { toolwatch::query::trace::find(&ctx, id, tenant).await }
         })
         .await
-    }));
+    });
     match view {
         Ok(v) if args.json => {
             println!("{}", v.to_json());

@@ -137,6 +137,13 @@ pub struct Metrics {
     archive_failed_rows: Family<Labels1, Counter>,
     archive_abandoned: Family<Labels1, Counter>,
     manifest_failed: Counter,
+    /// The archive's uploads to object storage (see `archive::upload`).
+    uploaded_files: Counter,
+    uploaded_bytes: Counter,
+    uploaded_segments: Counter,
+    upload_failures: Family<Labels1, Counter>,
+    upload_pending_bytes: Gauge,
+    remote_deleted: Counter,
     open_files: Family<Labels1, Gauge>,
     archive_buffered: Gauge,
     /// Compactions by table; files and bytes merged (`in`) and written (`out`).
@@ -763,6 +770,12 @@ impl Metrics {
             archive_failed_rows: Family::default(),
             archive_abandoned: Family::default(),
             manifest_failed: Counter::default(),
+            uploaded_files: Counter::default(),
+            uploaded_bytes: Counter::default(),
+            uploaded_segments: Counter::default(),
+            upload_failures: Family::default(),
+            upload_pending_bytes: Gauge::default(),
+            remote_deleted: Counter::default(),
             open_files: Family::default(),
             archive_buffered: Gauge::default(),
             compactions: Family::default(),
@@ -880,6 +893,36 @@ impl Metrics {
             "archive_manifest_failed_entries",
             "Completed archive files that could not be recorded in the manifest (verify reports them as extra)",
             m.manifest_failed.clone(),
+        );
+        registry.register(
+            "archive_uploaded_files",
+            "Archive files uploaded to object storage (storage.url)",
+            m.uploaded_files.clone(),
+        );
+        registry.register(
+            "archive_uploaded_bytes",
+            "Bytes of archive files uploaded to object storage",
+            m.uploaded_bytes.clone(),
+        );
+        registry.register(
+            "archive_uploaded_manifest_segments",
+            "Manifest segments put in object storage (each makes the files its lines add visible there)",
+            m.uploaded_segments.clone(),
+        );
+        registry.register(
+            "archive_upload_failures",
+            "Upload attempts that failed, by reason (store: the object store refused or was unreachable, retried; local: a file or manifest could not be read; differs: a file no longer has the bytes its manifest entry records, not uploaded; conflict: the store holds another manifest segment under the key)",
+            m.upload_failures.clone(),
+        );
+        registry.register(
+            "archive_upload_pending_bytes",
+            "Manifest bytes written locally and not yet in object storage: the upload's lag",
+            m.upload_pending_bytes.clone(),
+        );
+        registry.register(
+            "archive_remote_deleted_objects",
+            "Objects deleted from object storage after their removal (compaction, scrub, retention) was uploaded and storage.delete_delay passed",
+            m.remote_deleted.clone(),
         );
         registry.register(
             "archive_abandoned_files",
@@ -1062,6 +1105,35 @@ impl Metrics {
         self.archive_failed_rows
             .get_or_create(&[("table", table)])
             .inc_by(rows);
+    }
+
+    /// An archive file of `bytes` uploaded to object storage.
+    pub fn archive_uploaded(&self, bytes: u64) {
+        self.uploaded_files.inc();
+        self.uploaded_bytes.inc_by(bytes);
+    }
+
+    /// A manifest segment put in object storage.
+    pub fn archive_uploaded_segment(&self) {
+        self.uploaded_segments.inc();
+    }
+
+    /// An upload attempt failed (`reason`: store, local, differs, conflict).
+    pub fn archive_upload_failed(&self, reason: &'static str) {
+        self.upload_failures
+            .get_or_create(&[("reason", reason)])
+            .inc();
+    }
+
+    /// Manifest bytes not yet uploaded.
+    pub fn archive_upload_pending(&self, bytes: u64) {
+        self.upload_pending_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Objects deleted from object storage.
+    pub fn archive_remote_deleted(&self, objects: u64) {
+        self.remote_deleted.inc_by(objects);
     }
 
     /// Counts completed files the manifest could not record.

@@ -86,6 +86,9 @@ pub enum ServeError {
     /// The archive could not be opened.
     #[error("archive: {0}")]
     Archive(#[from] ArchiveError),
+    /// The object store the archive uploads to cannot be used.
+    #[error("archive upload: {0}")]
+    Upload(String),
     /// A stage's thread could not start or died.
     #[error("thread: {0}")]
     Thread(String),
@@ -150,6 +153,7 @@ pub async fn run(
         })?;
     }
     let metrics = Arc::new(Metrics::new());
+    let uploader = start_upload(&config, &archive_dir, &metrics)?;
     let senders = Arc::new(SharedDirectory::new(SenderDirectory::from_config(
         &config.auth,
     )?));
@@ -503,6 +507,12 @@ pub async fn run(
         crate::journal::writer::WriterTotals::default()
     };
     journal_gauges.abort();
+    // Every archive file is written: the last upload pass takes them all.
+    if let Some(u) = uploader {
+        tokio::task::spawn_blocking(move || u.stop())
+            .await
+            .map_err(|e| ServeError::Thread(e.to_string()))?;
+    }
     metrics.journal.observe(head.state());
     let totals = ArchiveTotals {
         request_rows: assembled.request_rows,
@@ -528,6 +538,31 @@ pub async fn run(
         "toolwatch stopped"
     );
     Ok(totals)
+}
+
+/// Starts uploading the archive to `storage.url`, when one is set.
+fn start_upload(
+    config: &Config,
+    archive_dir: &std::path::Path,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<crate::archive::upload::Background>, ServeError> {
+    use crate::archive::{remote::RemoteArchive, upload};
+    let storage = &config.storage;
+    if storage.url.is_empty() {
+        return Ok(None);
+    }
+    let remote =
+        RemoteArchive::open(&storage.url).map_err(|e| ServeError::Upload(e.to_string()))?;
+    let uploader = upload::Uploader::new(
+        archive_dir,
+        remote,
+        storage.upload_settings(),
+        Arc::clone(metrics),
+    );
+    let background = upload::Background::start(uploader, storage.upload_every.0)
+        .map_err(|e| ServeError::Upload(e.to_string()))?;
+    tracing::info!(url = %storage.url, "archive uploads to object storage");
+    Ok(Some(background))
 }
 
 /// What every consumer thread shares.

@@ -337,6 +337,28 @@ impl ScrubLock {
     }
 }
 
+/// The lock of one manifest's upload to object storage,
+/// `<data_dir>/.compact/locks/upload-<instance>.lock`: one process at a time uploads a
+/// manifest's lines and files (the daemons sharing an archive folder, `toolwatch upload`).
+#[derive(Debug)]
+pub struct UploadLock {
+    _file: File,
+}
+
+impl UploadLock {
+    /// Takes the lock of manifest `instance`, or `None` at once if another process holds it.
+    pub fn try_acquire(
+        data_dir: &Path,
+        instance: &str,
+    ) -> Result<Option<UploadLock>, ArchiveError> {
+        let path = lock_path(data_dir, &format!("upload-{instance}.lock"));
+        let file = open_lock_file(&path)?;
+        let taken =
+            flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| ArchiveError::io(&path, e))?;
+        Ok(taken.then_some(UploadLock { _file: file }))
+    }
+}
+
 /// Where a scrub writes its rewritten files before it takes a partition's lock (the work
 /// area of the scrub lock's holder).
 pub fn rewrite_work_dir(data_dir: &Path) -> PathBuf {

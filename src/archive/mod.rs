@@ -28,11 +28,13 @@ pub mod flush;
 pub mod lock;
 pub mod manifest;
 pub mod partition;
+pub mod remote;
 pub mod retention;
 pub mod rows;
 pub mod schema;
 pub mod scrub;
 pub mod snapshot;
+pub mod upload;
 pub mod verify;
 
 use std::path::{Path, PathBuf};

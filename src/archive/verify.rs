@@ -197,13 +197,78 @@ pub fn verify_from(
     key: Option<&ed25519_dalek::VerifyingKey>,
     checkpoint: Option<&Checkpoint>,
 ) -> std::io::Result<(Report, Checkpoint)> {
+    // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
+    let _readers = super::lock::ReadersLock::shared(data_dir);
+    verify_files(&mut LocalFiles(data_dir), since, key, checkpoint)
+}
+
+/// Where `verify` finds an archive's manifests and files: a folder, or an object store.
+pub trait ArchiveFiles {
+    /// The folder whose `manifest/` holds the manifests, as local files.
+    fn manifest_root(&self) -> &Path;
+    /// Brings the manifest lines written since the last call into [`Self::manifest_root`]
+    /// (nothing to do for a folder: its manifests are the files themselves).
+    fn refresh(&mut self) -> std::io::Result<()>;
+    /// Every archive file there, relative to the archive's root, `/`-separated.
+    fn present(&mut self) -> std::io::Result<Vec<String>>;
+    /// A file's size (`None`: gone since it was listed).
+    fn size(&mut self, path: &str) -> std::io::Result<Option<u64>>;
+    /// A file's hex SHA-256 (`None`: gone since it was listed).
+    fn sha256(&mut self, path: &str) -> std::io::Result<Option<String>>;
+    /// True when a removed file may still be there for a while (an object store deletes a
+    /// removal's object `storage.delete_delay` after it), so it is not `extra`.
+    fn removals_linger(&self) -> bool;
+}
+
+/// An archive in a local folder.
+pub struct LocalFiles<'a>(pub &'a Path);
+
+impl ArchiveFiles for LocalFiles<'_> {
+    fn manifest_root(&self) -> &Path {
+        self.0
+    }
+
+    fn refresh(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn present(&mut self) -> std::io::Result<Vec<String>> {
+        archive_files(self.0)
+    }
+
+    fn size(&mut self, path: &str) -> std::io::Result<Option<u64>> {
+        match std::fs::metadata(self.0.join(path)) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn sha256(&mut self, path: &str) -> std::io::Result<Option<String>> {
+        match file_sha256(&self.0.join(path)) {
+            Ok(h) => Ok(Some(h)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn removals_linger(&self) -> bool {
+        false
+    }
+}
+
+/// [`verify_from`] over the archive `files` holds.
+pub fn verify_files(
+    files: &mut dyn ArchiveFiles,
+    since: Option<&str>,
+    key: Option<&ed25519_dalek::VerifyingKey>,
+    checkpoint: Option<&Checkpoint>,
+) -> std::io::Result<(Report, Checkpoint)> {
     let mut report = Report::default();
     let mut ledger = Ledger::default();
     if let Some(c) = checkpoint {
         seed(&mut ledger, c, since);
     }
-    // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
-    let _readers = super::lock::ReadersLock::shared(data_dir);
     let in_scope = |p: &str| in_scope(since, p);
     let from: std::collections::HashMap<String, Mark> = checkpoint
         .map(|c| {
@@ -213,21 +278,29 @@ pub fn verify_from(
                 .collect()
         })
         .unwrap_or_default();
-    let mut read = read_manifests(data_dir, key, &in_scope, &mut ledger, &from)?;
+    files.refresh()?;
+    let mut read = read_manifests(files.manifest_root(), key, &in_scope, &mut ledger, &from)?;
     // A manifest the checkpoint verified must still be there.
     for m in from.keys() {
         if !read.seen.contains(m) {
             read.problems.push(Problem::ManifestMissing(m.clone()));
         }
     }
-    let mut present = present_files(data_dir, &in_scope)?;
+    let mut present = present_files(files, &in_scope, &ledger)?;
     // A writer publishes a file before its line, and retention writes its line before it
     // deletes: files and lines that disagree are looked at again after the lines appended
     // meanwhile are read, so a running daemon makes no false alarm.
     if disagree(&ledger, &present) {
-        let again = read_manifests(data_dir, key, &in_scope, &mut ledger, &read.marks)?;
+        files.refresh()?;
+        let again = read_manifests(
+            files.manifest_root(),
+            key,
+            &in_scope,
+            &mut ledger,
+            &read.marks,
+        )?;
         read.merge(again);
-        present = present_files(data_dir, &in_scope)?;
+        present = present_files(files, &in_scope, &ledger)?;
     }
     report.manifests = read.seen.len();
     report.entries = read.entries;
@@ -257,20 +330,16 @@ pub fn verify_from(
             report.problems.push(Problem::Missing(p.clone()));
             continue;
         }
-        let file = data_dir.join(p);
+        let named = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{p}: {e}"));
         // Deleted since the listing (retention, a merge): gone as the lines say.
-        let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
-        let size = match std::fs::metadata(&file) {
-            Ok(m) => m.len(),
-            Err(e) if gone(&e) => continue,
-            Err(e) => return Err(std::io::Error::new(e.kind(), format!("{p}: {e}"))),
+        let Some(size) = files.size(p).map_err(named)? else {
+            continue;
         };
         // A size that differs says enough: the file is not read.
         let modified = size != *bytes
-            || match file_sha256(&file) {
-                Ok(h) => sha_bytes(&h) != *sha,
-                Err(e) if gone(&e) => continue,
-                Err(e) => return Err(std::io::Error::new(e.kind(), format!("{p}: {e}"))),
+            || match files.sha256(p).map_err(named)? {
+                Some(h) => sha_bytes(&h) != *sha,
+                None => continue,
             };
         report.files += 1;
         if modified {
@@ -348,14 +417,18 @@ fn read_manifests(
     Ok(read)
 }
 
-/// The completed files in scope.
+/// The completed files in scope (without the removed ones, where removals linger).
 fn present_files(
-    data_dir: &Path,
+    files: &mut dyn ArchiveFiles,
     in_scope: &dyn Fn(&str) -> bool,
+    ledger: &Ledger,
 ) -> std::io::Result<BTreeSet<String>> {
-    Ok(archive_files(data_dir)?
+    let linger = files.removals_linger();
+    Ok(files
+        .present()?
         .into_iter()
         .filter(|p| in_scope(p))
+        .filter(|p| !(linger && ledger.removed.contains_key(p)))
         .collect())
 }
 

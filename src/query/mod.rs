@@ -35,6 +35,10 @@ use crate::archive::snapshot::BufferedSet;
 use fresh::{Freshen, Freshness};
 use view::ArchiveView;
 
+use crate::archive::remote::RemoteArchive;
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectMeta;
+
 /// Why a query could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -125,6 +129,72 @@ where
     }
 }
 
+/// Where a session over the archive in object storage finds it (the scheme is ours: only
+/// the view registered under it answers).
+const REMOTE_URL: &str = "toolwatch-archive://store";
+
+/// Runs `work` on a session over the archive in object storage (`toolwatch query --url`):
+/// the files its manifests record as live when the session starts, of the tenants `scope`
+/// admits. Again with a fresh listing (up to [`VANISHED_TRIES`] in all) if a file was
+/// deleted under it: a removal's object goes `storage.delete_delay` after the removal.
+/// Rows a daemon still buffers are not there (they are not uploaded yet).
+pub async fn with_remote_session<T, F, Fut>(
+    remote: &RemoteArchive,
+    scope: &TenantScope,
+    mut work: F,
+) -> Result<T, QueryError>
+where
+    F: FnMut(SessionContext) -> Fut,
+    Fut: std::future::Future<Output = Result<T, QueryError>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let ctx = remote_session(remote, scope).await?;
+        match work(ctx).await {
+            Err(e) if tries < VANISHED_TRIES && e.is_vanished_file() => continue,
+            r => return r,
+        }
+    }
+}
+
+/// A session over the live files of the archive in object storage `remote`.
+pub async fn remote_session(
+    remote: &RemoteArchive,
+    scope: &TenantScope,
+) -> Result<SessionContext, QueryError> {
+    let live = remote
+        .live_files()
+        .await
+        .map_err(|e| QueryError::Sql(e.to_string()))?;
+    let files: Vec<ObjectMeta> = live
+        .into_iter()
+        .filter(|f| {
+            f.path
+                .split_once('/')
+                .is_some_and(|(_, rest)| scope.admits(rest))
+        })
+        .map(|f| ObjectMeta {
+            location: ObjectPath::from(f.path.as_str()),
+            last_modified: chrono::DateTime::from_timestamp_nanos(f.time_ns),
+            size: f.bytes,
+            e_tag: None,
+            version: None,
+        })
+        .collect();
+    let ctx = new_context();
+    let url = datafusion::execution::object_store::ObjectStoreUrl::parse(REMOTE_URL)?;
+    ctx.register_object_store(
+        url.as_ref(),
+        Arc::new(ArchiveView::over(remote.under_prefix(), files)),
+    );
+    for &table in TABLES {
+        let url = ListingTableUrl::parse(format!("{REMOTE_URL}/{}/", table.as_str()))?;
+        register_listing(&ctx, url, table)?;
+    }
+    Ok(ctx)
+}
+
 /// Which tenants a session may read: every one, or only some. A scoped session lists only
 /// those tenants' partition folders (and the daemon's buffered rows of those tenants) and
 /// cannot open any other file, whatever its SQL says.
@@ -200,11 +270,7 @@ pub async fn session_scoped(
     // The view's paths and the tables' URLs must name files alike: absolute, links resolved.
     let data_dir = &std::fs::canonicalize(data_dir)
         .map_err(|_| QueryError::NoDataDir(data_dir.to_path_buf()))?;
-    let mut config = SessionConfig::new().with_information_schema(true);
-    // Row filters use the page indexes and skip decoding rows that cannot match.
-    config.options_mut().execution.parquet.pushdown_filters = true;
-    config.options_mut().execution.parquet.reorder_filters = true;
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = new_context();
     if copies.is_some() || scope.is_scoped() {
         register_view(&ctx, data_dir, copies, scope).await?;
     }
@@ -212,6 +278,15 @@ pub async fn session_scoped(
         register(&ctx, data_dir, table)?;
     }
     Ok(ctx)
+}
+
+/// A session as every query runs in.
+fn new_context() -> SessionContext {
+    let mut config = SessionConfig::new().with_information_schema(true);
+    // Row filters use the page indexes and skip decoding rows that cannot match.
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    config.options_mut().execution.parquet.reorder_filters = true;
+    SessionContext::new_with_config(config)
 }
 
 /// Serves the archive's files to the session through a view that lists the table folders
@@ -261,6 +336,16 @@ fn register(ctx: &SessionContext, data_dir: &Path, table: Table) -> Result<(), Q
         return Ok(());
     }
     let url = ListingTableUrl::parse(format!("{}/", dir.display()))?;
+    register_listing(ctx, url, table)
+}
+
+/// Registers `table` as the Hive-partitioned Parquet files under `url`.
+fn register_listing(
+    ctx: &SessionContext,
+    url: ListingTableUrl,
+    table: Table,
+) -> Result<(), QueryError> {
+    let schema = table_schema(table);
     let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
         .with_file_extension(".parquet")
         .with_table_partition_cols(partition_columns());

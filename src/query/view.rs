@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -58,8 +59,9 @@ pub enum ViewError {
 /// The archive as one read-only object store: the local files listed once, at
 /// [`ArchiveView::freeze`], plus files held in memory.
 pub struct ArchiveView {
-    /// Reads of files not added; rooted at `/`, as `LocalFileSystem::new()` is for `file://`.
-    local: LocalFileSystem,
+    /// Reads of files not added: the local file system rooted at `/` (as `LocalFileSystem::new()`
+    /// is for `file://`), or the archive's object store.
+    source: Arc<dyn ObjectStore>,
     /// The added files' bytes; a path held here is read from here.
     memory: InMemory,
     /// Every listed file: the local ones frozen at the freeze, then the added ones.
@@ -124,11 +126,22 @@ impl ArchiveView {
             }
         }
         Ok(ArchiveView {
-            local,
+            source: Arc::new(local),
             memory: InMemory::new(),
             listing,
             listed_only: false,
         })
+    }
+
+    /// A view of `files` (and no others) in `source`: the archive in an object store, its
+    /// files those its manifests record as live when the view is made.
+    pub fn over(source: Arc<dyn ObjectStore>, files: Vec<ObjectMeta>) -> ArchiveView {
+        ArchiveView {
+            source,
+            memory: InMemory::new(),
+            listing: files.into_iter().map(|m| (m.location.clone(), m)).collect(),
+            listed_only: true,
+        }
     }
 
     /// File names listed in local folder `dir` (absolute path), directly in it: the frozen
@@ -263,7 +276,7 @@ impl ObjectStore for ArchiveView {
         match self.memory.get_opts(location, options.clone()).await {
             Err(object_store::Error::NotFound { .. }) => {
                 self.readable(location)?;
-                self.local.get_opts(location, options).await
+                self.source.get_opts(location, options).await
             }
             held => held,
         }
@@ -279,7 +292,7 @@ impl ObjectStore for ArchiveView {
         match self.memory.get_ranges(location, ranges).await {
             Err(object_store::Error::NotFound { .. }) => {
                 self.readable(location)?;
-                self.local.get_ranges(location, ranges).await
+                self.source.get_ranges(location, ranges).await
             }
             held => held,
         }

@@ -20,6 +20,7 @@ mod hashing;
 mod lifecycle;
 mod loadgen;
 mod monitoring;
+mod object_store;
 mod otlp_json;
 mod protect_e2e;
 mod python_sdk;

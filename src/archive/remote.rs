@@ -1,0 +1,494 @@
+//! The archive in object storage: where its files and manifest segments live in a bucket,
+//! and how readers anywhere take the files that are live from the manifests there.
+//!
+//! `storage.url = "s3://bucket/prefix"` (credentials, region and endpoint from the usual
+//! `AWS_*` environment variables) or `file:///path`. Under the prefix, every archive file
+//! keeps its path in the data directory (`spans/tenant=T/date=…/hour=…/part-….parquet`), so
+//! Hive-partitioned readers (Spark, Trino, pyarrow) find the tables where `toolwatch ddl`
+//! says; the manifests are segments `_manifest/<instance>/<first seq>.jsonl`, each holding
+//! consecutive manifest lines exactly as written locally (a leading `_` keeps them out of
+//! those readers' listings). A segment is put only after every file its lines add is
+//! uploaded whole ([`super::upload`]), so a file a segment names is complete; readers that
+//! take the live files from the segments ([`RemoteArchive::live_files`]) never read a file
+//! half-uploaded, nor one a later segment removed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use super::manifest::{Entry, Op};
+
+/// The folder of manifest segments under the prefix.
+pub const MANIFEST_DIR: &str = "_manifest";
+
+/// Why the object store could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// `storage.url` is not a URL this build can write to.
+    #[error("storage.url {url:?}: {reason}")]
+    Url {
+        /// The URL as configured.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An object store request failed (after the client's own retries).
+    #[error("object store {operation} {key}: {source}")]
+    Store {
+        /// What was asked.
+        operation: &'static str,
+        /// The object's key.
+        key: String,
+        /// What the store said.
+        source: object_store::Error,
+    },
+    /// A local file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+}
+
+impl RemoteError {
+    fn store(operation: &'static str, key: &ObjectPath, source: object_store::Error) -> Self {
+        RemoteError::Store {
+            operation,
+            key: key.to_string(),
+            source,
+        }
+    }
+
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        RemoteError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// The archive's place in an object store.
+#[derive(Clone)]
+pub struct RemoteArchive {
+    store: Arc<dyn ObjectStore>,
+    /// The same store's multipart interface, where it has one (S3): uploads whose ids are
+    /// kept, so one whose abort failed is aborted later.
+    multipart: Option<Arc<dyn object_store::multipart::MultipartStore>>,
+    prefix: ObjectPath,
+    url: String,
+}
+
+impl std::fmt::Debug for RemoteArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteArchive")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A live archive file in the store, as the manifests record it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveFile {
+    /// Its path relative to the prefix (`spans/tenant=…/…parquet`).
+    pub path: String,
+    /// Its size.
+    pub bytes: u64,
+    /// When its entry was written, ns since the epoch.
+    pub time_ns: i64,
+}
+
+impl RemoteArchive {
+    /// The store `url` names: `s3://bucket[/prefix]` (also `s3a://`), with credentials,
+    /// region and endpoint from the `AWS_*` environment variables (an `http://` endpoint is
+    /// allowed when one is set), or `file:///folder`.
+    pub fn open(url: &str) -> Result<RemoteArchive, RemoteError> {
+        let bad = |reason: &str| RemoteError::Url {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("not a URL (expected s3://bucket/prefix or file:///path)"))?;
+        type Multipart = Option<Arc<dyn object_store::multipart::MultipartStore>>;
+        let (store, multipart, prefix): (Arc<dyn ObjectStore>, Multipart, &str) = match scheme {
+            "s3" | "s3a" => {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(bad("no bucket"));
+                }
+                let s3 = Arc::new(s3_store(bucket).map_err(|e| bad(&e.to_string()))?);
+                (s3.clone(), Some(s3), prefix)
+            }
+            "file" => {
+                if !rest.starts_with('/') {
+                    return Err(bad("a file URL needs an absolute path (file:///folder)"));
+                }
+                std::fs::create_dir_all(rest).map_err(|e| bad(&e.to_string()))?;
+                let local = object_store::local::LocalFileSystem::new_with_prefix(rest)
+                    .map_err(|e| bad(&e.to_string()))?;
+                (Arc::new(local), None, "")
+            }
+            other => return Err(bad(&format!("unsupported scheme {other:?} (s3 or file)"))),
+        };
+        let prefix = ObjectPath::parse(prefix.trim_matches('/'))
+            .map_err(|e| bad(&format!("bad prefix: {e}")))?;
+        Ok(RemoteArchive {
+            store,
+            multipart,
+            prefix,
+            url: url.to_string(),
+        })
+    }
+
+    /// The URL it was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The store itself (keys include the prefix).
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The store's multipart interface, where it has one.
+    pub fn multipart(&self) -> Option<&Arc<dyn object_store::multipart::MultipartStore>> {
+        self.multipart.as_ref()
+    }
+
+    /// The store seen from the prefix: keys are archive paths (`spans/…`).
+    pub fn under_prefix(&self) -> Arc<dyn ObjectStore> {
+        if self.prefix.as_ref().is_empty() {
+            Arc::clone(&self.store)
+        } else {
+            Arc::new(object_store::prefix::PrefixStore::new(
+                Arc::clone(&self.store),
+                self.prefix.clone(),
+            ))
+        }
+    }
+
+    /// The key of archive file `relative` (as manifests name it).
+    pub fn file_key(&self, relative: &str) -> Result<ObjectPath, RemoteError> {
+        // A manifest path with `..`, `.` or an empty segment must not reach elsewhere.
+        let parts: Vec<&str> = relative.split('/').collect();
+        if parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == "..")
+        {
+            return Err(RemoteError::Url {
+                url: self.url.clone(),
+                reason: format!("archive path {relative:?} has an empty, . or .. segment"),
+            });
+        }
+        Ok(parts
+            .into_iter()
+            .fold(self.prefix.clone(), |key, part| key.join(part)))
+    }
+
+    /// The key of manifest `instance`'s segment starting at line `first_seq`.
+    pub fn segment_key(&self, instance: &str, first_seq: u64) -> ObjectPath {
+        self.prefix
+            .clone()
+            .join(MANIFEST_DIR)
+            .join(instance)
+            .join(format!("{first_seq:020}.jsonl"))
+    }
+
+    /// Every manifest segment in the store: per instance, (first seq, key), in seq order.
+    pub async fn segments(&self) -> Result<BTreeMap<String, Vec<(u64, ObjectPath)>>, RemoteError> {
+        let dir = self.prefix.clone().join(MANIFEST_DIR);
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| RemoteError::store("list", &dir, e))?;
+        let mut out: BTreeMap<String, Vec<(u64, ObjectPath)>> = BTreeMap::new();
+        for meta in metas {
+            let Some(parts) = meta.location.prefix_match(&dir) else {
+                continue;
+            };
+            let parts: Vec<String> = parts.map(|p| p.as_ref().to_string()).collect();
+            let [instance, name] = parts.as_slice() else {
+                continue;
+            };
+            let Some(first) = name
+                .strip_suffix(".jsonl")
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            out.entry(instance.clone())
+                .or_default()
+                .push((first, meta.location));
+        }
+        for list in out.values_mut() {
+            list.sort();
+        }
+        Ok(out)
+    }
+
+    /// The text of object `key`.
+    pub async fn read_text(&self, key: &ObjectPath) -> Result<String, RemoteError> {
+        let bytes = self
+            .store
+            .get(key)
+            .await
+            .map_err(|e| RemoteError::store("get", key, e))?
+            .bytes()
+            .await
+            .map_err(|e| RemoteError::store("get", key, e))?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| RemoteError::Store {
+            operation: "get",
+            key: key.to_string(),
+            source: object_store::Error::Generic {
+                store: "toolwatch",
+                source: "not UTF-8 text".into(),
+            },
+        })
+    }
+
+    /// Copies the manifests in the store into `dir/manifest/<instance>.jsonl` (the local
+    /// layout `verify` reads), appending only the segments not in `fetched` (which it
+    /// updates): a second call brings what was uploaded since.
+    pub async fn fetch_manifests(
+        &self,
+        dir: &Path,
+        fetched: &mut std::collections::HashSet<ObjectPath>,
+    ) -> Result<usize, RemoteError> {
+        use std::io::Write;
+        let out = dir.join(super::manifest::DIR);
+        std::fs::create_dir_all(&out).map_err(|e| RemoteError::io(&out, e))?;
+        let mut new = 0;
+        for (instance, segments) in self.segments().await? {
+            let path = out.join(format!("{instance}.jsonl"));
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| RemoteError::io(&path, e))?;
+            for (_, key) in segments {
+                if fetched.contains(&key) {
+                    continue;
+                }
+                let mut text = self.read_text(&key).await?;
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                file.write_all(text.as_bytes())
+                    .map_err(|e| RemoteError::io(&path, e))?;
+                fetched.insert(key);
+                new += 1;
+            }
+        }
+        Ok(new)
+    }
+
+    /// The files the manifests in the store record as live (added, not removed), read
+    /// segment by segment.
+    pub async fn live_files(&self) -> Result<Vec<LiveFile>, RemoteError> {
+        let mut live: BTreeMap<String, LiveFile> = BTreeMap::new();
+        let mut removed = std::collections::HashSet::new();
+        for segments in self.segments().await?.into_values() {
+            for (_, key) in segments {
+                let text = self.read_text(&key).await?;
+                // Lines that are not entries are `verify`'s to report; a reader skips them.
+                for entry in text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+                {
+                    match entry.op {
+                        Op::Add if !removed.contains(&entry.path) => {
+                            live.insert(
+                                entry.path.clone(),
+                                LiveFile {
+                                    path: entry.path,
+                                    bytes: entry.bytes,
+                                    time_ns: entry.time_ns,
+                                },
+                            );
+                        }
+                        Op::Add => {}
+                        Op::Remove => {
+                            live.remove(&entry.path);
+                            removed.insert(entry.path);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(live.into_values().collect())
+    }
+}
+
+/// The archive in the store as `verify` reads it: the manifests copied into a folder of its
+/// own (removed when it is dropped), the files listed, sized and hashed in the store.
+pub struct StoreFiles {
+    remote: RemoteArchive,
+    dir: PathBuf,
+    fetched: std::collections::HashSet<ObjectPath>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl StoreFiles {
+    /// Reads the archive in `remote`, copying its manifests under a new folder in the
+    /// system's temporary folder.
+    pub fn new(remote: RemoteArchive) -> std::io::Result<StoreFiles> {
+        let dir = std::env::temp_dir().join(format!(
+            "toolwatch-verify-{}-{}",
+            std::process::id(),
+            hex::encode(rand::random::<[u8; 6]>())
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(StoreFiles {
+            remote,
+            dir,
+            fetched: Default::default(),
+            runtime,
+        })
+    }
+
+    fn other(e: RemoteError) -> std::io::Error {
+        std::io::Error::other(e.to_string())
+    }
+}
+
+impl Drop for StoreFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl super::verify::ArchiveFiles for StoreFiles {
+    fn manifest_root(&self) -> &Path {
+        &self.dir
+    }
+
+    fn refresh(&mut self) -> std::io::Result<()> {
+        self.runtime
+            .block_on(self.remote.fetch_manifests(&self.dir, &mut self.fetched))
+            .map(|_| ())
+            .map_err(Self::other)
+    }
+
+    fn present(&mut self) -> std::io::Result<Vec<String>> {
+        let store = self.remote.under_prefix();
+        let mut out = Vec::new();
+        for table in super::partition::Table::ALL {
+            let dir = ObjectPath::from(table.as_str());
+            let metas: Vec<_> = self
+                .runtime
+                .block_on(store.list(Some(&dir)).try_collect::<Vec<_>>())
+                .map_err(|e| Self::other(RemoteError::store("list", &dir, e)))?;
+            out.extend(
+                metas
+                    .into_iter()
+                    .map(|m| m.location.to_string())
+                    .filter(|p| p.ends_with(".parquet")),
+            );
+        }
+        Ok(out)
+    }
+
+    fn size(&mut self, path: &str) -> std::io::Result<Option<u64>> {
+        let key = self.remote.file_key(path).map_err(Self::other)?;
+        match self.runtime.block_on(self.remote.store.head(&key)) {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Self::other(RemoteError::store("head", &key, e))),
+        }
+    }
+
+    fn sha256(&mut self, path: &str) -> std::io::Result<Option<String>> {
+        use sha2::{Digest, Sha256};
+        let key = self.remote.file_key(path).map_err(Self::other)?;
+        let store = Arc::clone(&self.remote.store);
+        self.runtime.block_on(async move {
+            let got = match store.get(&key).await {
+                Ok(g) => g,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(Self::other(RemoteError::store("get", &key, e))),
+            };
+            let mut stream = got.into_stream();
+            let mut hash = Sha256::new();
+            while let Some(chunk) = stream
+                .try_next()
+                .await
+                .map_err(|e| Self::other(RemoteError::store("get", &key, e)))?
+            {
+                hash.update(&chunk);
+            }
+            Ok(Some(hex::encode(hash.finalize())))
+        })
+    }
+
+    fn removals_linger(&self) -> bool {
+        true
+    }
+}
+
+/// An S3 client for `bucket`, configured from the `AWS_*` environment variables.
+fn s3_store(bucket: &str) -> object_store::Result<object_store::aws::AmazonS3> {
+    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    // An endpoint given as http:// (a local S3 server, a gateway in the same network) is
+    // meant: allow it without a second variable.
+    let endpoint = builder
+        .get_config_value(&AmazonS3ConfigKey::Endpoint)
+        .unwrap_or_default();
+    if endpoint.starts_with("http://") {
+        builder = builder.with_allow_http(true);
+    }
+    // The client retries each request a little; the uploader retries whole files after.
+    let retry = object_store::RetryConfig {
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    builder.with_retry(retry).build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_keep_archive_paths_under_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let r = RemoteArchive::open(&url).unwrap();
+        assert_eq!(
+            r.file_key("spans/tenant=a/date=2026-01-01/hour=03/part-1.parquet")
+                .unwrap()
+                .as_ref(),
+            "spans/tenant=a/date=2026-01-01/hour=03/part-1.parquet"
+        );
+        assert_eq!(
+            r.segment_key("ab12", 7).as_ref(),
+            "_manifest/ab12/00000000000000000007.jsonl"
+        );
+        assert!(r.file_key("spans/../../etc/passwd").is_err());
+    }
+
+    #[test]
+    fn urls_other_than_s3_and_file_are_refused_with_the_reason() {
+        let e = RemoteArchive::open("gs://bucket/x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unsupported scheme \"gs\""), "{e}");
+        let e = RemoteArchive::open("bucket/x").unwrap_err().to_string();
+        assert!(e.contains("not a URL"), "{e}");
+        let e = RemoteArchive::open("s3:///x").unwrap_err().to_string();
+        assert!(e.contains("no bucket"), "{e}");
+    }
+}

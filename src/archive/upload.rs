@@ -1,0 +1,1049 @@
+//! Uploading the archive to object storage (`storage.url`): every manifest's lines, in
+//! order, each batch of them as one segment put only after every file its lines add is
+//! uploaded whole; objects its lines remove deleted `storage.delete_delay` later.
+//!
+//! Promises: a file is visible in the store (named by a segment) only once all its bytes
+//! are there, with the SHA-256 its entry records (the bytes are hashed as they are read
+//! for the upload; a file whose bytes differ is not uploaded, and `verify` over the store
+//! reports it missing). Nothing is lost to a failed request: a manifest's cursor
+//! (`.compact/upload/<instance>.json`) moves past a line only once its segment is in the
+//! store, so a failed upload, a crash or a stopped store means the same lines are tried
+//! again, and uploading them twice is harmless (a file's key is its path; a segment is put
+//! only if absent, and one already there holding the same lines counts as put). A failed
+//! multipart upload is aborted, leaving no parts behind. A reader that listed the live
+//! files just before a removal reached the store still finds them for `delete_delay`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::lock::{UploadLock, WORK_DIR};
+use super::manifest::{Entry, Op};
+use super::remote::{RemoteArchive, RemoteError};
+use crate::metrics::Metrics;
+
+/// How the uploader works.
+#[derive(Debug, Clone)]
+pub struct UploadSettings {
+    /// How long an object stays in the store after its removal is uploaded.
+    pub delete_delay: Duration,
+    /// Files at least this large are uploaded in parts.
+    pub multipart_bytes: u64,
+    /// The most manifest lines in one segment.
+    pub segment_lines: usize,
+}
+
+/// Why an upload pass stopped short (what was uploaded before it stays uploaded).
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The object store or a local file failed; tried again at the next pass.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    /// A manifest line that is not an entry: the lines after it wait until it is mended
+    /// (`verify` names it).
+    #[error("{manifest}: the line at byte {offset} is not a manifest entry; upload of this manifest stops there")]
+    Unreadable {
+        /// The manifest.
+        manifest: PathBuf,
+        /// Where the line starts.
+        offset: u64,
+    },
+    /// The store already holds a different segment under the key of one being put.
+    #[error("object store already holds a different manifest segment at {key}; upload of this manifest stops there")]
+    Conflict {
+        /// The segment's key.
+        key: String,
+    },
+}
+
+/// What a pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct UploadReport {
+    /// Archive files uploaded.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Manifest segments put.
+    pub segments: u64,
+    /// Manifest lines now in the store that were not before.
+    pub lines: u64,
+    /// Objects deleted.
+    pub deleted: u64,
+    /// Added files no longer in the archive folder when their line was uploaded (removed
+    /// by a later line: compaction, retention).
+    pub gone: u64,
+    /// Added files whose bytes were not those recorded: not uploaded.
+    pub differs: u64,
+    /// Manifests another process is uploading.
+    pub held_elsewhere: usize,
+    /// Manifest bytes still to upload.
+    pub pending_bytes: u64,
+}
+
+/// Where one manifest's upload stands; kept in `.compact/upload/<instance>.json`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Cursor {
+    /// The store these positions are in: another URL starts again from the beginning.
+    url: String,
+    /// Bytes of the manifest in the store.
+    offset: u64,
+    /// The last line in the store.
+    seq: u64,
+    /// Every removal up to this line has had its object deleted...
+    deleted_seq: u64,
+    /// ...and the line after it starts here.
+    deleted_offset: u64,
+}
+
+/// A removal waiting for its delay.
+#[derive(Debug)]
+struct Due {
+    at: Instant,
+    seq: u64,
+    /// Where the line after it starts.
+    next_offset: u64,
+    path: String,
+}
+
+/// One manifest being uploaded by this process.
+struct Shipping {
+    path: PathBuf,
+    cursor: Cursor,
+    deletes: VecDeque<Due>,
+    _lock: UploadLock,
+}
+
+/// Uploads the archive under a data directory: every manifest there (the daemon's, those of
+/// `toolwatch compact`, `scrub` and `retention` runs, other instances' in a shared folder).
+pub struct Uploader {
+    root: PathBuf,
+    remote: RemoteArchive,
+    settings: UploadSettings,
+    metrics: Arc<Metrics>,
+    shipping: BTreeMap<String, Shipping>,
+}
+
+/// A manifest line and where the next one starts.
+struct Line {
+    text: String,
+    entry: Entry,
+    next_offset: u64,
+}
+
+impl Uploader {
+    /// An uploader of the archive under `root` to `remote`.
+    pub fn new(
+        root: &Path,
+        remote: RemoteArchive,
+        settings: UploadSettings,
+        metrics: Arc<Metrics>,
+    ) -> Uploader {
+        Uploader {
+            root: root.to_path_buf(),
+            remote,
+            settings,
+            metrics,
+            shipping: BTreeMap::new(),
+        }
+    }
+
+    /// Uploads what every manifest added since the last pass, then deletes the objects
+    /// whose delay is over (all of them with `delete_all`). Returns the first error after
+    /// trying every manifest.
+    pub async fn pass(&mut self, delete_all: bool) -> Result<UploadReport, UploadError> {
+        let mut report = UploadReport::default();
+        let mut first_error = None;
+        let manifests = super::manifest::list(&self.root).map_err(|e| RemoteError::Io {
+            path: self.root.join(super::manifest::DIR),
+            source: e,
+        })?;
+        for path in manifests {
+            let Some(instance) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            match self.take(&instance, &path) {
+                Ok(true) => {}
+                Ok(false) => {
+                    report.held_elsewhere += 1;
+                    continue;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            }
+            if let Err(e) = self.ship(&instance, &mut report).await {
+                self.metrics.archive_upload_failed(failure_reason(&e));
+                first_error.get_or_insert(e);
+            }
+            if let Err(e) = self.delete_due(&instance, delete_all, &mut report).await {
+                self.metrics.archive_upload_failed(failure_reason(&e));
+                first_error.get_or_insert(e);
+            }
+        }
+        report.pending_bytes = self.pending_bytes();
+        self.metrics.archive_upload_pending(report.pending_bytes);
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// Manifest bytes not yet in the store, over the manifests this process uploads.
+    fn pending_bytes(&self) -> u64 {
+        self.shipping
+            .values()
+            .map(|s| {
+                std::fs::metadata(&s.path)
+                    .map(|m| m.len().saturating_sub(s.cursor.offset))
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// Starts uploading manifest `instance` if no other process does: its cursor read, the
+    /// removals not yet deleted queued again. False when another process holds it.
+    fn take(&mut self, instance: &str, path: &Path) -> Result<bool, UploadError> {
+        if self.shipping.contains_key(instance) {
+            return Ok(true);
+        }
+        let lock = UploadLock::try_acquire(&self.root, instance).map_err(|e| RemoteError::Io {
+            path: self.root.join(WORK_DIR),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let Some(lock) = lock else {
+            return Ok(false);
+        };
+        let cursor = match self.load_cursor(instance)? {
+            Some(c) if c.url == self.remote.url() => c,
+            _ => Cursor {
+                url: self.remote.url().to_string(),
+                ..Cursor::default()
+            },
+        };
+        let mut shipping = Shipping {
+            path: path.to_path_buf(),
+            cursor,
+            deletes: VecDeque::new(),
+            _lock: lock,
+        };
+        // Removals uploaded before a restart whose objects may still be there: their delay
+        // starts again now.
+        let (from, to) = (shipping.cursor.deleted_offset, shipping.cursor.offset);
+        if from < to {
+            let at = Instant::now() + self.settings.delete_delay;
+            for line in read_lines(path, from, usize::MAX, to)? {
+                if line.entry.op == Op::Remove && line.entry.seq > shipping.cursor.deleted_seq {
+                    shipping.deletes.push_back(Due {
+                        at,
+                        seq: line.entry.seq,
+                        next_offset: line.next_offset,
+                        path: line.entry.path,
+                    });
+                }
+            }
+        }
+        self.shipping.insert(instance.to_string(), shipping);
+        Ok(true)
+    }
+
+    fn cursor_path(&self, instance: &str) -> PathBuf {
+        self.root
+            .join(WORK_DIR)
+            .join("upload")
+            .join(format!("{instance}.json"))
+    }
+
+    fn load_cursor(&self, instance: &str) -> Result<Option<Cursor>, UploadError> {
+        let path = self.cursor_path(instance);
+        match std::fs::read_to_string(&path) {
+            // A cursor that does not parse is started over: uploading again is harmless.
+            Ok(text) => Ok(serde_json::from_str(&text).ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(RemoteError::Io { path, source: e }.into()),
+        }
+    }
+
+    fn save_cursor(&self, instance: &str, cursor: &Cursor) -> Result<(), UploadError> {
+        let path = self.cursor_path(instance);
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let text = serde_json::to_vec(cursor).map_err(std::io::Error::other)?;
+            crate::durable::replace_file(&path, &text)
+        };
+        write().map_err(|e| RemoteError::Io { path, source: e }.into())
+    }
+
+    /// Uploads manifest `instance`'s new lines, a segment at a time.
+    async fn ship(&mut self, instance: &str, report: &mut UploadReport) -> Result<(), UploadError> {
+        self.abort_leftovers(instance).await?;
+        loop {
+            let Some(s) = self.shipping.get(instance) else {
+                return Ok(());
+            };
+            let lines = read_lines(
+                &s.path,
+                s.cursor.offset,
+                self.settings.segment_lines,
+                u64::MAX,
+            )?;
+            let Some(first) = lines.first() else {
+                return Ok(());
+            };
+            let first_seq = first.entry.seq;
+            for line in lines.iter().filter(|l| l.entry.op == Op::Add) {
+                match self.upload_file(instance, &line.entry).await? {
+                    Uploaded::Whole(bytes) => {
+                        report.files += 1;
+                        report.bytes += bytes;
+                        self.metrics.archive_uploaded(bytes);
+                    }
+                    Uploaded::Gone => report.gone += 1,
+                    Uploaded::Differs => {
+                        report.differs += 1;
+                        self.metrics.archive_upload_failed("differs");
+                    }
+                }
+            }
+            let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+            let lines = match self.put_segment(instance, first_seq, &texts).await? {
+                Stored::All => {
+                    report.segments += 1;
+                    report.lines += lines.len() as u64;
+                    self.metrics.archive_uploaded_segment();
+                    lines
+                }
+                // A segment already there (a put whose answer was lost, a crash before the
+                // cursor was saved) counts if it holds the same lines as the manifest here;
+                // their files went up before it was put.
+                Stored::Found(there) => {
+                    let ours = read_lines(&s.path, s.cursor.offset, there.len(), u64::MAX)?;
+                    let same = ours.len() == there.len()
+                        && ours.iter().zip(&there).all(|(a, b)| a.text == *b);
+                    if !same {
+                        self.metrics.archive_upload_failed("conflict");
+                        return Err(UploadError::Conflict {
+                            key: self.remote.segment_key(instance, first_seq).to_string(),
+                        });
+                    }
+                    ours
+                }
+            };
+            let stored = lines.len();
+            let at = Instant::now() + self.settings.delete_delay;
+            let Some(s) = self.shipping.get_mut(instance) else {
+                return Ok(());
+            };
+            for line in &lines[..stored] {
+                if line.entry.op == Op::Remove {
+                    s.deletes.push_back(Due {
+                        at,
+                        seq: line.entry.seq,
+                        next_offset: line.next_offset,
+                        path: line.entry.path.clone(),
+                    });
+                }
+            }
+            let last = &lines[stored - 1];
+            s.cursor.offset = last.next_offset;
+            s.cursor.seq = last.entry.seq;
+            if s.deletes.is_empty() {
+                s.cursor.deleted_seq = s.cursor.seq;
+                s.cursor.deleted_offset = s.cursor.offset;
+            }
+            let cursor = s.cursor.clone();
+            self.save_cursor(instance, &cursor)?;
+        }
+    }
+
+    /// Puts a segment of `lines` starting at `first_seq` unless the store has one there
+    /// (whose lines it then gives).
+    async fn put_segment(
+        &self,
+        instance: &str,
+        first_seq: u64,
+        lines: &[&str],
+    ) -> Result<Stored, UploadError> {
+        let key = self.remote.segment_key(instance, first_seq);
+        let mut text = lines.join("\n");
+        text.push('\n');
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        let put = self
+            .remote
+            .store()
+            .put_opts(&key, PutPayload::from(text.into_bytes()), opts)
+            .await;
+        match put {
+            Ok(_) => Ok(Stored::All),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let there = self.remote.read_text(&key).await?;
+                let there: Vec<String> = there.lines().map(str::to_string).collect();
+                if there.is_empty() {
+                    self.metrics.archive_upload_failed("conflict");
+                    return Err(UploadError::Conflict {
+                        key: key.to_string(),
+                    });
+                }
+                Ok(Stored::Found(there))
+            }
+            Err(e) => Err(RemoteError::Store {
+                operation: "put",
+                key: key.to_string(),
+                source: e,
+            }
+            .into()),
+        }
+    }
+
+    /// Uploads the file `entry` adds, checking its bytes against the entry as they are read.
+    async fn upload_file(&self, instance: &str, entry: &Entry) -> Result<Uploaded, UploadError> {
+        let local = self.root.join(&entry.path);
+        let key = self.remote.file_key(&entry.path)?;
+        let file = match std::fs::File::open(&local) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Uploaded::Gone),
+            Err(e) => {
+                return Err(RemoteError::Io {
+                    path: local,
+                    source: e,
+                }
+                .into())
+            }
+        };
+        let io = |e| {
+            UploadError::from(RemoteError::Io {
+                path: local.clone(),
+                source: e,
+            })
+        };
+        let size = file.metadata().map_err(io)?.len();
+        if size != entry.bytes {
+            tracing::error!(file = %entry.path, "archive file's size differs from its manifest entry; not uploaded");
+            return Ok(Uploaded::Differs);
+        }
+        let store_error = |e| {
+            UploadError::from(RemoteError::Store {
+                operation: "put",
+                key: key.to_string(),
+                source: e,
+            })
+        };
+        if size < self.settings.multipart_bytes {
+            let mut bytes = Vec::with_capacity(size as usize);
+            (&file).read_to_end(&mut bytes).map_err(io)?;
+            if hex::encode(Sha256::digest(&bytes)) != entry.sha256 {
+                tracing::error!(file = %entry.path, "archive file's bytes differ from its manifest entry; not uploaded");
+                return Ok(Uploaded::Differs);
+            }
+            // Overwrite: the same path always holds the same bytes, so a second upload of it
+            // (after a lost answer or a restart) changes nothing.
+            self.remote
+                .store()
+                .put(&key, PutPayload::from(bytes))
+                .await
+                .map_err(store_error)?;
+            return Ok(Uploaded::Whole(size));
+        }
+        if let Some(mp) = self.remote.multipart() {
+            return self
+                .upload_in_parts(instance, mp.as_ref(), &key, file, entry)
+                .await;
+        }
+        let upload = self
+            .remote
+            .store()
+            .put_multipart(&key)
+            .await
+            .map_err(store_error)?;
+        let mut parts = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        match self.send_parts(file, &mut parts, entry).await {
+            Ok(true) => {
+                // A failed finish aborts the upload itself.
+                parts.finish().await.map_err(store_error)?;
+                Ok(Uploaded::Whole(size))
+            }
+            Ok(false) => {
+                let _ = parts.abort().await;
+                tracing::error!(file = %entry.path, "archive file's bytes differ from its manifest entry; not uploaded");
+                Ok(Uploaded::Differs)
+            }
+            Err(e) => {
+                // The parts sent so far would stay in the bucket (and be billed) until aborted.
+                if let Err(abort) = parts.abort().await {
+                    tracing::warn!(error = %abort, file = %entry.path, "could not abort a failed multipart upload");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Uploads `file` to `key` in parts through the store's multipart interface. The upload's
+    /// id is kept (`.compact/upload/<instance>.uploads.json`) until it is completed or
+    /// aborted: one whose abort failed too, or that a crash interrupted, is aborted at a later
+    /// pass ([`Uploader::abort_leftovers`]), so no parts stay in the bucket.
+    async fn upload_in_parts(
+        &self,
+        instance: &str,
+        mp: &dyn object_store::multipart::MultipartStore,
+        key: &object_store::path::Path,
+        mut file: std::fs::File,
+        entry: &Entry,
+    ) -> Result<Uploaded, UploadError> {
+        let store_error = |operation, e| {
+            UploadError::from(RemoteError::Store {
+                operation,
+                key: key.to_string(),
+                source: e,
+            })
+        };
+        let id = mp
+            .create_multipart(key)
+            .await
+            .map_err(|e| store_error("create multipart upload", e))?;
+        self.note_upload(instance, key.as_ref(), &id, true)?;
+        let outcome = match self.put_parts(mp, key, &id, &mut file, entry).await {
+            Ok(Some(parts)) => match mp.complete_multipart(key, &id, parts).await {
+                Ok(_) => {
+                    self.note_upload(instance, key.as_ref(), &id, false)?;
+                    return Ok(Uploaded::Whole(entry.bytes));
+                }
+                Err(e) => Err(store_error("complete multipart upload", e)),
+            },
+            Ok(None) => {
+                tracing::error!(file = %entry.path, "archive file's bytes differ from its manifest entry; not uploaded");
+                Ok(Uploaded::Differs)
+            }
+            Err(e) => Err(e),
+        };
+        // Not completed: its parts would stay in the bucket (and be billed) until aborted.
+        match mp.abort_multipart(key, &id).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                self.note_upload(instance, key.as_ref(), &id, false)?
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, file = %entry.path, "could not abort a failed multipart upload; tried again later")
+            }
+        }
+        outcome
+    }
+
+    /// Sends `file` as parts of upload `id`; their ids when the file's hash is the entry's.
+    async fn put_parts(
+        &self,
+        mp: &dyn object_store::multipart::MultipartStore,
+        key: &object_store::path::Path,
+        id: &str,
+        file: &mut std::fs::File,
+        entry: &Entry,
+    ) -> Result<Option<Vec<object_store::multipart::PartId>>, UploadError> {
+        let local = self.root.join(&entry.path);
+        let io = |e| {
+            UploadError::from(RemoteError::Io {
+                path: local.clone(),
+                source: e,
+            })
+        };
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        let mut hash = Sha256::new();
+        let mut parts = Vec::new();
+        loop {
+            let mut chunk = Vec::with_capacity(PART_BYTES);
+            (&mut *file)
+                .take(PART_BYTES as u64)
+                .read_to_end(&mut chunk)
+                .map_err(io)?;
+            if chunk.is_empty() && !parts.is_empty() {
+                break;
+            }
+            hash.update(&chunk);
+            let last = chunk.len() < PART_BYTES;
+            let part = mp
+                .put_part(key, &id.to_string(), parts.len(), PutPayload::from(chunk))
+                .await
+                .map_err(|e| RemoteError::Store {
+                    operation: "put part",
+                    key: key.to_string(),
+                    source: e,
+                })?;
+            parts.push(part);
+            if last {
+                break;
+            }
+        }
+        Ok((hex::encode(hash.finalize()) == entry.sha256).then_some(parts))
+    }
+
+    fn uploads_path(&self, instance: &str) -> PathBuf {
+        self.root
+            .join(WORK_DIR)
+            .join("upload")
+            .join(format!("{instance}.uploads.json"))
+    }
+
+    /// The multipart uploads of manifest `instance` begun and not yet completed or aborted.
+    fn open_uploads(&self, instance: &str) -> Result<Vec<(String, String)>, UploadError> {
+        let path = self.uploads_path(instance);
+        match std::fs::read_to_string(&path) {
+            // Unreadable (a torn write): what it held cannot be aborted from here; the
+            // bucket's lifecycle rule for incomplete uploads is the backstop.
+            Ok(text) => Ok(serde_json::from_str(&text).unwrap_or_default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(RemoteError::Io { path, source: e }.into()),
+        }
+    }
+
+    /// Records upload `id` of `key` as open (`open`) or as ended.
+    fn note_upload(
+        &self,
+        instance: &str,
+        key: &str,
+        id: &str,
+        open: bool,
+    ) -> Result<(), UploadError> {
+        let mut uploads = self.open_uploads(instance)?;
+        uploads.retain(|(k, i)| !(k == key && i == id));
+        if open {
+            uploads.push((key.to_string(), id.to_string()));
+        }
+        let path = self.uploads_path(instance);
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let text = serde_json::to_vec(&uploads).map_err(std::io::Error::other)?;
+            crate::durable::replace_file(&path, &text)
+        };
+        write().map_err(|e| RemoteError::Io { path, source: e }.into())
+    }
+
+    /// Aborts the multipart uploads of manifest `instance` a failure or a crash left open.
+    async fn abort_leftovers(&self, instance: &str) -> Result<(), UploadError> {
+        let Some(mp) = self.remote.multipart() else {
+            return Ok(());
+        };
+        for (key, id) in self.open_uploads(instance)? {
+            let path = object_store::path::Path::from(key.as_str());
+            match mp.abort_multipart(&path, &id).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    self.note_upload(instance, &key, &id, false)?
+                }
+                Err(e) => {
+                    return Err(RemoteError::Store {
+                        operation: "abort multipart upload",
+                        key,
+                        source: e,
+                    }
+                    .into())
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `file` as parts, hashing it; true when its hash is the entry's (the upload is
+    /// not finished either way).
+    async fn send_parts(
+        &self,
+        mut file: std::fs::File,
+        parts: &mut WriteMultipart,
+        entry: &Entry,
+    ) -> Result<bool, UploadError> {
+        let local = self.root.join(&entry.path);
+        let mut hash = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        file.seek(SeekFrom::Start(0)).map_err(|e| RemoteError::Io {
+            path: local.clone(),
+            source: e,
+        })?;
+        loop {
+            let n = file.read(&mut buf).map_err(|e| RemoteError::Io {
+                path: local.clone(),
+                source: e,
+            })?;
+            if n == 0 {
+                break;
+            }
+            hash.update(&buf[..n]);
+            parts
+                .wait_for_capacity(PARTS_IN_FLIGHT)
+                .await
+                .map_err(|e| RemoteError::Store {
+                    operation: "put part",
+                    key: entry.path.clone(),
+                    source: e,
+                })?;
+            parts.write(&buf[..n]);
+        }
+        Ok(hex::encode(hash.finalize()) == entry.sha256)
+    }
+
+    /// Deletes the objects of manifest `instance`'s removals whose delay is over.
+    async fn delete_due(
+        &mut self,
+        instance: &str,
+        all: bool,
+        report: &mut UploadReport,
+    ) -> Result<(), UploadError> {
+        let now = Instant::now();
+        let mut moved = false;
+        loop {
+            let Some(s) = self.shipping.get(instance) else {
+                return Ok(());
+            };
+            let Some(due) = s.deletes.front() else {
+                break;
+            };
+            if !all && due.at > now {
+                break;
+            }
+            let key = self.remote.file_key(&due.path)?;
+            match self.remote.store().delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    return Err(RemoteError::Store {
+                        operation: "delete",
+                        key: key.to_string(),
+                        source: e,
+                    }
+                    .into())
+                }
+            }
+            report.deleted += 1;
+            self.metrics.archive_remote_deleted(1);
+            let Some(s) = self.shipping.get_mut(instance) else {
+                return Ok(());
+            };
+            if let Some(done) = s.deletes.pop_front() {
+                s.cursor.deleted_seq = done.seq;
+                s.cursor.deleted_offset = done.next_offset;
+                moved = true;
+            }
+        }
+        let Some(s) = self.shipping.get_mut(instance) else {
+            return Ok(());
+        };
+        if s.deletes.is_empty() && s.cursor.deleted_offset != s.cursor.offset {
+            s.cursor.deleted_seq = s.cursor.seq;
+            s.cursor.deleted_offset = s.cursor.offset;
+            moved = true;
+        }
+        if moved {
+            let cursor = s.cursor.clone();
+            self.save_cursor(instance, &cursor)?;
+        }
+        Ok(())
+    }
+}
+
+/// The daemon's upload thread: a pass every `every` (sooner after a failure, with backoff
+/// from 1 s to a minute), and a last one when it stops.
+pub struct Background {
+    stop: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The longest the last pass may take at shutdown; what it leaves goes up at the next start.
+const LAST_PASS: Duration = Duration::from_secs(30);
+
+impl Background {
+    /// Starts uploading; an error if the thread or its runtime cannot start.
+    pub fn start(mut uploader: Uploader, every: Duration) -> std::io::Result<Background> {
+        let stop = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let flag = Arc::clone(&stop);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("toolwatch-upload".into())
+            .spawn(move || {
+                let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+                loop {
+                    let wait = match runtime.block_on(uploader.pass(false)) {
+                        Ok(r) => {
+                            backoff = crate::retry::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+                            if r.files + r.deleted > 0 {
+                                tracing::debug!(files = r.files, bytes = r.bytes, lines = r.lines, deleted = r.deleted, "archive uploaded");
+                            }
+                            every
+                        }
+                        Err(e) => {
+                            let wait = backoff.next_wait(None);
+                            tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "archive upload failed; nothing is lost, it is tried again");
+                            wait
+                        }
+                    };
+                    let stopped = flag.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let (stopped, _) = flag
+                        .1
+                        .wait_timeout_while(stopped, wait, |s| !*s)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if *stopped {
+                        break;
+                    }
+                }
+                match runtime.block_on(async { tokio::time::timeout(LAST_PASS, uploader.pass(false)).await }) {
+                    Ok(Ok(r)) if r.pending_bytes == 0 => {}
+                    Ok(Ok(r)) => tracing::warn!(pending_bytes = r.pending_bytes, "archive upload incomplete at shutdown; the rest goes up at the next start"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "archive upload failed at shutdown; the rest goes up at the next start"),
+                    Err(_) => tracing::warn!("archive upload did not finish at shutdown; the rest goes up at the next start"),
+                }
+            })?;
+        Ok(Background {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for a last pass and waits for it (see [`LAST_PASS`]).
+    pub fn stop(mut self) {
+        *self
+            .stop
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Part size of multipart uploads (S3 wants at least 5 MiB but the last).
+const PART_BYTES: usize = 8 << 20;
+/// Parts sent at once per file.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// How a segment's put went.
+enum Stored {
+    /// Every line put.
+    All,
+    /// The store already had a segment there, with these lines.
+    Found(Vec<String>),
+}
+
+/// How one file's upload went.
+enum Uploaded {
+    /// All of it, this many bytes.
+    Whole(u64),
+    /// Not in the archive folder any more.
+    Gone,
+    /// Its bytes are not those recorded.
+    Differs,
+}
+
+/// The metric label of a failed pass.
+fn failure_reason(e: &UploadError) -> &'static str {
+    match e {
+        UploadError::Remote(RemoteError::Store { .. }) => "store",
+        UploadError::Remote(_) | UploadError::Unreadable { .. } => "local",
+        UploadError::Conflict { .. } => "conflict",
+    }
+}
+
+/// Up to `max` complete lines of the manifest at `path` from byte `from` (a line still
+/// being written, without its newline, is left for later), none starting at or after `to`.
+fn read_lines(path: &Path, from: u64, max: usize, to: u64) -> Result<Vec<Line>, UploadError> {
+    let io = |e| {
+        UploadError::from(RemoteError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    file.seek(SeekFrom::Start(from)).map_err(io)?;
+    // Segments are bounded by lines; reading a few MiB at a time is enough for them.
+    let mut text = Vec::new();
+    let limit = (to.saturating_sub(from)).min(SEGMENT_READ_BYTES);
+    file.take(limit).read_to_end(&mut text).map_err(io)?;
+    let mut out = Vec::new();
+    let mut offset = from;
+    let mut rest = &text[..];
+    while out.len() < max {
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            break;
+        };
+        let raw = &rest[..end];
+        let line = std::str::from_utf8(raw).ok();
+        let entry = line.and_then(|l| serde_json::from_str::<Entry>(l).ok());
+        let (Some(line), Some(entry)) = (line, entry) else {
+            if out.is_empty() {
+                return Err(UploadError::Unreadable {
+                    manifest: path.to_path_buf(),
+                    offset,
+                });
+            }
+            // The lines before it go; the next pass stops at it.
+            break;
+        };
+        offset += end as u64 + 1;
+        out.push(Line {
+            text: line.to_string(),
+            entry,
+            next_offset: offset,
+        });
+        rest = &rest[end + 1..];
+    }
+    Ok(out)
+}
+
+/// The most manifest bytes read for one segment.
+const SEGMENT_READ_BYTES: u64 = 8 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::manifest::{Manifest, NewEntry, Reason};
+
+    fn settings() -> UploadSettings {
+        UploadSettings {
+            delete_delay: Duration::ZERO,
+            multipart_bytes: 1 << 30,
+            segment_lines: 2,
+        }
+    }
+
+    fn add(root: &Path, manifest: &Manifest, rel: &str, bytes: &[u8]) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        manifest
+            .append(&[NewEntry {
+                op: Op::Add,
+                path,
+                table: "spans".into(),
+                rows: 1,
+                bytes: bytes.len() as u64,
+                sha256: hex::encode(Sha256::digest(bytes)),
+                records: None,
+                reason: Reason::Flush,
+            }])
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn lines_go_up_in_segments_after_their_files_and_removals_delete_objects() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), "i1", Path::new("")).unwrap();
+        for n in 0..3 {
+            add(
+                root.path(),
+                &m,
+                &format!("spans/tenant=a/p{n}.parquet"),
+                format!("file {n}").as_bytes(),
+            );
+        }
+        let metrics = Arc::new(Metrics::new());
+        let mut up = Uploader::new(
+            root.path(),
+            remote.clone(),
+            settings(),
+            Arc::clone(&metrics),
+        );
+        let r = up.pass(false).await.unwrap();
+        assert_eq!(
+            (r.files, r.segments, r.lines, r.pending_bytes),
+            (3, 2, 3, 0)
+        );
+        assert_eq!(
+            std::fs::read(bucket.path().join("spans/tenant=a/p1.parquet")).unwrap(),
+            b"file 1"
+        );
+        let segments = remote.segments().await.unwrap();
+        let keys: Vec<u64> = segments["i1"].iter().map(|(s, _)| *s).collect();
+        assert_eq!(keys, vec![1, 3]);
+        // The store's manifest is the local one, byte for byte.
+        let fetched = tempfile::tempdir().unwrap();
+        remote
+            .fetch_manifests(fetched.path(), &mut Default::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read(fetched.path().join("manifest/i1.jsonl")).unwrap(),
+            std::fs::read(root.path().join("manifest/i1.jsonl")).unwrap()
+        );
+        // A removal deletes the object (no delay here).
+        m.append(&[NewEntry {
+            op: Op::Remove,
+            path: root.path().join("spans/tenant=a/p0.parquet"),
+            table: "spans".into(),
+            rows: 1,
+            bytes: 6,
+            sha256: hex::encode(Sha256::digest(b"file 0")),
+            records: None,
+            reason: Reason::Retention,
+        }])
+        .unwrap();
+        let r = up.pass(false).await.unwrap();
+        assert_eq!((r.files, r.lines, r.deleted), (0, 1, 1));
+        assert!(!bucket.path().join("spans/tenant=a/p0.parquet").exists());
+        let live: Vec<String> = remote
+            .live_files()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
+        assert_eq!(
+            live,
+            vec!["spans/tenant=a/p1.parquet", "spans/tenant=a/p2.parquet"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restart_after_a_put_whose_cursor_was_not_saved_uploads_nothing_twice() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), "i2", Path::new("")).unwrap();
+        add(root.path(), &m, "spans/a.parquet", b"a");
+        let metrics = Arc::new(Metrics::new());
+        {
+            let mut up = Uploader::new(
+                root.path(),
+                remote.clone(),
+                settings(),
+                Arc::clone(&metrics),
+            );
+            up.pass(false).await.unwrap();
+        }
+        // The cursor lost (a crash just before it was saved), and a line added meanwhile.
+        std::fs::remove_file(root.path().join(".compact/upload/i2.json")).unwrap();
+        add(root.path(), &m, "spans/b.parquet", b"b");
+        let mut up = Uploader::new(root.path(), remote.clone(), settings(), metrics);
+        let r = up.pass(false).await.unwrap();
+        // The segment at line 1 already held line 1: only line 2 went up, in its own segment.
+        assert_eq!((r.lines, r.segments), (1, 1));
+        let keys: Vec<u64> = remote.segments().await.unwrap()["i2"]
+            .iter()
+            .map(|(s, _)| *s)
+            .collect();
+        assert_eq!(keys, vec![1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_file_changed_after_its_entry_is_not_uploaded() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), "i3", Path::new("")).unwrap();
+        add(root.path(), &m, "spans/a.parquet", b"right");
+        std::fs::write(root.path().join("spans/a.parquet"), b"wrong").unwrap();
+        let mut up = Uploader::new(root.path(), remote, settings(), Arc::new(Metrics::new()));
+        let r = up.pass(false).await.unwrap();
+        assert_eq!((r.files, r.differs, r.lines), (0, 1, 1));
+        assert!(!bucket.path().join("spans/a.parquet").exists());
+    }
+}
