@@ -109,6 +109,10 @@ pub struct StorageConfig {
     /// How long an object stays in the store after the line removing it (compaction,
     /// scrub, retention) is uploaded: a reader that listed it just before still finds it.
     pub delete_delay: LimitDuration,
+    /// Local copies of uploaded files are deleted once their partition hour ended longer ago
+    /// than this: the store then holds them alone (`toolwatch query --url` reads them;
+    /// retention and scrub reach them there). `0s`: every local copy is kept.
+    pub local_keep: LimitDuration,
     /// Files at least this large are uploaded in parts of 8 MiB (the last smaller), a
     /// failed part aborting the whole upload.
     pub multipart_bytes: ByteSize,
@@ -143,6 +147,7 @@ impl Default for StorageConfig {
             upload_every: HumanDuration(Duration::from_secs(5)),
             delete_delay: LimitDuration(Duration::from_secs(15 * 60)),
             multipart_bytes: ByteSize(32 << 20),
+            local_keep: LimitDuration(Duration::ZERO),
         }
     }
 }
@@ -380,6 +385,14 @@ impl Config {
             origin: e.key.into(),
             message: e.message,
         })?;
+        if self.storage.url.is_empty() && !self.storage.local_keep.0.is_zero() {
+            return Err(ConfigError::Invalid {
+                origin: "storage.local_keep".into(),
+                message:
+                    "local copies can only go once they are in object storage: set storage.url too"
+                        .into(),
+            });
+        }
         if !self.storage.url.is_empty() {
             // Builds the client only: nothing is sent, so a store down now is not an error.
             crate::archive::remote::RemoteArchive::open(&self.storage.url).map_err(|e| {

@@ -656,7 +656,8 @@ fn retention(args: RetentionArgs) -> ExitCode {
         }
     };
     for e in &found {
-        let bytes: u64 = e.files.iter().map(|(_, b)| b).sum();
+        let bytes: u64 = e.files.iter().map(|(_, b)| b).sum::<u64>()
+            + e.offloaded.iter().map(|f| f.bytes).sum::<u64>();
         println!(
             "{} {}/tenant={}/date={}/hour={} files {} bytes {bytes}",
             if args.dry_run {
@@ -668,7 +669,7 @@ fn retention(args: RetentionArgs) -> ExitCode {
             e.part.tenant,
             e.part.date,
             e.part.hour,
-            e.files.len(),
+            e.files.len() + e.offloaded.len(),
         );
     }
     if args.dry_run || found.is_empty() {
@@ -1037,7 +1038,15 @@ fn scrub(args: ScrubArgs) -> ExitCode {
                 )
             })
             .collect();
-        scrub::run(compactors, &dir, &scope, &scrubber)
+        let remote = if config.storage.url.is_empty() {
+            None
+        } else {
+            match toolwatch::archive::remote::RemoteArchive::open(&config.storage.url) {
+                Ok(r) => Some(r),
+                Err(e) => return usage_error(e),
+            }
+        };
+        scrub::run(compactors, &dir, &scope, &scrubber, remote.as_ref())
     };
     match result {
         Ok(report) => {
@@ -1214,9 +1223,25 @@ fn upload(args: UploadArgs) -> ExitCode {
         Err(code) => return code,
     };
     let metrics = std::sync::Arc::new(toolwatch::metrics::Metrics::new());
-    let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics);
+    if !config.storage.local_keep.0.is_zero() {
+        if let Err(code) = check_signing(&dir, &config) {
+            return code;
+        }
+    }
+    let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics)
+        .with_offload(toolwatch::archive::upload::OffloadSettings {
+            keep: config.storage.local_keep.0,
+            instance: toolwatch::archive::new_instance_id(),
+            signing_key_file: config.archive.manifest_signing_key_file.clone(),
+        });
     match runtime.block_on(uploader.pass(args.delete_now)) {
         Ok(r) => {
+            if r.offloaded.0 > 0 {
+                eprintln!(
+                    "offloaded {} files ({} bytes): their local copies went (storage.local_keep)",
+                    r.offloaded.0, r.offloaded.1
+                );
+            }
             eprintln!(
                 "uploaded {} files ({} bytes) and {} manifest lines in {} segments to {url}; deleted {} objects; {} files already gone, {} differing from their entries (not uploaded); {} manifests uploaded by another process",
                 r.files, r.bytes, r.lines, r.segments, r.deleted, r.gone, r.differs, r.held_elsewhere

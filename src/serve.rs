@@ -153,7 +153,6 @@ pub async fn run(
         })?;
     }
     let metrics = Arc::new(Metrics::new());
-    let uploader = start_upload(&config, &archive_dir, &metrics)?;
     let senders = Arc::new(SharedDirectory::new(SenderDirectory::from_config(
         &config.auth,
     )?));
@@ -173,6 +172,7 @@ pub async fn run(
             }
         })?;
     }
+    let uploader = start_upload(&config, &archive_dir, &instance_id, &metrics)?;
     let runtime = tokio::runtime::Handle::current();
 
     let journal = open_journal(&config, &data_dir, &metrics)?;
@@ -544,6 +544,7 @@ pub async fn run(
 fn start_upload(
     config: &Config,
     archive_dir: &std::path::Path,
+    instance_id: &str,
     metrics: &Arc<Metrics>,
 ) -> Result<Option<crate::archive::upload::Background>, ServeError> {
     use crate::archive::{remote::RemoteArchive, upload};
@@ -558,7 +559,12 @@ fn start_upload(
         remote,
         storage.upload_settings(),
         Arc::clone(metrics),
-    );
+    )
+    .with_offload(upload::OffloadSettings {
+        keep: storage.local_keep.0,
+        instance: instance_id.to_string(),
+        signing_key_file: config.archive.manifest_signing_key_file.clone(),
+    });
     let background = upload::Background::start(uploader, storage.upload_every.0)
         .map_err(|e| ServeError::Upload(e.to_string()))?;
     tracing::info!(url = %storage.url, "archive uploads to object storage");

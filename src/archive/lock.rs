@@ -335,6 +335,15 @@ impl ScrubLock {
         flock(&file, libc::LOCK_EX).map_err(|e| ArchiveError::io(&path, e))?;
         Ok(ScrubLock { _file: file })
     }
+
+    /// Takes the lock, or `None` at once if a scrub is running.
+    pub fn try_acquire(data_dir: &Path) -> Result<Option<ScrubLock>, ArchiveError> {
+        let path = lock_path(data_dir, "scrub.lock");
+        let file = open_lock_file(&path)?;
+        let taken =
+            flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| ArchiveError::io(&path, e))?;
+        Ok(taken.then_some(ScrubLock { _file: file }))
+    }
 }
 
 /// The lock of one manifest's upload to object storage,

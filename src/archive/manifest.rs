@@ -137,6 +137,9 @@ pub enum Reason {
     Retention,
     /// `verify --adopt-unrecorded` took it in.
     Adopted,
+    /// Its local copy was deleted after it was uploaded (`storage.local_keep`): it is still
+    /// in the object store.
+    Offloaded,
 }
 
 impl Reason {
@@ -148,6 +151,7 @@ impl Reason {
             Reason::Scrub => "scrub",
             Reason::Retention => "retention",
             Reason::Adopted => "adopted",
+            Reason::Offloaded => "offloaded",
         }
     }
 }

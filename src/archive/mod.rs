@@ -27,6 +27,7 @@ pub mod consumer;
 pub mod flush;
 pub mod lock;
 pub mod manifest;
+pub mod offload;
 pub mod partition;
 pub mod remote;
 pub mod retention;

@@ -21,7 +21,7 @@ use futures_util::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::manifest::{Entry, Op};
+use super::manifest::{Entry, Op, Reason};
 
 /// The folder of manifest segments under the prefix.
 pub const MANIFEST_DIR: &str = "_manifest";
@@ -316,6 +316,8 @@ impl RemoteArchive {
                             );
                         }
                         Op::Add => {}
+                        // Only the local copy went: the object is still live here.
+                        Op::Remove if entry.reason == Reason::Offloaded.as_str() => {}
                         Op::Remove => {
                             live.remove(&entry.path);
                             removed.insert(entry.path);
@@ -434,6 +436,10 @@ impl super::verify::ArchiveFiles for StoreFiles {
 
     fn removals_linger(&self) -> bool {
         true
+    }
+
+    fn counts_offloads(&self) -> bool {
+        false
     }
 }
 

@@ -105,6 +105,8 @@ pub struct Expired {
     pub part: PartitionDir,
     /// Its completed files and their sizes.
     pub files: Vec<(PathBuf, u64)>,
+    /// Its files whose only copy is in the object store (see [`super::offload`]).
+    pub offloaded: Vec<super::offload::OffloadedFile>,
 }
 
 /// The end of a partition hour (none: not a date and hour, or before 1970).
@@ -140,7 +142,12 @@ pub fn expired(
                 }
             }
             files.sort();
-            out.push(Expired { part, files });
+            let offloaded = super::offload::read_marker(&dir)?;
+            out.push(Expired {
+                part,
+                files,
+                offloaded,
+            });
         }
     }
     Ok(out)
@@ -160,15 +167,21 @@ pub fn apply(
         let Some(_lock) = PartitionLock::acquire_within(data_dir, &e.part, LOCK_PATIENCE)? else {
             continue;
         };
+        let offloaded = e
+            .offloaded
+            .iter()
+            .map(|f| (data_dir.join(&f.path), f.bytes));
         let entries: Vec<NewEntry> = e
             .files
             .iter()
+            .cloned()
+            .chain(offloaded)
             .map(|(path, size)| NewEntry {
                 op: Op::Remove,
-                path: path.clone(),
+                path,
                 table: e.part.table.as_str().to_string(),
                 rows: 0,
-                bytes: *size,
+                bytes: size,
                 sha256: String::new(),
                 records: None,
                 reason: super::manifest::Reason::Retention,
@@ -190,6 +203,10 @@ pub fn apply(
             }
         }
         let dir = e.part.dir(data_dir);
+        // Their objects go from the store when these lines are uploaded.
+        files += e.offloaded.len() as u64;
+        bytes += e.offloaded.iter().map(|f| f.bytes).sum::<u64>();
+        super::offload::write_marker(&dir, &[])?;
         // The folder goes when nothing else is in it (a writer's temporary file may be).
         let _ = std::fs::remove_dir(&dir);
         if let Some(date_dir) = dir.parent() {

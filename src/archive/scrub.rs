@@ -409,6 +409,9 @@ pub struct Report {
     /// Partitions that failed (an unreadable file, a write error): logged; the others
     /// were scrubbed.
     pub failed: u64,
+    /// Files only in object storage (offloaded) that a dry run did not read; the scrub
+    /// itself brings them back to read them.
+    pub offloaded_unread: u64,
 }
 
 impl Report {
@@ -421,6 +424,7 @@ impl Report {
         self.busy += o.busy;
         self.skipped += o.skipped;
         self.failed += o.failed;
+        self.offloaded_unread += o.offloaded_unread;
     }
 
     /// True when every partition in scope was looked at and is done.
@@ -441,18 +445,31 @@ impl std::fmt::Display for Report {
             self.busy,
             self.skipped,
             self.failed
-        )
+        )?;
+        if self.offloaded_unread > 0 {
+            write!(
+                f,
+                "; {} files only in object storage not read",
+                self.offloaded_unread
+            )?;
+        }
+        Ok(())
     }
 }
 
 /// Applies `scrubber` to the partitions of `scope` under `data_dir`, one partition at a time
 /// per compactor in `compactors` (each on a thread of its own; their instances name the new
 /// files and the manifests they are recorded in).
+/// Files of the partitions in scope that only the object store `remote` holds (see
+/// [`super::offload`]) are brought back for the scrub and go again after it (those it
+/// replaced are removed from the store with their removal); without `remote`, such a
+/// partition is an error before anything is changed.
 pub fn run(
     compactors: Vec<Compactor>,
     data_dir: &Path,
     scope: &Scope,
     scrubber: &Scrubber,
+    remote: Option<&super::remote::RemoteArchive>,
 ) -> Result<Report, ArchiveError> {
     let mut compactors = compactors;
     let Some(first) = compactors.first_mut() else {
@@ -470,6 +487,19 @@ pub fn run(
         }
     }
     let parts = scope.partitions(data_dir)?;
+    let offload_error = |e: super::offload::OffloadError| match e {
+        super::offload::OffloadError::Archive(a) => a,
+        other => ArchiveError::Io {
+            path: data_dir.to_path_buf(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    };
+    let mut recalled = Vec::new();
+    if let Err(e) = super::offload::recall(data_dir, remote, &parts, &mut recalled) {
+        // What came back before the failure goes again.
+        let _ = super::offload::settle_recalled(data_dir, &recalled);
+        return Err(offload_error(e));
+    }
     let mut tables: Vec<Table> = parts.iter().map(|p| p.table).collect();
     tables.dedup();
     for table in tables {
@@ -495,6 +525,7 @@ pub fn run(
             });
         }
     });
+    super::offload::settle_recalled(data_dir, &recalled).map_err(offload_error)?;
     Ok(total
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner))
@@ -542,6 +573,7 @@ pub fn count(data_dir: &Path, scope: &Scope, scrubber: &Scrubber) -> Result<Repo
     let _readers = super::lock::ReadersLock::shared(data_dir);
     for part in scope.partitions(data_dir)? {
         report.partitions += 1;
+        report.offloaded_unread += super::offload::read_marker(&part.dir(data_dir))?.len() as u64;
         let Some(files) = super::compact::completed_files(&part.dir(data_dir))? else {
             report.skipped += 1;
             continue;

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::lock::{UploadLock, WORK_DIR};
-use super::manifest::{Entry, Op};
+use super::manifest::{Entry, Manifest, Op, Reason};
 use super::remote::{RemoteArchive, RemoteError};
 use crate::metrics::Metrics;
 
@@ -84,7 +84,24 @@ pub struct UploadReport {
     pub held_elsewhere: usize,
     /// Manifest bytes still to upload.
     pub pending_bytes: u64,
+    /// Files whose local copy was deleted (`storage.local_keep`), and their bytes.
+    pub offloaded: (u64, u64),
 }
+
+/// Where offloading records what it deletes: the manifest of `instance`, signed with the key
+/// in `signing_key_file` (empty: unsigned), opened at the first offload.
+#[derive(Debug, Clone)]
+pub struct OffloadSettings {
+    /// Local copies of partitions whose hour ended longer ago than this go.
+    pub keep: Duration,
+    /// The instance whose manifest records offloads.
+    pub instance: String,
+    /// Its signing key file.
+    pub signing_key_file: PathBuf,
+}
+
+/// How often the daemon looks for local copies to offload (a walk of the partition folders).
+const OFFLOAD_EVERY: Duration = Duration::from_secs(300);
 
 /// Where one manifest's upload stands; kept in `.compact/upload/<instance>.json`.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +144,8 @@ pub struct Uploader {
     settings: UploadSettings,
     metrics: Arc<Metrics>,
     shipping: BTreeMap<String, Shipping>,
+    offload: Option<OffloadSettings>,
+    offloaded_at: Option<Instant>,
 }
 
 /// A manifest line and where the next one starts.
@@ -150,7 +169,59 @@ impl Uploader {
             settings,
             metrics,
             shipping: BTreeMap::new(),
+            offload: None,
+            offloaded_at: None,
         }
+    }
+
+    /// Also offloads local copies (see [`super::offload`]) after a pass that uploaded
+    /// everything: at the first pass, then every few minutes.
+    pub fn with_offload(mut self, settings: OffloadSettings) -> Uploader {
+        self.offload = Some(settings);
+        self
+    }
+
+    /// Offloads, when due and every manifest this process uploads is in the store.
+    async fn offload_due(&mut self, report: &mut UploadReport) -> Result<(), UploadError> {
+        let Some(settings) = &self.offload else {
+            return Ok(());
+        };
+        if settings.keep.is_zero() {
+            return Ok(());
+        }
+        let due = self
+            .offloaded_at
+            .is_none_or(|t| t.elapsed() >= OFFLOAD_EVERY);
+        if !due {
+            return Ok(());
+        }
+        let manifest =
+            || Manifest::shared(&self.root, &settings.instance, &settings.signing_key_file);
+        let done = super::offload::offload(
+            &self.root,
+            &self.remote,
+            settings.keep,
+            &manifest,
+            std::time::SystemTime::now(),
+        )
+        .await
+        .map_err(|e| match e {
+            super::offload::OffloadError::Remote(r) => UploadError::Remote(r),
+            other => UploadError::Remote(RemoteError::Io {
+                path: self.root.clone(),
+                source: std::io::Error::other(other.to_string()),
+            }),
+        })?;
+        self.offloaded_at = Some(Instant::now());
+        report.offloaded = (done.files, done.bytes);
+        if done.files > 0 {
+            tracing::info!(
+                files = done.files,
+                bytes = done.bytes,
+                "local copies of uploaded archive files deleted (storage.local_keep)"
+            );
+        }
+        Ok(())
     }
 
     /// Uploads what every manifest added since the last pass, then deletes the objects
@@ -189,6 +260,12 @@ impl Uploader {
         }
         report.pending_bytes = self.pending_bytes();
         self.metrics.archive_upload_pending(report.pending_bytes);
+        if first_error.is_none() {
+            if let Err(e) = self.offload_due(&mut report).await {
+                self.metrics.archive_upload_failed(failure_reason(&e));
+                first_error = Some(e);
+            }
+        }
         match first_error {
             Some(e) => Err(e),
             None => Ok(report),
@@ -239,7 +316,7 @@ impl Uploader {
         if from < to {
             let at = Instant::now() + self.settings.delete_delay;
             for line in read_lines(path, from, usize::MAX, to)? {
-                if line.entry.op == Op::Remove && line.entry.seq > shipping.cursor.deleted_seq {
+                if deletes_object(&line.entry) && line.entry.seq > shipping.cursor.deleted_seq {
                     shipping.deletes.push_back(Due {
                         at,
                         seq: line.entry.seq,
@@ -343,7 +420,7 @@ impl Uploader {
                 return Ok(());
             };
             for line in &lines[..stored] {
-                if line.entry.op == Op::Remove {
+                if deletes_object(&line.entry) {
                     s.deletes.push_back(Due {
                         at,
                         seq: line.entry.seq,
@@ -840,6 +917,12 @@ enum Uploaded {
     Gone,
     /// Its bytes are not those recorded.
     Differs,
+}
+
+/// True when `entry` removes its file from the store too (an offloaded file's local copy
+/// went, its object stays).
+fn deletes_object(entry: &Entry) -> bool {
+    entry.op == Op::Remove && entry.reason != Reason::Offloaded.as_str()
 }
 
 /// The metric label of a failed pass.

@@ -142,6 +142,8 @@ struct Ledger {
     old_dropped: bool,
     /// Removals out of scope, with what their remover read.
     old_removed: Vec<(String, Option<[u8; 32]>)>,
+    /// `offloaded` removals are not removals here (the archive in the object store).
+    ignore_offloads: bool,
 }
 
 /// How many adds out of scope are kept for checking removals (about 80 bytes each).
@@ -218,6 +220,11 @@ pub trait ArchiveFiles {
     /// True when a removed file may still be there for a while (an object store deletes a
     /// removal's object `storage.delete_delay` after it), so it is not `extra`.
     fn removals_linger(&self) -> bool;
+    /// True when an `offloaded` removal takes the file away here (a local folder; in the
+    /// object store the file stays).
+    fn counts_offloads(&self) -> bool {
+        true
+    }
 }
 
 /// An archive in a local folder.
@@ -265,7 +272,10 @@ pub fn verify_files(
     checkpoint: Option<&Checkpoint>,
 ) -> std::io::Result<(Report, Checkpoint)> {
     let mut report = Report::default();
-    let mut ledger = Ledger::default();
+    let mut ledger = Ledger {
+        ignore_offloads: !files.counts_offloads(),
+        ..Ledger::default()
+    };
     if let Some(c) = checkpoint {
         seed(&mut ledger, c, since);
     }
@@ -713,6 +723,12 @@ fn scan_manifest(
 /// Books one entry: an add, or a removal with what its remover read (out of scope, only
 /// what checking removals needs).
 fn book(ledger: &mut Ledger, entry: &Entry, scoped: bool) {
+    if ledger.ignore_offloads
+        && entry.op == Op::Remove
+        && entry.reason == super::manifest::Reason::Offloaded.as_str()
+    {
+        return;
+    }
     let read = || (!entry.sha256.is_empty()).then(|| sha_bytes(&entry.sha256));
     match (entry.op, scoped) {
         (Op::Add, true) => {

@@ -542,3 +542,222 @@ fn an_upload_cut_short_shows_nothing_loses_nothing_and_is_retried() {
     );
     assert!(!log.contains(CANARY_SECRET));
 }
+
+/// `toolwatch ARGS` with the S3 environment and `stdin` on its standard input.
+fn run_with_stdin(endpoint: SocketAddr, args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = toolwatch()
+        .args(args)
+        .envs(s3_env(endpoint))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolwatch");
+    let mut pipe = child.stdin.take().expect("stdin");
+    writeln!(pipe, "{stdin}").expect("write stdin");
+    drop(pipe);
+    let out = child.wait_with_output().expect("toolwatch");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// The dates of a table's partitions (of tenant `acme`) in the store, and locally (a local
+/// partition folder holding only its offload marker counts as not local).
+fn dates(s3: &S3Server, data: &Path, table: &str) -> (Vec<String>, Vec<String>) {
+    let date_of = |p: &str| {
+        p.split('/')
+            .find_map(|c| c.strip_prefix("date="))
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut stored: Vec<String> = stored_files(s3, table).iter().map(|k| date_of(k)).collect();
+    stored.dedup();
+    let mut local: Vec<String> = parquet_files(data, table)
+        .iter()
+        .map(|p| date_of(&p.to_string_lossy()))
+        .collect();
+    local.sort();
+    local.dedup();
+    (stored, local)
+}
+
+/// A leaked value planted five days ago, in a partition offloaded since.
+const PLANTED: &str = "Tr0ub4dor-in-the-offloaded-hour";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_them_there() {
+    use crate::protect_e2e::{kv, s};
+    const DAY: i64 = 86_400;
+    let s3 = S3Server::start();
+    let now_s = chrono::Utc::now().timestamp();
+    let today = now_s - now_s.rem_euclid(DAY);
+    let mut d = daemon(s3.addr, None, &[]);
+    // One span at 01:00 UTC on each of the last ten days (today's only if 01:00 has passed).
+    let spans: Vec<serde_json::Value> = (0..10i64)
+        .map(|day| (day, (today - day * DAY + 3600) * 1_000_000_000))
+        .filter(|(_, start)| *start < now_s * 1_000_000_000 - 1_000_000)
+        .map(|(day, start)| {
+            let mut attrs = vec![kv("gen_ai.operation.name", s("execute_tool"))];
+            if day == 5 {
+                attrs.push(kv("tool.note", s(PLANTED)));
+            }
+            serde_json::json!({
+                "traceId": format!("{:032x}", day + 1),
+                "spanId": format!("{:016x}", day + 1),
+                "name": "execute_tool",
+                "startTimeUnixNano": start.to_string(),
+                "endTimeUnixNano": (start + 1_000_000).to_string(),
+                "attributes": attrs,
+            })
+        })
+        .collect();
+    let sent = spans.len() as u64;
+    let body = serde_json::json!({ "resourceSpans": [{
+        "resource": { "attributes": [ kv("executor.tenant_id", s("acme")) ] },
+        "scopeSpans": [{ "spans": spans }],
+    }]});
+    crate::otlp_json::post_accepted(&d, "/v1/traces", &body).await;
+    let data = d.data_dir.clone();
+    wait_for("the store to hold every span", || {
+        (store_count(s3.addr, "spans") == sent).then_some(())
+    });
+    d.stop();
+
+    // Local copies of hours that ended more than two days ago go.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolwatch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\nurl = \"{}\"\nlocal_keep = \"2d\"\ndelete_delay = \"0s\"\n[archive.retention]\nspans = \"7d\"\n",
+            store_url()
+        ),
+    )
+    .expect("config");
+    let (cfg, dir_arg) = (config.to_str().unwrap(), data.to_str().unwrap());
+    let (code, _, err) = run(s3.addr, &["upload", "--config", cfg, "--data-dir", dir_arg]);
+    assert_eq!(code, 0, "{err}");
+    let day = |n: i64| {
+        chrono::DateTime::from_timestamp(today - n * DAY, 0)
+            .unwrap()
+            .format("%Y-%m-%d")
+            .to_string()
+    };
+    let days = |range: std::ops::Range<i64>| -> Vec<String> {
+        let mut v: Vec<String> = range
+            .map(day)
+            .filter(|d| spans_sent_on(d, today, now_s))
+            .collect();
+        v.sort();
+        v
+    };
+    let (stored, local) = dates(&s3, &data, "spans");
+    assert_eq!(stored, days(0..10));
+    assert_eq!(
+        local,
+        days(0..2),
+        "hours that ended less than 2 days ago stay"
+    );
+    assert!(err.contains("offloaded "), "{err}");
+    assert_eq!(store_count(s3.addr, "spans"), sent);
+    let local_n = query_n(&data, &["--no-flush"], "SELECT count(*) AS n FROM spans");
+    assert_eq!(local_n, days(0..2).len() as u64);
+    // Both views verify: locally the offloads are removals by policy, in the store the
+    // objects are still live.
+    assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
+    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
+    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+
+    // Retention reaches offloaded hours: their objects go from the store.
+    let (code, _, err) = run(
+        s3.addr,
+        &["retention", "--config", cfg, "--data-dir", dir_arg],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(
+        s3.addr,
+        &[
+            "upload",
+            "--config",
+            cfg,
+            "--data-dir",
+            dir_arg,
+            "--delete-now",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (stored, _) = dates(&s3, &data, "spans");
+    assert_eq!(stored, days(0..7));
+    let kept = days(0..7).len() as u64;
+    assert_eq!(store_count(s3.addr, "spans"), kept);
+    assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
+    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
+    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+
+    // Scrub reaches them too: the planted value goes from the offloaded hour's object.
+    let holding = format!("SELECT count(*) AS n FROM spans WHERE attributes LIKE '%{PLANTED}%'");
+    assert_eq!(
+        store_count_sql(s3.addr, &holding),
+        1,
+        "planted before the scrub"
+    );
+    let (code, out, err) = run_with_stdin(
+        s3.addr,
+        &[
+            "scrub",
+            "--config",
+            cfg,
+            "--data-dir",
+            dir_arg,
+            "--value-from-stdin",
+        ],
+        PLANTED,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("removed 1 values from 1 files"), "{out}");
+    let (code, _, err) = run(
+        s3.addr,
+        &[
+            "upload",
+            "--config",
+            cfg,
+            "--data-dir",
+            dir_arg,
+            "--delete-now",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(store_count_sql(s3.addr, &holding), 0);
+    assert_eq!(store_count(s3.addr, "spans"), kept);
+    let (stored, local) = dates(&s3, &data, "spans");
+    assert_eq!(stored, days(0..7));
+    assert_eq!(local, days(0..2), "the scrubbed file is offloaded again");
+    assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
+    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
+    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+}
+
+/// Whether the test sent a span on date `date` (today's 01:00 span only once it has passed).
+fn spans_sent_on(date: &str, today: i64, now_s: i64) -> bool {
+    let today_date = chrono::DateTime::from_timestamp(today, 0)
+        .unwrap()
+        .format("%Y-%m-%d")
+        .to_string();
+    date != today_date || today + 3600 < now_s
+}
+
+/// The `n` of `sql` over the store.
+fn store_count_sql(endpoint: SocketAddr, sql: &str) -> u64 {
+    let (code, out, err) = run(
+        endpoint,
+        &["query", "--url", &store_url(), "--format", "json", sql],
+    );
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("rows");
+    rows[0]["n"].as_u64().expect("count")
+}
