@@ -249,7 +249,17 @@ where
     Fut: std::future::Future<Output = Result<T, toolwatch::query::QueryError>>,
 {
     match remote {
-        Some(r) => toolwatch::query::with_remote_session(r, scope, work).await,
+        Some(r) => {
+            let (t, missing) = toolwatch::query::with_remote_session(r, scope, work).await?;
+            if !missing.is_empty() {
+                eprintln!(
+                    "warning: {} files the store's manifests record are not in it (verify --url names them); their rows are missing from this answer: {}",
+                    missing.len(),
+                    missing.join(", ")
+                );
+            }
+            Ok(t)
+        }
         None => warn_unfresh(toolwatch::query::with_session(dir, freshen, scope, work).await),
     }
 }

@@ -23,6 +23,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::manifest::{Entry, Op, Reason};
 
+/// Manifest segments read at once by readers of the store.
+const SEGMENT_READS: usize = 16;
+
 /// The folder of manifest segments under the prefix.
 pub const MANIFEST_DIR: &str = "_manifest";
 
@@ -187,9 +190,29 @@ impl RemoteArchive {
                 reason: format!("archive path {relative:?} has an empty, . or .. segment"),
             });
         }
-        Ok(parts
-            .into_iter()
-            .fold(self.prefix.clone(), |key, part| key.join(part)))
+        // Parsed, not joined: joining would percent-encode again the `%XX` escapes partition
+        // folder names already hold, and the keys must be the paths as they are.
+        let key = if self.prefix.as_ref().is_empty() {
+            relative.to_string()
+        } else {
+            format!("{}/{relative}", self.prefix.as_ref())
+        };
+        ObjectPath::parse(&key).map_err(|e| RemoteError::Url {
+            url: self.url.clone(),
+            reason: format!("archive path {relative:?}: {e}"),
+        })
+    }
+
+    /// The archive path (as manifests name it) of object `key` (a key under the prefix).
+    pub fn archive_path(&self, key: &str) -> String {
+        let prefix = self.prefix.as_ref();
+        if prefix.is_empty() {
+            return key.to_string();
+        }
+        key.strip_prefix(prefix)
+            .and_then(|k| k.strip_prefix('/'))
+            .unwrap_or(key)
+            .to_string()
     }
 
     /// The key of manifest `instance`'s segment starting at line `first_seq`.
@@ -235,6 +258,20 @@ impl RemoteArchive {
         Ok(out)
     }
 
+    /// The texts of objects `keys`, in their order, [`SEGMENT_READS`] requests at a time.
+    fn read_in_order(
+        &self,
+        keys: Vec<ObjectPath>,
+    ) -> impl futures_util::Stream<Item = Result<(ObjectPath, String), RemoteError>> + '_ {
+        use futures_util::StreamExt;
+        futures_util::stream::iter(keys)
+            .map(move |key| async move {
+                let text = self.read_text(&key).await?;
+                Ok((key, text))
+            })
+            .buffered(SEGMENT_READS)
+    }
+
     /// The text of object `key`.
     pub async fn read_text(&self, key: &ObjectPath) -> Result<String, RemoteError> {
         let bytes = self
@@ -274,11 +311,14 @@ impl RemoteArchive {
                 .append(true)
                 .open(&path)
                 .map_err(|e| RemoteError::io(&path, e))?;
-            for (_, key) in segments {
-                if fetched.contains(&key) {
-                    continue;
-                }
-                let mut text = self.read_text(&key).await?;
+            let keys: Vec<ObjectPath> = segments
+                .into_iter()
+                .map(|(_, key)| key)
+                .filter(|key| !fetched.contains(key))
+                .collect();
+            let mut texts = self.read_in_order(keys);
+            while let Some((key, text)) = texts.try_next().await? {
+                let mut text = text;
                 if !text.is_empty() && !text.ends_with('\n') {
                     text.push('\n');
                 }
@@ -297,8 +337,8 @@ impl RemoteArchive {
         let mut live: BTreeMap<String, LiveFile> = BTreeMap::new();
         let mut removed = std::collections::HashSet::new();
         for segments in self.segments().await?.into_values() {
-            for (_, key) in segments {
-                let text = self.read_text(&key).await?;
+            let mut texts = self.read_in_order(segments.into_iter().map(|(_, key)| key).collect());
+            while let Some((_, text)) = texts.try_next().await? {
                 // Lines that are not entries are `verify`'s to report; a reader skips them.
                 for entry in text
                     .lines()
@@ -484,6 +524,24 @@ mod tests {
             "_manifest/ab12/00000000000000000007.jsonl"
         );
         assert!(r.file_key("spans/../../etc/passwd").is_err());
+        // Partition values' escapes stay as they are: the key is the folder's name.
+        assert_eq!(
+            r.file_key("spans/tenant=a%40b~1f/date=2026-01-01/hour=03/p.parquet")
+                .unwrap()
+                .as_ref(),
+            "spans/tenant=a%40b~1f/date=2026-01-01/hour=03/p.parquet"
+        );
+        let prefixed = RemoteArchive {
+            prefix: ObjectPath::from("audit"),
+            ..r
+        };
+        assert_eq!(
+            prefixed
+                .file_key("spans/tenant=a%40b/x.parquet")
+                .unwrap()
+                .as_ref(),
+            "audit/spans/tenant=a%40b/x.parquet"
+        );
     }
 
     #[test]

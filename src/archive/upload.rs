@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
@@ -53,6 +53,13 @@ pub enum UploadError {
         manifest: PathBuf,
         /// Where the line starts.
         offset: u64,
+    },
+    /// The manifest no longer continues what was uploaded from it (shorter than what is in
+    /// the store, or its next line not chained to the last one uploaded).
+    #[error("{manifest}: no longer continues the lines already uploaded from it; upload of this manifest stops (verify names what changed)")]
+    Diverged {
+        /// The manifest.
+        manifest: PathBuf,
     },
     /// The store already holds a different segment under the key of one being put.
     #[error("object store already holds a different manifest segment at {key}; upload of this manifest stops there")]
@@ -112,6 +119,9 @@ struct Cursor {
     offset: u64,
     /// The last line in the store.
     seq: u64,
+    /// Hex SHA-256 of the last line in the store (the next line's `prev`).
+    #[serde(default)]
+    prev: String,
     /// Every removal up to this line has had its object deleted...
     deleted_seq: u64,
     /// ...and the line after it starts here.
@@ -121,7 +131,8 @@ struct Cursor {
 /// A removal waiting for its delay.
 #[derive(Debug)]
 struct Due {
-    at: Instant,
+    /// Wall-clock time, so a restart keeps the delay already waited.
+    at: SystemTime,
     seq: u64,
     /// Where the line after it starts.
     next_offset: u64,
@@ -310,15 +321,22 @@ impl Uploader {
             deletes: VecDeque::new(),
             _lock: lock,
         };
-        // Removals uploaded before a restart whose objects may still be there: their delay
-        // starts again now.
-        let (from, to) = (shipping.cursor.deleted_offset, shipping.cursor.offset);
-        if from < to {
-            let at = Instant::now() + self.settings.delete_delay;
-            for line in read_lines(path, from, usize::MAX, to)? {
+        // Removals uploaded before a restart whose objects may still be there: due
+        // `delete_delay` after the line was written (about when it was uploaded), so a
+        // command run from cron deletes what an earlier run left.
+        let (mut from, to) = (shipping.cursor.deleted_offset, shipping.cursor.offset);
+        while from < to {
+            let lines = read_lines(path, from, usize::MAX, to)?;
+            let Some(last) = lines.last() else {
+                break;
+            };
+            from = last.next_offset;
+            for line in lines {
                 if deletes_object(&line.entry) && line.entry.seq > shipping.cursor.deleted_seq {
+                    let written = SystemTime::UNIX_EPOCH
+                        + Duration::from_nanos(u64::try_from(line.entry.time_ns).unwrap_or(0));
                     shipping.deletes.push_back(Due {
-                        at,
+                        at: written + self.settings.delete_delay,
                         seq: line.entry.seq,
                         next_offset: line.next_offset,
                         path: line.entry.path,
@@ -366,30 +384,47 @@ impl Uploader {
             let Some(s) = self.shipping.get(instance) else {
                 return Ok(());
             };
-            let lines = read_lines(
+            self.check_continues(s)?;
+            let mut lines = read_lines(
                 &s.path,
                 s.cursor.offset,
                 self.settings.segment_lines,
                 u64::MAX,
             )?;
-            let Some(first) = lines.first() else {
-                return Ok(());
-            };
-            let first_seq = first.entry.seq;
-            for line in lines.iter().filter(|l| l.entry.op == Op::Add) {
-                match self.upload_file(instance, &line.entry).await? {
-                    Uploaded::Whole(bytes) => {
+            // A file that fails to go up ends the segment before its line: the lines before
+            // it go up now, it and the rest at the next pass.
+            let mut failed = None;
+            for (i, line) in lines.iter().enumerate() {
+                if line.entry.op != Op::Add {
+                    continue;
+                }
+                match self.upload_file(instance, &line.entry).await {
+                    Ok(Uploaded::Whole(bytes)) => {
                         report.files += 1;
                         report.bytes += bytes;
                         self.metrics.archive_uploaded(bytes);
                     }
-                    Uploaded::Gone => report.gone += 1,
-                    Uploaded::Differs => {
+                    Ok(Uploaded::Gone) => report.gone += 1,
+                    Ok(Uploaded::Differs) => {
                         report.differs += 1;
                         self.metrics.archive_upload_failed("differs");
                     }
+                    Err(e) => {
+                        failed = Some((i, e));
+                        break;
+                    }
                 }
             }
+            let capped = lines.len() == self.settings.segment_lines;
+            if let Some((i, _)) = &failed {
+                lines.truncate(*i);
+            }
+            let whole = whole_batches(&lines, capped && failed.is_none());
+            lines.truncate(whole);
+            let Some(first) = lines.first() else {
+                return failed.map_or(Ok(()), |(_, e)| Err(e));
+            };
+            let first_seq = first.entry.seq;
             let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
             let lines = match self.put_segment(instance, first_seq, &texts).await? {
                 Stored::All => {
@@ -415,7 +450,7 @@ impl Uploader {
                 }
             };
             let stored = lines.len();
-            let at = Instant::now() + self.settings.delete_delay;
+            let at = SystemTime::now() + self.settings.delete_delay;
             let Some(s) = self.shipping.get_mut(instance) else {
                 return Ok(());
             };
@@ -432,12 +467,49 @@ impl Uploader {
             let last = &lines[stored - 1];
             s.cursor.offset = last.next_offset;
             s.cursor.seq = last.entry.seq;
+            s.cursor.prev = super::manifest::line_hash(&last.text);
             if s.deletes.is_empty() {
                 s.cursor.deleted_seq = s.cursor.seq;
                 s.cursor.deleted_offset = s.cursor.offset;
             }
             let cursor = s.cursor.clone();
             self.save_cursor(instance, &cursor)?;
+            if let Some((_, e)) = failed {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Checks that manifest `s` still holds what was uploaded: at least as long as the
+    /// cursor, its next line chained to the last one uploaded. A manifest cut back (a write
+    /// taken back after a failed sync, a restored backup) must not have other lines uploaded
+    /// under seqs the store already holds.
+    fn check_continues(&self, s: &Shipping) -> Result<(), UploadError> {
+        let diverged = || UploadError::Diverged {
+            manifest: s.path.clone(),
+        };
+        let len = std::fs::metadata(&s.path)
+            .map_err(|e| RemoteError::Io {
+                path: s.path.clone(),
+                source: e,
+            })?
+            .len();
+        if len < s.cursor.offset {
+            return Err(diverged());
+        }
+        if s.cursor.seq == 0 || s.cursor.prev.is_empty() {
+            return Ok(());
+        }
+        match read_lines(&s.path, s.cursor.offset, 1, u64::MAX) {
+            Ok(next) => match next.first() {
+                Some(l) if l.entry.prev != s.cursor.prev || l.entry.seq != s.cursor.seq + 1 => {
+                    Err(diverged())
+                }
+                _ => Ok(()),
+            },
+            // The cursor in the middle of a line: the manifest changed under it.
+            Err(UploadError::Unreadable { .. }) => Err(diverged()),
+            Err(e) => Err(e),
         }
     }
 
@@ -715,13 +787,11 @@ impl Uploader {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {
                     self.note_upload(instance, &key, &id, false)?
                 }
+                // Kept for the next pass; the manifest's upload goes on meanwhile (a bucket
+                // lifecycle rule for incomplete uploads is the backstop).
                 Err(e) => {
-                    return Err(RemoteError::Store {
-                        operation: "abort multipart upload",
-                        key,
-                        source: e,
-                    }
-                    .into())
+                    self.metrics.archive_upload_failed("store");
+                    tracing::warn!(error = %e, key = %key, "could not abort a failed multipart upload; tried again at the next pass");
                 }
             }
         }
@@ -772,7 +842,7 @@ impl Uploader {
         all: bool,
         report: &mut UploadReport,
     ) -> Result<(), UploadError> {
-        let now = Instant::now();
+        let now = SystemTime::now();
         let mut moved = false;
         loop {
             let Some(s) = self.shipping.get(instance) else {
@@ -919,6 +989,24 @@ enum Uploaded {
     Differs,
 }
 
+/// How many of `lines` form whole appends: a compaction's or a scrub's removals are written
+/// in one append with the files that replace them, so a segment never ends on one (readers of
+/// the store would miss the replaced rows until the next segment). With `full` (the read
+/// stopped at its cap, not at the manifest's end), a batch longer than a segment is cut.
+fn whole_batches(lines: &[Line], full: bool) -> usize {
+    let replaced = |l: &Line| {
+        l.entry.op == Op::Remove
+            && (l.entry.reason == Reason::Compaction.as_str()
+                || l.entry.reason == Reason::Scrub.as_str())
+    };
+    let whole = lines.len() - lines.iter().rev().take_while(|l| replaced(l)).count();
+    if whole == 0 && full {
+        lines.len()
+    } else {
+        whole
+    }
+}
+
 /// True when `entry` removes its file from the store too (an offloaded file's local copy
 /// went, its object stays).
 fn deletes_object(entry: &Entry) -> bool {
@@ -929,7 +1017,9 @@ fn deletes_object(entry: &Entry) -> bool {
 fn failure_reason(e: &UploadError) -> &'static str {
     match e {
         UploadError::Remote(RemoteError::Store { .. }) => "store",
-        UploadError::Remote(_) | UploadError::Unreadable { .. } => "local",
+        UploadError::Remote(_) | UploadError::Unreadable { .. } | UploadError::Diverged { .. } => {
+            "local"
+        }
         UploadError::Conflict { .. } => "conflict",
     }
 }
@@ -1114,6 +1204,94 @@ mod tests {
             .map(|(s, _)| *s)
             .collect();
         assert_eq!(keys, vec![1, 2]);
+    }
+
+    fn remove(root: &Path, manifest: &Manifest, rel: &str, bytes: &[u8], reason: Reason) {
+        manifest
+            .append(&[NewEntry {
+                op: Op::Remove,
+                path: root.join(rel),
+                table: "spans".into(),
+                rows: 0,
+                bytes: bytes.len() as u64,
+                sha256: hex::encode(Sha256::digest(bytes)),
+                records: None,
+                reason,
+            }])
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_segment_never_ends_between_a_merges_removals_and_its_output() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), "i4", Path::new("")).unwrap();
+        add(root.path(), &m, "spans/a.parquet", b"a");
+        add(root.path(), &m, "spans/b.parquet", b"b");
+        // As a reader may find a merge's lines half written: its removals, not yet its output.
+        remove(root.path(), &m, "spans/a.parquet", b"a", Reason::Compaction);
+        remove(root.path(), &m, "spans/b.parquet", b"b", Reason::Compaction);
+        let settings = UploadSettings {
+            segment_lines: 100,
+            ..settings()
+        };
+        let mut up = Uploader::new(
+            root.path(),
+            remote.clone(),
+            settings,
+            Arc::new(Metrics::new()),
+        );
+        let r = up.pass(false).await.unwrap();
+        assert_eq!(
+            (r.lines, r.deleted),
+            (2, 0),
+            "the removals wait for their output"
+        );
+        add(root.path(), &m, "spans/ab.parquet", b"ab");
+        let r = up.pass(false).await.unwrap();
+        assert_eq!((r.lines, r.deleted), (3, 2));
+        let keys: Vec<u64> = remote.segments().await.unwrap()["i4"]
+            .iter()
+            .map(|(s, _)| *s)
+            .collect();
+        assert_eq!(keys, vec![1, 3]);
+        let live: Vec<String> = remote
+            .live_files()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
+        assert_eq!(live, vec!["spans/ab.parquet"]);
+    }
+
+    #[tokio::test]
+    async fn a_manifest_cut_back_under_its_upload_stops_it() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), "i5", Path::new("")).unwrap();
+        add(root.path(), &m, "spans/a.parquet", b"a");
+        add(root.path(), &m, "spans/b.parquet", b"b");
+        let mut up = Uploader::new(root.path(), remote, settings(), Arc::new(Metrics::new()));
+        up.pass(false).await.unwrap();
+        // The second line taken back and another written in its place (seq 2 again).
+        let path = root.path().join("manifest/i5.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let first = text.lines().next().unwrap();
+        let mut other: Entry = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+        other.path = "spans/other.parquet".into();
+        other.prev = crate::archive::manifest::line_hash(first);
+        let again = format!("{first}\n{}\n", serde_json::to_string(&other).unwrap());
+        std::fs::write(&path, &again[..first.len() + 1]).unwrap();
+        let e = up.pass(false).await.unwrap_err();
+        assert!(matches!(e, UploadError::Diverged { .. }), "{e}");
+        std::fs::write(&path, again).unwrap();
+        // Same length as what was uploaded, other text: the cursor lands on no line start
+        // chained to the last line uploaded.
+        let e = up.pass(false).await.unwrap_err();
+        assert!(e.to_string().contains("no longer continues"), "{e}");
     }
 
     #[tokio::test]

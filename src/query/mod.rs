@@ -64,6 +64,15 @@ impl From<datafusion::error::DataFusionError> for QueryError {
 }
 
 impl QueryError {
+    /// The file a vanished-file error names (as the object store names it).
+    pub fn vanished_path(&self) -> Option<String> {
+        let QueryError::Sql(m) = self else {
+            return None;
+        };
+        let rest = &m[m.find("Object at location ")? + "Object at location ".len()..];
+        Some(rest[..rest.find(" not found")?].to_string())
+    }
+
     /// True when a file listed for the query was gone when it was read: a compaction swapped
     /// its partition folder in between (see `archive::compact`). Listing again finds the
     /// merged file; a query failing so is worth another try.
@@ -137,31 +146,53 @@ const REMOTE_URL: &str = "toolwatch-archive://store";
 /// the files its manifests record as live when the session starts, of the tenants `scope`
 /// admits. Again with a fresh listing (up to [`VANISHED_TRIES`] in all) if a file was
 /// deleted under it: a removal's object goes `storage.delete_delay` after the removal.
-/// Rows a daemon still buffers are not there (they are not uploaded yet).
+/// Rows a daemon still buffers are not there (they are not uploaded yet). A file the
+/// manifests record as live that is not in the store (lost, deleted by hand: `verify --url`
+/// names it) is left out after a fresh listing still names it; returns those left out, for
+/// the caller to warn that their rows are missing from the answer.
 pub async fn with_remote_session<T, F, Fut>(
     remote: &RemoteArchive,
     scope: &TenantScope,
     mut work: F,
-) -> Result<T, QueryError>
+) -> Result<(T, Vec<String>), QueryError>
 where
     F: FnMut(SessionContext) -> Fut,
     Fut: std::future::Future<Output = Result<T, QueryError>>,
 {
+    let mut missing = std::collections::BTreeSet::new();
+    let mut vanished_once: Option<String> = None;
     let mut tries = 0;
     loop {
         tries += 1;
-        let ctx = remote_session(remote, scope).await?;
+        let ctx = remote_session(remote, scope, &missing).await?;
         match work(ctx).await {
-            Err(e) if tries < VANISHED_TRIES && e.is_vanished_file() => continue,
-            r => return r,
+            Err(e) if tries < REMOTE_TRIES && e.is_vanished_file() => {
+                let Some(path) = e.vanished_path().map(|k| remote.archive_path(&k)) else {
+                    continue;
+                };
+                // Vanished twice in a row, across a fresh listing: not a deletion the
+                // manifests record, but a file missing from the store.
+                if vanished_once.as_deref() == Some(path.as_str()) {
+                    missing.insert(path);
+                    vanished_once = None;
+                } else {
+                    vanished_once = Some(path);
+                }
+            }
+            r => return r.map(|t| (t, missing.into_iter().collect())),
         }
     }
 }
+
+/// Tries of a query over the store: a vanished file costs one (a fresh listing), a missing
+/// one two.
+const REMOTE_TRIES: u32 = 16;
 
 /// A session over the live files of the archive in object storage `remote`.
 pub async fn remote_session(
     remote: &RemoteArchive,
     scope: &TenantScope,
+    missing: &std::collections::BTreeSet<String>,
 ) -> Result<SessionContext, QueryError> {
     let live = remote
         .live_files()
@@ -173,13 +204,18 @@ pub async fn remote_session(
             f.path
                 .split_once('/')
                 .is_some_and(|(_, rest)| scope.admits(rest))
+                && !missing.contains(&f.path)
         })
-        .map(|f| ObjectMeta {
-            location: ObjectPath::from(f.path.as_str()),
-            last_modified: chrono::DateTime::from_timestamp_nanos(f.time_ns),
-            size: f.bytes,
-            e_tag: None,
-            version: None,
+        // As the uploader keys them (parsed: `%XX` escapes stay); a path no key can hold
+        // was never uploaded.
+        .filter_map(|f| {
+            Some(ObjectMeta {
+                location: ObjectPath::parse(&f.path).ok()?,
+                last_modified: chrono::DateTime::from_timestamp_nanos(f.time_ns),
+                size: f.bytes,
+                e_tag: None,
+                version: None,
+            })
         })
         .collect();
     let ctx = new_context();

@@ -462,6 +462,27 @@ s3.put_object(Bucket=bucket, Key=extra, Body=b"PAR1")
     got.sort();
     assert_eq!((code, got), (1, expected));
 
+    // A reader of the store answers without the missing file, and says so.
+    let (code, out, err) = run(
+        proxy.addr,
+        &[
+            "query",
+            "--url",
+            &store_url(),
+            "--format",
+            "json",
+            "SELECT count(*) AS n FROM requests",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: 1 files the store's manifests record are not in it")
+            && err.contains(strip(&missing).as_str()),
+        "{err}"
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("rows");
+    assert!(rows[0]["n"].as_u64().expect("count") < 40);
+
     // The secret access key reached no log line, metric or message.
     let log = d.log_text();
     assert!(!log.contains(CANARY_SECRET));
@@ -586,6 +607,10 @@ fn dates(s3: &S3Server, data: &Path, table: &str) -> (Vec<String>, Vec<String>) 
     (stored, local)
 }
 
+/// A tenant whose folder name holds escapes (`tenant=acme%40corp%2Feu`): object keys keep
+/// them as they are.
+const TENANT: &str = "acme@corp/eu";
+
 /// A leaked value planted five days ago, in a partition offloaded since.
 const PLANTED: &str = "Tr0ub4dor-in-the-offloaded-hour";
 
@@ -618,7 +643,7 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
         .collect();
     let sent = spans.len() as u64;
     let body = serde_json::json!({ "resourceSpans": [{
-        "resource": { "attributes": [ kv("executor.tenant_id", s("acme")) ] },
+        "resource": { "attributes": [ kv("executor.tenant_id", s(TENANT)) ] },
         "scopeSpans": [{ "spans": spans }],
     }]});
     crate::otlp_json::post_accepted(&d, "/v1/traces", &body).await;
@@ -695,6 +720,12 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
     assert_eq!(stored, days(0..7));
     let kept = days(0..7).len() as u64;
     assert_eq!(store_count(s3.addr, "spans"), kept);
+    let of_tenant = format!("SELECT count(*) AS n FROM spans WHERE tenant = '{TENANT}'");
+    assert_eq!(store_count_sql(s3.addr, &of_tenant), kept);
+    assert_eq!(
+        query_n(&data, &["--no-flush"], &of_tenant),
+        days(0..2).len() as u64
+    );
     assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
     let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
     assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
