@@ -393,6 +393,18 @@ impl Config {
                         .into(),
             });
         }
+        let keep = self.storage.local_keep.0;
+        let merged_by = self.archive.compact_after.0 + Duration::from_secs(3600);
+        if !keep.is_zero() && keep < merged_by {
+            return Err(ConfigError::Invalid {
+                origin: "storage.local_keep".into(),
+                message: format!(
+                    "{} is shorter than archive.compact_after plus an hour ({}): files would leave before compaction merges their hour, and stay small in the store",
+                    humantime::format_duration(keep),
+                    humantime::format_duration(merged_by)
+                ),
+            });
+        }
         if !self.storage.url.is_empty() {
             // Builds the client only: nothing is sent, so a store down now is not an error.
             crate::archive::remote::RemoteArchive::open(&self.storage.url).map_err(|e| {
@@ -762,5 +774,13 @@ mod tests {
         c.storage.url = "s3://bucket/prefix".into();
         c.validate()
             .expect("an S3 URL builds a client without a request");
+        c.storage.local_keep = LimitDuration(Duration::from_secs(600));
+        let err = c.validate().expect_err("before compaction");
+        assert!(err.to_string().starts_with("storage.local_keep: 10m is shorter than archive.compact_after plus an hour"), "{err}");
+        c.storage.local_keep = LimitDuration(Duration::from_secs(7 * 86_400));
+        c.validate().expect("a week");
+        c.storage.url.clear();
+        let err = c.validate().expect_err("nowhere to keep them");
+        assert!(err.to_string().contains("set storage.url too"), "{err}");
     }
 }
