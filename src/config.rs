@@ -776,7 +776,12 @@ mod tests {
             .expect("an S3 URL builds a client without a request");
         c.storage.local_keep = LimitDuration(Duration::from_secs(600));
         let err = c.validate().expect_err("before compaction");
-        assert!(err.to_string().starts_with("storage.local_keep: 10m is shorter than archive.compact_after plus an hour"), "{err}");
+        assert!(
+            err.to_string().starts_with(
+                "storage.local_keep: 10m is shorter than archive.compact_after plus an hour"
+            ),
+            "{err}"
+        );
         c.storage.local_keep = LimitDuration(Duration::from_secs(7 * 86_400));
         c.validate().expect("a week");
         c.storage.url.clear();

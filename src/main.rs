@@ -1256,7 +1256,12 @@ fn upload(args: UploadArgs) -> ExitCode {
                 "uploaded {} files ({} bytes) and {} manifest lines in {} segments to {url}; deleted {} objects; {} files already gone, {} differing from their entries (not uploaded); {} manifests uploaded by another process",
                 r.files, r.bytes, r.lines, r.segments, r.deleted, r.gone, r.differs, r.held_elsewhere
             );
-            if r.differs > 0 {
+            for e in &r.stuck_errors {
+                eprintln!("toolwatch upload: {e}");
+            }
+            if r.stuck > 0 {
+                ExitCode::from(2)
+            } else if r.differs > 0 {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS

@@ -143,6 +143,7 @@ pub struct Metrics {
     uploaded_segments: Counter,
     upload_failures: Family<Labels1, Counter>,
     upload_pending_bytes: Gauge,
+    upload_stuck: Gauge,
     remote_deleted: Counter,
     open_files: Family<Labels1, Gauge>,
     archive_buffered: Gauge,
@@ -775,6 +776,7 @@ impl Metrics {
             uploaded_segments: Counter::default(),
             upload_failures: Family::default(),
             upload_pending_bytes: Gauge::default(),
+            upload_stuck: Gauge::default(),
             remote_deleted: Counter::default(),
             open_files: Family::default(),
             archive_buffered: Gauge::default(),
@@ -918,6 +920,11 @@ impl Metrics {
             "archive_upload_pending_bytes",
             "Manifest bytes written locally and not yet in object storage: the upload's lag",
             m.upload_pending_bytes.clone(),
+        );
+        registry.register(
+            "archive_upload_stuck_manifests",
+            "Manifests whose upload stopped on an error of their own (a line that is not an entry, a manifest cut back under its upload, another segment under its key): they need an operator; the others go on",
+            m.upload_stuck.clone(),
         );
         registry.register(
             "archive_remote_deleted_objects",
@@ -1129,6 +1136,12 @@ impl Metrics {
     pub fn archive_upload_pending(&self, bytes: u64) {
         self.upload_pending_bytes
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Manifests whose upload is stopped.
+    pub fn archive_upload_stuck(&self, manifests: u64) {
+        self.upload_stuck
+            .set(i64::try_from(manifests).unwrap_or(i64::MAX));
     }
 
     /// Objects deleted from object storage.

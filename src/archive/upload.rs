@@ -89,6 +89,11 @@ pub struct UploadReport {
     pub differs: u64,
     /// Manifests another process is uploading.
     pub held_elsewhere: usize,
+    /// Manifests whose upload stopped on an error of their own (retried on their own
+    /// backoff, up to an hour).
+    pub stuck: usize,
+    /// What stopped them, in this pass.
+    pub stuck_errors: Vec<String>,
     /// Manifest bytes still to upload.
     pub pending_bytes: u64,
     /// Files whose local copy was deleted (`storage.local_keep`), and their bytes.
@@ -144,6 +149,10 @@ struct Shipping {
     path: PathBuf,
     cursor: Cursor,
     deletes: VecDeque<Due>,
+    /// A manifest that cannot go on (see [`UploadError::is_of_one_manifest`]) waits on its own
+    /// backoff, not holding the others back.
+    stuck_until: Option<Instant>,
+    backoff: crate::retry::Backoff,
     _lock: UploadLock,
 }
 
@@ -260,9 +269,30 @@ impl Uploader {
                     continue;
                 }
             }
-            if let Err(e) = self.ship(&instance, &mut report).await {
-                self.metrics.archive_upload_failed(failure_reason(&e));
-                first_error.get_or_insert(e);
+            if self.is_stuck(&instance) {
+                report.stuck += 1;
+                continue;
+            }
+            match self.ship(&instance, &mut report).await {
+                Ok(()) => {
+                    if let Some(s) = self.shipping.get_mut(&instance) {
+                        s.backoff = stuck_backoff();
+                    }
+                }
+                Err(e) if e.is_of_one_manifest() => {
+                    self.metrics.archive_upload_failed(failure_reason(&e));
+                    report.stuck += 1;
+                    report.stuck_errors.push(e.to_string());
+                    if let Some(s) = self.shipping.get_mut(&instance) {
+                        let wait = s.backoff.next_wait(None);
+                        s.stuck_until = Some(Instant::now() + wait);
+                        tracing::error!(error = %e, retry_in_s = wait.as_secs(), "archive upload of one manifest stopped; the others go on");
+                    }
+                }
+                Err(e) => {
+                    self.metrics.archive_upload_failed(failure_reason(&e));
+                    first_error.get_or_insert(e);
+                }
             }
             if let Err(e) = self.delete_due(&instance, delete_all, &mut report).await {
                 self.metrics.archive_upload_failed(failure_reason(&e));
@@ -271,6 +301,7 @@ impl Uploader {
         }
         report.pending_bytes = self.pending_bytes();
         self.metrics.archive_upload_pending(report.pending_bytes);
+        self.metrics.archive_upload_stuck(report.stuck as u64);
         if first_error.is_none() {
             if let Err(e) = self.offload_due(&mut report).await {
                 self.metrics.archive_upload_failed(failure_reason(&e));
@@ -281,6 +312,14 @@ impl Uploader {
             Some(e) => Err(e),
             None => Ok(report),
         }
+    }
+
+    /// Whether manifest `instance` waits after an error of its own.
+    fn is_stuck(&self, instance: &str) -> bool {
+        self.shipping
+            .get(instance)
+            .and_then(|s| s.stuck_until)
+            .is_some_and(|t| Instant::now() < t)
     }
 
     /// Manifest bytes not yet in the store, over the manifests this process uploads.
@@ -319,6 +358,8 @@ impl Uploader {
             path: path.to_path_buf(),
             cursor,
             deletes: VecDeque::new(),
+            stuck_until: None,
+            backoff: stuck_backoff(),
             _lock: lock,
         };
         // Removals uploaded before a restart whose objects may still be there: due
@@ -1013,6 +1054,24 @@ fn deletes_object(entry: &Entry) -> bool {
     entry.op == Op::Remove && entry.reason != Reason::Offloaded.as_str()
 }
 
+/// A stuck manifest's retry delays: from a minute to an hour (it needs an operator).
+fn stuck_backoff() -> crate::retry::Backoff {
+    crate::retry::Backoff::new(Duration::from_secs(60), Duration::from_secs(3600))
+}
+
+impl UploadError {
+    /// True for an error of one manifest's lines (not the store's or the network's): the
+    /// other manifests go on.
+    pub fn is_of_one_manifest(&self) -> bool {
+        matches!(
+            self,
+            UploadError::Unreadable { .. }
+                | UploadError::Diverged { .. }
+                | UploadError::Conflict { .. }
+        )
+    }
+}
+
 /// The metric label of a failed pass.
 fn failure_reason(e: &UploadError) -> &'static str {
     match e {
@@ -1274,8 +1333,14 @@ mod tests {
         let m = Manifest::shared(root.path(), "i5", Path::new("")).unwrap();
         add(root.path(), &m, "spans/a.parquet", b"a");
         add(root.path(), &m, "spans/b.parquet", b"b");
-        let mut up = Uploader::new(root.path(), remote, settings(), Arc::new(Metrics::new()));
+        let mut up = Uploader::new(
+            root.path(),
+            remote.clone(),
+            settings(),
+            Arc::new(Metrics::new()),
+        );
         up.pass(false).await.unwrap();
+        drop(up);
         // The second line taken back and another written in its place (seq 2 again).
         let path = root.path().join("manifest/i5.jsonl");
         let text = std::fs::read_to_string(&path).unwrap();
@@ -1285,13 +1350,38 @@ mod tests {
         other.prev = crate::archive::manifest::line_hash(first);
         let again = format!("{first}\n{}\n", serde_json::to_string(&other).unwrap());
         std::fs::write(&path, &again[..first.len() + 1]).unwrap();
-        let e = up.pass(false).await.unwrap_err();
-        assert!(matches!(e, UploadError::Diverged { .. }), "{e}");
+        let metrics = Arc::new(Metrics::new());
+        let mut up = Uploader::new(
+            root.path(),
+            remote.clone(),
+            settings(),
+            Arc::clone(&metrics),
+        );
+        let r = up.pass(false).await.unwrap();
+        assert_eq!(
+            (r.stuck, r.lines),
+            (1, 0),
+            "stuck, and the pass itself did not fail"
+        );
+        assert!(
+            r.stuck_errors[0].contains("no longer continues"),
+            "{:?}",
+            r.stuck_errors
+        );
+        // It waits on its own backoff.
+        let r = up.pass(false).await.unwrap();
+        assert_eq!((r.stuck, r.stuck_errors.len()), (1, 0));
+        drop(up);
         std::fs::write(&path, again).unwrap();
-        // Same length as what was uploaded, other text: the cursor lands on no line start
-        // chained to the last line uploaded.
-        let e = up.pass(false).await.unwrap_err();
-        assert!(e.to_string().contains("no longer continues"), "{e}");
+        // Its line 2 is not the one uploaded: the cursor lands on no line chained to it.
+        let mut up = Uploader::new(root.path(), remote, settings(), metrics);
+        let r = up.pass(false).await.unwrap();
+        assert_eq!(r.stuck, 1);
+        assert!(
+            r.stuck_errors[0].contains("no longer continues"),
+            "{:?}",
+            r.stuck_errors
+        );
     }
 
     #[tokio::test]
