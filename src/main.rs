@@ -1238,12 +1238,16 @@ fn upload(args: UploadArgs) -> ExitCode {
             return code;
         }
     }
-    let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics)
-        .with_offload(toolwatch::archive::upload::OffloadSettings {
+    let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics);
+    // Local copies go only once they are in the store readers, retention and scrub use.
+    if url == config.storage.url {
+        uploader = uploader.with_offload(toolwatch::archive::upload::OffloadSettings {
             keep: config.storage.local_keep.0,
-            instance: toolwatch::archive::new_instance_id(),
+            // One manifest for every run's offloads (they take turns: the scrub lock).
+            instance: "offload".to_string(),
             signing_key_file: config.archive.manifest_signing_key_file.clone(),
         });
+    }
     match runtime.block_on(uploader.pass(args.delete_now)) {
         Ok(r) => {
             if r.offloaded.0 > 0 {

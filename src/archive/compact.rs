@@ -636,8 +636,7 @@ impl Compactor {
             if merged_in.iter().any(|m| m.name == f.name) {
                 continue;
             }
-            let to = staging.join(&f.name);
-            std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e))?;
+            link_across(f, staging, &merged_in)?;
         }
         crate::durable::sync_dir(staging).map_err(|e| ArchiveError::io(staging, e))?;
         Ok((merged_in, written))
@@ -1210,10 +1209,28 @@ fn link_staging(
         if removed.iter().any(|r| r.name == f.name) {
             continue;
         }
-        let to = staging.join(&f.name);
-        std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e))?;
+        link_across(f, staging, removed)?;
     }
     crate::durable::sync_dir(staging).map_err(|e| ArchiveError::io(staging, e))
+}
+
+/// Puts a file the swap keeps into the new folder `staging`: a hard link, except the
+/// offload marker, written anew without the files the swap removes (a copy a scrub brought
+/// back and replaced, one a merge took in), so the marker changes with the swap itself.
+fn link_across(f: &FileInfo, staging: &Path, removed: &[FileInfo]) -> Result<(), ArchiveError> {
+    let to = staging.join(&f.name);
+    if f.name != super::offload::MARKER {
+        return std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e));
+    }
+    let dir = f.path.parent().unwrap_or(Path::new("."));
+    let kept: Vec<_> = super::offload::read_marker(dir)?
+        .into_iter()
+        .filter(|o| {
+            let name = o.path.rsplit('/').next().unwrap_or(&o.path);
+            !removed.iter().any(|r| r.name == name)
+        })
+        .collect();
+    super::offload::write_marker(staging, &kept)
 }
 
 /// True when a partition folder holds a folder (which no rewrite moves).
@@ -1426,6 +1443,37 @@ impl Background {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_swap_takes_the_files_it_removes_off_the_offload_marker() {
+        use crate::archive::offload::{read_marker, write_marker, OffloadedFile, MARKER};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (live, staging) = (dir.path().join("live"), dir.path().join("staging"));
+        std::fs::create_dir_all(&live).expect("live");
+        std::fs::create_dir_all(&staging).expect("staging");
+        let listed = |name: &str| OffloadedFile {
+            path: format!("spans/tenant=a/date=2020-01-01/hour=00/{name}"),
+            bytes: 1,
+            sha256: "00".into(),
+            recorded: true,
+        };
+        write_marker(&live, &[listed("part-a.parquet"), listed("part-b.parquet")]).expect("marker");
+        let info = |name: &str| FileInfo {
+            name: name.to_string(),
+            path: live.join(name),
+            bytes: 1,
+            modified: SystemTime::UNIX_EPOCH,
+            sha256: String::new(),
+        };
+        // A copy of part-a a scrub brought back, replaced by this swap.
+        link_across(&info(MARKER), &staging, &[info("part-a.parquet")]).expect("link");
+        assert_eq!(
+            read_marker(&staging).expect("read"),
+            vec![listed("part-b.parquet")]
+        );
+        // The live folder's marker is untouched until the folders are exchanged.
+        assert_eq!(read_marker(&live).expect("read").len(), 2);
+    }
     use arrow::array::{StringArray, TimestampNanosecondArray};
     use arrow::datatypes::{DataType, Field, Schema};
 

@@ -303,7 +303,10 @@ impl Manifest {
             text.push('\n');
         }
         // A failed write is taken back whole, so the next append chains from the last line
-        // that is there (a torn line would make every later line look tampered with).
+        // that is there (a torn line would make every later line look tampered with). The
+        // file's lock, held from the write to the sync (or the taking back), keeps the
+        // uploader (which reads it shared) from seeing half an append, or lines not durable.
+        super::lock::flock(&s.file, libc::LOCK_EX)?;
         let len = s.file.metadata()?.len();
         let written = s
             .file
@@ -311,8 +314,10 @@ impl Manifest {
             .and_then(|()| s.file.sync_data());
         if let Err(e) = written {
             let _ = s.file.set_len(len);
+            let _ = super::lock::flock(&s.file, libc::LOCK_UN);
             return Err(e);
         }
+        super::lock::flock(&s.file, libc::LOCK_UN)?;
         s.seq = seq;
         s.last = last;
         Ok(())

@@ -39,6 +39,13 @@ pub struct OffloadedFile {
     pub bytes: u64,
     /// Hex SHA-256 of its bytes.
     pub sha256: String,
+    /// Its removal is in a manifest (`offloaded`); until then its local copy stays.
+    #[serde(default = "recorded_default")]
+    pub recorded: bool,
+}
+
+fn recorded_default() -> bool {
+    true
 }
 
 /// Why offloading or recalling stopped.
@@ -150,15 +157,25 @@ pub async fn offload(
             continue;
         };
         let dir = part.part.dir(data_dir);
+        remove_partial_recalls(&dir)?;
         let mut marker = read_marker(&dir)?;
-        let listed: BTreeSet<String> = marker.iter().map(|f| f.path.clone()).collect();
         let mut going = Vec::new();
         for (path, size) in &part.files {
             let rel = relative_path(data_dir, path);
-            // Already offloaded: a copy a scrub recalled and did not remove (it crashed).
-            if listed.contains(&rel) {
-                std::fs::remove_file(path).map_err(|e| io(path, e))?;
-                continue;
+            match marker.iter().find(|f| f.path == rel) {
+                // A copy a scrub brought back and did not replace (it crashed): still
+                // offloaded, recorded so; it goes again.
+                Some(f) if f.recorded => {
+                    std::fs::remove_file(path).map_err(|e| io(path, e))?;
+                    continue;
+                }
+                // Listed, its line not written (a crash, a manifest that could not be
+                // written): it goes now, with its line.
+                Some(f) => {
+                    going.push((path.clone(), f.clone()));
+                    continue;
+                }
+                None => {}
             }
             let key = remote.file_key(&rel)?;
             let uploaded = match remote.store().head(&key).await {
@@ -184,14 +201,18 @@ pub async fn offload(
                     path: rel,
                     bytes: *size,
                     sha256,
+                    recorded: false,
                 },
             ));
         }
         if going.is_empty() {
             continue;
         }
-        // Listed first: a crash after this leaves files the next pass deletes, never a
-        // deletion with no record of where the file went.
+        // The manifest (and its signing key) first: nothing is listed that cannot be recorded.
+        let manifest = manifest().map_err(|e| io(&data_dir.join(super::manifest::DIR), e))?;
+        // Listed, then recorded, then marked recorded, then deleted: a crash at any point
+        // leaves files the next pass finishes, never a deletion without its line.
+        marker.retain(|f| !going.iter().any(|(_, g)| g.path == f.path));
         marker.extend(going.iter().map(|(_, f)| f.clone()));
         marker.sort();
         write_marker(&dir, &marker)?;
@@ -208,10 +229,13 @@ pub async fn offload(
                 reason: Reason::Offloaded,
             })
             .collect();
-        let manifest = manifest().map_err(|e| io(&data_dir.join(super::manifest::DIR), e))?;
         manifest
             .append(&entries)
             .map_err(|e| io(manifest.path(), e))?;
+        for f in marker.iter_mut() {
+            f.recorded = true;
+        }
+        write_marker(&dir, &marker)?;
         for (path, f) in &going {
             std::fs::remove_file(path).map_err(|e| io(path, e))?;
             done.files += 1;
@@ -246,27 +270,75 @@ pub fn recall(
             return Err(OffloadError::NoStore { dir });
         };
         let _lock = PartitionLock::acquire(data_dir, part, true)?;
-        for f in marker {
+        remove_partial_recalls(&dir)?;
+        // One whose line was never written is still here (not offloaded yet).
+        for f in marker.into_iter().filter(|f| f.recorded) {
             let local = data_dir.join(&f.path);
-            let key = remote.file_key(&f.path)?;
-            let store = Arc::clone(remote.store());
-            let bytes = runtime
-                .block_on(async move { store.get(&key).await?.bytes().await })
-                .map_err(|e| RemoteError::Store {
-                    operation: "get",
-                    key: f.path.clone(),
-                    source: e,
-                })?;
-            use sha2::Digest;
-            if hex::encode(sha2::Sha256::digest(&bytes)) != f.sha256 {
-                return Err(OffloadError::Differs { path: f.path });
-            }
-            let temp = crate::durable::temporary_of(&local);
-            std::fs::write(&temp, &bytes).map_err(|e| io(&temp, e))?;
+            let mut name = local.file_name().unwrap_or_default().to_os_string();
+            name.push(RECALL_SUFFIX);
+            let temp = local.with_file_name(name);
+            runtime.block_on(download(remote, &f, &temp))?;
             std::fs::rename(&temp, &local).map_err(|e| io(&local, e))?;
             out.push((part.clone(), f));
         }
         crate::durable::sync_dir(&dir).map_err(|e| io(&dir, e))?;
+    }
+    Ok(())
+}
+
+/// The name a file being brought back has until it is whole (not a Parquet name, so no
+/// reader or merge takes it).
+const RECALL_SUFFIX: &str = ".recall";
+
+/// Removes what a killed recall left half downloaded in partition folder `dir`.
+pub fn remove_partial_recalls(dir: &Path) -> Result<(), ArchiveError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(dir, e)),
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().ends_with(RECALL_SUFFIX) {
+            std::fs::remove_file(e.path()).map_err(|err| io(&e.path(), err))?;
+        }
+    }
+    Ok(())
+}
+
+/// Streams offloaded file `f`'s object to `temp`, hashing it, and syncs it; an error if its
+/// bytes are not those recorded.
+async fn download(
+    remote: &RemoteArchive,
+    f: &OffloadedFile,
+    temp: &Path,
+) -> Result<(), OffloadError> {
+    use futures_util::TryStreamExt;
+    use sha2::Digest;
+    use std::io::Write;
+    let key = remote.file_key(&f.path)?;
+    let store_error = |e| RemoteError::Store {
+        operation: "get",
+        key: f.path.clone(),
+        source: e,
+    };
+    let mut stream = remote
+        .store()
+        .get(&key)
+        .await
+        .map_err(store_error)?
+        .into_stream();
+    let mut file = std::fs::File::create(temp).map_err(|e| io(temp, e))?;
+    let mut hash = sha2::Sha256::new();
+    while let Some(chunk) = stream.try_next().await.map_err(store_error)? {
+        hash.update(&chunk);
+        file.write_all(&chunk).map_err(|e| io(temp, e))?;
+    }
+    file.sync_all().map_err(|e| io(temp, e))?;
+    if hex::encode(hash.finalize()) != f.sha256 {
+        let _ = std::fs::remove_file(temp);
+        return Err(OffloadError::Differs {
+            path: f.path.clone(),
+        });
     }
     Ok(())
 }
@@ -300,4 +372,98 @@ pub fn settle_recalled(
         crate::durable::sync_dir(&dir).map_err(|e| io(&dir, e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::manifest::Entry;
+
+    /// An archive with one file in an hour long past, uploaded to a `file://` store.
+    fn archive() -> (tempfile::TempDir, tempfile::TempDir, RemoteArchive, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let rel = "spans/tenant=acme/date=2020-01-01/hour=00/part-a.parquet";
+        let path = root.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"old rows").unwrap();
+        let object = bucket.path().join(rel);
+        std::fs::create_dir_all(object.parent().unwrap()).unwrap();
+        std::fs::write(&object, b"old rows").unwrap();
+        (root, bucket, remote, path)
+    }
+
+    fn offloaded_lines(root: &Path) -> Vec<Entry> {
+        let text = std::fs::read_to_string(root.join("manifest/off.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_file_goes_only_once_its_removal_is_recorded_and_a_listed_unrecorded_one_gets_its_line(
+    ) {
+        let (root, _bucket, remote, path) = archive();
+        let dir = path.parent().unwrap().to_path_buf();
+        let opener = || Manifest::shared(root.path(), "off", Path::new(""));
+        // A crash after the marker was written, before the line: listed, not recorded.
+        let listed = OffloadedFile {
+            path: "spans/tenant=acme/date=2020-01-01/hour=00/part-a.parquet".into(),
+            bytes: 8,
+            sha256: file_sha256(&path).unwrap(),
+            recorded: false,
+        };
+        write_marker(&dir, std::slice::from_ref(&listed)).unwrap();
+        // A recall cut short by a kill.
+        std::fs::write(dir.join("part-b.parquet.recall"), b"half").unwrap();
+        let done = offload(
+            root.path(),
+            &remote,
+            Duration::from_secs(86_400),
+            &opener,
+            SystemTime::now(),
+        )
+        .await
+        .unwrap();
+        assert_eq!((done.files, done.bytes), (1, 8));
+        assert!(!path.exists() && !dir.join("part-b.parquet.recall").exists());
+        let lines = offloaded_lines(root.path());
+        assert_eq!(lines.len(), 1);
+        assert_eq!(
+            (lines[0].op, lines[0].reason.as_str()),
+            (Op::Remove, "offloaded")
+        );
+        assert_eq!(lines[0].sha256, listed.sha256);
+        assert_eq!(
+            read_marker(&dir).unwrap(),
+            vec![OffloadedFile {
+                recorded: true,
+                ..listed
+            }]
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_goes_that_is_not_in_the_store_whole_or_whose_line_cannot_be_written() {
+        let (root, bucket, remote, path) = archive();
+        let object = bucket
+            .path()
+            .join("spans/tenant=acme/date=2020-01-01/hour=00/part-a.parquet");
+        std::fs::write(&object, b"old").unwrap();
+        let opener = || Manifest::shared(root.path(), "off", Path::new(""));
+        let keep = Duration::from_secs(86_400);
+        let done = offload(root.path(), &remote, keep, &opener, SystemTime::now())
+            .await
+            .unwrap();
+        assert_eq!((done.files, done.not_uploaded), (0, 1), "a partial object");
+        assert!(path.exists());
+        std::fs::write(&object, b"old rows").unwrap();
+        // A signing key that cannot be read: nothing listed, nothing deleted.
+        let broken = || Manifest::shared(root.path(), "off2", Path::new("/nonexistent/key"));
+        let e = offload(root.path(), &remote, keep, &broken, SystemTime::now()).await;
+        assert!(e.is_err());
+        assert!(path.exists());
+        assert_eq!(read_marker(path.parent().unwrap()).unwrap(), vec![]);
+    }
 }

@@ -133,15 +133,7 @@ pub fn expired(
                 continue;
             }
             let dir = part.dir(data_dir);
-            let mut files = Vec::new();
-            for e in std::fs::read_dir(&dir).map_err(|e| ArchiveError::io(&dir, e))? {
-                let e = e.map_err(|err| ArchiveError::io(&dir, err))?;
-                if super::compact::is_completed(&e.file_name().to_string_lossy()) {
-                    let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
-                    files.push((e.path(), bytes));
-                }
-            }
-            files.sort();
+            let files = completed_with_sizes(&dir)?;
             let offloaded = super::offload::read_marker(&dir)?;
             out.push(Expired {
                 part,
@@ -153,8 +145,23 @@ pub fn expired(
     Ok(out)
 }
 
-/// Deletes expired partitions: under each one's lock, records its files' removal in
-/// `manifest`, then removes them and the folder. Returns (files, bytes) deleted.
+/// The completed files in partition folder `dir`, with their sizes, by name.
+fn completed_with_sizes(dir: &Path) -> Result<Vec<(PathBuf, u64)>, ArchiveError> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| ArchiveError::io(dir, e))? {
+        let e = e.map_err(|err| ArchiveError::io(dir, err))?;
+        if super::compact::is_completed(&e.file_name().to_string_lossy()) {
+            let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
+            files.push((e.path(), bytes));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Deletes expired partitions: under each one's lock, records the removal of the files it
+/// holds then (and of those its offload marker lists) in `manifest`, then removes them and
+/// the folder. Returns (files, bytes) deleted.
 pub fn apply(
     data_dir: &Path,
     expired: &[Expired],
@@ -167,12 +174,21 @@ pub fn apply(
         let Some(_lock) = PartitionLock::acquire_within(data_dir, &e.part, LOCK_PATIENCE)? else {
             continue;
         };
-        let offloaded = e
-            .offloaded
-            .iter()
-            .map(|f| (data_dir.join(&f.path), f.bytes));
-        let entries: Vec<NewEntry> = e
-            .files
+        // Listed again under the lock: a file flushed or offloaded since `expired` looked
+        // is recorded too, and nothing the marker lists is dropped unrecorded.
+        let dir = e.part.dir(data_dir);
+        let local = match completed_with_sizes(&dir) {
+            Ok(f) => f,
+            Err(ArchiveError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                continue
+            }
+            Err(err) => return Err(err),
+        };
+        let marker = super::offload::read_marker(&dir)?;
+        let offloaded = marker.iter().map(|f| (data_dir.join(&f.path), f.bytes));
+        let entries: Vec<NewEntry> = local
             .iter()
             .cloned()
             .chain(offloaded)
@@ -192,7 +208,7 @@ pub fn apply(
         manifest
             .append(&entries)
             .map_err(|err| ArchiveError::io(manifest.path(), err))?;
-        for (path, size) in &e.files {
+        for (path, size) in &local {
             match std::fs::remove_file(path) {
                 Ok(()) => {
                     files += 1;
@@ -202,10 +218,9 @@ pub fn apply(
                 Err(err) => return Err(ArchiveError::io(path, err)),
             }
         }
-        let dir = e.part.dir(data_dir);
         // Their objects go from the store when these lines are uploaded.
-        files += e.offloaded.len() as u64;
-        bytes += e.offloaded.iter().map(|f| f.bytes).sum::<u64>();
+        files += marker.len() as u64;
+        bytes += marker.iter().map(|f| f.bytes).sum::<u64>();
         super::offload::write_marker(&dir, &[])?;
         // The folder goes when nothing else is in it (a writer's temporary file may be).
         let _ = std::fs::remove_dir(&dir);

@@ -487,18 +487,18 @@ pub fn run(
         }
     }
     let parts = scope.partitions(data_dir)?;
-    let offload_error = |e: super::offload::OffloadError| match e {
-        super::offload::OffloadError::Archive(a) => a,
-        other => ArchiveError::Io {
-            path: data_dir.to_path_buf(),
-            source: std::io::Error::other(other.to_string()),
-        },
-    };
-    let mut recalled = Vec::new();
-    if let Err(e) = super::offload::recall(data_dir, remote, &parts, &mut recalled) {
-        // What came back before the failure goes again.
-        let _ = super::offload::settle_recalled(data_dir, &recalled);
-        return Err(offload_error(e));
+    // Offloaded files need the store: refused before anything changes.
+    if remote.is_none() {
+        for part in &parts {
+            if !super::offload::read_marker(&part.dir(data_dir))?.is_empty() {
+                return Err(ArchiveError::Io {
+                    path: part.dir(data_dir),
+                    source: std::io::Error::other(
+                        "files of this partition are only in object storage; give the configuration with storage.url (--config)",
+                    ),
+                });
+            }
+        }
     }
     let mut tables: Vec<Table> = parts.iter().map(|p| p.table).collect();
     tables.dedup();
@@ -517,7 +517,7 @@ pub fn run(
                 let Some(part) = parts.get(i) else {
                     break;
                 };
-                let one = scrub_partition(&mut compactor, part, scrubber);
+                let one = scrub_offloaded_too(&mut compactor, data_dir, part, scrubber, remote);
                 let mut t = total
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -525,10 +525,38 @@ pub fn run(
             });
         }
     });
-    super::offload::settle_recalled(data_dir, &recalled).map_err(offload_error)?;
     Ok(total
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// Scrubs one partition, its offloaded files brought back for the time it takes (one
+/// partition at a time: a scrub never holds more of the store on disk than that).
+fn scrub_offloaded_too(
+    compactor: &mut Compactor,
+    data_dir: &Path,
+    part: &PartitionDir,
+    scrubber: &Scrubber,
+    remote: Option<&super::remote::RemoteArchive>,
+) -> Report {
+    let mut recalled = Vec::new();
+    let back = super::offload::recall(data_dir, remote, std::slice::from_ref(part), &mut recalled);
+    let report = match back {
+        Ok(()) => scrub_partition(compactor, part, scrubber),
+        Err(e) => {
+            tracing::error!(table = part.table.as_str(), tenant = %part.tenant, date = %part.date, hour = %part.hour, error = %e, "partition not scrubbed: its offloaded files could not be brought back");
+            Report {
+                partitions: 1,
+                failed: 1,
+                ..Report::default()
+            }
+        }
+    };
+    // What came back and was not replaced goes again.
+    if let Err(e) = super::offload::settle_recalled(data_dir, &recalled) {
+        tracing::error!(table = part.table.as_str(), tenant = %part.tenant, date = %part.date, hour = %part.hour, error = %e, "files brought back for the scrub not removed again; the next offload pass removes them");
+    }
+    report
 }
 
 /// Scrubs one partition; its part of the report.

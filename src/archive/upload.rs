@@ -302,7 +302,11 @@ impl Uploader {
         report.pending_bytes = self.pending_bytes();
         self.metrics.archive_upload_pending(report.pending_bytes);
         self.metrics.archive_upload_stuck(report.stuck as u64);
-        if first_error.is_none() {
+        // Only when every manifest of the folder is in the store as far as it goes (none held
+        // by another process or stuck): every file a line adds has its line there, so no
+        // local copy goes whose object no segment names.
+        let all_up = report.pending_bytes == 0 && report.held_elsewhere == 0 && report.stuck == 0;
+        if first_error.is_none() && all_up {
             if let Err(e) = self.offload_due(&mut report).await {
                 self.metrics.archive_upload_failed(failure_reason(&e));
                 first_error = Some(e);
@@ -426,7 +430,7 @@ impl Uploader {
                 return Ok(());
             };
             self.check_continues(s)?;
-            let mut lines = read_lines(
+            let (mut lines, capped) = read_lines_capped(
                 &s.path,
                 s.cursor.offset,
                 self.settings.segment_lines,
@@ -456,11 +460,10 @@ impl Uploader {
                     }
                 }
             }
-            let capped = lines.len() == self.settings.segment_lines;
             if let Some((i, _)) = &failed {
                 lines.truncate(*i);
             }
-            let whole = whole_batches(&lines, capped && failed.is_none());
+            let whole = whole_batches(&lines, capped || failed.is_some(), failed.is_none());
             lines.truncate(whole);
             let Some(first) = lines.first() else {
                 return failed.map_or(Ok(()), |(_, e)| Err(e));
@@ -1030,21 +1033,30 @@ enum Uploaded {
     Differs,
 }
 
-/// How many of `lines` form whole appends: a compaction's or a scrub's removals are written
-/// in one append with the files that replace them, so a segment never ends on one (readers of
-/// the store would miss the replaced rows until the next segment). With `full` (the read
-/// stopped at its cap, not at the manifest's end), a batch longer than a segment is cut.
-fn whole_batches(lines: &[Line], full: bool) -> usize {
-    let replaced = |l: &Line| {
-        l.entry.op == Op::Remove
-            && (l.entry.reason == Reason::Compaction.as_str()
-                || l.entry.reason == Reason::Scrub.as_str())
+/// How many of `lines` a segment takes so that no swap is split: a compaction's or a scrub's
+/// removals are written in one append with the files that replace them, and a segment
+/// ending inside that run would have readers of the store miss the replaced rows until the
+/// next one. Reads see whole appends (the manifest's lock), so only a read `cut_short` (at
+/// its cap, or before a file that failed to go up) can end inside one: then the last run of
+/// swap lines goes to the next segment. A run longer than a whole segment (`may_split`: the
+/// cut was the cap) is split, as it could never go up otherwise.
+fn whole_batches(lines: &[Line], cut_short: bool, may_split: bool) -> usize {
+    let swap = |l: &Line| {
+        l.entry.reason == Reason::Compaction.as_str() || l.entry.reason == Reason::Scrub.as_str()
     };
-    let whole = lines.len() - lines.iter().rev().take_while(|l| replaced(l)).count();
-    if whole == 0 && full {
+    let mut k = lines.len();
+    if cut_short {
+        while k > 0 && swap(&lines[k - 1]) && lines[k - 1].entry.op == Op::Add {
+            k -= 1;
+        }
+    }
+    while k > 0 && swap(&lines[k - 1]) && lines[k - 1].entry.op == Op::Remove {
+        k -= 1;
+    }
+    if k == 0 && cut_short && may_split {
         lines.len()
     } else {
-        whole
+        k
     }
 }
 
@@ -1086,6 +1098,18 @@ fn failure_reason(e: &UploadError) -> &'static str {
 /// Up to `max` complete lines of the manifest at `path` from byte `from` (a line still
 /// being written, without its newline, is left for later), none starting at or after `to`.
 fn read_lines(path: &Path, from: u64, max: usize, to: u64) -> Result<Vec<Line>, UploadError> {
+    read_lines_capped(path, from, max, to).map(|(lines, _)| lines)
+}
+
+/// [`read_lines`], and whether the read stopped at its cap (`max` lines, or the bytes read
+/// at once) rather than at the manifest's end or `to`: then it may have stopped inside an
+/// append.
+fn read_lines_capped(
+    path: &Path,
+    from: u64,
+    max: usize,
+    to: u64,
+) -> Result<(Vec<Line>, bool), UploadError> {
     let io = |e| {
         UploadError::from(RemoteError::Io {
             path: path.to_path_buf(),
@@ -1093,11 +1117,15 @@ fn read_lines(path: &Path, from: u64, max: usize, to: u64) -> Result<Vec<Line>, 
         })
     };
     let mut file = std::fs::File::open(path).map_err(io)?;
+    // Shared with other readers, not with an append in progress (see `Manifest::append`):
+    // what is read is whole appends, synced.
+    super::lock::flock(&file, libc::LOCK_SH).map_err(io)?;
     file.seek(SeekFrom::Start(from)).map_err(io)?;
     // Segments are bounded by lines; reading a few MiB at a time is enough for them.
     let mut text = Vec::new();
     let limit = (to.saturating_sub(from)).min(SEGMENT_READ_BYTES);
-    file.take(limit).read_to_end(&mut text).map_err(io)?;
+    (&file).take(limit).read_to_end(&mut text).map_err(io)?;
+    drop(file);
     let mut out = Vec::new();
     let mut offset = from;
     let mut rest = &text[..];
@@ -1126,7 +1154,8 @@ fn read_lines(path: &Path, from: u64, max: usize, to: u64) -> Result<Vec<Line>, 
         });
         rest = &rest[end + 1..];
     }
-    Ok(out)
+    let capped = out.len() == max || text.len() as u64 == SEGMENT_READ_BYTES;
+    Ok((out, capped))
 }
 
 /// The most manifest bytes read for one segment.
