@@ -125,6 +125,8 @@ impl StorageConfig {
             delete_delay: self.delete_delay.0,
             multipart_bytes: self.multipart_bytes.0,
             segment_lines: 10_000,
+            consolidate_after: 64,
+            consolidate_min: 8,
         }
     }
 

@@ -23,6 +23,10 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::manifest::{Entry, Op, Reason};
 
+/// Listings a reader of the store's manifests makes before giving up on segments deleted
+/// under it.
+const LIST_TRIES: u32 = 4;
+
 /// Manifest segments read at once by readers of the store.
 const SEGMENT_READS: usize = 16;
 
@@ -69,6 +73,17 @@ impl RemoteError {
         }
     }
 
+    /// True when the store said an object is not there.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            RemoteError::Store {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }
+        )
+    }
+
     fn io(path: &Path, source: std::io::Error) -> Self {
         RemoteError::Io {
             path: path.to_path_buf(),
@@ -94,6 +109,51 @@ impl std::fmt::Debug for RemoteArchive {
             .field("url", &self.url)
             .finish_non_exhaustive()
     }
+}
+
+/// One manifest segment in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Its first line's seq.
+    pub first: u64,
+    /// Its last line's seq, for a consolidated segment (`<first>-<last>.jsonl`); a segment the
+    /// uploader put (`<first>.jsonl`) says it only by its lines.
+    pub last: Option<u64>,
+    /// Its key.
+    pub key: ObjectPath,
+    /// Its size.
+    pub bytes: u64,
+    /// When it was put.
+    pub modified: chrono::DateTime<chrono::Utc>,
+}
+
+/// Orders one manifest's segments: by first line, a consolidated one before the segments it
+/// covers (the longest first).
+pub fn sort_segments(list: &mut [Segment]) {
+    list.sort_by(|a, b| {
+        a.first
+            .cmp(&b.first)
+            .then(b.last.unwrap_or(0).cmp(&a.last.unwrap_or(0)))
+    });
+}
+
+/// What a reader reads of one manifest's segments (ordered by [`sort_segments`]): the chain
+/// that covers each line once, in order, preferring consolidated segments; and the segments
+/// a consolidated one covers, each with it (the uploader deletes them once readers that
+/// listed them are done).
+pub fn plan(segments: &[Segment]) -> (Vec<&Segment>, Vec<(&Segment, &Segment)>) {
+    let (mut chosen, mut covered): (Vec<&Segment>, Vec<(&Segment, &Segment)>) = (vec![], vec![]);
+    let mut until = 0u64;
+    for s in segments {
+        match chosen.last() {
+            Some(by) if s.first <= until => covered.push((s, by)),
+            _ => {
+                chosen.push(s);
+                until = s.last.unwrap_or(s.first);
+            }
+        }
+    }
+    (chosen, covered)
 }
 
 /// A live archive file in the store, as the manifests record it.
@@ -224,8 +284,8 @@ impl RemoteArchive {
             .join(format!("{first_seq:020}.jsonl"))
     }
 
-    /// Every manifest segment in the store: per instance, (first seq, key), in seq order.
-    pub async fn segments(&self) -> Result<BTreeMap<String, Vec<(u64, ObjectPath)>>, RemoteError> {
+    /// Every manifest segment in the store, per instance, ordered for [`plan`].
+    pub async fn segments(&self) -> Result<BTreeMap<String, Vec<Segment>>, RemoteError> {
         let dir = self.prefix.clone().join(MANIFEST_DIR);
         let metas: Vec<_> = self
             .store
@@ -233,7 +293,7 @@ impl RemoteArchive {
             .try_collect()
             .await
             .map_err(|e| RemoteError::store("list", &dir, e))?;
-        let mut out: BTreeMap<String, Vec<(u64, ObjectPath)>> = BTreeMap::new();
+        let mut out: BTreeMap<String, Vec<Segment>> = BTreeMap::new();
         for meta in metas {
             let Some(parts) = meta.location.prefix_match(&dir) else {
                 continue;
@@ -242,20 +302,40 @@ impl RemoteArchive {
             let [instance, name] = parts.as_slice() else {
                 continue;
             };
-            let Some(first) = name
-                .strip_suffix(".jsonl")
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
+            let Some(stem) = name.strip_suffix(".jsonl") else {
                 continue;
             };
-            out.entry(instance.clone())
-                .or_default()
-                .push((first, meta.location));
+            let (first, last) = match stem.split_once('-') {
+                Some((f, l)) => match (f.parse::<u64>(), l.parse::<u64>()) {
+                    (Ok(f), Ok(l)) if l >= f => (f, Some(l)),
+                    _ => continue,
+                },
+                None => match stem.parse::<u64>() {
+                    Ok(f) => (f, None),
+                    Err(_) => continue,
+                },
+            };
+            out.entry(instance.clone()).or_default().push(Segment {
+                first,
+                last,
+                key: meta.location,
+                bytes: meta.size,
+                modified: meta.last_modified,
+            });
         }
         for list in out.values_mut() {
-            list.sort();
+            sort_segments(list);
         }
         Ok(out)
+    }
+
+    /// The key of a consolidated segment of lines `first` to `last`.
+    pub fn consolidated_key(&self, instance: &str, first: u64, last: u64) -> ObjectPath {
+        self.prefix
+            .clone()
+            .join(MANIFEST_DIR)
+            .join(instance)
+            .join(format!("{first:020}-{last:020}.jsonl"))
     }
 
     /// The texts of objects `keys`, in their order, [`SEGMENT_READS`] requests at a time.
@@ -293,12 +373,29 @@ impl RemoteArchive {
     }
 
     /// Copies the manifests in the store into `dir/manifest/<instance>.jsonl` (the local
-    /// layout `verify` reads), appending only the segments not in `fetched` (which it
-    /// updates): a second call brings what was uploaded since.
+    /// layout `verify` reads), from the line `fetched` says comes next for each (which it
+    /// updates): a second call brings what was uploaded since. Lines are taken as they are,
+    /// entries or not (`verify` judges them); a segment deleted under it (covered by a
+    /// consolidated one) has it list again.
     pub async fn fetch_manifests(
         &self,
         dir: &Path,
-        fetched: &mut std::collections::HashSet<ObjectPath>,
+        fetched: &mut std::collections::HashMap<String, u64>,
+    ) -> Result<usize, RemoteError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.fetch_manifests_once(dir, fetched).await {
+                Err(e) if tries < LIST_TRIES && e.is_not_found() => continue,
+                r => return r,
+            }
+        }
+    }
+
+    async fn fetch_manifests_once(
+        &self,
+        dir: &Path,
+        fetched: &mut std::collections::HashMap<String, u64>,
     ) -> Result<usize, RemoteError> {
         use std::io::Write;
         let out = dir.join(super::manifest::DIR);
@@ -311,20 +408,32 @@ impl RemoteArchive {
                 .append(true)
                 .open(&path)
                 .map_err(|e| RemoteError::io(&path, e))?;
-            let keys: Vec<ObjectPath> = segments
+            let next = fetched.entry(instance.clone()).or_insert(1);
+            let (chosen, _) = plan(&segments);
+            let wanted: Vec<&Segment> = chosen
                 .into_iter()
-                .map(|(_, key)| key)
-                .filter(|key| !fetched.contains(key))
+                .filter(|s| {
+                    s.last.unwrap_or(s.first) >= *next && (s.last.is_some() || s.first >= *next)
+                })
                 .collect();
-            let mut texts = self.read_in_order(keys);
-            while let Some((key, text)) = texts.try_next().await? {
-                let mut text = text;
-                if !text.is_empty() && !text.ends_with('\n') {
-                    text.push('\n');
+            let mut texts = self.read_in_order(wanted.iter().map(|s| s.key.clone()).collect());
+            let mut i = 0;
+            while let Some((_, text)) = texts.try_next().await? {
+                let s = wanted[i];
+                i += 1;
+                // A consolidated segment over lines already here: only its newer lines.
+                let skip = usize::try_from(next.saturating_sub(s.first)).unwrap_or(usize::MAX);
+                let mut lines = 0u64;
+                for line in text.lines().skip(skip) {
+                    file.write_all(line.as_bytes())
+                        .and_then(|()| file.write_all(b"\n"))
+                        .map_err(|e| RemoteError::io(&path, e))?;
+                    lines += 1;
                 }
-                file.write_all(text.as_bytes())
-                    .map_err(|e| RemoteError::io(&path, e))?;
-                fetched.insert(key);
+                *next = match s.last {
+                    Some(last) => last + 1,
+                    None => s.first + lines,
+                };
                 new += 1;
             }
         }
@@ -334,10 +443,23 @@ impl RemoteArchive {
     /// The files the manifests in the store record as live (added, not removed), read
     /// segment by segment.
     pub async fn live_files(&self) -> Result<Vec<LiveFile>, RemoteError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.live_files_once().await {
+                // A segment deleted under it (covered by a consolidated one): list again.
+                Err(e) if tries < LIST_TRIES && e.is_not_found() => continue,
+                r => return r,
+            }
+        }
+    }
+
+    async fn live_files_once(&self) -> Result<Vec<LiveFile>, RemoteError> {
         let mut live: BTreeMap<String, LiveFile> = BTreeMap::new();
         let mut removed = std::collections::HashSet::new();
         for segments in self.segments().await?.into_values() {
-            let mut texts = self.read_in_order(segments.into_iter().map(|(_, key)| key).collect());
+            let (chosen, _) = plan(&segments);
+            let mut texts = self.read_in_order(chosen.iter().map(|s| s.key.clone()).collect());
             while let Some((_, text)) = texts.try_next().await? {
                 // Lines that are not entries are `verify`'s to report; a reader skips them.
                 for entry in text
@@ -375,7 +497,7 @@ impl RemoteArchive {
 pub struct StoreFiles {
     remote: RemoteArchive,
     dir: PathBuf,
-    fetched: std::collections::HashSet<ObjectPath>,
+    fetched: std::collections::HashMap<String, u64>,
     runtime: tokio::runtime::Runtime,
 }
 

@@ -37,7 +37,14 @@ pub struct UploadSettings {
     pub multipart_bytes: u64,
     /// The most manifest lines in one segment.
     pub segment_lines: usize,
+    /// A manifest's segments are consolidated after this many more were put...
+    pub consolidate_after: usize,
+    /// ...each run of at least this many consecutive small ones into one.
+    pub consolidate_min: usize,
 }
+
+/// A consolidated segment grows up to this size; bigger ones are left as they are.
+const CONSOLIDATED_BYTES: u64 = 32 << 20;
 
 /// Why an upload pass stopped short (what was uploaded before it stays uploaded).
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +96,8 @@ pub struct UploadReport {
     pub differs: u64,
     /// Manifests another process is uploading.
     pub held_elsewhere: usize,
+    /// Consolidated segments put, and segments deleted as covered by one.
+    pub consolidated: (u64, u64),
     /// Manifests whose upload stopped on an error of their own (retried on their own
     /// backoff, up to an hour).
     pub stuck: usize,
@@ -153,6 +162,8 @@ struct Shipping {
     /// backoff, not holding the others back.
     stuck_until: Option<Instant>,
     backoff: crate::retry::Backoff,
+    /// Segments put since the last consolidation.
+    segments_put: usize,
     _lock: UploadLock,
 }
 
@@ -278,6 +289,10 @@ impl Uploader {
                     if let Some(s) = self.shipping.get_mut(&instance) {
                         s.backoff = stuck_backoff();
                     }
+                    if let Err(e) = self.consolidate_due(&instance, &mut report).await {
+                        self.metrics.archive_upload_failed(failure_reason(&e));
+                        tracing::warn!(error = %e, "manifest segments not consolidated; tried again later");
+                    }
                 }
                 Err(e) if e.is_of_one_manifest() => {
                     self.metrics.archive_upload_failed(failure_reason(&e));
@@ -315,6 +330,120 @@ impl Uploader {
         match first_error {
             Some(e) => Err(e),
             None => Ok(report),
+        }
+    }
+
+    /// Consolidates manifest `instance`'s segments when enough were put since the last time:
+    /// each run of at least `consolidate_min` consecutive segments, up to 32 MiB, becomes one
+    /// (`<first>-<last>.jsonl`, put only if absent), which readers take instead of the run;
+    /// segments a consolidated one covers are deleted once it has been there
+    /// `delete_delay` (a reader that listed them before still finds them).
+    async fn consolidate_due(
+        &mut self,
+        instance: &str,
+        report: &mut UploadReport,
+    ) -> Result<(), UploadError> {
+        let due = self
+            .shipping
+            .get(instance)
+            .is_some_and(|s| s.segments_put >= self.settings.consolidate_after);
+        if !due {
+            return Ok(());
+        }
+        let segments = self
+            .remote
+            .segments()
+            .await?
+            .remove(instance)
+            .unwrap_or_default();
+        let (chosen, covered) = super::remote::plan(&segments);
+        let now = chrono::Utc::now();
+        for (old, by) in &covered {
+            let there = now
+                .signed_duration_since(by.modified)
+                .to_std()
+                .unwrap_or_default();
+            if there < self.settings.delete_delay {
+                continue;
+            }
+            match self.remote.store().delete(&old.key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => report.consolidated.1 += 1,
+                Err(e) => {
+                    return Err(RemoteError::Store {
+                        operation: "delete",
+                        key: old.key.to_string(),
+                        source: e,
+                    }
+                    .into())
+                }
+            }
+        }
+        let mut i = 0;
+        while i < chosen.len() {
+            let mut j = i + 1;
+            let mut bytes = chosen[i].bytes;
+            while j < chosen.len() && bytes + chosen[j].bytes <= CONSOLIDATED_BYTES {
+                bytes += chosen[j].bytes;
+                j += 1;
+            }
+            if j - i >= self.settings.consolidate_min {
+                self.merge_segments(instance, &chosen[i..j]).await?;
+                report.consolidated.0 += 1;
+            }
+            i = j;
+        }
+        if let Some(s) = self.shipping.get_mut(instance) {
+            s.segments_put = 0;
+        }
+        Ok(())
+    }
+
+    /// Puts one segment holding the lines of `run` (consecutive segments of `instance`).
+    async fn merge_segments(
+        &self,
+        instance: &str,
+        run: &[&super::remote::Segment],
+    ) -> Result<(), UploadError> {
+        let mut text = String::new();
+        let mut last = 0;
+        for s in run {
+            let t = self.remote.read_text(&s.key).await?;
+            let mut lines = 0u64;
+            for line in t.lines() {
+                text.push_str(line);
+                text.push('\n');
+                lines += 1;
+            }
+            last = s.last.unwrap_or(s.first + lines.saturating_sub(1));
+        }
+        let key = self.remote.consolidated_key(instance, run[0].first, last);
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        let put = self
+            .remote
+            .store()
+            .put_opts(&key, PutPayload::from(text.clone().into_bytes()), opts)
+            .await;
+        match put {
+            Ok(_) => Ok(()),
+            // Put before (a pass that failed after it): the same lines, or a conflict.
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                if self.remote.read_text(&key).await? == text {
+                    Ok(())
+                } else {
+                    Err(UploadError::Conflict {
+                        key: key.to_string(),
+                    })
+                }
+            }
+            Err(e) => Err(RemoteError::Store {
+                operation: "put",
+                key: key.to_string(),
+                source: e,
+            }
+            .into()),
         }
     }
 
@@ -364,6 +493,8 @@ impl Uploader {
             deletes: VecDeque::new(),
             stuck_until: None,
             backoff: stuck_backoff(),
+            // At the first pass: segments of earlier runs may want consolidating or deleting.
+            segments_put: usize::MAX,
             _lock: lock,
         };
         // Removals uploaded before a restart whose objects may still be there: due
@@ -473,6 +604,9 @@ impl Uploader {
             let lines = match self.put_segment(instance, first_seq, &texts).await? {
                 Stored::All => {
                     report.segments += 1;
+                    if let Some(s) = self.shipping.get_mut(instance) {
+                        s.segments_put = s.segments_put.saturating_add(1);
+                    }
                     report.lines += lines.len() as u64;
                     self.metrics.archive_uploaded_segment();
                     lines
@@ -1171,6 +1305,8 @@ mod tests {
             delete_delay: Duration::ZERO,
             multipart_bytes: 1 << 30,
             segment_lines: 2,
+            consolidate_after: usize::MAX,
+            consolidate_min: usize::MAX,
         }
     }
 
@@ -1223,7 +1359,7 @@ mod tests {
             b"file 1"
         );
         let segments = remote.segments().await.unwrap();
-        let keys: Vec<u64> = segments["i1"].iter().map(|(s, _)| *s).collect();
+        let keys: Vec<u64> = segments["i1"].iter().map(|s| s.first).collect();
         assert_eq!(keys, vec![1, 3]);
         // The store's manifest is the local one, byte for byte.
         let fetched = tempfile::tempdir().unwrap();
@@ -1289,7 +1425,7 @@ mod tests {
         assert_eq!((r.lines, r.segments), (1, 1));
         let keys: Vec<u64> = remote.segments().await.unwrap()["i2"]
             .iter()
-            .map(|(s, _)| *s)
+            .map(|s| s.first)
             .collect();
         assert_eq!(keys, vec![1, 2]);
     }
@@ -1341,7 +1477,7 @@ mod tests {
         assert_eq!((r.lines, r.deleted), (3, 2));
         let keys: Vec<u64> = remote.segments().await.unwrap()["i4"]
             .iter()
-            .map(|(s, _)| *s)
+            .map(|s| s.first)
             .collect();
         assert_eq!(keys, vec![1, 3]);
         let live: Vec<String> = remote
@@ -1411,6 +1547,98 @@ mod tests {
             "{:?}",
             r.stuck_errors
         );
+    }
+
+    /// A manifest's segment names in the store, in reading order, seqs without their zeros.
+    async fn segment_names(remote: &RemoteArchive, instance: &str) -> Vec<String> {
+        remote.segments().await.unwrap()[instance]
+            .iter()
+            .map(|s| match s.last {
+                Some(last) => format!("{}-{last}.jsonl", s.first),
+                None => format!("{}.jsonl", s.first),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn runs_of_segments_are_consolidated_and_readers_see_every_line_once() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), "i6", Path::new("")).unwrap();
+        let first = UploadSettings {
+            segment_lines: 1,
+            consolidate_after: 3,
+            consolidate_min: 3,
+            delete_delay: Duration::from_secs(3600),
+            ..settings()
+        };
+        let mut up = Uploader::new(root.path(), remote.clone(), first, Arc::new(Metrics::new()));
+        // Seven segments of one line, put two passes apart.
+        for n in 0..4 {
+            add(root.path(), &m, &format!("spans/p{n}.parquet"), b"x");
+        }
+        let r = up.pass(false).await.unwrap();
+        assert_eq!((r.segments, r.consolidated), (4, (1, 0)));
+        for n in 4..7 {
+            add(root.path(), &m, &format!("spans/p{n}.parquet"), b"x");
+        }
+        up.pass(false).await.unwrap();
+        let got = segment_names(&remote, "i6").await;
+        // 1-4 (the first four) then 1-7 over it and the three after; the covered ones stay
+        // for the delay.
+        assert_eq!(
+            got,
+            vec![
+                "1-7.jsonl",
+                "1-4.jsonl",
+                "1.jsonl",
+                "2.jsonl",
+                "3.jsonl",
+                "4.jsonl",
+                "5.jsonl",
+                "6.jsonl",
+                "7.jsonl"
+            ]
+        );
+        // Readers: every file once; verify's copy of the manifest is the local one.
+        let live = remote.live_files().await.unwrap();
+        assert_eq!(live.len(), 7);
+        let fetched = tempfile::tempdir().unwrap();
+        let mut next = Default::default();
+        remote
+            .fetch_manifests(fetched.path(), &mut next)
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read(fetched.path().join("manifest/i6.jsonl")).unwrap(),
+            std::fs::read(root.path().join("manifest/i6.jsonl")).unwrap()
+        );
+        // Lines added later come on their own after the consolidated ones.
+        add(root.path(), &m, "spans/p7.parquet", b"x");
+        up.pass(false).await.unwrap();
+        remote
+            .fetch_manifests(fetched.path(), &mut next)
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read(fetched.path().join("manifest/i6.jsonl")).unwrap(),
+            std::fs::read(root.path().join("manifest/i6.jsonl")).unwrap()
+        );
+        drop(up);
+        // Once the consolidated segment is older than the delay, what it covers goes.
+        let later = UploadSettings {
+            delete_delay: Duration::ZERO,
+            consolidate_after: 0,
+            consolidate_min: usize::MAX,
+            ..settings()
+        };
+        let mut up = Uploader::new(root.path(), remote.clone(), later, Arc::new(Metrics::new()));
+        let r = up.pass(false).await.unwrap();
+        assert_eq!(r.consolidated.1, 8);
+        let got = segment_names(&remote, "i6").await;
+        assert_eq!(got, vec!["1-7.jsonl", "8.jsonl"]);
+        assert_eq!(remote.live_files().await.unwrap().len(), 8);
     }
 
     #[tokio::test]
