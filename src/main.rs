@@ -1238,13 +1238,21 @@ fn upload(args: UploadArgs) -> ExitCode {
             return code;
         }
     }
-    let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics);
     // Local copies go only once they are in the store readers, retention and scrub use.
-    if url == config.storage.url {
+    let configured = RemoteArchive::open(&config.storage.url).ok();
+    let same_store = configured.is_some_and(|c| c.url() == remote.url());
+    let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics);
+    if same_store && !config.storage.local_keep.0.is_zero() {
+        let instance = match toolwatch::archive::upload::offload_instance(&dir) {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("toolwatch upload: {e}");
+                return ExitCode::from(2);
+            }
+        };
         uploader = uploader.with_offload(toolwatch::archive::upload::OffloadSettings {
             keep: config.storage.local_keep.0,
-            // One manifest for every run's offloads (they take turns: the scrub lock).
-            instance: "offload".to_string(),
+            instance,
             signing_key_file: config.archive.manifest_signing_key_file.clone(),
         });
     }

@@ -228,19 +228,26 @@ impl Manifest {
         } else {
             Some(load_signing_key(signing_key_file)?)
         };
-        let (seq, last) = match std::fs::read_to_string(&path) {
-            Ok(text) => text
-                .lines()
-                .last()
-                .map(|l| {
-                    let seq = serde_json::from_str::<Entry>(l).map_or(0, |e| e.seq);
-                    (seq, line_hash(l))
-                })
-                .unwrap_or((0, GENESIS.to_string())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, GENESIS.to_string()),
-            Err(e) => return Err(e),
-        };
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        // A manifest reopened (the upload command's offload manifest) may end in a line a
+        // crash tore: it was never whole, so never uploaded or chained to; it goes, or the
+        // next line would be glued to it.
+        super::lock::flock(&file, libc::LOCK_EX)?;
+        let text = std::fs::read_to_string(&path)?;
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        if whole < text.len() {
+            file.set_len(whole as u64)?;
+            file.sync_data()?;
+        }
+        let _ = super::lock::flock(&file, libc::LOCK_UN);
+        let (seq, last) = text[..whole]
+            .lines()
+            .last()
+            .map(|l| {
+                let seq = serde_json::from_str::<Entry>(l).map_or(0, |e| e.seq);
+                (seq, line_hash(l))
+            })
+            .unwrap_or((0, GENESIS.to_string()));
         if seq == 0 {
             // A new manifest's name must survive a crash with its first lines.
             crate::durable::sync_dir(&data_dir.join(DIR))?;
@@ -317,9 +324,10 @@ impl Manifest {
             let _ = super::lock::flock(&s.file, libc::LOCK_UN);
             return Err(e);
         }
-        super::lock::flock(&s.file, libc::LOCK_UN)?;
         s.seq = seq;
         s.last = last;
+        // Released when the handle closes anyway; the lines are written and counted.
+        let _ = super::lock::flock(&s.file, libc::LOCK_UN);
         Ok(())
     }
 }

@@ -157,10 +157,20 @@ pub async fn offload(
             continue;
         };
         let dir = part.part.dir(data_dir);
+        // Listed again under the lock: a merge since `expired` looked changed the files.
+        let files = match super::retention::completed_with_sizes(&dir) {
+            Ok(f) => f,
+            Err(ArchiveError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                continue
+            }
+            Err(e) => return Err(e.into()),
+        };
         remove_partial_recalls(&dir)?;
         let mut marker = read_marker(&dir)?;
         let mut going = Vec::new();
-        for (path, size) in &part.files {
+        for (path, size) in &files {
             let rel = relative_path(data_dir, path);
             match marker.iter().find(|f| f.path == rel) {
                 // A copy a scrub brought back and did not replace (it crashed): still
@@ -270,6 +280,8 @@ pub fn recall(
             return Err(OffloadError::NoStore { dir });
         };
         let _lock = PartitionLock::acquire(data_dir, part, true)?;
+        // Read again under the lock: retention may have taken the partition meanwhile.
+        let marker = read_marker(&dir)?;
         remove_partial_recalls(&dir)?;
         // One whose line was never written is still here (not offloaded yet).
         for f in marker.into_iter().filter(|f| f.recorded) {

@@ -127,6 +127,25 @@ pub struct Segment {
     pub modified: chrono::DateTime<chrono::Utc>,
 }
 
+/// The segment an object named `name` is (`<first>.jsonl` or `<first>-<last>.jsonl`).
+fn segment_of(name: &str, meta: object_store::ObjectMeta) -> Option<Segment> {
+    let stem = name.strip_suffix(".jsonl")?;
+    let (first, last) = match stem.split_once('-') {
+        Some((f, l)) => {
+            let (f, l) = (f.parse::<u64>().ok()?, l.parse::<u64>().ok()?);
+            (l >= f).then_some((f, Some(l)))?
+        }
+        None => (stem.parse::<u64>().ok()?, None),
+    };
+    Some(Segment {
+        first,
+        last,
+        key: meta.location,
+        bytes: meta.size,
+        modified: meta.last_modified,
+    })
+}
+
 /// Orders one manifest's segments: by first line, a consolidated one before the segments it
 /// covers (the longest first).
 pub fn sort_segments(list: &mut [Segment]) {
@@ -202,11 +221,16 @@ impl RemoteArchive {
         };
         let prefix = ObjectPath::parse(prefix.trim_matches('/'))
             .map_err(|e| bad(&format!("bad prefix: {e}")))?;
+        // One spelling per place (`s3a://`, a trailing `/`): upload cursors are kept per URL.
+        let url = match scheme {
+            "file" => format!("file://{}", rest.trim_end_matches('/')),
+            _ => format!("s3://{}", rest.trim_end_matches('/')),
+        };
         Ok(RemoteArchive {
             store,
             multipart,
             prefix,
-            url: url.to_string(),
+            url,
         })
     }
 
@@ -302,30 +326,34 @@ impl RemoteArchive {
             let [instance, name] = parts.as_slice() else {
                 continue;
             };
-            let Some(stem) = name.strip_suffix(".jsonl") else {
+            let Some(segment) = segment_of(name, meta) else {
                 continue;
             };
-            let (first, last) = match stem.split_once('-') {
-                Some((f, l)) => match (f.parse::<u64>(), l.parse::<u64>()) {
-                    (Ok(f), Ok(l)) if l >= f => (f, Some(l)),
-                    _ => continue,
-                },
-                None => match stem.parse::<u64>() {
-                    Ok(f) => (f, None),
-                    Err(_) => continue,
-                },
-            };
-            out.entry(instance.clone()).or_default().push(Segment {
-                first,
-                last,
-                key: meta.location,
-                bytes: meta.size,
-                modified: meta.last_modified,
-            });
+            out.entry(instance.clone()).or_default().push(segment);
         }
         for list in out.values_mut() {
             sort_segments(list);
         }
+        Ok(out)
+    }
+
+    /// Manifest `instance`'s segments in the store, ordered for [`plan`].
+    pub async fn segments_of(&self, instance: &str) -> Result<Vec<Segment>, RemoteError> {
+        let dir = self.prefix.clone().join(MANIFEST_DIR).join(instance);
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| RemoteError::store("list", &dir, e))?;
+        let mut out: Vec<Segment> = metas
+            .into_iter()
+            .filter_map(|m| {
+                let name = m.location.filename()?.to_string();
+                segment_of(&name, m)
+            })
+            .collect();
+        sort_segments(&mut out);
         Ok(out)
     }
 
@@ -410,30 +438,41 @@ impl RemoteArchive {
                 .map_err(|e| RemoteError::io(&path, e))?;
             let next = fetched.entry(instance.clone()).or_insert(1);
             let (chosen, _) = plan(&segments);
+            // A consolidated segment wholly before `next` is here already; a plain one says
+            // where it ends only by its lines, so it is read (there are few: the ones since
+            // the last consolidation).
             let wanted: Vec<&Segment> = chosen
                 .into_iter()
-                .filter(|s| {
-                    s.last.unwrap_or(s.first) >= *next && (s.last.is_some() || s.first >= *next)
-                })
+                .filter(|s| s.last.is_none_or(|last| last >= *next))
                 .collect();
             let mut texts = self.read_in_order(wanted.iter().map(|s| s.key.clone()).collect());
             let mut i = 0;
             while let Some((_, text)) = texts.try_next().await? {
-                let s = wanted[i];
+                let first = wanted[i].first;
                 i += 1;
-                // A consolidated segment over lines already here: only its newer lines.
-                let skip = usize::try_from(next.saturating_sub(s.first)).unwrap_or(usize::MAX);
-                let mut lines = 0u64;
-                for line in text.lines().skip(skip) {
-                    file.write_all(line.as_bytes())
-                        .and_then(|()| file.write_all(b"\n"))
-                        .map_err(|e| RemoteError::io(&path, e))?;
-                    lines += 1;
+                // A line's seq is its place in its segment (not what it says: `verify`
+                // judges what lines say): lines before `next` are here already.
+                let mut copy = String::new();
+                let mut after = *next;
+                for (k, line) in text.lines().enumerate() {
+                    let seq = first + k as u64;
+                    if seq < after {
+                        continue;
+                    }
+                    copy.push_str(line);
+                    copy.push('\n');
+                    after = seq + 1;
                 }
-                *next = match s.last {
-                    Some(last) => last + 1,
-                    None => s.first + lines,
-                };
+                // Whole or not at all: a copy cut halfway would show a false break.
+                let len = file
+                    .metadata()
+                    .map_err(|e| RemoteError::io(&path, e))?
+                    .len();
+                if let Err(e) = file.write_all(copy.as_bytes()) {
+                    let _ = file.set_len(len);
+                    return Err(RemoteError::io(&path, e));
+                }
+                *next = after;
                 new += 1;
             }
         }

@@ -146,7 +146,7 @@ pub fn expired(
 }
 
 /// The completed files in partition folder `dir`, with their sizes, by name.
-fn completed_with_sizes(dir: &Path) -> Result<Vec<(PathBuf, u64)>, ArchiveError> {
+pub(super) fn completed_with_sizes(dir: &Path) -> Result<Vec<(PathBuf, u64)>, ArchiveError> {
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir).map_err(|e| ArchiveError::io(dir, e))? {
         let e = e.map_err(|err| ArchiveError::io(dir, err))?;

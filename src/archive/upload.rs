@@ -121,6 +121,35 @@ pub struct OffloadSettings {
     pub signing_key_file: PathBuf,
 }
 
+/// The instance whose manifest records the offloads of `toolwatch upload` runs on the archive
+/// under `root`: one for every run (they take turns: the scrub lock), `offload-<id>` with an
+/// id made once per archive folder (`.compact/upload/offload-id`), so two archives uploading
+/// to one prefix never share a manifest name.
+pub fn offload_instance(root: &Path) -> std::io::Result<String> {
+    let path = root.join(WORK_DIR).join("upload").join("offload-id");
+    let id = match std::fs::read_to_string(&path) {
+        Ok(t) if t.trim().len() == 8 && t.trim().bytes().all(|b| b.is_ascii_hexdigit()) => {
+            t.trim().to_string()
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: not 8 hex digits", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = super::new_instance_id();
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            crate::durable::replace_file(&path, id.as_bytes())?;
+            id
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(format!("offload-{id}"))
+}
+
 /// How often the daemon looks for local copies to offload (a walk of the partition folders).
 const OFFLOAD_EVERY: Duration = Duration::from_secs(300);
 
@@ -164,6 +193,8 @@ struct Shipping {
     backoff: crate::retry::Backoff,
     /// Segments put since the last consolidation.
     segments_put: usize,
+    /// The cursor was checked against the store (see [`Uploader::catch_up`]).
+    synced: bool,
     _lock: UploadLock,
 }
 
@@ -261,6 +292,8 @@ impl Uploader {
     pub async fn pass(&mut self, delete_all: bool) -> Result<UploadReport, UploadError> {
         let mut report = UploadReport::default();
         let mut first_error = None;
+        // Every manifest taken went up to its end in this pass (offloading waits for it).
+        let mut all_shipped = true;
         let manifests = super::manifest::list(&self.root).map_err(|e| RemoteError::Io {
             path: self.root.join(super::manifest::DIR),
             source: e,
@@ -295,6 +328,7 @@ impl Uploader {
                     }
                 }
                 Err(e) if e.is_of_one_manifest() => {
+                    all_shipped = false;
                     self.metrics.archive_upload_failed(failure_reason(&e));
                     report.stuck += 1;
                     report.stuck_errors.push(e.to_string());
@@ -320,7 +354,7 @@ impl Uploader {
         // Only when every manifest of the folder is in the store as far as it goes (none held
         // by another process or stuck): every file a line adds has its line there, so no
         // local copy goes whose object no segment names.
-        let all_up = report.pending_bytes == 0 && report.held_elsewhere == 0 && report.stuck == 0;
+        let all_up = all_shipped && report.held_elsewhere == 0 && report.stuck == 0;
         if first_error.is_none() && all_up {
             if let Err(e) = self.offload_due(&mut report).await {
                 self.metrics.archive_upload_failed(failure_reason(&e));
@@ -350,12 +384,7 @@ impl Uploader {
         if !due {
             return Ok(());
         }
-        let segments = self
-            .remote
-            .segments()
-            .await?
-            .remove(instance)
-            .unwrap_or_default();
+        let segments = self.remote.segments_of(instance).await?;
         let (chosen, covered) = super::remote::plan(&segments);
         let now = chrono::Utc::now();
         for (old, by) in &covered {
@@ -364,6 +393,18 @@ impl Uploader {
                 .to_std()
                 .unwrap_or_default();
             if there < self.settings.delete_delay {
+                continue;
+            }
+            // Only what lies wholly inside the segment covering it (a plain one says where
+            // it ends by its lines).
+            let old_last = match old.last {
+                Some(last) => last,
+                None => {
+                    let lines = self.remote.read_text(&old.key).await?.lines().count() as u64;
+                    old.first + lines.saturating_sub(1)
+                }
+            };
+            if old_last > by.last.unwrap_or(by.first) {
                 continue;
             }
             match self.remote.store().delete(&old.key).await {
@@ -386,8 +427,9 @@ impl Uploader {
                 bytes += chosen[j].bytes;
                 j += 1;
             }
-            if j - i >= self.settings.consolidate_min {
-                self.merge_segments(instance, &chosen[i..j]).await?;
+            if j - i >= self.settings.consolidate_min
+                && self.merge_segments(instance, &chosen[i..j]).await?
+            {
                 report.consolidated.0 += 1;
             }
             i = j;
@@ -398,24 +440,36 @@ impl Uploader {
         Ok(())
     }
 
-    /// Puts one segment holding the lines of `run` (consecutive segments of `instance`).
+    /// Puts one segment holding the lines of `run` (consecutive segments of `instance`),
+    /// if they are exactly consecutive lines: each segment starting where the one before
+    /// ended, each line's `seq` its place. False (nothing put, logged) otherwise: a segment
+    /// missing from the listing, overlapping ones, a line changed in the store.
     async fn merge_segments(
         &self,
         instance: &str,
         run: &[&super::remote::Segment],
-    ) -> Result<(), UploadError> {
+    ) -> Result<bool, UploadError> {
         let mut text = String::new();
-        let mut last = 0;
+        let mut next = run[0].first;
         for s in run {
             let t = self.remote.read_text(&s.key).await?;
-            let mut lines = 0u64;
+            let mut fits = s.first == next;
             for line in t.lines() {
+                if !fits {
+                    break;
+                }
+                fits = serde_json::from_str::<SeqOnly>(line).is_ok_and(|l| l.seq == next);
                 text.push_str(line);
                 text.push('\n');
-                lines += 1;
+                next += 1;
             }
-            last = s.last.unwrap_or(s.first + lines.saturating_sub(1));
+            fits = fits && s.last.is_none_or(|last| last + 1 == next);
+            if !fits {
+                tracing::warn!(instance, segment = %s.key, "manifest segments not consolidated: their lines are not consecutive (verify --url says where)");
+                return Ok(false);
+            }
         }
+        let last = next - 1;
         let key = self.remote.consolidated_key(instance, run[0].first, last);
         let opts = PutOptions {
             mode: PutMode::Create,
@@ -427,11 +481,11 @@ impl Uploader {
             .put_opts(&key, PutPayload::from(text.clone().into_bytes()), opts)
             .await;
         match put {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             // Put before (a pass that failed after it): the same lines, or a conflict.
             Err(object_store::Error::AlreadyExists { .. }) => {
                 if self.remote.read_text(&key).await? == text {
-                    Ok(())
+                    Ok(true)
                 } else {
                     Err(UploadError::Conflict {
                         key: key.to_string(),
@@ -495,40 +549,75 @@ impl Uploader {
             backoff: stuck_backoff(),
             // At the first pass: segments of earlier runs may want consolidating or deleting.
             segments_put: usize::MAX,
+            synced: false,
             _lock: lock,
         };
         // Removals uploaded before a restart whose objects may still be there: due
         // `delete_delay` after the line was written (about when it was uploaded), so a
         // command run from cron deletes what an earlier run left.
-        let (mut from, to) = (shipping.cursor.deleted_offset, shipping.cursor.offset);
-        while from < to {
-            let lines = read_lines(path, from, usize::MAX, to)?;
-            let Some(last) = lines.last() else {
-                break;
-            };
-            from = last.next_offset;
-            for line in lines {
-                if deletes_object(&line.entry) && line.entry.seq > shipping.cursor.deleted_seq {
-                    let written = SystemTime::UNIX_EPOCH
-                        + Duration::from_nanos(u64::try_from(line.entry.time_ns).unwrap_or(0));
-                    shipping.deletes.push_back(Due {
-                        at: written + self.settings.delete_delay,
-                        seq: line.entry.seq,
-                        next_offset: line.next_offset,
-                        path: line.entry.path,
-                    });
-                }
-            }
-        }
+        let (from, to) = (shipping.cursor.deleted_offset, shipping.cursor.offset);
+        queue_removals(&mut shipping, from, to, self.settings.delete_delay)?;
         self.shipping.insert(instance.to_string(), shipping);
         Ok(true)
     }
 
+    /// Moves manifest `instance`'s cursor up to what the store already holds of it, when it
+    /// is behind (the cursor lost, kept for another URL, restored from a backup): the lines
+    /// must be there as the store has them, or the manifest is `Diverged`. Without this, the
+    /// lines would go up again under other segment boundaries, overlapping those there.
+    async fn catch_up(&mut self, instance: &str) -> Result<(), UploadError> {
+        let segments = self.remote.segments_of(instance).await?;
+        let (chosen, _) = super::remote::plan(&segments);
+        let Some(last_segment) = chosen.last() else {
+            return Ok(());
+        };
+        let text = self.remote.read_text(&last_segment.key).await?;
+        let Some(last_line) = text.lines().last() else {
+            return Ok(());
+        };
+        let store_last = last_segment.first + text.lines().count() as u64 - 1;
+        let Some(s) = self.shipping.get_mut(instance) else {
+            return Ok(());
+        };
+        if store_last <= s.cursor.seq {
+            return Ok(());
+        }
+        let diverged = || UploadError::Diverged {
+            manifest: s.path.clone(),
+        };
+        let mut from = s.cursor.offset;
+        loop {
+            let lines = read_lines(&s.path, from, 10_000, u64::MAX)?;
+            let Some(last) = lines.last() else {
+                return Err(diverged());
+            };
+            from = last.next_offset;
+            if let Some(line) = lines.iter().find(|l| l.entry.seq == store_last) {
+                if line.text != last_line {
+                    return Err(diverged());
+                }
+                let old = s.cursor.offset;
+                s.cursor.offset = line.next_offset;
+                s.cursor.seq = store_last;
+                s.cursor.prev = super::manifest::line_hash(&line.text);
+                let new = s.cursor.offset;
+                queue_removals(s, old, new, self.settings.delete_delay)?;
+                let cursor = s.cursor.clone();
+                tracing::info!(manifest = %s.path.display(), seq = store_last, "upload cursor caught up with the lines already in the store");
+                return self.save_cursor(instance, &cursor);
+            }
+        }
+    }
+
+    /// The cursor of manifest `instance` for this store: one per store, so uploading the
+    /// same archive elsewhere (`toolwatch upload --url`) does not move this one.
     fn cursor_path(&self, instance: &str) -> PathBuf {
+        use sha2::Digest;
+        let store = hex::encode(&Sha256::digest(self.remote.url().as_bytes())[..4]);
         self.root
             .join(WORK_DIR)
             .join("upload")
-            .join(format!("{instance}.json"))
+            .join(format!("{instance}.{store}.json"))
     }
 
     fn load_cursor(&self, instance: &str) -> Result<Option<Cursor>, UploadError> {
@@ -556,6 +645,12 @@ impl Uploader {
     /// Uploads manifest `instance`'s new lines, a segment at a time.
     async fn ship(&mut self, instance: &str, report: &mut UploadReport) -> Result<(), UploadError> {
         self.abort_leftovers(instance).await?;
+        if self.shipping.get(instance).is_some_and(|s| !s.synced) {
+            self.catch_up(instance).await?;
+            if let Some(s) = self.shipping.get_mut(instance) {
+                s.synced = true;
+            }
+        }
         loop {
             let Some(s) = self.shipping.get(instance) else {
                 return Ok(());
@@ -1200,6 +1295,43 @@ fn deletes_object(entry: &Entry) -> bool {
     entry.op == Op::Remove && entry.reason != Reason::Offloaded.as_str()
 }
 
+/// The one field of a manifest line consolidation checks.
+#[derive(Deserialize)]
+struct SeqOnly {
+    seq: u64,
+}
+
+/// Queues the removals of manifest lines from byte `from` to `to` whose objects may still
+/// be in the store, each due `delay` after its line was written.
+fn queue_removals(
+    s: &mut Shipping,
+    from: u64,
+    to: u64,
+    delay: Duration,
+) -> Result<(), UploadError> {
+    let mut from = from;
+    while from < to {
+        let lines = read_lines(&s.path, from, usize::MAX, to)?;
+        let Some(last) = lines.last() else {
+            break;
+        };
+        from = last.next_offset;
+        for line in lines {
+            if deletes_object(&line.entry) && line.entry.seq > s.cursor.deleted_seq {
+                let written = SystemTime::UNIX_EPOCH
+                    + Duration::from_nanos(u64::try_from(line.entry.time_ns).unwrap_or(0));
+                s.deletes.push_back(Due {
+                    at: written + delay,
+                    seq: line.entry.seq,
+                    next_offset: line.next_offset,
+                    path: line.entry.path,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A stuck manifest's retry delays: from a minute to an hour (it needs an operator).
 fn stuck_backoff() -> crate::retry::Backoff {
     crate::retry::Backoff::new(Duration::from_secs(60), Duration::from_secs(3600))
@@ -1417,7 +1549,12 @@ mod tests {
             up.pass(false).await.unwrap();
         }
         // The cursor lost (a crash just before it was saved), and a line added meanwhile.
-        std::fs::remove_file(root.path().join(".compact/upload/i2.json")).unwrap();
+        for e in std::fs::read_dir(root.path().join(".compact/upload")).unwrap() {
+            let e = e.unwrap();
+            if e.file_name().to_string_lossy().starts_with("i2.") {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
         add(root.path(), &m, "spans/b.parquet", b"b");
         let mut up = Uploader::new(root.path(), remote.clone(), settings(), metrics);
         let r = up.pass(false).await.unwrap();
@@ -1639,6 +1776,58 @@ mod tests {
         let got = segment_names(&remote, "i6").await;
         assert_eq!(got, vec!["1-7.jsonl", "8.jsonl"]);
         assert_eq!(remote.live_files().await.unwrap().len(), 8);
+    }
+
+    #[tokio::test]
+    async fn a_lost_cursor_catches_up_with_consolidated_segments_instead_of_overlapping_them() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}/", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), "i7", Path::new("")).unwrap();
+        let quick = UploadSettings {
+            segment_lines: 1,
+            consolidate_after: 0,
+            consolidate_min: 2,
+            ..settings()
+        };
+        for n in 0..4 {
+            add(root.path(), &m, &format!("spans/p{n}.parquet"), b"x");
+        }
+        {
+            let mut up = Uploader::new(
+                root.path(),
+                remote.clone(),
+                quick.clone(),
+                Arc::new(Metrics::new()),
+            );
+            up.pass(false).await.unwrap();
+            // A second pass deletes what the consolidated segment covers (no delay here).
+            up.pass(false).await.unwrap();
+        }
+        assert_eq!(segment_names(&remote, "i7").await, vec!["1-4.jsonl"]);
+        // The cursor lost; the same store spelled another way; a line added meanwhile.
+        for e in std::fs::read_dir(root.path().join(".compact/upload")).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        add(root.path(), &m, "spans/p4.parquet", b"x");
+        let again = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        assert_eq!(again.url(), remote.url());
+        let mut up = Uploader::new(root.path(), again, settings(), Arc::new(Metrics::new()));
+        let r = up.pass(false).await.unwrap();
+        assert_eq!((r.lines, r.files), (1, 1), "only the new line and its file");
+        assert_eq!(
+            segment_names(&remote, "i7").await,
+            vec!["1-4.jsonl", "5.jsonl"]
+        );
+        let fetched = tempfile::tempdir().unwrap();
+        remote
+            .fetch_manifests(fetched.path(), &mut Default::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read(fetched.path().join("manifest/i7.jsonl")).unwrap(),
+            std::fs::read(root.path().join("manifest/i7.jsonl")).unwrap()
+        );
     }
 
     #[tokio::test]
