@@ -308,15 +308,22 @@ impl RemoteArchive {
             .join(format!("{first_seq:020}.jsonl"))
     }
 
+    /// Every object under `dir`.
+    async fn list_under(
+        &self,
+        dir: &ObjectPath,
+    ) -> Result<Vec<object_store::ObjectMeta>, RemoteError> {
+        self.store
+            .list(Some(dir))
+            .try_collect()
+            .await
+            .map_err(|e| RemoteError::store("list", dir, e))
+    }
+
     /// Every manifest segment in the store, per instance, ordered for [`plan`].
     pub async fn segments(&self) -> Result<BTreeMap<String, Vec<Segment>>, RemoteError> {
         let dir = self.prefix.clone().join(MANIFEST_DIR);
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&dir))
-            .try_collect()
-            .await
-            .map_err(|e| RemoteError::store("list", &dir, e))?;
+        let metas = self.list_under(&dir).await?;
         let mut out: BTreeMap<String, Vec<Segment>> = BTreeMap::new();
         for meta in metas {
             let Some(parts) = meta.location.prefix_match(&dir) else {
@@ -340,12 +347,7 @@ impl RemoteArchive {
     /// Manifest `instance`'s segments in the store, ordered for [`plan`].
     pub async fn segments_of(&self, instance: &str) -> Result<Vec<Segment>, RemoteError> {
         let dir = self.prefix.clone().join(MANIFEST_DIR).join(instance);
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&dir))
-            .try_collect()
-            .await
-            .map_err(|e| RemoteError::store("list", &dir, e))?;
+        let metas = self.list_under(&dir).await?;
         let mut out: Vec<Segment> = metas
             .into_iter()
             .filter_map(|m| {

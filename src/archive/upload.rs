@@ -1442,6 +1442,22 @@ mod tests {
         }
     }
 
+    /// An archive folder, a `file://` store, and manifest `instance` in the folder.
+    fn archive_and_store(
+        instance: &str,
+    ) -> (
+        tempfile::TempDir,
+        tempfile::TempDir,
+        RemoteArchive,
+        Arc<Manifest>,
+    ) {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
+        let m = Manifest::shared(root.path(), instance, Path::new("")).unwrap();
+        (root, bucket, remote, m)
+    }
+
     fn add(root: &Path, manifest: &Manifest, rel: &str, bytes: &[u8]) {
         let path = root.join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1462,10 +1478,7 @@ mod tests {
 
     #[tokio::test]
     async fn lines_go_up_in_segments_after_their_files_and_removals_delete_objects() {
-        let root = tempfile::tempdir().unwrap();
-        let bucket = tempfile::tempdir().unwrap();
-        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
-        let m = Manifest::shared(root.path(), "i1", Path::new("")).unwrap();
+        let (root, bucket, remote, m) = archive_and_store("i1");
         for n in 0..3 {
             add(
                 root.path(),
@@ -1533,10 +1546,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_restart_after_a_put_whose_cursor_was_not_saved_uploads_nothing_twice() {
-        let root = tempfile::tempdir().unwrap();
-        let bucket = tempfile::tempdir().unwrap();
-        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
-        let m = Manifest::shared(root.path(), "i2", Path::new("")).unwrap();
+        let (root, _bucket, remote, m) = archive_and_store("i2");
         add(root.path(), &m, "spans/a.parquet", b"a");
         let metrics = Arc::new(Metrics::new());
         {
@@ -1584,10 +1594,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_segment_never_ends_between_a_merges_removals_and_its_output() {
-        let root = tempfile::tempdir().unwrap();
-        let bucket = tempfile::tempdir().unwrap();
-        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
-        let m = Manifest::shared(root.path(), "i4", Path::new("")).unwrap();
+        let (root, _bucket, remote, m) = archive_and_store("i4");
         add(root.path(), &m, "spans/a.parquet", b"a");
         add(root.path(), &m, "spans/b.parquet", b"b");
         // As a reader may find a merge's lines half written: its removals, not yet its output.
@@ -1629,10 +1636,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_manifest_cut_back_under_its_upload_stops_it() {
-        let root = tempfile::tempdir().unwrap();
-        let bucket = tempfile::tempdir().unwrap();
-        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
-        let m = Manifest::shared(root.path(), "i5", Path::new("")).unwrap();
+        let (root, _bucket, remote, m) = archive_and_store("i5");
         add(root.path(), &m, "spans/a.parquet", b"a");
         add(root.path(), &m, "spans/b.parquet", b"b");
         let mut up = Uploader::new(
@@ -1699,10 +1703,7 @@ mod tests {
 
     #[tokio::test]
     async fn runs_of_segments_are_consolidated_and_readers_see_every_line_once() {
-        let root = tempfile::tempdir().unwrap();
-        let bucket = tempfile::tempdir().unwrap();
-        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
-        let m = Manifest::shared(root.path(), "i6", Path::new("")).unwrap();
+        let (root, _bucket, remote, m) = archive_and_store("i6");
         let first = UploadSettings {
             segment_lines: 1,
             consolidate_after: 3,
@@ -1832,10 +1833,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_changed_after_its_entry_is_not_uploaded() {
-        let root = tempfile::tempdir().unwrap();
-        let bucket = tempfile::tempdir().unwrap();
-        let remote = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
-        let m = Manifest::shared(root.path(), "i3", Path::new("")).unwrap();
+        let (root, bucket, remote, m) = archive_and_store("i3");
         add(root.path(), &m, "spans/a.parquet", b"right");
         std::fs::write(root.path().join("spans/a.parquet"), b"wrong").unwrap();
         let mut up = Uploader::new(root.path(), remote, settings(), Arc::new(Metrics::new()));

@@ -704,18 +704,7 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
         &["retention", "--config", cfg, "--data-dir", dir_arg],
     );
     assert_eq!(code, 0, "{err}");
-    let (code, _, err) = run(
-        s3.addr,
-        &[
-            "upload",
-            "--config",
-            cfg,
-            "--data-dir",
-            dir_arg,
-            "--delete-now",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
+    upload_deleting_now(s3.addr, cfg, dir_arg);
     let (stored, _) = dates(&s3, &data, "spans");
     assert_eq!(stored, days(0..7));
     let kept = days(0..7).len() as u64;
@@ -751,18 +740,7 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("removed 1 values from 1 files"), "{out}");
-    let (code, _, err) = run(
-        s3.addr,
-        &[
-            "upload",
-            "--config",
-            cfg,
-            "--data-dir",
-            dir_arg,
-            "--delete-now",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
+    upload_deleting_now(s3.addr, cfg, dir_arg);
     assert_eq!(store_count_sql(s3.addr, &holding), 0);
     assert_eq!(store_count(s3.addr, "spans"), kept);
     let (stored, local) = dates(&s3, &data, "spans");
@@ -771,6 +749,13 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
     assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
     let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
     assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+}
+
+/// `toolwatch upload --config CFG --data-dir DIR --delete-now`, which must succeed.
+fn upload_deleting_now(endpoint: SocketAddr, cfg: &str, dir: &str) {
+    let args = ["upload", "--config", cfg, "--data-dir", dir, "--delete-now"];
+    let (code, _, err) = run(endpoint, &args);
+    assert_eq!(code, 0, "{err}");
 }
 
 /// Whether the test sent a span on date `date` (today's 01:00 span only once it has passed).
