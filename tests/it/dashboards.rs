@@ -75,12 +75,18 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let exprs = expressions();
     let hook = WebhookReceiver::start(0);
     let dir = tempfile::tempdir().expect("tempdir");
-    // Tenant windows on, so usage and limit series exist; an alarm target, so deliveries do.
+    // Tenant windows on, so usage and limit series exist; an alarm target, so deliveries do;
+    // an object store (a folder), so uploads do.
+    let store = dir.path().join("store");
     let config = write_file(
         dir.path(),
         "toolwatch.toml",
         &format!(
             r#"
+[storage]
+url = "file://{}"
+upload_every = "1s"
+
 [archive]
 max_file_age = "1s"
 
@@ -97,6 +103,7 @@ tokens_per_hour = 10000000
 cost_usd_per_day = 1000.0
 tool_calls_per_minute = 100000
 "#,
+            store.display(),
             hook.url()
         ),
     );
