@@ -119,6 +119,17 @@ pub struct StorageConfig {
 }
 
 impl StorageConfig {
+    /// The object store `url` names (`None` when empty). Builds the client only: nothing is
+    /// sent, so a store down now is not an error here.
+    pub fn remote(
+        &self,
+    ) -> Result<Option<crate::archive::remote::RemoteArchive>, crate::archive::remote::RemoteError>
+    {
+        if self.url.is_empty() {
+            return Ok(None);
+        }
+        crate::archive::remote::RemoteArchive::open(&self.url).map(Some)
+    }
     /// How the uploader works, from these settings.
     pub fn upload_settings(&self) -> crate::archive::upload::UploadSettings {
         crate::archive::upload::UploadSettings {
@@ -407,15 +418,10 @@ impl Config {
                 ),
             });
         }
-        if !self.storage.url.is_empty() {
-            // Builds the client only: nothing is sent, so a store down now is not an error.
-            crate::archive::remote::RemoteArchive::open(&self.storage.url).map_err(|e| {
-                ConfigError::Invalid {
-                    origin: "storage.url".into(),
-                    message: e.to_string(),
-                }
-            })?;
-        }
+        self.storage.remote().map_err(|e| ConfigError::Invalid {
+            origin: "storage.url".into(),
+            message: e.to_string(),
+        })?;
         let j = &self.journal;
         if j.max_bytes.0 < j.segment_bytes.0.saturating_mul(4) {
             return Err(ConfigError::Invalid {

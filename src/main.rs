@@ -1048,13 +1048,9 @@ fn scrub(args: ScrubArgs) -> ExitCode {
                 )
             })
             .collect();
-        let remote = if config.storage.url.is_empty() {
-            None
-        } else {
-            match toolwatch::archive::remote::RemoteArchive::open(&config.storage.url) {
-                Ok(r) => Some(r),
-                Err(e) => return usage_error(e),
-            }
+        let remote = match config.storage.remote() {
+            Ok(r) => r,
+            Err(e) => return usage_error(e),
         };
         scrub::run(compactors, &dir, &scope, &scrubber, remote.as_ref())
     };
@@ -1239,7 +1235,7 @@ fn upload(args: UploadArgs) -> ExitCode {
         }
     }
     // Local copies go only once they are in the store readers, retention and scrub use.
-    let configured = RemoteArchive::open(&config.storage.url).ok();
+    let configured = config.storage.remote().ok().flatten();
     let same_store = configured.is_some_and(|c| c.url() == remote.url());
     let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics);
     if same_store && !config.storage.local_keep.0.is_zero() {

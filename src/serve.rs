@@ -547,13 +547,14 @@ fn start_upload(
     instance_id: &str,
     metrics: &Arc<Metrics>,
 ) -> Result<Option<crate::archive::upload::Background>, ServeError> {
-    use crate::archive::{remote::RemoteArchive, upload};
+    use crate::archive::upload;
     let storage = &config.storage;
-    if storage.url.is_empty() {
+    let Some(remote) = storage
+        .remote()
+        .map_err(|e| ServeError::Upload(e.to_string()))?
+    else {
         return Ok(None);
-    }
-    let remote =
-        RemoteArchive::open(&storage.url).map_err(|e| ServeError::Upload(e.to_string()))?;
+    };
     let uploader = upload::Uploader::new(
         archive_dir,
         remote,

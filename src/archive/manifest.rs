@@ -179,6 +179,17 @@ pub struct NewEntry {
     pub reason: Reason,
 }
 
+/// The seq and hash of the last line of whole manifest lines `bytes`; None when there is no
+/// line, an error when the last one is not an entry.
+fn last_entry(bytes: &[u8]) -> Option<Result<(u64, String), ()>> {
+    let body = bytes.strip_suffix(b"\n")?;
+    let line = body.rsplit(|&b| b == b'\n').next()?;
+    let entry = std::str::from_utf8(line)
+        .ok()
+        .and_then(|l| Some((serde_json::from_str::<Entry>(l).ok()?, l)));
+    Some(entry.map(|(e, l)| (e.seq, line_hash(l))).ok_or(()))
+}
+
 /// Hex SHA-256 of a line's text: the next line's `prev`.
 pub fn line_hash(line: &str) -> String {
     hex::encode(Sha256::digest(line.as_bytes()))
@@ -233,21 +244,28 @@ impl Manifest {
         // crash tore: it was never whole, so never uploaded or chained to; it goes, or the
         // next line would be glued to it.
         super::lock::flock(&file, libc::LOCK_EX)?;
-        let text = std::fs::read_to_string(&path)?;
-        let whole = text.rfind('\n').map_or(0, |i| i + 1);
-        if whole < text.len() {
+        // Bytes, not text: a torn tail may end inside a character.
+        let bytes = std::fs::read(&path)?;
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if whole < bytes.len() {
             file.set_len(whole as u64)?;
             file.sync_data()?;
         }
         let _ = super::lock::flock(&file, libc::LOCK_UN);
-        let (seq, last) = text[..whole]
-            .lines()
-            .last()
-            .map(|l| {
-                let seq = serde_json::from_str::<Entry>(l).map_or(0, |e| e.seq);
-                (seq, line_hash(l))
-            })
-            .unwrap_or((0, GENESIS.to_string()));
+        let (seq, last) = match last_entry(&bytes[..whole]) {
+            Some(Ok((seq, hash))) => (seq, hash),
+            None => (0, GENESIS.to_string()),
+            // Chaining to a line that is not an entry would hide it: refused, with its name.
+            Some(Err(())) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: its last line is not a manifest entry (`toolwatch verify` names it); no entry is added after it",
+                        path.display()
+                    ),
+                ))
+            }
+        };
         if seq == 0 {
             // A new manifest's name must survive a crash with its first lines.
             crate::durable::sync_dir(&data_dir.join(DIR))?;
@@ -375,4 +393,70 @@ pub fn file_sha256(path: &Path) -> std::io::Result<String> {
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h)?;
     Ok(hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str) -> NewEntry {
+        NewEntry {
+            op: Op::Add,
+            path: PathBuf::from(format!("spans/{name}.parquet")),
+            table: "spans".into(),
+            rows: 1,
+            bytes: 1,
+            sha256: "00".repeat(32),
+            records: None,
+            reason: Reason::Flush,
+        }
+    }
+
+    fn reopen(root: &Path, instance: &str) -> std::io::Result<Arc<Manifest>> {
+        Manifest::shared(root, instance, Path::new(""))
+    }
+
+    #[test]
+    fn a_torn_tail_ending_inside_a_character_is_cut_and_the_chain_goes_on() {
+        let root = tempfile::tempdir().unwrap();
+        let path = {
+            let m = reopen(root.path(), "t1").unwrap();
+            m.append(&[entry("a"), entry("b")]).unwrap();
+            m.path().to_path_buf()
+        };
+        let whole = std::fs::read(&path).unwrap();
+        let last = whole[..whole.len() - 1]
+            .rsplit(|&b| b == b'\n')
+            .next()
+            .unwrap()
+            .to_vec();
+        // Half of a two-byte character: not UTF-8.
+        let mut torn = whole.clone();
+        torn.extend_from_slice(b"{\"seq\":3,\"path\":\"\xc3");
+        std::fs::write(&path, &torn).unwrap();
+        let m = reopen(root.path(), "t1").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), whole);
+        m.append(&[entry("c")]).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let third: Entry = serde_json::from_str(text.lines().nth(2).unwrap()).unwrap();
+        assert_eq!(third.seq, 3);
+        assert_eq!(third.prev, line_hash(std::str::from_utf8(&last).unwrap()));
+    }
+
+    #[test]
+    fn a_last_line_that_is_not_an_entry_is_refused_with_the_manifests_name() {
+        let root = tempfile::tempdir().unwrap();
+        let path = {
+            let m = reopen(root.path(), "t2").unwrap();
+            m.append(&[entry("a")]).unwrap();
+            m.path().to_path_buf()
+        };
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"not an entry\n");
+        std::fs::write(&path, &bytes).unwrap();
+        let e = reopen(root.path(), "t2").err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("t2.jsonl"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing appended");
+    }
 }

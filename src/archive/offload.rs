@@ -191,14 +191,7 @@ pub async fn offload(
             let uploaded = match remote.store().head(&key).await {
                 Ok(meta) => meta.size == *size,
                 Err(object_store::Error::NotFound { .. }) => false,
-                Err(e) => {
-                    return Err(RemoteError::Store {
-                        operation: "head",
-                        key: key.to_string(),
-                        source: e,
-                    }
-                    .into())
-                }
+                Err(e) => return Err(RemoteError::store("head", &key, e).into()),
             };
             if !uploaded {
                 done.not_uploaded += 1;
@@ -256,45 +249,42 @@ pub async fn offload(
     Ok(done)
 }
 
-/// Brings back the offloaded files of `parts` (into their partition folders, each checked
+/// Brings back the offloaded files of `part` (into its partition folder, each checked
 /// against the SHA-256 recorded when it was offloaded), for a scrub to read; they stay listed
 /// as offloaded. Adds the files brought back to `out` (those before a failure too); call
 /// [`settle_recalled`] with them after, whether this failed or not.
 pub fn recall(
     data_dir: &Path,
     remote: Option<&RemoteArchive>,
-    parts: &[PartitionDir],
+    part: &PartitionDir,
     out: &mut Vec<(PartitionDir, OffloadedFile)>,
 ) -> Result<(), OffloadError> {
+    let dir = part.dir(data_dir);
+    if read_marker(&dir)?.is_empty() {
+        return Ok(());
+    }
+    let Some(remote) = remote else {
+        return Err(OffloadError::NoStore { dir });
+    };
+    let _lock = PartitionLock::acquire(data_dir, part, true)?;
+    // Read again under the lock: retention may have taken the partition meanwhile.
+    let marker = read_marker(&dir)?;
+    remove_partial_recalls(&dir)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| io(data_dir, e))?;
-    for part in parts {
-        let dir = part.dir(data_dir);
-        let marker = read_marker(&dir)?;
-        if marker.is_empty() {
-            continue;
-        }
-        let Some(remote) = remote else {
-            return Err(OffloadError::NoStore { dir });
-        };
-        let _lock = PartitionLock::acquire(data_dir, part, true)?;
-        // Read again under the lock: retention may have taken the partition meanwhile.
-        let marker = read_marker(&dir)?;
-        remove_partial_recalls(&dir)?;
-        // One whose line was never written is still here (not offloaded yet).
-        for f in marker.into_iter().filter(|f| f.recorded) {
-            let local = data_dir.join(&f.path);
-            let mut name = local.file_name().unwrap_or_default().to_os_string();
-            name.push(RECALL_SUFFIX);
-            let temp = local.with_file_name(name);
-            runtime.block_on(download(remote, &f, &temp))?;
-            std::fs::rename(&temp, &local).map_err(|e| io(&local, e))?;
-            out.push((part.clone(), f));
-        }
-        crate::durable::sync_dir(&dir).map_err(|e| io(&dir, e))?;
+    // One whose line was never written is still here (not offloaded yet).
+    for f in marker.into_iter().filter(|f| f.recorded) {
+        let local = data_dir.join(&f.path);
+        let mut name = local.file_name().unwrap_or_default().to_os_string();
+        name.push(RECALL_SUFFIX);
+        let temp = local.with_file_name(name);
+        runtime.block_on(download(remote, &f, &temp))?;
+        std::fs::rename(&temp, &local).map_err(|e| io(&local, e))?;
+        out.push((part.clone(), f));
     }
+    crate::durable::sync_dir(&dir).map_err(|e| io(&dir, e))?;
     Ok(())
 }
 

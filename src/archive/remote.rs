@@ -65,7 +65,12 @@ pub enum RemoteError {
 }
 
 impl RemoteError {
-    fn store(operation: &'static str, key: &ObjectPath, source: object_store::Error) -> Self {
+    /// A failed request for object `key`.
+    pub(crate) fn store(
+        operation: &'static str,
+        key: &ObjectPath,
+        source: object_store::Error,
+    ) -> Self {
         RemoteError::Store {
             operation,
             key: key.to_string(),
@@ -175,6 +180,18 @@ pub fn plan(segments: &[Segment]) -> (Vec<&Segment>, Vec<(&Segment, &Segment)>) 
     (chosen, covered)
 }
 
+/// `url` spelled one way per place (`s3a://` as `s3://`, no trailing `/`): upload cursors are
+/// kept per URL. None for a URL of another scheme.
+pub fn canonical_url(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let rest = rest.trim_end_matches('/');
+    match scheme {
+        "file" => Some(format!("file://{rest}")),
+        "s3" | "s3a" => Some(format!("s3://{rest}")),
+        _ => None,
+    }
+}
+
 /// A live archive file in the store, as the manifests record it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveFile {
@@ -221,11 +238,7 @@ impl RemoteArchive {
         };
         let prefix = ObjectPath::parse(prefix.trim_matches('/'))
             .map_err(|e| bad(&format!("bad prefix: {e}")))?;
-        // One spelling per place (`s3a://`, a trailing `/`): upload cursors are kept per URL.
-        let url = match scheme {
-            "file" => format!("file://{}", rest.trim_end_matches('/')),
-            _ => format!("s3://{}", rest.trim_end_matches('/')),
-        };
+        let url = canonical_url(url).ok_or_else(|| bad("not a URL"))?;
         Ok(RemoteArchive {
             store,
             multipart,
@@ -380,6 +393,25 @@ impl RemoteArchive {
                 Ok((key, text))
             })
             .buffered(SEGMENT_READS)
+    }
+
+    /// Puts `text` at `key` only if no object is there (If-None-Match); `None` when put, else
+    /// the text already there (an earlier put whose answer was lost, or another's).
+    pub async fn put_new_text(
+        &self,
+        key: &ObjectPath,
+        text: String,
+    ) -> Result<Option<String>, RemoteError> {
+        let opts = object_store::PutOptions {
+            mode: object_store::PutMode::Create,
+            ..Default::default()
+        };
+        let payload = object_store::PutPayload::from(text.into_bytes());
+        match self.store.put_opts(key, payload, opts).await {
+            Ok(_) => Ok(None),
+            Err(object_store::Error::AlreadyExists { .. }) => self.read_text(key).await.map(Some),
+            Err(e) => Err(RemoteError::store("put", key, e)),
+        }
     }
 
     /// The text of object `key`.

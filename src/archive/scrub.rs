@@ -540,7 +540,7 @@ fn scrub_offloaded_too(
     remote: Option<&super::remote::RemoteArchive>,
 ) -> Report {
     let mut recalled = Vec::new();
-    let back = super::offload::recall(data_dir, remote, std::slice::from_ref(part), &mut recalled);
+    let back = super::offload::recall(data_dir, remote, part, &mut recalled);
     let report = match back {
         Ok(()) => scrub_partition(compactor, part, scrubber),
         Err(e) => {

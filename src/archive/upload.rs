@@ -6,8 +6,8 @@
 //! are there, with the SHA-256 its entry records (the bytes are hashed as they are read
 //! for the upload; a file whose bytes differ is not uploaded, and `verify` over the store
 //! reports it missing). Nothing is lost to a failed request: a manifest's cursor
-//! (`.compact/upload/<instance>.json`) moves past a line only once its segment is in the
-//! store, so a failed upload, a crash or a stopped store means the same lines are tried
+//! (`.compact/upload/<instance>.<store>.json`, one per store URL) moves past a line only once
+//! its segment is in the store, so a failed upload, a crash or a stopped store means the same lines are tried
 //! again, and uploading them twice is harmless (a file's key is its path; a segment is put
 //! only if absent, and one already there holding the same lines counts as put). A failed
 //! multipart upload is aborted, leaving no parts behind. A reader that listed the live
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -94,8 +94,11 @@ pub struct UploadReport {
     pub gone: u64,
     /// Added files whose bytes were not those recorded: not uploaded.
     pub differs: u64,
-    /// Manifests another process is uploading.
+    /// Manifests another process is uploading...
     pub held_elsewhere: usize,
+    /// ...and of them, those whose lines are not all in this store by that process's cursor
+    /// (offloading waits for them too).
+    pub behind_elsewhere: usize,
     /// Consolidated segments put, and segments deleted as covered by one.
     pub consolidated: (u64, u64),
     /// Manifests whose upload stopped on an error of their own (retried on their own
@@ -153,7 +156,7 @@ pub fn offload_instance(root: &Path) -> std::io::Result<String> {
 /// How often the daemon looks for local copies to offload (a walk of the partition folders).
 const OFFLOAD_EVERY: Duration = Duration::from_secs(300);
 
-/// Where one manifest's upload stands; kept in `.compact/upload/<instance>.json`.
+/// Where one manifest's upload stands; kept in `.compact/upload/<instance>.<store>.json`.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Cursor {
     /// The store these positions are in: another URL starts again from the beginning.
@@ -169,6 +172,36 @@ struct Cursor {
     deleted_seq: u64,
     /// ...and the line after it starts here.
     deleted_offset: u64,
+    /// The first line of the last segment in the store, which ends at `seq` (0: not known),
+    /// so a restart knows the store holds no more without reading it.
+    #[serde(default)]
+    segment: u64,
+    /// When the last segment was put, in seconds since the epoch (0: not known): every
+    /// removal up to `seq` was in the store by then, so its delay runs from then at the latest.
+    #[serde(default)]
+    put_at: u64,
+}
+
+impl Cursor {
+    /// A cursor at the start of the manifest, for the store at `url`.
+    fn start(url: &str) -> Cursor {
+        Cursor {
+            url: url.to_string(),
+            ..Cursor::default()
+        }
+    }
+
+    /// When removals already in the store may have their objects deleted: `delay` after the
+    /// last put, or after now when that is not known (a cursor of an older build, a cursor
+    /// caught up with the store).
+    fn removals_due(&self, delay: Duration) -> SystemTime {
+        let put = if self.put_at == 0 {
+            SystemTime::now()
+        } else {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(self.put_at)
+        };
+        put + delay
+    }
 }
 
 /// A removal waiting for its delay.
@@ -306,6 +339,9 @@ impl Uploader {
                 Ok(true) => {}
                 Ok(false) => {
                     report.held_elsewhere += 1;
+                    if !self.is_up_elsewhere(&instance, &path) {
+                        report.behind_elsewhere += 1;
+                    }
                     continue;
                 }
                 Err(e) => {
@@ -351,10 +387,10 @@ impl Uploader {
         report.pending_bytes = self.pending_bytes();
         self.metrics.archive_upload_pending(report.pending_bytes);
         self.metrics.archive_upload_stuck(report.stuck as u64);
-        // Only when every manifest of the folder is in the store as far as it goes (none held
-        // by another process or stuck): every file a line adds has its line there, so no
-        // local copy goes whose object no segment names.
-        let all_up = all_shipped && report.held_elsewhere == 0 && report.stuck == 0;
+        // Only when every manifest of the folder is in the store as far as it goes (by this
+        // process or, for those another holds, by its cursor; none stuck): every file a line
+        // adds has its line there, so no local copy goes whose object no segment names.
+        let all_up = all_shipped && report.behind_elsewhere == 0 && report.stuck == 0;
         if first_error.is_none() && all_up {
             if let Err(e) = self.offload_due(&mut report).await {
                 self.metrics.archive_upload_failed(failure_reason(&e));
@@ -409,14 +445,7 @@ impl Uploader {
             }
             match self.remote.store().delete(&old.key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => report.consolidated.1 += 1,
-                Err(e) => {
-                    return Err(RemoteError::Store {
-                        operation: "delete",
-                        key: old.key.to_string(),
-                        source: e,
-                    }
-                    .into())
-                }
+                Err(e) => return Err(RemoteError::store("delete", &old.key, e).into()),
             }
         }
         let mut i = 0;
@@ -471,33 +500,13 @@ impl Uploader {
         }
         let last = next - 1;
         let key = self.remote.consolidated_key(instance, run[0].first, last);
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        let put = self
-            .remote
-            .store()
-            .put_opts(&key, PutPayload::from(text.clone().into_bytes()), opts)
-            .await;
-        match put {
-            Ok(_) => Ok(true),
-            // Put before (a pass that failed after it): the same lines, or a conflict.
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                if self.remote.read_text(&key).await? == text {
-                    Ok(true)
-                } else {
-                    Err(UploadError::Conflict {
-                        key: key.to_string(),
-                    })
-                }
-            }
-            Err(e) => Err(RemoteError::Store {
-                operation: "put",
+        // Put before (a pass that failed after it): the same lines, or a conflict.
+        match self.remote.put_new_text(&key, text.clone()).await? {
+            None => Ok(true),
+            Some(there) if there == text => Ok(true),
+            Some(_) => Err(UploadError::Conflict {
                 key: key.to_string(),
-                source: e,
-            }
-            .into()),
+            }),
         }
     }
 
@@ -534,13 +543,9 @@ impl Uploader {
         let Some(lock) = lock else {
             return Ok(false);
         };
-        let cursor = match self.load_cursor(instance)? {
-            Some(c) if c.url == self.remote.url() => c,
-            _ => Cursor {
-                url: self.remote.url().to_string(),
-                ..Cursor::default()
-            },
-        };
+        let cursor = self
+            .load_cursor(instance)?
+            .unwrap_or_else(|| Cursor::start(self.remote.url()));
         let mut shipping = Shipping {
             path: path.to_path_buf(),
             cursor,
@@ -553,81 +558,148 @@ impl Uploader {
             _lock: lock,
         };
         // Removals uploaded before a restart whose objects may still be there: due
-        // `delete_delay` after the line was written (about when it was uploaded), so a
-        // command run from cron deletes what an earlier run left.
+        // `delete_delay` after the last put, so a command run from cron deletes what an
+        // earlier run left, and never before a reader listing the store could have seen them.
         let (from, to) = (shipping.cursor.deleted_offset, shipping.cursor.offset);
-        queue_removals(&mut shipping, from, to, self.settings.delete_delay)?;
+        let at = shipping.cursor.removals_due(self.settings.delete_delay);
+        queue_removals(&mut shipping, from, to, at)?;
         self.shipping.insert(instance.to_string(), shipping);
         Ok(true)
     }
 
-    /// Moves manifest `instance`'s cursor up to what the store already holds of it, when it
-    /// is behind (the cursor lost, kept for another URL, restored from a backup): the lines
-    /// must be there as the store has them, or the manifest is `Diverged`. Without this, the
-    /// lines would go up again under other segment boundaries, overlapping those there.
+    /// Brings manifest `instance`'s cursor in line with what the store holds of it, at the
+    /// first pass of a process. A cursor behind the store (lost, kept for another URL,
+    /// restored from a backup) moves up to the store's last line, or those lines would go up
+    /// again under other segment boundaries, overlapping the ones there. A cursor ahead of
+    /// it (the bucket emptied, the same URL on another endpoint) moves back, and the lines
+    /// the store lacks go up again with their files. Either way the store's last line must
+    /// be the manifest's line of that seq, or the manifest is `Diverged`.
     async fn catch_up(&mut self, instance: &str) -> Result<(), UploadError> {
         let segments = self.remote.segments_of(instance).await?;
         let (chosen, _) = super::remote::plan(&segments);
-        let Some(last_segment) = chosen.last() else {
+        let last_segment = chosen.last().copied();
+        let Some(s) = self.shipping.get(instance) else {
             return Ok(());
         };
-        let text = self.remote.read_text(&last_segment.key).await?;
-        let Some(last_line) = text.lines().last() else {
+        if store_end_known(last_segment, &s.cursor) == Some(s.cursor.seq) {
             return Ok(());
+        }
+        let (store_last, last_line, segment) = match last_segment {
+            None => (0, None, 0),
+            Some(seg) => {
+                let text = self.remote.read_text(&seg.key).await?;
+                let Some(last) = text.lines().last() else {
+                    return Err(UploadError::Conflict {
+                        key: seg.key.to_string(),
+                    });
+                };
+                let last_seq = seg.first + text.lines().count() as u64 - 1;
+                (last_seq, Some(last.to_string()), seg.first)
+            }
         };
-        let store_last = last_segment.first + text.lines().count() as u64 - 1;
+        let delay = self.settings.delete_delay;
         let Some(s) = self.shipping.get_mut(instance) else {
             return Ok(());
         };
-        if store_last <= s.cursor.seq {
-            return Ok(());
+        let old = s.cursor.clone();
+        if store_last == old.seq {
+            // In line: the segment noted, so the next start need not read it.
+            s.cursor.segment = segment;
+            let cursor = s.cursor.clone();
+            return self.save_cursor(instance, &cursor);
         }
-        let diverged = || UploadError::Diverged {
-            manifest: s.path.clone(),
-        };
-        let mut from = s.cursor.offset;
-        loop {
-            let lines = read_lines(&s.path, from, 10_000, u64::MAX)?;
-            let Some(last) = lines.last() else {
-                return Err(diverged());
-            };
-            from = last.next_offset;
-            if let Some(line) = lines.iter().find(|l| l.entry.seq == store_last) {
-                if line.text != last_line {
-                    return Err(diverged());
+        let (offset, prev) = match store_last {
+            0 => (0, String::new()),
+            _ => {
+                let from = if store_last > old.seq { old.offset } else { 0 };
+                match find_line(&s.path, from, store_last)? {
+                    Some(line) if Some(&line.text) == last_line.as_ref() => {
+                        (line.next_offset, super::manifest::line_hash(&line.text))
+                    }
+                    _ => {
+                        return Err(UploadError::Diverged {
+                            manifest: s.path.clone(),
+                        })
+                    }
                 }
-                let old = s.cursor.offset;
-                s.cursor.offset = line.next_offset;
-                s.cursor.seq = store_last;
-                s.cursor.prev = super::manifest::line_hash(&line.text);
-                let new = s.cursor.offset;
-                queue_removals(s, old, new, self.settings.delete_delay)?;
-                let cursor = s.cursor.clone();
-                tracing::info!(manifest = %s.path.display(), seq = store_last, "upload cursor caught up with the lines already in the store");
-                return self.save_cursor(instance, &cursor);
             }
+        };
+        s.cursor.offset = offset;
+        s.cursor.seq = store_last;
+        s.cursor.prev = prev;
+        s.cursor.segment = segment;
+        // When the lines caught up with were put is not known.
+        s.cursor.put_at = 0;
+        if store_last > old.seq {
+            queue_removals(s, old.offset, offset, SystemTime::now() + delay)?;
+            tracing::info!(manifest = %s.path.display(), seq = store_last, "upload cursor caught up with the lines already in the store");
+        } else {
+            // Removals whose lines the store lost are queued again when they go up again.
+            s.deletes.retain(|d| d.seq <= store_last);
+            if s.cursor.deleted_seq > store_last {
+                s.cursor.deleted_seq = store_last;
+                s.cursor.deleted_offset = offset;
+            }
+            tracing::warn!(manifest = %s.path.display(), store_seq = store_last, cursor_seq = old.seq, "the object store holds fewer of this manifest's lines than its upload cursor says (emptied, or another store under the same URL); the lines after the store's last go up again with their files");
         }
+        let cursor = s.cursor.clone();
+        self.save_cursor(instance, &cursor)
+    }
+
+    /// Whether manifest `instance` (at `path`), which another process uploads, is in this
+    /// store to its end by that process's cursor.
+    fn is_up_elsewhere(&self, instance: &str, path: &Path) -> bool {
+        // The length first: lines appended after it are as new as those of this process's
+        // own manifests after its pass.
+        let Ok(len) = std::fs::metadata(path).map(|m| m.len()) else {
+            return false;
+        };
+        matches!(self.load_cursor(instance), Ok(Some(c)) if c.offset >= len)
     }
 
     /// The cursor of manifest `instance` for this store: one per store, so uploading the
     /// same archive elsewhere (`toolwatch upload --url`) does not move this one.
     fn cursor_path(&self, instance: &str) -> PathBuf {
-        use sha2::Digest;
-        let store = hex::encode(&Sha256::digest(self.remote.url().as_bytes())[..4]);
-        self.root
-            .join(WORK_DIR)
-            .join("upload")
-            .join(format!("{instance}.{store}.json"))
+        self.upload_dir()
+            .join(format!("{instance}.{}.json", self.store_tag()))
     }
 
+    /// Where upload state is kept.
+    fn upload_dir(&self) -> PathBuf {
+        self.root.join(WORK_DIR).join("upload")
+    }
+
+    /// A short name of the store, for state kept per store.
+    fn store_tag(&self) -> String {
+        hex::encode(&Sha256::digest(self.remote.url().as_bytes())[..4])
+    }
+
+    /// Manifest `instance`'s cursor for this store, if there is one. Builds before cursors
+    /// were kept per store wrote `<instance>.json` (with the URL inside): read when it
+    /// names this store, so such an archive does not scan every manifest and delete every
+    /// removal's object again.
     fn load_cursor(&self, instance: &str) -> Result<Option<Cursor>, UploadError> {
-        let path = self.cursor_path(instance);
-        match std::fs::read_to_string(&path) {
-            // A cursor that does not parse is started over: uploading again is harmless.
-            Ok(text) => Ok(serde_json::from_str(&text).ok()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(RemoteError::Io { path, source: e }.into()),
+        let ours =
+            |c: &Cursor| super::remote::canonical_url(&c.url).as_deref() == Some(self.remote.url());
+        let older = self.upload_dir().join(format!("{instance}.json"));
+        for path in [self.cursor_path(instance), older] {
+            match std::fs::read_to_string(&path) {
+                // A cursor that does not parse is started over: uploading again is harmless
+                // (the store's segments are caught up with).
+                Ok(text) => {
+                    return Ok(serde_json::from_str::<Cursor>(&text)
+                        .ok()
+                        .filter(ours)
+                        .map(|c| Cursor {
+                            url: self.remote.url().to_string(),
+                            ..c
+                        }))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(RemoteError::Io { path, source: e }.into()),
+            }
         }
+        Ok(None)
     }
 
     fn save_cursor(&self, instance: &str, cursor: &Cursor) -> Result<(), UploadError> {
@@ -741,6 +813,8 @@ impl Uploader {
             s.cursor.offset = last.next_offset;
             s.cursor.seq = last.entry.seq;
             s.cursor.prev = super::manifest::line_hash(&last.text);
+            s.cursor.segment = first_seq;
+            s.cursor.put_at = unix_seconds(SystemTime::now());
             if s.deletes.is_empty() {
                 s.cursor.deleted_seq = s.cursor.seq;
                 s.cursor.deleted_offset = s.cursor.offset;
@@ -797,35 +871,17 @@ impl Uploader {
         let key = self.remote.segment_key(instance, first_seq);
         let mut text = lines.join("\n");
         text.push('\n');
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
+        let Some(there) = self.remote.put_new_text(&key, text).await? else {
+            return Ok(Stored::All);
         };
-        let put = self
-            .remote
-            .store()
-            .put_opts(&key, PutPayload::from(text.into_bytes()), opts)
-            .await;
-        match put {
-            Ok(_) => Ok(Stored::All),
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let there = self.remote.read_text(&key).await?;
-                let there: Vec<String> = there.lines().map(str::to_string).collect();
-                if there.is_empty() {
-                    self.metrics.archive_upload_failed("conflict");
-                    return Err(UploadError::Conflict {
-                        key: key.to_string(),
-                    });
-                }
-                Ok(Stored::Found(there))
-            }
-            Err(e) => Err(RemoteError::Store {
-                operation: "put",
+        let there: Vec<String> = there.lines().map(str::to_string).collect();
+        if there.is_empty() {
+            self.metrics.archive_upload_failed("conflict");
+            return Err(UploadError::Conflict {
                 key: key.to_string(),
-                source: e,
-            }
-            .into()),
+            });
         }
+        Ok(Stored::Found(there))
     }
 
     /// Uploads the file `entry` adds, checking its bytes against the entry as they are read.
@@ -854,13 +910,7 @@ impl Uploader {
             tracing::error!(file = %entry.path, "archive file's size differs from its manifest entry; not uploaded");
             return Ok(Uploaded::Differs);
         }
-        let store_error = |e| {
-            UploadError::from(RemoteError::Store {
-                operation: "put",
-                key: key.to_string(),
-                source: e,
-            })
-        };
+        let store_error = |e| UploadError::from(RemoteError::store("put", &key, e));
         if size < self.settings.multipart_bytes {
             let mut bytes = Vec::with_capacity(size as usize);
             (&file).read_to_end(&mut bytes).map_err(io)?;
@@ -911,7 +961,7 @@ impl Uploader {
     }
 
     /// Uploads `file` to `key` in parts through the store's multipart interface. The upload's
-    /// id is kept (`.compact/upload/<instance>.uploads.json`) until it is completed or
+    /// id is kept (`.compact/upload/<instance>.<store>.uploads.json`) until it is completed or
     /// aborted: one whose abort failed too, or that a crash interrupted, is aborted at a later
     /// pass ([`Uploader::abort_leftovers`]), so no parts stay in the bucket.
     async fn upload_in_parts(
@@ -993,11 +1043,7 @@ impl Uploader {
             let part = mp
                 .put_part(key, &id.to_string(), parts.len(), PutPayload::from(chunk))
                 .await
-                .map_err(|e| RemoteError::Store {
-                    operation: "put part",
-                    key: key.to_string(),
-                    source: e,
-                })?;
+                .map_err(|e| RemoteError::store("put part", key, e))?;
             parts.push(part);
             if last {
                 break;
@@ -1006,23 +1052,15 @@ impl Uploader {
         Ok((hex::encode(hash.finalize()) == entry.sha256).then_some(parts))
     }
 
+    /// The multipart uploads of manifest `instance` open in this store (ids are the store's).
     fn uploads_path(&self, instance: &str) -> PathBuf {
-        self.root
-            .join(WORK_DIR)
-            .join("upload")
-            .join(format!("{instance}.uploads.json"))
+        self.upload_dir()
+            .join(format!("{instance}.{}.uploads.json", self.store_tag()))
     }
 
     /// The multipart uploads of manifest `instance` begun and not yet completed or aborted.
     fn open_uploads(&self, instance: &str) -> Result<Vec<(String, String)>, UploadError> {
-        let path = self.uploads_path(instance);
-        match std::fs::read_to_string(&path) {
-            // Unreadable (a torn write): what it held cannot be aborted from here; the
-            // bucket's lifecycle rule for incomplete uploads is the backstop.
-            Ok(text) => Ok(serde_json::from_str(&text).unwrap_or_default()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(RemoteError::Io { path, source: e }.into()),
-        }
+        read_uploads(&self.uploads_path(instance))
     }
 
     /// Records upload `id` of `key` as open (`open`) or as ended.
@@ -1054,6 +1092,25 @@ impl Uploader {
         let Some(mp) = self.remote.multipart() else {
             return Ok(());
         };
+        // Kept by builds before uploads were kept per store: each tried once, then the file
+        // goes (another store's id cannot be aborted here; the bucket's lifecycle rule for
+        // incomplete uploads is the backstop).
+        let older = self.upload_dir().join(format!("{instance}.uploads.json"));
+        if older.exists() {
+            for (key, id) in read_uploads(&older)? {
+                let path = object_store::path::Path::from(key.as_str());
+                match mp.abort_multipart(&path, &id).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, key = %key, upload_id = %id, "could not abort a multipart upload an older build left open; not tried again (abort it by hand or let the bucket's lifecycle rule)")
+                    }
+                }
+            }
+            std::fs::remove_file(&older).map_err(|e| RemoteError::Io {
+                path: older.clone(),
+                source: e,
+            })?;
+        }
         for (key, id) in self.open_uploads(instance)? {
             let path = object_store::path::Path::from(key.as_str());
             match mp.abort_multipart(&path, &id).await {
@@ -1108,7 +1165,10 @@ impl Uploader {
         Ok(hex::encode(hash.finalize()) == entry.sha256)
     }
 
-    /// Deletes the objects of manifest `instance`'s removals whose delay is over.
+    /// Deletes the objects of manifest `instance`'s removals whose delay is over (all of
+    /// them with `all`), in batches (one request per thousand on S3), the cursor saved after
+    /// each, so a restart repeats at most one batch; at most [`DELETES_PER_PASS`] a pass
+    /// unless `all`, so a backlog of removals does not hold the uploads back.
     async fn delete_due(
         &mut self,
         instance: &str,
@@ -1116,38 +1176,42 @@ impl Uploader {
         report: &mut UploadReport,
     ) -> Result<(), UploadError> {
         let now = SystemTime::now();
-        let mut moved = false;
+        let mut done = 0usize;
         loop {
-            let Some(s) = self.shipping.get(instance) else {
-                return Ok(());
-            };
-            let Some(due) = s.deletes.front() else {
-                break;
-            };
-            if !all && due.at > now {
-                break;
-            }
-            let key = self.remote.file_key(&due.path)?;
-            match self.remote.store().delete(&key).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => {
-                    return Err(RemoteError::Store {
-                        operation: "delete",
-                        key: key.to_string(),
-                        source: e,
-                    }
-                    .into())
-                }
-            }
-            report.deleted += 1;
-            self.metrics.archive_remote_deleted(1);
             let Some(s) = self.shipping.get_mut(instance) else {
                 return Ok(());
             };
-            if let Some(done) = s.deletes.pop_front() {
-                s.cursor.deleted_seq = done.seq;
-                s.cursor.deleted_offset = done.next_offset;
-                moved = true;
+            let due = s
+                .deletes
+                .iter()
+                .take_while(|d| all || d.at <= now)
+                .take(DELETE_BATCH)
+                .count();
+            if due == 0 || (!all && done >= DELETES_PER_PASS) {
+                break;
+            }
+            let keys = s
+                .deletes
+                .iter()
+                .take(due)
+                .map(|d| self.remote.file_key(&d.path))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (deleted, failed) = self.delete_objects(keys).await;
+            report.deleted += deleted as u64;
+            self.metrics.archive_remote_deleted(deleted as u64);
+            done += deleted;
+            let Some(s) = self.shipping.get_mut(instance) else {
+                return Ok(());
+            };
+            let last = s.deletes.drain(..deleted).next_back();
+            if let Some(last) = last {
+                s.cursor.deleted_seq = last.seq;
+                s.cursor.deleted_offset = last.next_offset;
+                let cursor = s.cursor.clone();
+                self.save_cursor(instance, &cursor)?;
+            }
+            if let Some(e) = failed {
+                return Err(e.into());
             }
         }
         let Some(s) = self.shipping.get_mut(instance) else {
@@ -1156,13 +1220,32 @@ impl Uploader {
         if s.deletes.is_empty() && s.cursor.deleted_offset != s.cursor.offset {
             s.cursor.deleted_seq = s.cursor.seq;
             s.cursor.deleted_offset = s.cursor.offset;
-            moved = true;
-        }
-        if moved {
             let cursor = s.cursor.clone();
             self.save_cursor(instance, &cursor)?;
         }
         Ok(())
+    }
+
+    /// Deletes `keys` in order; how many from the first were deleted (or already gone), and
+    /// what stopped the rest.
+    async fn delete_objects(
+        &self,
+        keys: Vec<object_store::path::Path>,
+    ) -> (usize, Option<RemoteError>) {
+        use futures_util::StreamExt;
+        let stream = futures_util::stream::iter(keys.clone().into_iter().map(Ok)).boxed();
+        let mut results = self.remote.store().delete_stream(stream);
+        let mut deleted = 0;
+        while let Some(result) = results.next().await {
+            match result {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(e) => {
+                    let key = keys.get(deleted).cloned().unwrap_or_default();
+                    return (deleted, Some(RemoteError::store("delete", &key, e)));
+                }
+            }
+        }
+        (deleted, None)
     }
 }
 
@@ -1239,6 +1322,11 @@ impl Background {
     }
 }
 
+/// Objects deleted in one batch (S3 deletes up to a thousand in one request).
+const DELETE_BATCH: usize = 1000;
+/// The most objects the daemon deletes in one pass, per manifest.
+const DELETES_PER_PASS: usize = 10 * DELETE_BATCH;
+
 /// Part size of multipart uploads (S3 wants at least 5 MiB but the last).
 const PART_BYTES: usize = 8 << 20;
 /// Parts sent at once per file.
@@ -1302,13 +1390,8 @@ struct SeqOnly {
 }
 
 /// Queues the removals of manifest lines from byte `from` to `to` whose objects may still
-/// be in the store, each due `delay` after its line was written.
-fn queue_removals(
-    s: &mut Shipping,
-    from: u64,
-    to: u64,
-    delay: Duration,
-) -> Result<(), UploadError> {
+/// be in the store, due `at`.
+fn queue_removals(s: &mut Shipping, from: u64, to: u64, at: SystemTime) -> Result<(), UploadError> {
     let mut from = from;
     while from < to {
         let lines = read_lines(&s.path, from, usize::MAX, to)?;
@@ -1318,10 +1401,8 @@ fn queue_removals(
         from = last.next_offset;
         for line in lines {
             if deletes_object(&line.entry) && line.entry.seq > s.cursor.deleted_seq {
-                let written = SystemTime::UNIX_EPOCH
-                    + Duration::from_nanos(u64::try_from(line.entry.time_ns).unwrap_or(0));
                 s.deletes.push_back(Due {
-                    at: written + delay,
+                    at,
                     seq: line.entry.seq,
                     next_offset: line.next_offset,
                     path: line.entry.path,
@@ -1330,6 +1411,54 @@ fn queue_removals(
         }
     }
     Ok(())
+}
+
+/// The line of `seq` in the manifest at `path`, looked for from byte `from`.
+fn find_line(path: &Path, from: u64, seq: u64) -> Result<Option<Line>, UploadError> {
+    let mut from = from;
+    loop {
+        let lines = read_lines(path, from, 10_000, u64::MAX)?;
+        let Some(last) = lines.last() else {
+            return Ok(None);
+        };
+        from = last.next_offset;
+        if last.entry.seq >= seq {
+            return Ok(lines.into_iter().find(|l| l.entry.seq == seq));
+        }
+    }
+}
+
+/// The store's last line of a manifest, when known without reading its last segment
+/// (`last`, as readers plan): a consolidated segment's name gives it, and the cursor's own
+/// last segment ends at the cursor.
+fn store_end_known(last: Option<&super::remote::Segment>, cursor: &Cursor) -> Option<u64> {
+    match last {
+        None => Some(0),
+        Some(seg) => seg
+            .last
+            .or((cursor.segment != 0 && seg.first == cursor.segment).then_some(cursor.seq)),
+    }
+}
+
+/// Seconds since the epoch.
+fn unix_seconds(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Multipart uploads recorded open in the file at `path` (none when it is absent).
+fn read_uploads(path: &Path) -> Result<Vec<(String, String)>, UploadError> {
+    match std::fs::read_to_string(path) {
+        // Unreadable (a torn write): what it held cannot be aborted from here; the bucket's
+        // lifecycle rule for incomplete uploads is the backstop.
+        Ok(text) => Ok(serde_json::from_str(&text).unwrap_or_default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(RemoteError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        }
+        .into()),
+    }
 }
 
 /// A stuck manifest's retry delays: from a minute to an hour (it needs an operator).
@@ -1458,6 +1587,11 @@ mod tests {
         (root, bucket, remote, m)
     }
 
+    /// An uploader of the archive under `root` (its metrics not looked at here).
+    fn uploader(root: &Path, remote: RemoteArchive, settings: UploadSettings) -> Uploader {
+        Uploader::new(root, remote, settings, Arc::new(Metrics::new()))
+    }
+
     fn add(root: &Path, manifest: &Manifest, rel: &str, bytes: &[u8]) {
         let path = root.join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1487,13 +1621,7 @@ mod tests {
                 format!("file {n}").as_bytes(),
             );
         }
-        let metrics = Arc::new(Metrics::new());
-        let mut up = Uploader::new(
-            root.path(),
-            remote.clone(),
-            settings(),
-            Arc::clone(&metrics),
-        );
+        let mut up = uploader(root.path(), remote.clone(), settings());
         let r = up.pass(false).await.unwrap();
         assert_eq!(
             (r.files, r.segments, r.lines, r.pending_bytes),
@@ -1548,14 +1676,8 @@ mod tests {
     async fn a_restart_after_a_put_whose_cursor_was_not_saved_uploads_nothing_twice() {
         let (root, _bucket, remote, m) = archive_and_store("i2");
         add(root.path(), &m, "spans/a.parquet", b"a");
-        let metrics = Arc::new(Metrics::new());
         {
-            let mut up = Uploader::new(
-                root.path(),
-                remote.clone(),
-                settings(),
-                Arc::clone(&metrics),
-            );
+            let mut up = uploader(root.path(), remote.clone(), settings());
             up.pass(false).await.unwrap();
         }
         // The cursor lost (a crash just before it was saved), and a line added meanwhile.
@@ -1566,7 +1688,7 @@ mod tests {
             }
         }
         add(root.path(), &m, "spans/b.parquet", b"b");
-        let mut up = Uploader::new(root.path(), remote.clone(), settings(), metrics);
+        let mut up = uploader(root.path(), remote.clone(), settings());
         let r = up.pass(false).await.unwrap();
         // The segment at line 1 already held line 1: only line 2 went up, in its own segment.
         assert_eq!((r.lines, r.segments), (1, 1));
@@ -1604,12 +1726,7 @@ mod tests {
             segment_lines: 100,
             ..settings()
         };
-        let mut up = Uploader::new(
-            root.path(),
-            remote.clone(),
-            settings,
-            Arc::new(Metrics::new()),
-        );
+        let mut up = uploader(root.path(), remote.clone(), settings);
         let r = up.pass(false).await.unwrap();
         assert_eq!(
             (r.lines, r.deleted),
@@ -1639,12 +1756,7 @@ mod tests {
         let (root, _bucket, remote, m) = archive_and_store("i5");
         add(root.path(), &m, "spans/a.parquet", b"a");
         add(root.path(), &m, "spans/b.parquet", b"b");
-        let mut up = Uploader::new(
-            root.path(),
-            remote.clone(),
-            settings(),
-            Arc::new(Metrics::new()),
-        );
+        let mut up = uploader(root.path(), remote.clone(), settings());
         up.pass(false).await.unwrap();
         drop(up);
         // The second line taken back and another written in its place (seq 2 again).
@@ -1656,13 +1768,7 @@ mod tests {
         other.prev = crate::archive::manifest::line_hash(first);
         let again = format!("{first}\n{}\n", serde_json::to_string(&other).unwrap());
         std::fs::write(&path, &again[..first.len() + 1]).unwrap();
-        let metrics = Arc::new(Metrics::new());
-        let mut up = Uploader::new(
-            root.path(),
-            remote.clone(),
-            settings(),
-            Arc::clone(&metrics),
-        );
+        let mut up = uploader(root.path(), remote.clone(), settings());
         let r = up.pass(false).await.unwrap();
         assert_eq!(
             (r.stuck, r.lines),
@@ -1680,7 +1786,7 @@ mod tests {
         drop(up);
         std::fs::write(&path, again).unwrap();
         // Its line 2 is not the one uploaded: the cursor lands on no line chained to it.
-        let mut up = Uploader::new(root.path(), remote, settings(), metrics);
+        let mut up = uploader(root.path(), remote, settings());
         let r = up.pass(false).await.unwrap();
         assert_eq!(r.stuck, 1);
         assert!(
@@ -1711,7 +1817,7 @@ mod tests {
             delete_delay: Duration::from_secs(3600),
             ..settings()
         };
-        let mut up = Uploader::new(root.path(), remote.clone(), first, Arc::new(Metrics::new()));
+        let mut up = uploader(root.path(), remote.clone(), first);
         // Seven segments of one line, put two passes apart.
         for n in 0..4 {
             add(root.path(), &m, &format!("spans/p{n}.parquet"), b"x");
@@ -1771,7 +1877,7 @@ mod tests {
             consolidate_min: usize::MAX,
             ..settings()
         };
-        let mut up = Uploader::new(root.path(), remote.clone(), later, Arc::new(Metrics::new()));
+        let mut up = uploader(root.path(), remote.clone(), later);
         let r = up.pass(false).await.unwrap();
         assert_eq!(r.consolidated.1, 8);
         let got = segment_names(&remote, "i6").await;
@@ -1795,12 +1901,7 @@ mod tests {
             add(root.path(), &m, &format!("spans/p{n}.parquet"), b"x");
         }
         {
-            let mut up = Uploader::new(
-                root.path(),
-                remote.clone(),
-                quick.clone(),
-                Arc::new(Metrics::new()),
-            );
+            let mut up = uploader(root.path(), remote.clone(), quick.clone());
             up.pass(false).await.unwrap();
             // A second pass deletes what the consolidated segment covers (no delay here).
             up.pass(false).await.unwrap();
@@ -1813,7 +1914,7 @@ mod tests {
         add(root.path(), &m, "spans/p4.parquet", b"x");
         let again = RemoteArchive::open(&format!("file://{}", bucket.path().display())).unwrap();
         assert_eq!(again.url(), remote.url());
-        let mut up = Uploader::new(root.path(), again, settings(), Arc::new(Metrics::new()));
+        let mut up = uploader(root.path(), again, settings());
         let r = up.pass(false).await.unwrap();
         assert_eq!((r.lines, r.files), (1, 1), "only the new line and its file");
         assert_eq!(
@@ -1836,9 +1937,235 @@ mod tests {
         let (root, bucket, remote, m) = archive_and_store("i3");
         add(root.path(), &m, "spans/a.parquet", b"right");
         std::fs::write(root.path().join("spans/a.parquet"), b"wrong").unwrap();
-        let mut up = Uploader::new(root.path(), remote, settings(), Arc::new(Metrics::new()));
+        let mut up = uploader(root.path(), remote, settings());
         let r = up.pass(false).await.unwrap();
         assert_eq!((r.files, r.differs, r.lines), (0, 1, 1));
+        assert!(!bucket.path().join("spans/a.parquet").exists());
+    }
+
+    #[tokio::test]
+    async fn a_manifest_another_process_uploads_is_up_once_its_cursor_covers_it() {
+        let (root, _bucket, remote, m) = archive_and_store("j1");
+        add(root.path(), &m, "spans/a.parquet", b"a");
+        let mut holder = uploader(root.path(), remote.clone(), settings());
+        holder.pass(false).await.unwrap();
+        add(root.path(), &m, "spans/b.parquet", b"b");
+        let mut other = uploader(root.path(), remote.clone(), settings());
+        let r = other.pass(false).await.unwrap();
+        assert_eq!((r.held_elsewhere, r.behind_elsewhere), (1, 1));
+        holder.pass(false).await.unwrap();
+        let r = other.pass(false).await.unwrap();
+        assert_eq!((r.held_elsewhere, r.behind_elsewhere), (1, 0));
+        // Another store's cursor says nothing of this one.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let remote2 =
+            RemoteArchive::open(&format!("file://{}", elsewhere.path().display())).unwrap();
+        let r = uploader(root.path(), remote2, settings())
+            .pass(false)
+            .await
+            .unwrap();
+        assert_eq!((r.held_elsewhere, r.behind_elsewhere), (1, 1));
+    }
+
+    /// The cursor files of manifest `instance` in the archive under `root`.
+    fn cursor_files(root: &Path, instance: &str) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(".compact/upload"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with(&format!("{instance}.")) && !name.ends_with(".uploads.json")
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[tokio::test]
+    async fn a_cursor_an_older_build_kept_is_read_and_no_removal_is_deleted_again() {
+        let (root, bucket, remote, m) = archive_and_store("j2");
+        add(root.path(), &m, "spans/a.parquet", b"a");
+        add(root.path(), &m, "spans/b.parquet", b"b");
+        remove(root.path(), &m, "spans/a.parquet", b"a", Reason::Retention);
+        {
+            let r = uploader(root.path(), remote.clone(), settings())
+                .pass(false)
+                .await
+                .unwrap();
+            assert_eq!((r.lines, r.deleted), (3, 1));
+        }
+        // As an older build kept it: `<instance>.json`, the URL as it was spelled.
+        let [ours] = &cursor_files(root.path(), "j2")[..] else {
+            panic!("one cursor")
+        };
+        let mut cursor: Cursor =
+            serde_json::from_str(&std::fs::read_to_string(ours).unwrap()).unwrap();
+        cursor.url = format!("file://{}/", &remote.url()["file://".len()..]);
+        std::fs::write(
+            root.path().join(".compact/upload/j2.json"),
+            serde_json::to_vec(&cursor).unwrap(),
+        )
+        .unwrap();
+        std::fs::remove_file(ours).unwrap();
+        // An object under the removed file's key again: deleting it again would show.
+        std::fs::write(bucket.path().join("spans/a.parquet"), b"a").unwrap();
+        let r = uploader(root.path(), remote.clone(), settings())
+            .pass(false)
+            .await
+            .unwrap();
+        assert_eq!((r.lines, r.files, r.deleted), (0, 0, 0));
+        assert!(bucket.path().join("spans/a.parquet").exists());
+    }
+
+    /// Deletes manifest `instance`'s segments from `first` on, and the objects `files` name.
+    async fn lose(remote: &RemoteArchive, instance: &str, first: u64, files: &[&str]) {
+        for seg in remote.segments_of(instance).await.unwrap() {
+            if seg.first >= first {
+                remote.store().delete(&seg.key).await.unwrap();
+            }
+        }
+        for f in files {
+            let key = remote.file_key(f).unwrap();
+            remote.store().delete(&key).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_that_lost_lines_gets_them_again_with_their_files() {
+        let (root, _bucket, remote, m) = archive_and_store("j3");
+        let one = UploadSettings {
+            segment_lines: 1,
+            ..settings()
+        };
+        for n in 0..3 {
+            add(root.path(), &m, &format!("spans/p{n}.parquet"), b"x");
+        }
+        {
+            let r = uploader(root.path(), remote.clone(), one.clone())
+                .pass(false)
+                .await
+                .unwrap();
+            assert_eq!((r.lines, r.files), (3, 3));
+        }
+        let local = std::fs::read(root.path().join("manifest/j3.jsonl")).unwrap();
+        let in_store = || async {
+            let fetched = tempfile::tempdir().unwrap();
+            remote
+                .fetch_manifests(fetched.path(), &mut Default::default())
+                .await
+                .unwrap();
+            let live = remote.live_files().await.unwrap().len();
+            let objects = remote
+                .store()
+                .head(&remote.file_key("spans/p2.parquet").unwrap())
+                .await
+                .is_ok();
+            (
+                std::fs::read(fetched.path().join("manifest/j3.jsonl")).unwrap_or_default(),
+                live,
+                objects,
+            )
+        };
+        // The last segment and its file lost.
+        lose(&remote, "j3", 3, &["spans/p2.parquet"]).await;
+        let r = uploader(root.path(), remote.clone(), one.clone())
+            .pass(false)
+            .await
+            .unwrap();
+        assert_eq!((r.lines, r.files), (1, 1));
+        assert_eq!(in_store().await, (local.clone(), 3, true));
+        // The bucket emptied.
+        lose(
+            &remote,
+            "j3",
+            1,
+            &["spans/p0.parquet", "spans/p1.parquet", "spans/p2.parquet"],
+        )
+        .await;
+        let r = uploader(root.path(), remote.clone(), one.clone())
+            .pass(false)
+            .await
+            .unwrap();
+        assert_eq!((r.lines, r.files), (3, 3));
+        assert_eq!(in_store().await, (local, 3, true));
+    }
+
+    #[test]
+    fn the_stores_end_is_known_without_a_read_from_a_consolidated_name_or_the_cursors_segment() {
+        let seg = |first: u64, last: Option<u64>| super::super::remote::Segment {
+            first,
+            last,
+            key: object_store::path::Path::from("k"),
+            bytes: 1,
+            modified: chrono::Utc::now(),
+        };
+        let cursor = Cursor {
+            seq: 7,
+            segment: 5,
+            ..Cursor::default()
+        };
+        assert_eq!(store_end_known(None, &cursor), Some(0));
+        assert_eq!(store_end_known(Some(&seg(5, None)), &cursor), Some(7));
+        assert_eq!(store_end_known(Some(&seg(6, None)), &cursor), None);
+        assert_eq!(store_end_known(Some(&seg(1, Some(9))), &cursor), Some(9));
+        let unknown = Cursor {
+            seq: 7,
+            ..Cursor::default()
+        };
+        assert_eq!(store_end_known(Some(&seg(5, None)), &unknown), None);
+    }
+
+    /// Rewrites the manifest at `path` as if every line had been written `by` earlier.
+    fn age(path: &Path, by: Duration) {
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut out = String::new();
+        let mut prev = None;
+        for line in text.lines() {
+            let mut e: Entry = serde_json::from_str(line).unwrap();
+            e.time_ns -= by.as_nanos() as i64;
+            if let Some(p) = prev.take() {
+                e.prev = p;
+            }
+            let line = serde_json::to_string(&e).unwrap();
+            prev = Some(crate::archive::manifest::line_hash(&line));
+            out.push_str(&line);
+            out.push('\n');
+        }
+        std::fs::write(path, out).unwrap();
+    }
+
+    #[tokio::test]
+    async fn removals_already_in_the_store_wait_their_delay_from_the_upload_not_the_line() {
+        let (root, bucket, remote, m) = archive_and_store("j5");
+        add(root.path(), &m, "spans/a.parquet", b"a");
+        add(root.path(), &m, "spans/b.parquet", b"b");
+        remove(root.path(), &m, "spans/a.parquet", b"a", Reason::Retention);
+        // Written two hours ago, uploaded only now (a backlog, a store that was down).
+        age(
+            &root.path().join("manifest/j5.jsonl"),
+            Duration::from_secs(7200),
+        );
+        let hour = UploadSettings {
+            delete_delay: Duration::from_secs(3600),
+            ..settings()
+        };
+        let pass = |all: bool| {
+            let (root, remote, hour) = (root.path().to_path_buf(), remote.clone(), hour.clone());
+            async move { uploader(&root, remote, hour).pass(all).await.unwrap() }
+        };
+        let r = pass(false).await;
+        assert_eq!((r.lines, r.deleted), (3, 0));
+        // A restart: due an hour after the put.
+        assert_eq!(pass(false).await.deleted, 0);
+        // The cursor lost: caught up with the store, due an hour from now.
+        for f in cursor_files(root.path(), "j5") {
+            std::fs::remove_file(f).unwrap();
+        }
+        let r = pass(false).await;
+        assert_eq!((r.lines, r.deleted), (0, 0));
+        assert!(bucket.path().join("spans/a.parquet").exists());
+        let r = pass(true).await;
+        assert_eq!(r.deleted, 1);
         assert!(!bucket.path().join("spans/a.parquet").exists());
     }
 }

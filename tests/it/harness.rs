@@ -272,6 +272,12 @@ pub fn blocking_get(url: &str) -> (u16, String) {
 /// A blocking GET on its own thread and runtime (callers may be inside a runtime);
 /// `None` if the server cannot be reached.
 pub fn try_get(url: &str) -> Option<(u16, String)> {
+    try_request(reqwest::Method::GET, url, Vec::new())
+}
+
+/// A blocking request with `body`, on its own thread and runtime; `None` if the server
+/// cannot be reached.
+pub fn try_request(method: reqwest::Method, url: &str, body: Vec<u8>) -> Option<(u16, String)> {
     let url = url.to_string();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -279,7 +285,12 @@ pub fn try_get(url: &str) -> Option<(u16, String)> {
             .build()
             .ok()?;
         rt.block_on(async {
-            let resp = reqwest::get(&url).await.ok()?;
+            let resp = reqwest::Client::new()
+                .request(method, &url)
+                .body(body)
+                .send()
+                .await
+                .ok()?;
             let status = resp.status().as_u16();
             Some((status, resp.text().await.ok()?))
         })
