@@ -83,6 +83,11 @@ struct UploadArgs {
     /// reader that listed one just before fails and lists again).
     #[arg(long)]
     delete_now: bool,
+    /// Check every manifest's whole chain in the store and put again the lines after its
+    /// last unbroken line, with their files: after the store lost lines (a manifest stopped
+    /// with "the object store lacks lines"; check the store is the right one first).
+    #[arg(long)]
+    resync: bool,
 }
 
 #[derive(Args)]
@@ -1238,6 +1243,9 @@ fn upload(args: UploadArgs) -> ExitCode {
     let configured = config.storage.remote().ok().flatten();
     let same_store = configured.is_some_and(|c| c.url() == remote.url());
     let mut uploader = Uploader::new(&dir, remote, config.storage.upload_settings(), metrics);
+    if args.resync {
+        uploader = uploader.with_resync();
+    }
     if same_store && !config.storage.local_keep.0.is_zero() {
         let instance = match toolwatch::archive::upload::offload_instance(&dir) {
             Ok(i) => i,
@@ -1264,6 +1272,12 @@ fn upload(args: UploadArgs) -> ExitCode {
                 "uploaded {} files ({} bytes) and {} manifest lines in {} segments to {url}; deleted {} objects; {} files already gone, {} differing from their entries (not uploaded); {} manifests uploaded by another process",
                 r.files, r.bytes, r.lines, r.segments, r.deleted, r.gone, r.differs, r.held_elsewhere
             );
+            if r.lost > 0 {
+                eprintln!(
+                    "toolwatch upload: {} offloaded files the store lost could not be put again (no local copy); verify --url names them",
+                    r.lost
+                );
+            }
             for e in &r.stuck_errors {
                 eprintln!("toolwatch upload: {e}");
             }

@@ -1125,7 +1125,7 @@ impl Metrics {
         self.uploaded_segments.inc();
     }
 
-    /// An upload attempt failed (`reason`: store, local, differs, conflict).
+    /// An upload attempt failed (`reason`: store, local, differs, conflict, store_behind).
     pub fn archive_upload_failed(&self, reason: &'static str) {
         self.upload_failures
             .get_or_create(&[("reason", reason)])

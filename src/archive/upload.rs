@@ -68,6 +68,14 @@ pub enum UploadError {
         /// The manifest.
         manifest: PathBuf,
     },
+    /// The store holds fewer of the manifest's lines than were uploaded from it.
+    #[error("{manifest}: the object store lacks lines of this manifest that were uploaded ({what}: a bucket emptied or restored from an older copy, a segment deleted, or another store under this URL; check storage.url and AWS_ENDPOINT_URL); its upload stops until `toolwatch upload --resync` puts the missing lines again")]
+    StoreBehind {
+        /// The manifest.
+        manifest: PathBuf,
+        /// What it lacks.
+        what: String,
+    },
     /// The store already holds a different segment under the key of one being put.
     #[error("object store already holds a different manifest segment at {key}; upload of this manifest stops there")]
     Conflict {
@@ -94,6 +102,10 @@ pub struct UploadReport {
     pub gone: u64,
     /// Added files whose bytes were not those recorded: not uploaded.
     pub differs: u64,
+    /// Added files, while resyncing, in neither the archive folder nor the store (offloaded
+    /// copies of what the store lost): named by the store's manifest, `verify --url` reports
+    /// them missing.
+    pub lost: u64,
     /// Manifests another process is uploading...
     pub held_elsewhere: usize,
     /// ...and of them, those whose lines are not all in this store by that process's cursor
@@ -172,14 +184,12 @@ struct Cursor {
     deleted_seq: u64,
     /// ...and the line after it starts here.
     deleted_offset: u64,
-    /// The first line of the last segment in the store, which ends at `seq` (0: not known),
-    /// so a restart knows the store holds no more without reading it.
+    /// The first line and the size of the last segment in the store, which ends at `seq`
+    /// (0: not known), so a restart knows the store holds no more without reading it.
     #[serde(default)]
     segment: u64,
-    /// When the last segment was put, in seconds since the epoch (0: not known): every
-    /// removal up to `seq` was in the store by then, so its delay runs from then at the latest.
     #[serde(default)]
-    put_at: u64,
+    segment_bytes: u64,
 }
 
 impl Cursor {
@@ -189,18 +199,6 @@ impl Cursor {
             url: url.to_string(),
             ..Cursor::default()
         }
-    }
-
-    /// When removals already in the store may have their objects deleted: `delay` after the
-    /// last put, or after now when that is not known (a cursor of an older build, a cursor
-    /// caught up with the store).
-    fn removals_due(&self, delay: Duration) -> SystemTime {
-        let put = if self.put_at == 0 {
-            SystemTime::now()
-        } else {
-            SystemTime::UNIX_EPOCH + Duration::from_secs(self.put_at)
-        };
-        put + delay
     }
 }
 
@@ -241,6 +239,7 @@ pub struct Uploader {
     shipping: BTreeMap<String, Shipping>,
     offload: Option<OffloadSettings>,
     offloaded_at: Option<Instant>,
+    resync: bool,
 }
 
 /// A manifest line and where the next one starts.
@@ -266,7 +265,17 @@ impl Uploader {
             shipping: BTreeMap::new(),
             offload: None,
             offloaded_at: None,
+            resync: false,
         }
+    }
+
+    /// Checks every manifest's whole chain in the store at the first pass and puts again
+    /// the lines after its last unbroken line, with their files, however far back that is
+    /// (`toolwatch upload --resync`, after a store lost lines: see
+    /// [`UploadError::StoreBehind`]).
+    pub fn with_resync(mut self) -> Uploader {
+        self.resync = true;
+        self
     }
 
     /// Also offloads local copies (see [`super::offload`]) after a pass that uploaded
@@ -546,7 +555,7 @@ impl Uploader {
         let cursor = self
             .load_cursor(instance)?
             .unwrap_or_else(|| Cursor::start(self.remote.url()));
-        let mut shipping = Shipping {
+        let shipping = Shipping {
             path: path.to_path_buf(),
             cursor,
             deletes: VecDeque::new(),
@@ -557,93 +566,110 @@ impl Uploader {
             synced: false,
             _lock: lock,
         };
-        // Removals uploaded before a restart whose objects may still be there: due
-        // `delete_delay` after the last put, so a command run from cron deletes what an
-        // earlier run left, and never before a reader listing the store could have seen them.
-        let (from, to) = (shipping.cursor.deleted_offset, shipping.cursor.offset);
-        let at = shipping.cursor.removals_due(self.settings.delete_delay);
-        queue_removals(&mut shipping, from, to, at)?;
         self.shipping.insert(instance.to_string(), shipping);
         Ok(true)
     }
 
     /// Brings manifest `instance`'s cursor in line with what the store holds of it, at the
-    /// first pass of a process. A cursor behind the store (lost, kept for another URL,
-    /// restored from a backup) moves up to the store's last line, or those lines would go up
-    /// again under other segment boundaries, overlapping the ones there. A cursor ahead of
-    /// it (the bucket emptied, the same URL on another endpoint) moves back, and the lines
-    /// the store lacks go up again with their files. Either way the store's last line must
-    /// be the manifest's line of that seq, or the manifest is `Diverged`.
+    /// first pass of a process, and queues the removals already in the store whose objects
+    /// may still be there, each due `delete_delay` after the segment holding it was put (so a
+    /// command run from cron deletes what earlier runs left, never before a reader listing
+    /// the store could have seen the removal). A cursor behind the store (lost, kept for
+    /// another URL, restored from a backup) moves up over the lines there, each checked
+    /// against the manifest (or the manifest is `Diverged`), so they do not go up again under
+    /// other segment boundaries. A store behind the cursor stops the manifest
+    /// (`StoreBehind`) unless resyncing.
     async fn catch_up(&mut self, instance: &str) -> Result<(), UploadError> {
         let segments = self.remote.segments_of(instance).await?;
         let (chosen, _) = super::remote::plan(&segments);
-        let last_segment = chosen.last().copied();
         let Some(s) = self.shipping.get(instance) else {
             return Ok(());
         };
-        if store_end_known(last_segment, &s.cursor) == Some(s.cursor.seq) {
-            return Ok(());
-        }
-        let (store_last, last_line, segment) = match last_segment {
-            None => (0, None, 0),
-            Some(seg) => {
-                let text = self.remote.read_text(&seg.key).await?;
-                let Some(last) = text.lines().last() else {
-                    return Err(UploadError::Conflict {
-                        key: seg.key.to_string(),
-                    });
+        let (cursor, path) = (s.cursor.clone(), s.path.clone());
+        let known = store_end_known(chosen.last().copied(), &cursor) == Some(cursor.seq);
+        if self.resync || !known {
+            let (seq, offset) = if self.resync {
+                (0, 0)
+            } else {
+                (cursor.seq, cursor.offset)
+            };
+            let from = Cursor {
+                seq,
+                offset,
+                prev: if self.resync {
+                    String::new()
+                } else {
+                    cursor.prev.clone()
+                },
+                ..cursor.clone()
+            };
+            let end = chain_end(&self.remote, &path, &chosen, from).await?;
+            if !self.resync && (end.seq < cursor.seq || end.broken) {
+                let what = if end.seq < cursor.seq {
+                    format!("its lines end at {}, {} were uploaded", end.seq, cursor.seq)
+                } else {
+                    format!("line {} is missing before later lines", end.seq + 1)
                 };
-                let last_seq = seg.first + text.lines().count() as u64 - 1;
-                (last_seq, Some(last.to_string()), seg.first)
+                return Err(UploadError::StoreBehind {
+                    manifest: path,
+                    what,
+                });
             }
-        };
+            let Some(s) = self.shipping.get_mut(instance) else {
+                return Ok(());
+            };
+            if end.seq > cursor.seq {
+                tracing::info!(manifest = %path.display(), seq = end.seq, "upload cursor caught up with the lines already in the store");
+            } else if end.seq < cursor.seq {
+                tracing::warn!(manifest = %path.display(), store_seq = end.seq, cursor_seq = cursor.seq, "resync: the lines after the store's last unbroken line go up again with their files");
+                if s.cursor.deleted_seq > end.seq {
+                    s.cursor.deleted_seq = end.seq;
+                    s.cursor.deleted_offset = end.offset;
+                }
+            }
+            s.cursor.seq = end.seq;
+            s.cursor.offset = end.offset;
+            s.cursor.prev = end.prev;
+            (s.cursor.segment, s.cursor.segment_bytes) = end.segment;
+        }
         let delay = self.settings.delete_delay;
+        let put = |seq: u64| {
+            let holder = chosen.iter().rev().find(|g| g.first <= seq);
+            holder.map_or_else(SystemTime::now, |g| g.modified.into()) + delay
+        };
         let Some(s) = self.shipping.get_mut(instance) else {
             return Ok(());
         };
-        let old = s.cursor.clone();
-        if store_last == old.seq {
-            // In line: the segment noted, so the next start need not read it.
-            s.cursor.segment = segment;
-            let cursor = s.cursor.clone();
-            return self.save_cursor(instance, &cursor);
-        }
-        let (offset, prev) = match store_last {
-            0 => (0, String::new()),
-            _ => {
-                let from = if store_last > old.seq { old.offset } else { 0 };
-                match find_line(&s.path, from, store_last)? {
-                    Some(line) if Some(&line.text) == last_line.as_ref() => {
-                        (line.next_offset, super::manifest::line_hash(&line.text))
-                    }
-                    _ => {
-                        return Err(UploadError::Diverged {
-                            manifest: s.path.clone(),
-                        })
-                    }
-                }
-            }
-        };
-        s.cursor.offset = offset;
-        s.cursor.seq = store_last;
-        s.cursor.prev = prev;
-        s.cursor.segment = segment;
-        // When the lines caught up with were put is not known.
-        s.cursor.put_at = 0;
-        if store_last > old.seq {
-            queue_removals(s, old.offset, offset, SystemTime::now() + delay)?;
-            tracing::info!(manifest = %s.path.display(), seq = store_last, "upload cursor caught up with the lines already in the store");
-        } else {
-            // Removals whose lines the store lost are queued again when they go up again.
-            s.deletes.retain(|d| d.seq <= store_last);
-            if s.cursor.deleted_seq > store_last {
-                s.cursor.deleted_seq = store_last;
-                s.cursor.deleted_offset = offset;
-            }
-            tracing::warn!(manifest = %s.path.display(), store_seq = store_last, cursor_seq = old.seq, "the object store holds fewer of this manifest's lines than its upload cursor says (emptied, or another store under the same URL); the lines after the store's last go up again with their files");
-        }
+        let (from, to) = (s.cursor.deleted_offset, s.cursor.offset);
+        queue_removals(s, from, to, put)?;
         let cursor = s.cursor.clone();
         self.save_cursor(instance, &cursor)
+    }
+
+    /// Whether archive file `path`, gone from the archive folder, was offloaded and is
+    /// missing from the store too (resyncing after the store lost lines: it cannot come
+    /// back). A file gone for another reason has a later line removing it.
+    async fn is_lost(&self, path: &str) -> Result<bool, UploadError> {
+        let local = self.root.join(path);
+        let Some(dir) = local.parent() else {
+            return Ok(false);
+        };
+        let listed = super::offload::read_marker(dir).map_err(|e| RemoteError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        if !listed.iter().any(|f| f.path == path) {
+            return Ok(false);
+        }
+        let key = self.remote.file_key(path)?;
+        match self.remote.store().head(&key).await {
+            Ok(_) => Ok(false),
+            Err(object_store::Error::NotFound { .. }) => {
+                tracing::warn!(path, "resync: a file the store lost was offloaded, so no copy is left to put again; unless a later manifest line removes it, verify --url reports it missing");
+                Ok(true)
+            }
+            Err(e) => Err(RemoteError::store("head", &key, e).into()),
+        }
     }
 
     /// Whether manifest `instance` (at `path`), which another process uploads, is in this
@@ -654,7 +680,16 @@ impl Uploader {
         let Ok(len) = std::fs::metadata(path).map(|m| m.len()) else {
             return false;
         };
-        matches!(self.load_cursor(instance), Ok(Some(c)) if c.offset >= len)
+        // At its end, and that end the line uploaded last (a manifest cut back and grown
+        // again to the cursor's length is not).
+        match self.load_cursor(instance) {
+            Ok(Some(c)) if c.offset == len => {
+                c.seq == 0
+                    || last_line_before(path, len)
+                        .is_some_and(|l| super::manifest::line_hash(&l) == c.prev)
+            }
+            _ => false,
+        }
     }
 
     /// The cursor of manifest `instance` for this store: one per store, so uploading the
@@ -747,7 +782,12 @@ impl Uploader {
                         report.bytes += bytes;
                         self.metrics.archive_uploaded(bytes);
                     }
-                    Ok(Uploaded::Gone) => report.gone += 1,
+                    Ok(Uploaded::Gone) => {
+                        report.gone += 1;
+                        if self.resync && self.is_lost(&line.entry.path).await? {
+                            report.lost += 1;
+                        }
+                    }
                     Ok(Uploaded::Differs) => {
                         report.differs += 1;
                         self.metrics.archive_upload_failed("differs");
@@ -814,7 +854,10 @@ impl Uploader {
             s.cursor.seq = last.entry.seq;
             s.cursor.prev = super::manifest::line_hash(&last.text);
             s.cursor.segment = first_seq;
-            s.cursor.put_at = unix_seconds(SystemTime::now());
+            s.cursor.segment_bytes = lines[..stored]
+                .iter()
+                .map(|l| l.text.len() as u64 + 1)
+                .sum();
             if s.deletes.is_empty() {
                 s.cursor.deleted_seq = s.cursor.seq;
                 s.cursor.deleted_offset = s.cursor.offset;
@@ -1217,7 +1260,8 @@ impl Uploader {
         let Some(s) = self.shipping.get_mut(instance) else {
             return Ok(());
         };
-        if s.deletes.is_empty() && s.cursor.deleted_offset != s.cursor.offset {
+        // Only once the removals already in the store were queued (`catch_up`).
+        if s.synced && s.deletes.is_empty() && s.cursor.deleted_offset != s.cursor.offset {
             s.cursor.deleted_seq = s.cursor.seq;
             s.cursor.deleted_offset = s.cursor.offset;
             let cursor = s.cursor.clone();
@@ -1227,22 +1271,29 @@ impl Uploader {
     }
 
     /// Deletes `keys` in order; how many from the first were deleted (or already gone), and
-    /// what stopped the rest.
+    /// what stopped the rest. A batch the store does not answer key for key (a failed bulk
+    /// request, a store without bulk deletes, a per-key error such as S3's `NoSuchKey`) goes
+    /// on one key at a time from where the answers stopped.
     async fn delete_objects(
         &self,
         keys: Vec<object_store::path::Path>,
     ) -> (usize, Option<RemoteError>) {
         use futures_util::StreamExt;
+        let store = self.remote.store();
         let stream = futures_util::stream::iter(keys.clone().into_iter().map(Ok)).boxed();
-        let mut results = self.remote.store().delete_stream(stream);
+        let mut results = store.delete_stream(stream);
         let mut deleted = 0;
-        while let Some(result) = results.next().await {
-            match result {
-                Ok(_) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-                Err(e) => {
-                    let key = keys.get(deleted).cloned().unwrap_or_default();
-                    return (deleted, Some(RemoteError::store("delete", &key, e)));
-                }
+        while let Some(Ok(path)) = results.next().await {
+            if keys.get(deleted) != Some(&path) {
+                break;
+            }
+            deleted += 1;
+        }
+        drop(results);
+        for key in &keys[deleted..] {
+            match store.delete(key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(e) => return (deleted, Some(RemoteError::store("delete", key, e))),
             }
         }
         (deleted, None)
@@ -1390,8 +1441,13 @@ struct SeqOnly {
 }
 
 /// Queues the removals of manifest lines from byte `from` to `to` whose objects may still
-/// be in the store, due `at`.
-fn queue_removals(s: &mut Shipping, from: u64, to: u64, at: SystemTime) -> Result<(), UploadError> {
+/// be in the store, each due at `due(seq)`.
+fn queue_removals(
+    s: &mut Shipping,
+    from: u64,
+    to: u64,
+    due: impl Fn(u64) -> SystemTime,
+) -> Result<(), UploadError> {
     let mut from = from;
     while from < to {
         let lines = read_lines(&s.path, from, usize::MAX, to)?;
@@ -1402,7 +1458,7 @@ fn queue_removals(s: &mut Shipping, from: u64, to: u64, at: SystemTime) -> Resul
         for line in lines {
             if deletes_object(&line.entry) && line.entry.seq > s.cursor.deleted_seq {
                 s.deletes.push_back(Due {
-                    at,
+                    at: due(line.entry.seq),
                     seq: line.entry.seq,
                     next_offset: line.next_offset,
                     path: line.entry.path,
@@ -1413,18 +1469,128 @@ fn queue_removals(s: &mut Shipping, from: u64, to: u64, at: SystemTime) -> Resul
     Ok(())
 }
 
-/// The line of `seq` in the manifest at `path`, looked for from byte `from`.
-fn find_line(path: &Path, from: u64, seq: u64) -> Result<Option<Line>, UploadError> {
-    let mut from = from;
-    loop {
-        let lines = read_lines(path, from, 10_000, u64::MAX)?;
-        let Some(last) = lines.last() else {
-            return Ok(None);
-        };
-        from = last.next_offset;
-        if last.entry.seq >= seq {
-            return Ok(lines.into_iter().find(|l| l.entry.seq == seq));
+/// The manifest line ending just before byte `end` of the file at `path` (read from at most
+/// 1 MiB before it).
+fn last_line_before(path: &Path, end: u64) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let from = end.saturating_sub(1 << 20);
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(end - from).read_to_end(&mut bytes).ok()?;
+    let body = bytes.strip_suffix(b"\n")?;
+    let line = body.rsplit(|&b| b == b'\n').next()?;
+    // A line longer than what was read does not start inside it.
+    if line.len() == body.len() && from > 0 {
+        return None;
+    }
+    String::from_utf8(line.to_vec()).ok()
+}
+
+/// Where the store's unbroken chain of a manifest's lines ends, read on from the line after
+/// a cursor's.
+struct ChainEnd {
+    /// Its last line (below the cursor's when the store ends before it).
+    seq: u64,
+    /// Where the manifest's next line starts, and the hash of line `seq` (the cursor's when
+    /// the store holds nothing after it).
+    offset: u64,
+    prev: String,
+    /// The first line and the size of the segment whose last line is `seq` ((0, 0): none read).
+    segment: (u64, u64),
+    /// A segment starts after a line the chain lacks, or holds no line.
+    broken: bool,
+}
+
+/// Reads the chain of segments `chosen` (as readers plan it) from the one holding the line
+/// after `from` on, checking each line after it against the manifest at `path`: a line that
+/// differs, or that the manifest lacks, is `Diverged`.
+async fn chain_end(
+    remote: &RemoteArchive,
+    path: &Path,
+    chosen: &[&super::remote::Segment],
+    from: Cursor,
+) -> Result<ChainEnd, UploadError> {
+    let mut end = ChainEnd {
+        seq: from.seq,
+        offset: from.offset,
+        prev: from.prev,
+        segment: (0, 0),
+        broken: false,
+    };
+    let start = chosen
+        .iter()
+        .rposition(|g| g.first <= from.seq.max(1))
+        .unwrap_or(0);
+    let Some(first) = chosen.get(start).filter(|g| g.first <= from.seq + 1) else {
+        end.broken = !chosen.is_empty();
+        end.seq = 0;
+        return Ok(end);
+    };
+    let diverged = || UploadError::Diverged {
+        manifest: path.to_path_buf(),
+    };
+    let mut manifest = ManifestLines::new(path, from.offset);
+    let mut seen = first.first - 1;
+    for g in &chosen[start..] {
+        if g.first > seen + 1 {
+            end.broken = true;
+            break;
         }
+        let text = remote.read_text(&g.key).await?;
+        let n = text.lines().count() as u64;
+        if n == 0 {
+            end.broken = true;
+            break;
+        }
+        for (i, line) in text.lines().enumerate() {
+            let seq = g.first + i as u64;
+            if seq <= seen.max(from.seq) {
+                continue;
+            }
+            match manifest.next()? {
+                Some(ours) if ours.entry.seq == seq && ours.text == line => {
+                    end.seq = seq;
+                    end.offset = ours.next_offset;
+                    end.prev = super::manifest::line_hash(&ours.text);
+                }
+                _ => return Err(diverged()),
+            }
+        }
+        seen = seen.max(g.first + n - 1);
+        if seen == end.seq {
+            end.segment = (g.first, g.bytes);
+        }
+    }
+    if seen < from.seq {
+        end.seq = seen;
+    }
+    Ok(end)
+}
+
+/// A manifest's lines one after another from a byte on, read a few thousand at a time.
+struct ManifestLines<'a> {
+    path: &'a Path,
+    offset: u64,
+    read: VecDeque<Line>,
+}
+
+impl<'a> ManifestLines<'a> {
+    fn new(path: &'a Path, offset: u64) -> Self {
+        ManifestLines {
+            path,
+            offset,
+            read: VecDeque::new(),
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<Line>, UploadError> {
+        if self.read.is_empty() {
+            self.read = read_lines(self.path, self.offset, 10_000, u64::MAX)?.into();
+            if let Some(last) = self.read.back() {
+                self.offset = last.next_offset;
+            }
+        }
+        Ok(self.read.pop_front())
     }
 }
 
@@ -1434,16 +1600,11 @@ fn find_line(path: &Path, from: u64, seq: u64) -> Result<Option<Line>, UploadErr
 fn store_end_known(last: Option<&super::remote::Segment>, cursor: &Cursor) -> Option<u64> {
     match last {
         None => Some(0),
-        Some(seg) => seg
-            .last
-            .or((cursor.segment != 0 && seg.first == cursor.segment).then_some(cursor.seq)),
+        Some(seg) => seg.last.or((cursor.segment != 0
+            && seg.first == cursor.segment
+            && seg.bytes == cursor.segment_bytes)
+            .then_some(cursor.seq)),
     }
-}
-
-/// Seconds since the epoch.
-fn unix_seconds(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Multipart uploads recorded open in the file at `path` (none when it is absent).
@@ -1474,6 +1635,7 @@ impl UploadError {
             self,
             UploadError::Unreadable { .. }
                 | UploadError::Diverged { .. }
+                | UploadError::StoreBehind { .. }
                 | UploadError::Conflict { .. }
         )
     }
@@ -1487,6 +1649,7 @@ fn failure_reason(e: &UploadError) -> &'static str {
             "local"
         }
         UploadError::Conflict { .. } => "conflict",
+        UploadError::StoreBehind { .. } => "store_behind",
     }
 }
 
@@ -1956,6 +2119,13 @@ mod tests {
         holder.pass(false).await.unwrap();
         let r = other.pass(false).await.unwrap();
         assert_eq!((r.held_elsewhere, r.behind_elsewhere), (1, 0));
+        // Cut back and written again to the same length with another line: not up.
+        let path = root.path().join("manifest/j1.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("spans/b.parquet", "spans/c.parquet")).unwrap();
+        let r = other.pass(false).await.unwrap();
+        assert_eq!((r.held_elsewhere, r.behind_elsewhere), (1, 1));
+        std::fs::write(&path, text).unwrap();
         // Another store's cursor says nothing of this one.
         let elsewhere = tempfile::tempdir().unwrap();
         let remote2 =
@@ -2066,15 +2236,57 @@ mod tests {
                 objects,
             )
         };
-        // The last segment and its file lost.
+        let pass = |resync: bool| {
+            let (root, remote, one) = (root.path().to_path_buf(), remote.clone(), one.clone());
+            async move {
+                let up = uploader(&root, remote, one);
+                let mut up = if resync { up.with_resync() } else { up };
+                up.pass(false).await.unwrap()
+            }
+        };
+        // The last segment and its file lost: the manifest stops, nothing is put, until a
+        // resync puts the line and its file again.
         lose(&remote, "j3", 3, &["spans/p2.parquet"]).await;
-        let r = uploader(root.path(), remote.clone(), one.clone())
-            .pass(false)
+        let r = pass(false).await;
+        assert_eq!((r.stuck, r.lines, r.files), (1, 0, 0));
+        assert!(
+            r.stuck_errors[0].contains("its lines end at 2, 3 were uploaded")
+                && r.stuck_errors[0].contains("--resync"),
+            "{:?}",
+            r.stuck_errors
+        );
+        assert!(!in_store().await.2);
+        let r = pass(true).await;
+        assert_eq!((r.stuck, r.lines, r.files), (0, 1, 1));
+        assert_eq!(in_store().await, (local.clone(), 3, true));
+        // A segment lost from the middle, and the cursor too: catching up reads the chain
+        // and finds it broken after line 1.
+        lose(&remote, "j3", 2, &[]).await;
+        let mut third = local.split(|&b| b == b'\n').nth(2).unwrap().to_vec();
+        third.push(b'\n');
+        let three = remote.segment_key("j3", 3);
+        remote
+            .store()
+            .put(&three, PutPayload::from(third))
             .await
             .unwrap();
-        assert_eq!((r.lines, r.files), (1, 1));
+        for f in cursor_files(root.path(), "j3") {
+            std::fs::remove_file(f).unwrap();
+        }
+        let r = pass(false).await;
+        assert_eq!(r.stuck, 1, "{:?}", r.stuck_errors);
+        assert!(
+            r.stuck_errors[0].contains("line 2 is missing before later lines"),
+            "{:?}",
+            r.stuck_errors
+        );
+        // A resync puts line 2 again (and the files of lines 2 and 3; line 3's segment is
+        // there already).
+        let r = pass(true).await;
+        assert_eq!((r.stuck, r.lines, r.files), (0, 1, 2));
         assert_eq!(in_store().await, (local.clone(), 3, true));
-        // The bucket emptied.
+        // The bucket emptied, and one file's local copy gone meanwhile (offloaded): the
+        // resync puts every line and the files it still has, and counts the one it lost.
         lose(
             &remote,
             "j3",
@@ -2082,12 +2294,39 @@ mod tests {
             &["spans/p0.parquet", "spans/p1.parquet", "spans/p2.parquet"],
         )
         .await;
-        let r = uploader(root.path(), remote.clone(), one.clone())
-            .pass(false)
-            .await
-            .unwrap();
-        assert_eq!((r.lines, r.files), (3, 3));
+        assert_eq!(pass(false).await.stuck, 1);
+        std::fs::remove_file(root.path().join("spans/p0.parquet")).unwrap();
+        let offloaded = crate::archive::offload::OffloadedFile {
+            path: "spans/p0.parquet".into(),
+            bytes: 1,
+            sha256: hex::encode(Sha256::digest(b"x")),
+            recorded: true,
+        };
+        crate::archive::offload::write_marker(&root.path().join("spans"), &[offloaded]).unwrap();
+        let r = pass(true).await;
+        assert_eq!((r.stuck, r.lines, r.files, r.lost), (0, 3, 2, 1));
         assert_eq!(in_store().await, (local, 3, true));
+        // In line again: a plain pass puts nothing and stops nothing.
+        let r = pass(false).await;
+        assert_eq!((r.stuck, r.lines), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn deletes_go_in_batches_and_an_object_already_gone_counts_as_deleted() {
+        let (root, bucket, remote, _m) = archive_and_store("j6");
+        for name in ["a", "c"] {
+            std::fs::create_dir_all(bucket.path().join("spans")).unwrap();
+            std::fs::write(bucket.path().join(format!("spans/{name}.parquet")), b"x").unwrap();
+        }
+        let keys = ["a", "b", "c"]
+            .map(|n| remote.file_key(&format!("spans/{n}.parquet")).unwrap())
+            .to_vec();
+        let up = uploader(root.path(), remote.clone(), settings());
+        let (deleted, failed) = up.delete_objects(keys).await;
+        assert_eq!(deleted, 3);
+        assert!(failed.is_none());
+        assert!(!bucket.path().join("spans/a.parquet").exists());
+        assert!(!bucket.path().join("spans/c.parquet").exists());
     }
 
     #[test]
@@ -2102,10 +2341,17 @@ mod tests {
         let cursor = Cursor {
             seq: 7,
             segment: 5,
+            segment_bytes: 1,
             ..Cursor::default()
         };
         assert_eq!(store_end_known(None, &cursor), Some(0));
         assert_eq!(store_end_known(Some(&seg(5, None)), &cursor), Some(7));
+        // Another segment under the same name (another store under the URL): read it.
+        let other = Cursor {
+            segment_bytes: 2,
+            ..cursor.clone()
+        };
+        assert_eq!(store_end_known(Some(&seg(5, None)), &other), None);
         assert_eq!(store_end_known(Some(&seg(6, None)), &cursor), None);
         assert_eq!(store_end_known(Some(&seg(1, Some(9))), &cursor), Some(9));
         let unknown = Cursor {
@@ -2155,17 +2401,28 @@ mod tests {
         };
         let r = pass(false).await;
         assert_eq!((r.lines, r.deleted), (3, 0));
-        // A restart: due an hour after the put.
+        // A restart: due an hour after the segment holding it was put.
         assert_eq!(pass(false).await.deleted, 0);
-        // The cursor lost: caught up with the store, due an hour from now.
+        // The cursor lost: caught up with the store, due the same.
         for f in cursor_files(root.path(), "j5") {
             std::fs::remove_file(f).unwrap();
         }
         let r = pass(false).await;
         assert_eq!((r.lines, r.deleted), (0, 0));
         assert!(bucket.path().join("spans/a.parquet").exists());
-        let r = pass(true).await;
-        assert_eq!(r.deleted, 1);
+        // Once the segment holding the removal has been in the store for the delay, a
+        // one-shot run (cron) deletes the object.
+        for seg in remote.segments_of("j5").await.unwrap() {
+            let object = bucket.path().join(seg.key.as_ref());
+            std::fs::File::options()
+                .write(true)
+                .open(object)
+                .unwrap()
+                .set_modified(SystemTime::now() - Duration::from_secs(7200))
+                .unwrap();
+        }
+        let r = pass(false).await;
+        assert_eq!((r.lines, r.deleted), (0, 1));
         assert!(!bucket.path().join("spans/a.parquet").exists());
     }
 }

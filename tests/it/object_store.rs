@@ -454,6 +454,53 @@ s3.put_object(Bucket=bucket, Key=extra, Body=b"PAR1")
     let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("rows");
     assert!(rows[0]["n"].as_u64().expect("count") < 40);
 
+    // The bucket emptied (restored from nothing, or another store under the URL): the
+    // upload stops and says what to do; a resync puts everything again, tampering undone.
+    let empty = r#"
+import sys, boto3
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id="testing",
+                  aws_secret_access_key=sys.argv[2], region_name="us-east-1")
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[3], Prefix="audit/"):
+    for o in page.get("Contents", []):
+        s3.delete_object(Bucket=sys.argv[3], Key=o["Key"])
+"#;
+    let out = Command::new(python())
+        .args(["-c", empty, &s3.url(""), CANARY_SECRET, BUCKET])
+        .output()
+        .expect("boto3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(s3.keys("audit/"), Vec::<String>::new());
+    let upload = ["upload", "--data-dir", dir, "--url", &store_url()];
+    let (code, _, err) = run(proxy.addr, &upload);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("the object store lacks lines of this manifest that were uploaded")
+            && err.contains("upload --resync"),
+        "{err}"
+    );
+    assert!(!err.contains(CANARY_SECRET));
+    assert_eq!(store_count(proxy.addr, "spans"), 0);
+    let resync = [
+        "upload",
+        "--data-dir",
+        dir,
+        "--url",
+        &store_url(),
+        "--resync",
+    ];
+    let (code, _, err) = run(proxy.addr, &resync);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stored_files(&s3, "spans"), local_files);
+    assert_eq!(store_count(proxy.addr, "spans"), local);
+    let (code, problems, summary) = run(proxy.addr, &["verify", "--url", &store_url()]);
+    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    let (code, _, err) = run(proxy.addr, &upload);
+    assert_eq!(code, 0, "{err}");
+
     // The secret access key reached no log line, metric or message.
     let log = d.log_text();
     assert!(!log.contains(CANARY_SECRET));
