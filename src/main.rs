@@ -1281,6 +1281,13 @@ fn upload(args: UploadArgs) -> ExitCode {
             for e in &r.stuck_errors {
                 eprintln!("toolwatch upload: {e}");
             }
+            if args.resync && r.held_elsewhere > 0 {
+                eprintln!(
+                    "toolwatch upload: {} manifests were not resynced: a running process (a daemon) holds them; stop the daemons writing this folder and run it again",
+                    r.held_elsewhere
+                );
+                return ExitCode::from(2);
+            }
             if r.stuck > 0 {
                 ExitCode::from(2)
             } else if r.differs > 0 {

@@ -142,6 +142,10 @@ fn segment_of(name: &str, meta: object_store::ObjectMeta) -> Option<Segment> {
         }
         None => (stem.parse::<u64>().ok()?, None),
     };
+    // Lines count from 1: an object named otherwise is not a segment.
+    if first == 0 {
+        return None;
+    }
     Some(Segment {
         first,
         last,
@@ -737,6 +741,30 @@ mod tests {
                 .as_ref(),
             "audit/spans/tenant=a%40b/x.parquet"
         );
+    }
+
+    #[test]
+    fn objects_named_otherwise_than_segments_from_line_one_are_not_segments() {
+        let meta = |name: &str| object_store::ObjectMeta {
+            location: ObjectPath::from(name),
+            last_modified: chrono::Utc::now(),
+            size: 1,
+            e_tag: None,
+            version: None,
+        };
+        let first_last = |name: &str| segment_of(name, meta(name)).map(|s| (s.first, s.last));
+        assert_eq!(first_last("00000000000000000007.jsonl"), Some((7, None)));
+        assert_eq!(first_last("3-9.jsonl"), Some((3, Some(9))));
+        for name in [
+            "0.jsonl",
+            "0-5.jsonl",
+            "9-3.jsonl",
+            "x.jsonl",
+            "7.json",
+            "7-.jsonl",
+        ] {
+            assert_eq!(first_last(name), None, "{name}");
+        }
     }
 
     #[test]

@@ -69,13 +69,16 @@ pub enum UploadError {
         manifest: PathBuf,
     },
     /// The store holds fewer of the manifest's lines than were uploaded from it.
-    #[error("{manifest}: the object store lacks lines of this manifest that were uploaded ({what}: a bucket emptied or restored from an older copy, a segment deleted, or another store under this URL; check storage.url and AWS_ENDPOINT_URL); its upload stops until `toolwatch upload --resync` puts the missing lines again")]
+    #[error("{manifest}: the object store lacks lines of this manifest that were uploaded ({what}: a bucket emptied or restored from an older copy, a segment deleted, or another store under this URL; check storage.url and AWS_ENDPOINT_URL); its upload stops until `toolwatch upload --resync`, run with the daemons writing this folder stopped, puts the missing lines again")]
     StoreBehind {
         /// The manifest.
         manifest: PathBuf,
         /// What it lacks.
         what: String,
     },
+    /// A pass panicked; the manifests are taken again from their saved cursors.
+    #[error("the upload pass panicked (a bug, or a store's answer a library could not take); manifests are taken again from their saved cursors")]
+    Panicked,
     /// The store already holds a different segment under the key of one being put.
     #[error("object store already holds a different manifest segment at {key}; upload of this manifest stops there")]
     Conflict {
@@ -190,6 +193,10 @@ struct Cursor {
     segment: u64,
     #[serde(default)]
     segment_bytes: u64,
+    /// The store was found to lack lines it was given (`StoreBehind`): another process
+    /// sharing the folder must not count this manifest as in the store.
+    #[serde(default)]
+    behind: bool,
 }
 
 impl Cursor {
@@ -519,6 +526,13 @@ impl Uploader {
         }
     }
 
+    /// Lets go of every manifest (locks, cursors in memory): the next pass takes them again
+    /// from their saved cursors.
+    fn forget(&mut self) {
+        self.shipping.clear();
+        self.metrics.archive_upload_failed("panic");
+    }
+
     /// Whether manifest `instance` waits after an error of its own.
     fn is_stuck(&self, instance: &str) -> bool {
         self.shipping
@@ -610,10 +624,32 @@ impl Uploader {
                 } else {
                     format!("line {} is missing before later lines", end.seq + 1)
                 };
+                if !cursor.behind {
+                    let flagged = Cursor {
+                        behind: true,
+                        ..cursor
+                    };
+                    self.save_cursor(instance, &flagged)?;
+                    if let Some(s) = self.shipping.get_mut(instance) {
+                        s.cursor.behind = true;
+                    }
+                }
                 return Err(UploadError::StoreBehind {
                     manifest: path,
                     what,
                 });
+            }
+            if end.broken {
+                // The segments after the break go, so the lines put again never overlap
+                // them (readers plan over consolidated segments by their names).
+                let after: Vec<_> = segments.iter().filter(|g| g.first > end.seq).collect();
+                tracing::warn!(manifest = %path.display(), segments = after.len(), seq = end.seq, "resync: the store's segments after its last unbroken line are deleted and their lines put again");
+                for g in after {
+                    match self.remote.store().delete(&g.key).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => return Err(RemoteError::store("delete", &g.key, e).into()),
+                    }
+                }
             }
             let Some(s) = self.shipping.get_mut(instance) else {
                 return Ok(());
@@ -631,6 +667,9 @@ impl Uploader {
             s.cursor.offset = end.offset;
             s.cursor.prev = end.prev;
             (s.cursor.segment, s.cursor.segment_bytes) = end.segment;
+        }
+        if let Some(s) = self.shipping.get_mut(instance) {
+            s.cursor.behind = false;
         }
         let delay = self.settings.delete_delay;
         let put = |seq: u64| {
@@ -683,8 +722,10 @@ impl Uploader {
         // At its end, and that end the line uploaded last (a manifest cut back and grown
         // again to the cursor's length is not).
         match self.load_cursor(instance) {
-            Ok(Some(c)) if c.offset == len => {
+            Ok(Some(c)) if c.offset == len && !c.behind => {
+                // A cursor of a build that kept no hash cannot be checked further.
                 c.seq == 0
+                    || c.prev.is_empty()
                     || last_line_before(path, len)
                         .is_some_and(|l| super::manifest::line_hash(&l) == c.prev)
             }
@@ -1323,7 +1364,16 @@ impl Background {
             .spawn(move || {
                 let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
                 loop {
-                    let wait = match runtime.block_on(uploader.pass(false)) {
+                    // A panic (in a library, on a store's odd answer) must not end uploading
+                    // for the daemon's life: the pass's state goes, the cursors on disk stay.
+                    let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        runtime.block_on(uploader.pass(false))
+                    }));
+                    let pass = pass.unwrap_or_else(|_| {
+                        uploader.forget();
+                        Err(UploadError::Panicked)
+                    });
+                    let wait = match pass {
                         Ok(r) => {
                             backoff = crate::retry::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
                             if r.files + r.deleted > 0 {
@@ -1530,7 +1580,8 @@ async fn chain_end(
         manifest: path.to_path_buf(),
     };
     let mut manifest = ManifestLines::new(path, from.offset);
-    let mut seen = first.first - 1;
+    // Segments are named from line 1 on (`remote::segments_of`).
+    let mut seen = first.first.saturating_sub(1);
     for g in &chosen[start..] {
         if g.first > seen + 1 {
             end.broken = true;
@@ -1556,7 +1607,7 @@ async fn chain_end(
                 _ => return Err(diverged()),
             }
         }
-        seen = seen.max(g.first + n - 1);
+        seen = seen.max(g.first.saturating_add(n - 1));
         if seen == end.seq {
             end.segment = (g.first, g.bytes);
         }
@@ -1650,6 +1701,7 @@ fn failure_reason(e: &UploadError) -> &'static str {
         }
         UploadError::Conflict { .. } => "conflict",
         UploadError::StoreBehind { .. } => "store_behind",
+        UploadError::Panicked => "panic",
     }
 }
 
@@ -2247,6 +2299,16 @@ mod tests {
         // The last segment and its file lost: the manifest stops, nothing is put, until a
         // resync puts the line and its file again.
         lose(&remote, "j3", 3, &["spans/p2.parquet"]).await;
+        let mut holder = uploader(root.path(), remote.clone(), one.clone());
+        let r = holder.pass(false).await.unwrap();
+        assert_eq!((r.stuck, r.lines, r.files), (1, 0, 0));
+        // Another process sharing the folder does not count the manifest as in the store.
+        let r = uploader(root.path(), remote.clone(), one.clone())
+            .pass(false)
+            .await
+            .unwrap();
+        assert_eq!((r.held_elsewhere, r.behind_elsewhere), (1, 1));
+        drop(holder);
         let r = pass(false).await;
         assert_eq!((r.stuck, r.lines, r.files), (1, 0, 0));
         assert!(
@@ -2280,11 +2342,15 @@ mod tests {
             "{:?}",
             r.stuck_errors
         );
-        // A resync puts line 2 again (and the files of lines 2 and 3; line 3's segment is
-        // there already).
+        // A resync deletes the segments after the break and puts lines 2 and 3 again, with
+        // their files, in segments of its own.
         let r = pass(true).await;
-        assert_eq!((r.stuck, r.lines, r.files), (0, 1, 2));
+        assert_eq!((r.stuck, r.lines, r.files), (0, 2, 2));
         assert_eq!(in_store().await, (local.clone(), 3, true));
+        assert_eq!(
+            segment_names(&remote, "j3").await,
+            vec!["1.jsonl", "2.jsonl", "3.jsonl"]
+        );
         // The bucket emptied, and one file's local copy gone meanwhile (offloaded): the
         // resync puts every line and the files it still has, and counts the one it lost.
         lose(
