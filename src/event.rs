@@ -347,6 +347,7 @@ pub const FIELD_SOURCES: &[(&str, Field, u8)] = &[
     ("gen_ai.response.model", Field::ResponseModel, 0),
     ("gen_ai.response.id", Field::ResponseId, 0),
     ("gen_ai.response.finish_reasons", Field::FinishReasons, 0),
+    ("llm.finish_reason", Field::FinishReasons, 1),
     ("gen_ai.usage.input_tokens", Field::InputTokens, 0),
     ("gen_ai.usage.prompt_tokens", Field::InputTokens, 1),
     ("llm.token_count.prompt", Field::InputTokens, 2),

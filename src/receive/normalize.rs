@@ -141,6 +141,13 @@ fn as_joined_list(v: &AttrValue) -> Option<String> {
             .map(as_text)
             .collect::<Option<Vec<_>>>()
             .map(|parts| parts.join(",")),
+        // Some senders (logfire) send the list as a JSON array in a string.
+        AttrValue::Str(s) if s.trim_start().starts_with('[') => {
+            match serde_json::from_str::<Vec<String>>(s) {
+                Ok(parts) => Some(parts.join(",")),
+                Err(_) => Some(s.clone()),
+            }
+        }
         other => as_text(other),
     }
 }
@@ -405,7 +412,9 @@ fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> Spa
             return SpanClass::Model
         }
         Some("execute_tool") => return SpanClass::Tool,
-        Some("invoke_agent" | "create_agent") => return SpanClass::Agent,
+        Some("invoke_agent" | "create_agent" | "invoke_workflow" | "plan") => {
+            return SpanClass::Agent
+        }
         _ => {}
     }
     // An MCP `tools/call` naming its tool is a tool execution, on whichever side it is seen.
@@ -682,6 +691,49 @@ mod tests {
         assert_eq!(
             classify(&mut g, &Attributes::default(), SpanKind::Client),
             SpanClass::Model
+        );
+        // The agent operations of the 2026 conventions.
+        for op in ["invoke_agent", "create_agent", "invoke_workflow", "plan"] {
+            let mut g = GenAiFields {
+                operation: Some(op.into()),
+                ..Default::default()
+            };
+            assert_eq!(
+                classify(&mut g, &Attributes::default(), SpanKind::Internal),
+                SpanClass::Agent,
+                "{op}"
+            );
+        }
+    }
+
+    #[test]
+    fn finish_reasons_as_a_list_a_json_string_or_openinferences_single_name() {
+        let read = |pairs: &[(&str, AttrValue)]| {
+            let ex = extract(attrs(pairs), false);
+            (ex.gen_ai.finish_reasons, ex.rest.0.len())
+        };
+        let list = AttrValue::Array(vec![s("tool_calls"), s("stop")]);
+        let want = (Some("tool_calls,stop".to_string()), 0);
+        assert_eq!(read(&[("gen_ai.response.finish_reasons", list)]), want);
+        let json = s(r#"["tool_calls", "stop"]"#);
+        assert_eq!(read(&[("gen_ai.response.finish_reasons", json)]), want);
+        // Text that only looks like a list is kept as sent.
+        let odd = s("[stop");
+        assert_eq!(
+            read(&[("gen_ai.response.finish_reasons", odd)]),
+            (Some("[stop".to_string()), 0)
+        );
+        // OpenInference's name, below the GenAI one whatever the order.
+        assert_eq!(
+            read(&[("llm.finish_reason", s("stop"))]),
+            (Some("stop".to_string()), 0)
+        );
+        assert_eq!(
+            read(&[
+                ("llm.finish_reason", s("stop")),
+                ("gen_ai.response.finish_reasons", s("length")),
+            ]),
+            (Some("length".to_string()), 1)
         );
     }
 
