@@ -426,11 +426,15 @@ pub const FIELD_SOURCES: &[(&str, Field, u8)] = &[
     ("executor.claimed_cost_usd", Field::ClaimedCostUsd, 0),
 ];
 
-/// OpenInference's names for a tool span's input and output, read only on tool spans
-/// (on model spans the same names hold prompts and completions, which stay attributes).
-pub const OPENINFERENCE_TOOL_IO: [(&str, Field); 2] = [
+/// Names read only on tool spans, into fields still empty, in this order: OpenInference's
+/// input and output, and OpenLLMetry's (`traceloop.*`) entity name, input and output. On other
+/// spans the same names hold prompts, completions and workflow names, which stay attributes.
+pub const TOOL_SPAN_SOURCES: [(&str, Field); 5] = [
     ("input.value", Field::ToolArguments),
     ("output.value", Field::ToolResult),
+    ("traceloop.entity.name", Field::ToolName),
+    ("traceloop.entity.input", Field::ToolArguments),
+    ("traceloop.entity.output", Field::ToolResult),
 ];
 
 /// [`FIELD_SOURCES`] by name: each name's field and rank.
@@ -451,7 +455,7 @@ pub fn source_key(name: &str) -> Option<&'static str> {
         .get_key_value(name)
         .map(|(k, _)| *k)
         .or_else(|| {
-            OPENINFERENCE_TOOL_IO
+            TOOL_SPAN_SOURCES
                 .iter()
                 .map(|(k, _)| *k)
                 .find(|k| *k == name)
@@ -470,7 +474,7 @@ pub enum Source {
     /// The resource's attribute under the canonical name, copied onto every item under it.
     Resource,
     /// Inferred from another attribute that is still there (the operation from
-    /// `openinference.span.kind`).
+    /// `openinference.span.kind` or `traceloop.span.kind`).
     Inferred,
     /// The request's `x-toolwatch-tenant` header (only for the claimed tenant), for items
     /// that named none themselves.

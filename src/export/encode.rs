@@ -6,7 +6,8 @@
 //! name it was read from ([`SourceKeys`]): the canonical name, an older GenAI name, or the
 //! OpenInference one. A field copied from the resource (`executor.request_id`, ...) is not
 //! repeated on the item, since the resource still carries it; an operation inferred from
-//! `openinference.span.kind` is not added, since that attribute is still there. So
+//! `openinference.span.kind` or `traceloop.span.kind` is not added, since that attribute is
+//! still there. So
 //! `normalize` reading the output gives back the same events.
 //!
 //! Where the values differ from what was sent:

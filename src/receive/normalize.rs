@@ -19,7 +19,7 @@ use crate::event::{
     SpanLinkRecord, SpanRecord, StatusCode, TraceId, DEFAULT_TENANT,
 };
 
-use crate::event::{field_index, OPENINFERENCE_TOOL_IO};
+use crate::event::{field_index, TOOL_SPAN_SOURCES};
 /// The typed fields and the attribute names read into them live in the event model (a
 /// journal record's [`SourceKeys`] names them); re-exported where the mapping is applied.
 pub use crate::event::{Field, FIELD_SOURCES};
@@ -35,6 +35,7 @@ pub struct NormalizeError {
 }
 
 const OPENINFERENCE_KIND: &str = "openinference.span.kind";
+const TRACELOOP_KIND: &str = "traceloop.span.kind";
 
 impl Field {
     /// Stores `value` if it can be read as this field's type; false leaves it untouched.
@@ -405,7 +406,14 @@ fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> Spa
             Some("AGENT") => Some("invoke_agent"),
             _ => None,
         };
-        gen_ai.operation = implied.map(str::to_string);
+        // And OpenLLMetry's (`traceloop.span.kind`: workflow, task, agent, tool).
+        let traceloop = || match attrs.get(TRACELOOP_KIND).and_then(AttrValue::as_str) {
+            Some("tool") => Some("execute_tool"),
+            Some("agent") => Some("invoke_agent"),
+            Some("workflow") => Some("invoke_workflow"),
+            _ => None,
+        };
+        gen_ai.operation = implied.or_else(traceloop).map(str::to_string);
     }
     match gen_ai.operation.as_deref() {
         Some("chat" | "text_completion" | "generate_content" | "embeddings") => {
@@ -427,20 +435,22 @@ fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> Spa
     }
 }
 
-/// OpenInference tool spans carry arguments and result as `input.value` / `output.value`.
-fn take_openinference_tool_io(ex: &mut Extraction) {
-    for (name, field) in OPENINFERENCE_TOOL_IO {
+/// OpenInference tool spans carry arguments and result as `input.value` / `output.value`,
+/// OpenLLMetry's the tool's name, arguments and result as `traceloop.entity.*`.
+fn take_tool_span_sources(ex: &mut Extraction) {
+    for (name, field) in TOOL_SPAN_SOURCES {
         let slot_empty = match field {
             Field::ToolArguments => ex.gen_ai.tool_arguments.is_none(),
+            Field::ToolName => ex.gen_ai.tool_name.is_none(),
             _ => ex.gen_ai.tool_result.is_none(),
         };
         if !slot_empty {
             continue;
         }
         if let Some(pos) = ex.rest.0.iter().position(|(k, _)| k == name) {
-            let (_, value) = ex.rest.0.remove(pos);
-            // Content always reads (as JSON text), so the attribute is never lost.
-            if field.store(&value, &mut ex.gen_ai, &mut ex.audit) {
+            // Content always reads (as JSON text); a name that does not read stays an attribute.
+            if field.store(&ex.rest.0[pos].1, &mut ex.gen_ai, &mut ex.audit) {
+                ex.rest.0.remove(pos);
                 ex.sources.0.push((field, Source::Key(name)));
             }
         }
@@ -470,7 +480,7 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                     ex.sources.0.push((Field::Operation, Source::Inferred));
                 }
                 if class == SpanClass::Tool {
-                    take_openinference_tool_io(&mut ex);
+                    take_tool_span_sources(&mut ex);
                 }
                 let tenant = fill_from_resource(&mut ex.audit, &mut ex.sources, &res_audit);
                 ex.sources.0.sort_unstable_by_key(|(f, _)| *f);
@@ -661,11 +671,55 @@ mod tests {
         );
         let class = classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal);
         assert_eq!(class, SpanClass::Tool);
-        take_openinference_tool_io(&mut ex);
+        take_tool_span_sources(&mut ex);
         assert_eq!(ex.gen_ai.tool_name.as_deref(), Some("search_orders"));
         assert_eq!(ex.gen_ai.operation.as_deref(), Some("execute_tool"));
         assert_eq!(ex.gen_ai.tool_arguments.as_deref(), Some("{\"q\":1}"));
         assert_eq!(ex.gen_ai.tool_result.as_deref(), Some("[]"));
+    }
+
+    #[test]
+    fn openllmetry_tool_span_maps_onto_the_same_fields() {
+        let input = r#"{"tool_name":"get_weather","arguments":{"city":"Oslo"}}"#;
+        let mut ex = extract(
+            attrs(&[
+                (TRACELOOP_KIND, s("tool")),
+                ("traceloop.entity.name", s("get_weather")),
+                ("traceloop.entity.input", s(input)),
+                ("traceloop.entity.output", s(r#"{"content":"4C"}"#)),
+                ("error.type", s("tool_error")),
+            ]),
+            false,
+        );
+        let class = classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal);
+        take_tool_span_sources(&mut ex);
+        assert_eq!(class, SpanClass::Tool);
+        assert_eq!(ex.gen_ai.operation.as_deref(), Some("execute_tool"));
+        assert_eq!(ex.gen_ai.tool_name.as_deref(), Some("get_weather"));
+        assert_eq!(ex.gen_ai.tool_arguments.as_deref(), Some(input));
+        assert_eq!(
+            ex.gen_ai.tool_result.as_deref(),
+            Some(r#"{"content":"4C"}"#)
+        );
+        let kept: Vec<&str> = ex.rest.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kept, vec![TRACELOOP_KIND, "error.type"]);
+        // A tool name that does not read as text stays an attribute.
+        let mut ex = extract(
+            attrs(&[
+                (TRACELOOP_KIND, s("tool")),
+                ("traceloop.entity.name", AttrValue::Double(1.5)),
+            ]),
+            false,
+        );
+        classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal);
+        take_tool_span_sources(&mut ex);
+        assert_eq!(ex.gen_ai.tool_name, None);
+        assert_eq!(ex.rest.0.len(), 2);
+        // On a workflow span the same names stay attributes.
+        let mut g = GenAiFields::default();
+        let w = attrs(&[(TRACELOOP_KIND, s("workflow"))]);
+        assert_eq!(classify(&mut g, &w, SpanKind::Internal), SpanClass::Agent);
+        assert_eq!(g.operation.as_deref(), Some("invoke_workflow"));
     }
 
     #[test]
@@ -756,7 +810,8 @@ mod tests {
             let names: Vec<&'static str> = FIELD_SOURCES
                 .iter()
                 .map(|(n, _, _)| *n)
-                .chain(["custom.a", "custom.b", "input.value", OPENINFERENCE_KIND])
+                .chain(["custom.a", "custom.b", OPENINFERENCE_KIND, TRACELOOP_KIND])
+                .chain(TOOL_SPAN_SOURCES.iter().map(|(n, _)| *n))
                 .collect();
             (prop::sample::select(names), value()).prop_map(|(k, v)| KeyValue {
                 key: k.to_string(),
