@@ -19,6 +19,7 @@ mod harness;
 mod hashing;
 mod lifecycle;
 mod loadgen;
+mod matrix;
 mod monitoring;
 mod object_store;
 mod otlp_json;

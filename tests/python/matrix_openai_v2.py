@@ -1,0 +1,82 @@
+"""One agent run through the official `opentelemetry-instrumentation-openai-v2`, as shipped.
+
+Usage: matrix_openai_v2.py --endpoint http://HOST:PORT [--content]
+
+The OpenAI client talks to the local stub (openai_stub.py): a model turn that calls the tool
+`get_weather`, the tool run by the application, a second model turn that answers. The
+instrumentation's own spans go to toolwatch over OTLP/HTTP with the SDK's exporter; the
+application adds only what a real one would, the root span of the run. With --content the
+library records message content on its spans (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT),
+where the user's message carries a secret. Prints the run's trace id as JSON.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from openai_stub import OpenAIStub, TOOL_CALL_ID  # noqa: E402
+
+SECRET = "AKIAQX7Z3K9M2P4V8R6T"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--content", action="store_true")
+    args = ap.parse_args()
+    if args.content:
+        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "span_only"
+    # openai 3 ships httpx2; the instrumentation imports httpx (the alias it provides).
+    import httpx2
+
+    httpx2.alias_httpx()
+    from openai import OpenAI
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": "weather-agent", "executor.tenant_id": "acme"})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
+    )
+    trace.set_tracer_provider(provider)
+    OpenAIInstrumentor().instrument()
+
+    stub = OpenAIStub({"city": "Oslo"})
+    client = OpenAI(base_url=stub.base_url, api_key="sk-local-stub", max_retries=0)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    tracer = trace.get_tracer("weather-agent")
+    with tracer.start_as_current_span("weather run") as root:
+        messages = [
+            {"role": "system", "content": "You answer weather questions."},
+            {"role": "user", "content": f"Weather in Oslo? My AWS key is {SECRET}."},
+        ]
+        first = client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=tools)
+        call = first.choices[0].message.tool_calls[0]
+        assert call.id == TOOL_CALL_ID
+        messages.append(first.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "4C"})
+        client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=tools)
+        trace_id = format(root.get_span_context().trace_id, "032x")
+    provider.force_flush()
+    provider.shutdown()
+    stub.close()
+    print(json.dumps({"trace_id": trace_id, "stub_requests": len(stub.requests)}))
+
+
+if __name__ == "__main__":
+    main()
