@@ -11,12 +11,12 @@ use crate::harness::{all_bytes, assert_readers_agree, contains, read_table, run_
 const SECRET: &str = "AKIAQX7Z3K9M2P4V8R6T";
 
 /// Runs `script` against a fresh daemon; the run's trace id and the daemon (stopped).
-fn run_row(script: &str, extra: &[&str]) -> (String, Daemon) {
+fn run_row(script: &str, args: &[&str]) -> (String, Daemon) {
     let mut d = Daemon::start();
     let endpoint = d.http_url();
-    let mut args = vec!["--endpoint", endpoint.as_str()];
-    args.extend_from_slice(extra);
-    let out: Value = serde_json::from_str(&run_python(script, &args)).expect("script output");
+    let mut all = vec!["--endpoint", endpoint.as_str()];
+    all.extend_from_slice(args);
+    let out: Value = serde_json::from_str(&run_python(script, &all)).expect("script output");
     d.wait_for_complete_summaries(1);
     d.stop();
     (out["trace_id"].as_str().expect("trace id").to_string(), d)
@@ -28,84 +28,177 @@ fn text<'a>(row: &'a Map<String, Value>, column: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{column}: {:?}", row[column]))
 }
 
-/// The official `opentelemetry-instrumentation-openai-v2`: two chat turns under the
-/// application's root span, one request; content only when asked for, and then redacted.
-fn openai_v2(content: bool) {
-    let extra: &[&str] = if content { &["--content"] } else { &[] };
-    let (trace, d) = run_row("matrix_openai_v2.py", extra);
+/// What one OpenAI instrumentation puts in the two model turns' rows (the stub's answers are
+/// the same for all: a `get_weather` call, then the answer).
+struct ChatRow {
+    library: &'static str,
+    span_name: &'static str,
+    span_kind: &'static str,
+    /// OpenInference's `llm.model_name` is the model that answered.
+    request_model: &'static str,
+    response_model: Option<&'static str>,
+    /// Whether `gen_ai.response.id` is sent.
+    response_id: bool,
+    finish_reasons: [&'static str; 2],
+    cache_read_input_tokens: [Option<i64>; 2],
+}
+
+/// A chat agent run through `row.library` (`tests/python/matrix_openai_chat.py`): two model
+/// turns under the application's root span, one request; content only when captured, and
+/// then with the tool call's id and the user's secret redacted.
+fn chat_row(row: ChatRow, content: bool) {
+    let mut args = vec!["--library", row.library];
+    if content {
+        args.push("--content");
+    }
+    let (trace, d) = run_row("matrix_openai_chat.py", &args);
+    let lib = row.library;
     let mut spans = assert_readers_agree(&d.data_dir, "spans");
     spans.sort_by_key(|r| r["start_time"].as_i64());
     let classes: Vec<&str> = spans.iter().map(|r| text(r, "span_class")).collect();
-    assert_eq!(classes, ["other", "model", "model"]);
-    for row in &spans {
-        assert_eq!(text(row, "trace_id"), trace);
-        assert_eq!(row["tenant"], "acme");
+    assert_eq!(classes, ["other", "model", "model"], "{lib}");
+    for span in &spans {
+        assert_eq!(text(span, "trace_id"), trace, "{lib}");
+        assert_eq!(span["tenant"], "acme", "{lib}");
     }
-    let turns = [("tool_calls", 11, 7), ("stop", 20, 9)];
-    for (row, (finish, input, output)) in spans[1..].iter().zip(turns) {
-        assert_eq!(text(row, "name"), "chat gpt-4o-mini");
-        assert_eq!(text(row, "span_kind"), "client");
-        assert_eq!(text(row, "operation"), "chat");
-        assert_eq!(text(row, "provider"), "openai");
-        assert_eq!(text(row, "request_model"), "gpt-4o-mini");
-        assert_eq!(text(row, "response_model"), "gpt-4o-mini-2026-01-01");
-        assert_eq!(text(row, "finish_reasons"), finish);
-        assert_eq!(row["input_tokens"], input);
-        assert_eq!(row["output_tokens"], output);
-        // This version sends no cached-token count (the stub reported 3 on the first turn).
-        assert_eq!(row["cache_read_input_tokens"], Value::Null);
-        assert!(text(row, "response_id").starts_with("chatcmpl-stub-"));
+    let tokens = [(11, 7), (20, 9)];
+    for (i, span) in spans[1..].iter().enumerate() {
+        let turn = format!("{lib} turn {}", i + 1);
+        assert_eq!(text(span, "name"), row.span_name, "{turn}");
+        assert_eq!(text(span, "span_kind"), row.span_kind, "{turn}");
+        assert_eq!(text(span, "operation"), "chat", "{turn}");
+        assert_eq!(text(span, "provider"), "openai", "{turn}");
+        assert_eq!(text(span, "request_model"), row.request_model, "{turn}");
+        assert_eq!(
+            span["response_model"].as_str(),
+            row.response_model,
+            "{turn}"
+        );
+        assert_eq!(
+            text(span, "finish_reasons"),
+            row.finish_reasons[i],
+            "{turn}"
+        );
+        assert_eq!(span["input_tokens"], tokens[i].0, "{turn}");
+        assert_eq!(span["output_tokens"], tokens[i].1, "{turn}");
+        assert_eq!(
+            span["cache_read_input_tokens"].as_i64(),
+            row.cache_read_input_tokens[i],
+            "{turn}"
+        );
+        let id = span["response_id"].as_str();
+        assert_eq!(
+            id,
+            row.response_id
+                .then(|| format!("chatcmpl-stub-{}", i + 1))
+                .as_deref(),
+            "{turn}"
+        );
     }
     let requests = read_table(&d.data_dir, "requests");
-    assert_eq!(requests.len(), 1, "one request per agent run");
+    assert_eq!(requests.len(), 1, "{lib}: one request per agent run");
     let r = &requests[0];
     assert_eq!(text(r, "request_id"), trace);
     assert_eq!(text(r, "completeness"), "complete");
-    assert_eq!(
-        (&r["span_count"], &r["model_turns"], &r["tool_calls"]),
-        (&Value::from(3), &Value::from(2), &Value::from(0))
-    );
-    assert_eq!(
-        (&r["input_tokens"], &r["output_tokens"]),
-        (&Value::from(31), &Value::from(16))
-    );
-    // Content: the messages (with the tool call's id and arguments) as the library sends
-    // them, the secret in the user's message redacted everywhere the daemon wrote.
-    let attributes: Vec<Value> = spans[1..]
-        .iter()
-        .map(|r| serde_json::from_str(text(r, "attributes")).expect("attributes JSON"))
-        .collect();
-    let input = attributes[1]["gen_ai.input.messages"].as_str();
-    if content {
-        let input = input.expect("input messages on the second turn");
-        assert!(
-            input.contains("call_weather_1") && input.contains("Oslo"),
-            "{input}"
-        );
-        let first = attributes[0]["gen_ai.input.messages"]
-            .as_str()
-            .expect("first turn");
-        assert!(!first.contains(SECRET), "{first}");
-        assert!(
-            spans[1]["redactions"].to_string().contains("aws"),
-            "{:?}",
-            spans[1]["redactions"]
-        );
-    } else {
-        assert_eq!(input, None, "no content unless asked for");
+    let counts = [&r["span_count"], &r["model_turns"], &r["tool_calls"]];
+    assert_eq!(counts, [3, 2, 0].map(Value::from).each_ref(), "{lib}");
+    let sums = [&r["input_tokens"], &r["output_tokens"]];
+    assert_eq!(sums, [31, 16].map(Value::from).each_ref(), "{lib}");
+    // Content: the messages as the library sends them (the tool call's id inside), the
+    // secret in the user's message redacted everywhere the daemon wrote.
+    for span in &spans[1..] {
+        let attributes = text(span, "attributes");
+        let redactions = span["redactions"].to_string();
+        if content {
+            assert!(
+                attributes.contains("Oslo") && attributes.contains("call_weather_1"),
+                "{lib}: {attributes}"
+            );
+            assert!(
+                redactions.contains("aws_access_key_id"),
+                "{lib}: {redactions}"
+            );
+        } else {
+            assert!(
+                !attributes.contains("Oslo"),
+                "{lib}: content not captured: {attributes}"
+            );
+            assert_eq!(redactions, "{}", "{lib}");
+        }
     }
     assert!(
         !contains(&all_bytes(&d.data_dir), SECRET),
-        "the secret reached the data directory"
+        "{lib}: the secret reached the data directory"
     );
+}
+
+fn openai_v2() -> ChatRow {
+    ChatRow {
+        library: "openai-v2",
+        span_name: "chat gpt-4o-mini",
+        span_kind: "client",
+        request_model: "gpt-4o-mini",
+        response_model: Some("gpt-4o-mini-2026-01-01"),
+        response_id: true,
+        finish_reasons: ["tool_calls", "stop"],
+        // Not sent by this version (the stub reported 3 on the first turn).
+        cache_read_input_tokens: [None, None],
+    }
+}
+
+fn openllmetry() -> ChatRow {
+    ChatRow {
+        library: "openllmetry",
+        span_name: "openai.chat",
+        span_kind: "client",
+        request_model: "gpt-4o-mini",
+        response_model: Some("gpt-4o-mini-2026-01-01"),
+        response_id: true,
+        // OpenLLMetry maps OpenAI's `tool_calls` to `tool_call`.
+        finish_reasons: ["tool_call", "stop"],
+        cache_read_input_tokens: [Some(3), Some(0)],
+    }
+}
+
+fn openinference() -> ChatRow {
+    ChatRow {
+        library: "openinference",
+        span_name: "ChatCompletion",
+        span_kind: "internal",
+        request_model: "gpt-4o-mini-2026-01-01",
+        response_model: None,
+        response_id: false,
+        finish_reasons: ["tool_calls", "stop"],
+        cache_read_input_tokens: [Some(3), Some(0)],
+    }
 }
 
 #[test]
 fn openai_v2_content_off() {
-    openai_v2(false);
+    chat_row(openai_v2(), false);
 }
 
 #[test]
 fn openai_v2_content_on_is_redacted() {
-    openai_v2(true);
+    chat_row(openai_v2(), true);
+}
+
+#[test]
+fn openllmetry_openai_content_off() {
+    chat_row(openllmetry(), false);
+}
+
+#[test]
+fn openllmetry_openai_content_on_is_redacted() {
+    chat_row(openllmetry(), true);
+}
+
+#[test]
+fn openinference_openai_content_off() {
+    chat_row(openinference(), false);
+}
+
+#[test]
+fn openinference_openai_content_on_is_redacted() {
+    chat_row(openinference(), true);
 }

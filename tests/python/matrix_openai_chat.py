@@ -1,13 +1,20 @@
-"""One agent run through the official `opentelemetry-instrumentation-openai-v2`, as shipped.
+"""One agent run through an OpenAI instrumentation library, as shipped.
 
-Usage: matrix_openai_v2.py --endpoint http://HOST:PORT [--content]
+Usage: matrix_openai_chat.py --library openai-v2|openllmetry|openinference
+                             --endpoint http://HOST:PORT [--content]
+
+  openai-v2      the official opentelemetry-instrumentation-openai-v2 (content only with
+                 --content: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
+  openllmetry    OpenLLMetry's opentelemetry-instrumentation-openai (content unless
+                 TRACELOOP_TRACE_CONTENT=false, which is set without --content)
+  openinference  openinference-instrumentation-openai (content unless OPENINFERENCE_HIDE_*,
+                 set without --content)
 
 The OpenAI client talks to the local stub (openai_stub.py): a model turn that calls the tool
 `get_weather`, the tool run by the application, a second model turn that answers. The
 instrumentation's own spans go to toolwatch over OTLP/HTTP with the SDK's exporter; the
-application adds only what a real one would, the root span of the run. With --content the
-library records message content on its spans (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT),
-where the user's message carries a secret. Prints the run's trace id as JSON.
+application adds only what a real one would, the root span of the run. The user's message
+carries a secret. Prints the run's trace id as JSON.
 """
 
 import argparse
@@ -21,21 +28,40 @@ from openai_stub import OpenAIStub, TOOL_CALL_ID  # noqa: E402
 SECRET = "AKIAQX7Z3K9M2P4V8R6T"
 
 
+def instrumentor(library):
+    """The library's instrumentor (one per process: they patch the same methods)."""
+    if library == "openai-v2":
+        # openai 3 ships httpx2; the instrumentation imports httpx (the alias it provides).
+        import httpx2
+
+        httpx2.alias_httpx()
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    elif library == "openllmetry":
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    else:
+        from openinference.instrumentation.openai import OpenAIInstrumentor
+    return OpenAIInstrumentor()
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--library", choices=["openai-v2", "openllmetry", "openinference"], required=True)
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--content", action="store_true")
     args = ap.parse_args()
-    if args.content:
+    # Each library's own switch, set before it is imported.
+    if args.library == "openai-v2" and args.content:
         os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "span_only"
-    # openai 3 ships httpx2; the instrumentation imports httpx (the alias it provides).
-    import httpx2
-
-    httpx2.alias_httpx()
+    if args.library == "openllmetry" and not args.content:
+        os.environ["TRACELOOP_TRACE_CONTENT"] = "false"
+    if args.library == "openinference" and not args.content:
+        os.environ["OPENINFERENCE_HIDE_INPUTS"] = "true"
+        os.environ["OPENINFERENCE_HIDE_OUTPUTS"] = "true"
+        os.environ["OPENINFERENCE_HIDE_INPUT_MESSAGES"] = "true"
+        os.environ["OPENINFERENCE_HIDE_OUTPUT_MESSAGES"] = "true"
     from openai import OpenAI
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -46,7 +72,7 @@ def main():
         BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
     )
     trace.set_tracer_provider(provider)
-    OpenAIInstrumentor().instrument()
+    instrumentor(args.library).instrument()
 
     stub = OpenAIStub({"city": "Oslo"})
     client = OpenAI(base_url=stub.base_url, api_key="sk-local-stub", max_retries=0)
