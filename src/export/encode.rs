@@ -4,7 +4,7 @@
 //! `ResourceSpans`/`ScopeSpans` (`ResourceLogs`/`ScopeLogs`) in first-seen order. Resource and
 //! scope attributes go out as received. Each typed field goes back as an attribute under the
 //! name it was read from ([`SourceKeys`]): the canonical name, an older GenAI name, or the
-//! OpenInference one. A field copied from the resource (`executor.request_id`, ...) is not
+//! OpenInference or OpenLLMetry (`traceloop.*`) one. A field copied from the resource (`executor.request_id`, ...) is not
 //! repeated on the item, since the resource still carries it; an operation inferred from
 //! `openinference.span.kind` or `traceloop.span.kind` is not added, since that attribute is
 //! still there. So

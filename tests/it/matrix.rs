@@ -10,16 +10,30 @@ use crate::harness::{all_bytes, assert_readers_agree, contains, read_table, run_
 /// The secret the user's message carries (an AWS access key id shape).
 const SECRET: &str = "AKIAQX7Z3K9M2P4V8R6T";
 
-/// Runs `script` against a fresh daemon; the run's trace id and the daemon (stopped).
-fn run_row(script: &str, args: &[&str]) -> (String, Daemon) {
+/// What a run left: its trace id, the daemon (stopped), and its `/metrics` text at the end.
+struct Run {
+    trace: String,
+    daemon: Daemon,
+    metrics: String,
+}
+
+/// Runs `script` against a fresh daemon.
+fn run_row(script: &str, args: &[&str]) -> Run {
     let mut d = Daemon::start();
     let endpoint = d.http_url();
     let mut all = vec!["--endpoint", endpoint.as_str()];
     all.extend_from_slice(args);
     let out: Value = serde_json::from_str(&run_python(script, &all)).expect("script output");
+    assert_eq!(out["stub_requests"], 2, "two model turns reached the stub");
     d.wait_for_complete_summaries(1);
+    let (_, metrics) = d.admin_get("/metrics");
     d.stop();
-    (out["trace_id"].as_str().expect("trace id").to_string(), d)
+    let trace = out["trace_id"].as_str().expect("trace id").to_string();
+    Run {
+        trace,
+        daemon: d,
+        metrics,
+    }
 }
 
 fn text<'a>(row: &'a Map<String, Value>, column: &str) -> &'a str {
@@ -51,7 +65,11 @@ fn chat_row(row: ChatRow, content: bool) {
     if content {
         args.push("--content");
     }
-    let (trace, d) = run_row("matrix_openai_chat.py", &args);
+    let Run {
+        trace,
+        daemon: d,
+        metrics,
+    } = run_row("matrix_openai_chat.py", &args);
     let lib = row.library;
     let mut spans = assert_readers_agree(&d.data_dir, "spans");
     spans.sort_by_key(|r| r["start_time"].as_i64());
@@ -126,9 +144,23 @@ fn chat_row(row: ChatRow, content: bool) {
             assert_eq!(redactions, "{}", "{lib}");
         }
     }
+    // Nowhere: not in any table as read back (the archive's columns are compressed, so the
+    // bytes alone would not show it), the journal's bytes, the daemon's log or its metrics.
+    for table in ["spans", "requests", "logs"] {
+        let rows = serde_json::to_string(&read_table(&d.data_dir, table)).expect("rows");
+        assert!(!rows.contains(SECRET), "{lib}: the secret is in {table}");
+    }
     assert!(
         !contains(&all_bytes(&d.data_dir), SECRET),
-        "{lib}: the secret reached the data directory"
+        "{lib}: the secret is in the data directory (the journal)"
+    );
+    assert!(
+        !d.log_text().contains(SECRET),
+        "{lib}: the secret is in the log"
+    );
+    assert!(
+        !metrics.is_empty() && !metrics.contains(SECRET),
+        "{lib}: metrics"
     );
 }
 

@@ -49,16 +49,16 @@ def main():
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--content", action="store_true")
     args = ap.parse_args()
-    # Each library's own switch, set before it is imported.
-    if args.library == "openai-v2" and args.content:
-        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "span_only"
-    if args.library == "openllmetry" and not args.content:
-        os.environ["TRACELOOP_TRACE_CONTENT"] = "false"
-    if args.library == "openinference" and not args.content:
-        os.environ["OPENINFERENCE_HIDE_INPUTS"] = "true"
-        os.environ["OPENINFERENCE_HIDE_OUTPUTS"] = "true"
-        os.environ["OPENINFERENCE_HIDE_INPUT_MESSAGES"] = "true"
-        os.environ["OPENINFERENCE_HIDE_OUTPUT_MESSAGES"] = "true"
+    # Each library's own switch, set both ways before it is imported (nothing inherited).
+    for name in list(os.environ):
+        if name.startswith(("OTEL_", "OPENINFERENCE_", "TRACELOOP_")) or name.lower().endswith("_proxy"):
+            del os.environ[name]
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = (
+        "span_only" if args.content else "NO_CONTENT"
+    )
+    os.environ["TRACELOOP_TRACE_CONTENT"] = "true" if args.content else "false"
+    for part in ["INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES"]:
+        os.environ["OPENINFERENCE_HIDE_" + part] = "false" if args.content else "true"
     from openai import OpenAI
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -98,7 +98,7 @@ def main():
         messages.append({"role": "tool", "tool_call_id": call.id, "content": "4C"})
         client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=tools)
         trace_id = format(root.get_span_context().trace_id, "032x")
-    provider.force_flush()
+    assert provider.force_flush(), "the spans were not exported"
     provider.shutdown()
     stub.close()
     print(json.dumps({"trace_id": trace_id, "stub_requests": len(stub.requests)}))

@@ -451,8 +451,20 @@ mod properties {
         use any_value::Value as V;
         prop_oneof![
             "[a-z0-9 ]{0,8}".prop_map(V::StringValue),
-            prop::sample::select(vec!["TOOL", "llm", "Agent", "tools/call", "true", " 7 "])
-                .prop_map(|s| V::StringValue(s.into())),
+            prop::sample::select(vec![
+                "TOOL",
+                "llm",
+                "Agent",
+                "tools/call",
+                "true",
+                " 7 ",
+                "tool",
+                "workflow",
+                "agent",
+                r#"["stop","length"]"#,
+                "[stop",
+            ])
+            .prop_map(|s| V::StringValue(s.into())),
             (0i64..5000).prop_map(V::IntValue),
             any::<bool>().prop_map(V::BoolValue),
             (0.0f64..10.0).prop_map(V::DoubleValue),
@@ -492,6 +504,10 @@ mod properties {
                 "input.value",
                 "output.value",
                 "openinference.span.kind",
+                "traceloop.span.kind",
+                "traceloop.entity.name",
+                "traceloop.entity.input",
+                "traceloop.entity.output",
             ])
             .collect()
     }
