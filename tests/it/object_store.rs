@@ -351,8 +351,7 @@ print(t.num_rows, len(set(t.column("tenant").to_pylist())))
     assert_eq!(store_tree, local_tree);
 
     // The store verifies.
-    let (code, problems, summary) = run(proxy.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    store_verifies(proxy.addr);
 
     // A compaction on the local archive reaches the store: merged objects go (no delay
     // here), the merged file comes, readers count every span once.
@@ -360,33 +359,18 @@ print(t.num_rows, len(set(t.column("tenant").to_pylist())))
     compact_now(&data, &["--min-files", "2"]);
     // No daemon serves the archive now: the command uploads the compaction's manifest.
     let dir = data.to_str().unwrap();
-    let (code, _, err) = run(
-        proxy.addr,
-        &["upload", "--data-dir", dir, "--url", &store_url()],
-    );
-    assert_eq!(code, 0, "{err}");
+    upload_ok(proxy.addr, dir, &[]);
     // Merged-away objects stay for storage.delete_delay (15 minutes by default), so readers
     // that listed them still find them; the manifests already say they are gone.
     assert!(stored_files(&s3, "spans").len() > parquet_files(&data, "spans").len());
     assert_eq!(store_count(proxy.addr, "spans"), local);
-    let (code, problems, summary) = run(proxy.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
-    let upload_now = [
-        "upload",
-        "--data-dir",
-        dir,
-        "--url",
-        &store_url(),
-        "--delete-now",
-    ];
-    let (code, _, err) = run(proxy.addr, &upload_now);
-    assert_eq!(code, 0, "{err}");
+    store_verifies(proxy.addr);
+    upload_ok(proxy.addr, dir, &["--delete-now"]);
     let local_files = local_keys(&data, "spans");
     assert!(local_files.len() < before, "compaction merged files");
     assert_eq!(stored_files(&s3, "spans"), local_files);
     assert_eq!(store_count(proxy.addr, "spans"), local);
-    let (code, problems, summary) = run(proxy.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    store_verifies(proxy.addr);
 
     // Tampering in the store is named, object by object.
     let modified = local_files[0].clone();
@@ -484,22 +468,11 @@ for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[3], Pre
     );
     assert!(!err.contains(CANARY_SECRET));
     assert_eq!(store_count(proxy.addr, "spans"), 0);
-    let resync = [
-        "upload",
-        "--data-dir",
-        dir,
-        "--url",
-        &store_url(),
-        "--resync",
-    ];
-    let (code, _, err) = run(proxy.addr, &resync);
-    assert_eq!(code, 0, "{err}");
+    upload_ok(proxy.addr, dir, &["--resync"]);
     assert_eq!(stored_files(&s3, "spans"), local_files);
     assert_eq!(store_count(proxy.addr, "spans"), local);
-    let (code, problems, summary) = run(proxy.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
-    let (code, _, err) = run(proxy.addr, &upload);
-    assert_eq!(code, 0, "{err}");
+    store_verifies(proxy.addr);
+    upload_ok(proxy.addr, dir, &[]);
 
     // The secret access key reached no log line, metric or message.
     let log = d.log_text();
@@ -536,8 +509,7 @@ fn an_upload_cut_short_shows_nothing_loses_nothing_and_is_retried() {
     assert_eq!(s3.keys("audit/_manifest/"), Vec::<String>::new());
     assert_eq!(stored_files(&s3, "spans"), Vec::<String>::new());
     assert_eq!(store_count(s3.addr, "spans"), 0);
-    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    store_verifies(s3.addr);
 
     // The network heals: everything goes up, once, and no part is left behind.
     proxy.cut.store(false, Ordering::SeqCst);
@@ -567,8 +539,7 @@ fn an_upload_cut_short_shows_nothing_loses_nothing_and_is_retried() {
     let local_files = local_keys(&data, "spans");
     assert_eq!(stored_files(&s3, "spans"), local_files);
     assert_eq!(s3.pending_multipart_uploads(), 0);
-    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    store_verifies(s3.addr);
     let log = d.log_text();
     assert!(
         log.contains("archive upload failed; nothing is lost"),
@@ -708,8 +679,7 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
     // Both views verify: locally the offloads are removals by policy, in the store the
     // objects are still live.
     assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
-    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    store_verifies(s3.addr);
 
     // Retention reaches offloaded hours: their objects go from the store.
     let (code, _, err) = run(
@@ -729,8 +699,7 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
         days(0..2).len() as u64
     );
     assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
-    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    store_verifies(s3.addr);
 
     // Scrub reaches them too: the planted value goes from the offloaded hour's object.
     let holding = format!("SELECT count(*) AS n FROM spans WHERE attributes LIKE '%{PLANTED}%'");
@@ -760,11 +729,26 @@ async fn offloaded_hours_live_in_the_store_alone_and_retention_and_scrub_reach_t
     assert_eq!(stored, days(0..7));
     assert_eq!(local, days(0..2), "the scrubbed file is offloaded again");
     assert_eq!(crate::harness::verify_archive(&data), (vec![], 0));
-    let (code, problems, summary) = run(s3.addr, &["verify", "--url", &store_url()]);
-    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+    store_verifies(s3.addr);
 }
 
 /// `toolwatch upload --config CFG --data-dir DIR --delete-now`, which must succeed.
+/// `toolwatch verify --url` of the store, which must find nothing wrong.
+fn store_verifies(endpoint: SocketAddr) {
+    let (code, problems, summary) = run(endpoint, &["verify", "--url", &store_url()]);
+    assert_eq!((code, problems.as_str()), (0, ""), "{summary}");
+}
+
+/// `toolwatch upload --data-dir DIR --url STORE` with `extra`, which must succeed.
+fn upload_ok(endpoint: SocketAddr, dir: &str, extra: &[&str]) {
+    let mut args = vec!["upload", "--data-dir", dir, "--url"];
+    let url = store_url();
+    args.push(&url);
+    args.extend_from_slice(extra);
+    let (code, _, err) = run(endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+}
+
 fn upload_deleting_now(endpoint: SocketAddr, cfg: &str, dir: &str) {
     let args = ["upload", "--config", cfg, "--data-dir", dir, "--delete-now"];
     let (code, _, err) = run(endpoint, &args);
