@@ -437,6 +437,44 @@ pub const TOOL_SPAN_SOURCES: [(&str, Field); 5] = [
     ("traceloop.entity.output", Field::ToolResult),
 ];
 
+/// Pydantic Logfire's spans of the OpenAI Agents SDK name no GenAI operation, agent or tool;
+/// their message template (`logfire.msg_template`, fixed per span type) says what they are,
+/// and plain attributes hold the names. Each entry: the template, the operation it implies,
+/// and the attributes read into fields still empty (on spans with that template only).
+pub const LOGFIRE_TEMPLATES: [(&str, &str, NamedSources); 3] = [
+    (
+        "Function: {name}",
+        "execute_tool",
+        &[
+            ("name", Field::ToolName),
+            ("input", Field::ToolArguments),
+            ("output", Field::ToolResult),
+        ],
+    ),
+    (
+        "Agent run: {name!r}",
+        "invoke_agent",
+        &[("name", Field::AgentName)],
+    ),
+    ("OpenAI Agents trace: {name}", "invoke_workflow", &[]),
+];
+
+/// Attribute names and the fields they are read into.
+pub type NamedSources = &'static [(&'static str, Field)];
+
+/// The attribute holding a Logfire span's message template.
+pub const LOGFIRE_TEMPLATE_KEY: &str = "logfire.msg_template";
+
+/// The [`LOGFIRE_TEMPLATES`] entry of a span's template.
+pub fn logfire_template(
+    template: &str,
+) -> Option<(&'static str, &'static [(&'static str, Field)])> {
+    LOGFIRE_TEMPLATES
+        .iter()
+        .find(|(t, _, _)| *t == template)
+        .map(|(_, op, sources)| (*op, *sources))
+}
+
 /// [`FIELD_SOURCES`] by name: each name's field and rank.
 pub fn field_index() -> &'static FastMap<&'static str, (Field, u8)> {
     static INDEX: OnceLock<FastMap<&'static str, (Field, u8)>> = OnceLock::new();
@@ -458,6 +496,12 @@ pub fn source_key(name: &str) -> Option<&'static str> {
             TOOL_SPAN_SOURCES
                 .iter()
                 .map(|(k, _)| *k)
+                .find(|k| *k == name)
+        })
+        .or_else(|| {
+            LOGFIRE_TEMPLATES
+                .iter()
+                .flat_map(|(_, _, sources)| sources.iter().map(|(k, _)| *k))
                 .find(|k| *k == name)
         })
 }
@@ -868,7 +912,65 @@ impl PartialEq for CallDigestMemo {
     }
 }
 
+/// Which side of an MCP `tools/call` a tool span records: the client that sent the request or
+/// the server that ran it. Both sides traced (each process exporting its own spans, the trace
+/// carried in the request's `params._meta`) is still one tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum McpSide {
+    /// The client's span (kind `CLIENT`).
+    Client,
+    /// The server's span (kind `SERVER`), a child of the client's when both are traced.
+    Server,
+}
+
+/// The identity of one MCP `tools/call` as either side records it: the client's span id (for
+/// the server's span, its parent) and the JSON-RPC request id (`jsonrpc.request.id`), which
+/// both sides carry. Two tool spans with equal keys are the two sides of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct McpCallKey {
+    /// The trace both sides share.
+    pub trace_id: TraceId,
+    /// The client's span id.
+    pub client_span: SpanId,
+    /// The JSON-RPC request id, hashed (ids are strings or integers on the wire; both sides
+    /// send the same form).
+    pub request_id: u64,
+}
+
+/// A JSON-RPC request id's hash, the same in every process and for `"3"` and `3`.
+fn request_id_hash(id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0).hash_one(id)
+}
+
 impl SpanRecord {
+    /// The side and identity of the MCP `tools/call` this tool span records, if it records one
+    /// whose other side can be traced too: a `CLIENT` or `SERVER` span with `mcp.method.name =
+    /// tools/call` and a `jsonrpc.request.id` (a server span also needs its parent, the
+    /// client's span). `None` for anything else, which then counts as a call of its own.
+    pub fn mcp_call(&self) -> Option<(McpSide, McpCallKey)> {
+        if self.class != SpanClass::Tool || self.gen_ai.mcp_method.as_deref() != Some("tools/call")
+        {
+            return None;
+        }
+        let (side, client_span) = match self.kind {
+            SpanKind::Client => (McpSide::Client, self.span_id),
+            SpanKind::Server => (McpSide::Server, self.parent_span_id?),
+            _ => return None,
+        };
+        let request_id = match self.attributes.get("jsonrpc.request.id")? {
+            AttrValue::Str(s) => request_id_hash(s),
+            AttrValue::Int(i) => request_id_hash(&i.to_string()),
+            _ => return None,
+        };
+        let key = McpCallKey {
+            trace_id: self.trace_id,
+            client_span,
+            request_id,
+        };
+        Some((side, key))
+    }
+
     /// The digest of the tool name (`unknown` when absent) and canonical arguments
     /// (`budget::digest::call_digest`), computed once per record.
     pub fn call_digest(&self) -> crate::budget::digest::CallDigest {
@@ -1130,5 +1232,53 @@ mod hex_tests {
             let stacked = HexId::of(&id[..id.len().min(16)]);
             proptest::prop_assert_eq!(stacked.as_str(), hex::encode(&id[..id.len().min(16)]));
         }
+    }
+}
+
+#[cfg(test)]
+mod mcp_call_tests {
+    use super::{fixtures, AttrValue, McpSide, SpanClass, SpanKind, SpanRecord};
+
+    fn side(kind: SpanKind, rpc: Option<AttrValue>) -> SpanRecord {
+        let mut s = fixtures::span();
+        s.class = SpanClass::Tool;
+        s.kind = kind;
+        s.span_id = [2; 8];
+        s.parent_span_id = Some([1; 8]);
+        s.gen_ai.mcp_method = Some("tools/call".into());
+        if let Some(v) = rpc {
+            s.attributes.0.push(("jsonrpc.request.id".into(), v));
+        }
+        s
+    }
+
+    #[test]
+    fn the_client_keys_by_its_own_span_the_server_by_its_parent() {
+        let client = side(SpanKind::Client, Some(AttrValue::Str("3".into())));
+        let (s, key) = client.mcp_call().expect("a client side");
+        assert_eq!((s, key.client_span), (McpSide::Client, [2; 8]));
+        // An integer id on one side and its string on the other are the same request.
+        let mut server = side(SpanKind::Server, Some(AttrValue::Int(3)));
+        server.parent_span_id = Some([2; 8]);
+        server.span_id = [5; 8];
+        let (s, server_key) = server.mcp_call().expect("a server side");
+        assert_eq!(s, McpSide::Server);
+        assert_eq!(server_key, key);
+    }
+
+    #[test]
+    fn no_side_without_an_id_a_parent_a_call_kind_or_tools_call() {
+        let id = || Some(AttrValue::Str("3".into()));
+        assert!(side(SpanKind::Client, None).mcp_call().is_none());
+        assert!(side(SpanKind::Internal, id()).mcp_call().is_none());
+        let mut orphan = side(SpanKind::Server, id());
+        orphan.parent_span_id = None;
+        assert!(orphan.mcp_call().is_none());
+        let mut list = side(SpanKind::Client, id());
+        list.gen_ai.mcp_method = Some("tools/list".into());
+        assert!(list.mcp_call().is_none());
+        let mut downstream = side(SpanKind::Client, id());
+        downstream.class = SpanClass::Downstream;
+        assert!(downstream.mcp_call().is_none());
     }
 }

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::prices::{disagrees, PriceTable, TokenCounts};
-use crate::event::{hex_id, LogRecord, SpanClass, SpanId, SpanRecord, StatusCode, TraceId};
+use crate::event::{
+    hex_id, LogRecord, McpCallKey, McpSide, SpanClass, SpanId, SpanRecord, StatusCode, TraceId,
+};
 
 /// A short repeated string (model, tool, principal, decision), shared between the span facts
 /// that hold it.
@@ -107,6 +109,8 @@ pub struct CallFacts {
     /// Whether its `executor.confirmation_digest` is the digest protect computed from its
     /// arguments before redaction (none: no confirmation digest sent).
     pub digest_matches: Option<bool>,
+    /// The side and identity of the MCP `tools/call` it records (see `SpanRecord::mcp_call`).
+    pub mcp_call: Option<(McpSide, McpCallKey)>,
 }
 
 /// The call facts of a span that is not a call: all absent.
@@ -119,6 +123,7 @@ static NO_CALL: CallFacts = CallFacts {
     tool_schema_version: None,
     secrets_returned: Vec::new(),
     digest_matches: None,
+    mcp_call: None,
 };
 
 /// Policy and confirmation facts, from a span, its events or a log record.
@@ -230,10 +235,32 @@ impl SpanFacts {
                         .into_vec(),
                     tool_schema_version: strings.opt(&a.tool_schema_version),
                     digest_matches: digest_matches(span),
+                    mcp_call: span.mcp_call(),
                 })
             }),
             secrets_sent: trail_of(span, crate::protect::confirmation::SENT_KEY),
         }
+    }
+}
+
+impl RequestFacts<'_> {
+    /// Tool spans that are the server's side of an MCP call whose client side is a tool span
+    /// of the request too: the same call seen twice, counted (and judged) once, as the
+    /// client's.
+    pub fn mcp_echoes(&self) -> BTreeSet<SpanId> {
+        let sides = || {
+            self.spans
+                .values()
+                .filter_map(|s| s.call().mcp_call.map(|(side, key)| (s.span_id, side, key)))
+        };
+        let clients: BTreeSet<McpCallKey> = sides()
+            .filter(|(_, side, _)| *side == McpSide::Client)
+            .map(|(_, _, key)| key)
+            .collect();
+        sides()
+            .filter(|(_, side, key)| *side == McpSide::Server && clients.contains(key))
+            .map(|(id, _, _)| id)
+            .collect()
     }
 }
 
@@ -462,6 +489,7 @@ pub fn summarize(
         finding_rows: Vec::new(),
     };
     let mut traces = BTreeSet::new();
+    let echoes = facts.mcp_echoes();
     // Decisions per span (its own, its events', its logs'), and per span-less log record.
     // One span is one decision however many places repeat it (the span, its events, log
     // records about it); a log record about no span of the request stands alone.
@@ -503,6 +531,7 @@ pub fn summarize(
                     None => s.unpriced_model_turns += 1,
                 }
             }
+            SpanClass::Tool if echoes.contains(&f.span_id) => {}
             SpanClass::Tool => {
                 s.tool_calls += 1;
                 let tool = f.tool.as_deref().unwrap_or("unknown").to_string();

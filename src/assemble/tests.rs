@@ -3,7 +3,9 @@ use proptest::prelude::*;
 use super::prices::{ModelPrice, PriceTable};
 use super::summary::Completeness;
 use super::*;
-use crate::event::{fixtures, AttrValue, EventBatch, LogRecord, SpanClass, SpanRecord, StatusCode};
+use crate::event::{
+    fixtures, AttrValue, EventBatch, LogRecord, SpanClass, SpanKind, SpanRecord, StatusCode,
+};
 
 const T1: TraceId = [0x11; 16];
 const T2: TraceId = [0x22; 16];
@@ -431,4 +433,68 @@ fn a_late_span_withdraws_a_finding_and_raises_another_once() {
     // The same span again amends nothing: no row repeats.
     a.ingest(&batch(vec![late], vec![]), 12_000);
     assert!(a.due(20_000).is_empty());
+}
+
+/// A `tools/call` span of MCP's `side` (its JSON-RPC request id `rpc`), as the MCP SDKs trace
+/// them: the client's and the server's span both name the tool.
+fn mcp_side(id: u8, parent: u8, kind: SpanKind, rpc: &str) -> SpanRecord {
+    let mut s = span(T1, id, Some(parent), SpanClass::Tool);
+    s.kind = kind;
+    s.gen_ai.mcp_method = Some("tools/call".into());
+    s.gen_ai.tool_name = Some("get_weather".into());
+    s.gen_ai.tool_arguments = Some(r#"{"city":"Oslo"}"#.into());
+    s.attributes
+        .0
+        .push(("jsonrpc.request.id".into(), AttrValue::Str(rpc.into())));
+    s
+}
+
+#[test]
+fn an_mcp_call_traced_on_both_sides_is_one_tool_call() {
+    let mut root = span(T1, 1, None, SpanClass::Agent);
+    root.audit.request_id = Some("req-mcp".into());
+    let spans = vec![
+        root,
+        // Two calls, each traced by the client and (a child of it) by the server.
+        mcp_side(2, 1, SpanKind::Client, "7"),
+        mcp_side(3, 2, SpanKind::Server, "7"),
+        mcp_side(4, 1, SpanKind::Client, "8"),
+        mcp_side(5, 4, SpanKind::Server, "8"),
+        // A call whose client is not traced: the server's span under the application's.
+        mcp_side(6, 1, SpanKind::Server, "9"),
+        // A client whose server is not traced.
+        mcp_side(7, 1, SpanKind::Client, "10"),
+    ];
+    // Whatever the order the two processes' exports arrive in.
+    let mut reversed = spans.clone();
+    reversed.reverse();
+    for spans in [spans, reversed] {
+        let out = run(spans.into_iter().map(|s| batch(vec![s], vec![])).collect());
+        let s = out.last().expect("a summary");
+        assert_eq!(s.span_count, 7);
+        assert_eq!(s.tool_calls, 4);
+        assert_eq!(
+            s.tool_calls_by_tool,
+            BTreeMap::from([("get_weather".into(), 4)])
+        );
+    }
+}
+
+#[test]
+fn mcp_sides_pair_only_on_the_same_request_id_and_parent() {
+    let root = span(T1, 1, None, SpanClass::Agent);
+    // A server span under the client's span but another JSON-RPC id, and one with no id:
+    // calls of their own.
+    let mut no_id = mcp_side(4, 2, SpanKind::Server, "x");
+    no_id.attributes.0.clear();
+    let spans = vec![
+        root,
+        mcp_side(2, 1, SpanKind::Client, "7"),
+        mcp_side(3, 2, SpanKind::Server, "70"),
+        no_id,
+        // An internal span naming the same call is no side of it.
+        mcp_side(5, 2, SpanKind::Internal, "7"),
+    ];
+    let out = run(vec![batch(spans, vec![])]);
+    assert_eq!(out[0].tool_calls, 4);
 }

@@ -16,7 +16,7 @@ use super::config::{BudgetConfig, Measure, RequestBudgets, WindowBudget as Windo
 use super::digest::CallDigest;
 use super::window::RollingWindow;
 use crate::assemble::prices::{PriceTable, TokenCounts};
-use crate::event::{hex_id, EventBatch, SpanClass, SpanId, SpanRecord, TraceId};
+use crate::event::{hex_id, EventBatch, McpCallKey, SpanClass, SpanId, SpanRecord, TraceId};
 use crate::maps::{FastMap, FastSet};
 
 /// What an alarm is about.
@@ -528,6 +528,38 @@ pub struct BudgetEvaluator {
     totals: FastMap<String, TenantTotals>,
     evicted: u64,
     mismatches: FastMap<std::sync::Arc<str>, MismatchEpisode>,
+    mcp_sides: UnmatchedMcpSides,
+}
+
+/// MCP tool calls seen from one side so far, so that the other side, when it comes, counts as
+/// the same call (whichever comes first counts). Bounded: the oldest unmatched sides are
+/// forgotten first (a client whose server is not traced never sees its match).
+#[derive(Default)]
+struct UnmatchedMcpSides {
+    keys: FastSet<McpCallKey>,
+    /// Insertion order; may still hold keys matched since (skipped when evicting).
+    order: std::collections::VecDeque<McpCallKey>,
+}
+
+impl UnmatchedMcpSides {
+    /// Unmatched sides kept at most (about 3 MB).
+    const CAPACITY: usize = 65_536;
+
+    /// True when `key`'s other side was counted already; the pair is then complete and
+    /// forgotten. Otherwise `key` waits for its other side.
+    fn is_echo(&mut self, key: McpCallKey) -> bool {
+        if self.keys.remove(&key) {
+            return true;
+        }
+        while self.order.len() >= Self::CAPACITY {
+            if let Some(old) = self.order.pop_front() {
+                self.keys.remove(&old);
+            }
+        }
+        self.keys.insert(key);
+        self.order.push_back(key);
+        false
+    }
 }
 
 /// An open tenant-binding episode of one sender.
@@ -626,6 +658,7 @@ impl BudgetEvaluator {
             totals: FastMap::default(),
             evicted: 0,
             mismatches: FastMap::default(),
+            mcp_sides: UnmatchedMcpSides::default(),
         }
     }
 
@@ -739,17 +772,25 @@ impl BudgetEvaluator {
             prices,
             tenants,
             totals,
+            mcp_sides,
             ..
         } = self;
         let state = entry_of(tenants, &span.tenant, || {
             TenantState::new(config, &span.tenant)
         });
-        let amounts = SpanAmounts::of_span(span, prices);
+        let mut amounts = SpanAmounts::of_span(span, prices);
+        // The second side of an MCP call traced on both sides is not a call of its own.
+        let mut echo = |amounts: &mut SpanAmounts| {
+            if let Some((_, key)) = span.mcp_call() {
+                amounts.tool_call &= !mcp_sides.is_echo(key);
+            }
+        };
         if state.request_specs.is_empty()
             && state.tenant_specs.is_empty()
             && state.principal_specs.is_empty()
         {
             // No budget for this tenant: only the spend counters.
+            echo(&mut amounts);
             add_spend(totals, span, &amounts);
             return;
         }
@@ -795,6 +836,7 @@ impl BudgetEvaluator {
         if !usage.seen.insert(span.span_id) {
             return; // the same span again: counted once
         }
+        echo(&mut amounts);
         add_spend(totals, span, &amounts);
         usage.add(span, amounts, *digest_calls);
         let mut tracks = std::mem::take(&mut usage.tracks);
@@ -1137,7 +1179,7 @@ fn add_spend(totals: &mut FastMap<String, TenantTotals>, span: &SpanRecord, a: &
             t.output_tokens = t.output_tokens.saturating_add(a.output);
             t.cost_usd += a.cost;
         }
-        SpanClass::Tool => {
+        SpanClass::Tool if a.tool_call => {
             let tool = span.gen_ai.tool_name.as_deref().unwrap_or("unknown");
             *entry_of(&mut t.tool_calls, tool, || 0) += 1;
         }
@@ -1158,7 +1200,7 @@ impl RequestUsage {
                 self.output_tokens = self.output_tokens.saturating_add(a.output);
                 self.cost_usd += a.cost;
             }
-            SpanClass::Tool => {
+            SpanClass::Tool if a.tool_call => {
                 self.tool_calls += 1;
                 let g = &span.gen_ai;
                 let tool = g.tool_name.as_deref().unwrap_or("unknown");
@@ -1506,6 +1548,71 @@ mod tests {
         gone.dedup();
         assert_eq!(gone, ["req-00", "req-01", "req-02"]);
         assert!(resolved.iter().all(|a| a.level == Level::Resolved));
+    }
+
+    /// One side of an MCP `tools/call` traced on both sides (span `id`, JSON-RPC id `rpc`).
+    fn mcp_side(id: u32, parent: u32, kind: crate::event::SpanKind, rpc: &str) -> SpanRecord {
+        let mut s = tool_span(id, r#"{"city":"Oslo"}"#);
+        s.kind = kind;
+        s.parent_span_id = Some(u64::from(parent).to_be_bytes());
+        s.gen_ai.mcp_method = Some("tools/call".into());
+        s.attributes.0.push((
+            "jsonrpc.request.id".into(),
+            crate::event::AttrValue::Str(rpc.into()),
+        ));
+        s
+    }
+
+    #[test]
+    fn an_mcp_call_traced_on_both_sides_counts_once_in_either_order() {
+        use crate::event::SpanKind::{Client, Server};
+        let both = || {
+            let mut calls = Vec::new();
+            for i in 0..6u32 {
+                let client = 10 + 2 * i;
+                calls.push(mcp_side(client, 1, Client, &i.to_string()));
+                calls.push(mcp_side(client + 1, client, Server, &i.to_string()));
+            }
+            calls
+        };
+        let mut reversed = both();
+        reversed.reverse();
+        for (spans, budgets) in [(both(), true), (reversed, true), (both(), false)] {
+            let mut config = BudgetConfig::default();
+            if !budgets {
+                config.request = RequestBudgets {
+                    model_turns: 0,
+                    tool_calls: 0,
+                    repeated_calls: 0,
+                    wall_time: super::super::config::LimitDuration(Duration::ZERO),
+                    ..Default::default()
+                };
+            }
+            if budgets {
+                // Six calls warn (at 5.6) and stay under both limits; twelve would not.
+                config.request.repeated_calls = 10;
+                config
+                    .request
+                    .tool_calls_by_tool
+                    .insert("search_orders".into(), 7);
+            }
+            let mut e = BudgetEvaluator::new(config, PriceTable::default());
+            let mut alarms = Vec::new();
+            for (i, s) in spans.into_iter().enumerate() {
+                alarms.extend(e.observe(&batch(vec![s]), 2_000 * SEC + i as i64));
+            }
+            let fired: Vec<_> = fired(&alarms)
+                .into_iter()
+                .map(|(budget, level, _)| (budget, level))
+                .collect();
+            if budgets {
+                let warning = ("tool_calls:search_orders".to_string(), "warning");
+                assert_eq!(fired, [warning]);
+            } else {
+                assert!(fired.is_empty());
+            }
+            assert_eq!(e.take_totals()["acme"].tool_calls["search_orders"], 6);
+        }
     }
 
     #[test]

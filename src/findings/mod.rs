@@ -514,10 +514,11 @@ fn calls_of<'a>(facts: &RequestFacts<'a>) -> Vec<Call<'a>> {
             by_span.entry(id).or_default().merge(&l.decision);
         }
     }
+    let echoes = facts.mcp_echoes();
     let mut calls: Vec<Call<'a>> = facts
         .spans
         .values()
-        .filter(|s| s.class == SpanClass::Tool)
+        .filter(|s| s.class == SpanClass::Tool && !echoes.contains(&s.span_id))
         .map(|s| {
             let mut decision = s.decision.clone();
             if let Some(d) = by_span.get(&s.span_id) {

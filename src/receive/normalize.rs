@@ -19,7 +19,7 @@ use crate::event::{
     SpanLinkRecord, SpanRecord, StatusCode, TraceId, DEFAULT_TENANT,
 };
 
-use crate::event::{field_index, TOOL_SPAN_SOURCES};
+use crate::event::{field_index, logfire_template, LOGFIRE_TEMPLATE_KEY, TOOL_SPAN_SOURCES};
 /// The typed fields and the attribute names read into them live in the event model (a
 /// journal record's [`SourceKeys`] names them); re-exported where the mapping is applied.
 pub use crate::event::{Field, FIELD_SOURCES};
@@ -413,7 +413,15 @@ fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> Spa
             Some("workflow") => Some("invoke_workflow"),
             _ => None,
         };
-        gen_ai.operation = implied.or_else(traceloop).map(str::to_string);
+        // And Logfire's (its message templates).
+        let logfire = || {
+            let template = attrs.get(LOGFIRE_TEMPLATE_KEY)?.as_str()?;
+            logfire_template(template).map(|(operation, _)| operation)
+        };
+        gen_ai.operation = implied
+            .or_else(traceloop)
+            .or_else(logfire)
+            .map(str::to_string);
     }
     match gen_ai.operation.as_deref() {
         Some("chat" | "text_completion" | "generate_content" | "embeddings") => {
@@ -438,11 +446,31 @@ fn classify(gen_ai: &mut GenAiFields, attrs: &Attributes, kind: SpanKind) -> Spa
 /// OpenInference tool spans carry arguments and result as `input.value` / `output.value`,
 /// OpenLLMetry's the tool's name, arguments and result as `traceloop.entity.*`.
 fn take_tool_span_sources(ex: &mut Extraction) {
-    for (name, field) in TOOL_SPAN_SOURCES {
+    take_sources(ex, &TOOL_SPAN_SOURCES);
+}
+
+/// Logfire's agent and function spans hold their names, arguments and result in plain
+/// attributes (`name`, `input`, `output`), read only on spans of its known templates.
+fn take_logfire_sources(ex: &mut Extraction) {
+    let template = ex
+        .rest
+        .get(LOGFIRE_TEMPLATE_KEY)
+        .and_then(AttrValue::as_str);
+    if let Some((_, sources)) = template.and_then(logfire_template) {
+        take_sources(ex, sources);
+    }
+}
+
+/// Moves each named attribute into its field, where the field is still empty and the value
+/// reads as the field's type.
+fn take_sources(ex: &mut Extraction, sources: &[(&'static str, Field)]) {
+    for &(name, field) in sources {
         let slot_empty = match field {
             Field::ToolArguments => ex.gen_ai.tool_arguments.is_none(),
             Field::ToolName => ex.gen_ai.tool_name.is_none(),
-            _ => ex.gen_ai.tool_result.is_none(),
+            Field::ToolResult => ex.gen_ai.tool_result.is_none(),
+            Field::AgentName => ex.gen_ai.agent_name.is_none(),
+            _ => false,
         };
         if !slot_empty {
             continue;
@@ -481,6 +509,9 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                 }
                 if class == SpanClass::Tool {
                     take_tool_span_sources(&mut ex);
+                }
+                if matches!(class, SpanClass::Tool | SpanClass::Agent) {
+                    take_logfire_sources(&mut ex);
                 }
                 let tenant = fill_from_resource(&mut ex.audit, &mut ex.sources, &res_audit);
                 ex.sources.0.sort_unstable_by_key(|(f, _)| *f);
@@ -720,6 +751,75 @@ mod tests {
         let w = attrs(&[(TRACELOOP_KIND, s("workflow"))]);
         assert_eq!(classify(&mut g, &w, SpanKind::Internal), SpanClass::Agent);
         assert_eq!(g.operation.as_deref(), Some("invoke_workflow"));
+    }
+
+    #[test]
+    fn logfire_agent_and_function_spans_map_by_their_templates() {
+        let template = |t: &str| (LOGFIRE_TEMPLATE_KEY, s(t));
+        let mut ex = extract(
+            attrs(&[
+                template("Function: {name}"),
+                ("name", s("get_weather")),
+                ("input", s(r#"{"city": "Oslo"}"#)),
+                ("output", s("4C")),
+                ("mcp_data", s("null")),
+            ]),
+            false,
+        );
+        let class = classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal);
+        assert_eq!(class, SpanClass::Tool);
+        take_logfire_sources(&mut ex);
+        assert_eq!(ex.gen_ai.operation.as_deref(), Some("execute_tool"));
+        assert_eq!(ex.gen_ai.tool_name.as_deref(), Some("get_weather"));
+        assert_eq!(
+            ex.gen_ai.tool_arguments.as_deref(),
+            Some(r#"{"city": "Oslo"}"#)
+        );
+        assert_eq!(ex.gen_ai.tool_result.as_deref(), Some("4C"));
+        let kept: Vec<&str> = ex.rest.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kept, [LOGFIRE_TEMPLATE_KEY, "mcp_data"]);
+        let sources: Vec<_> = ex.sources.0.iter().map(|(f, _)| *f).collect();
+        assert_eq!(
+            sources,
+            [Field::ToolName, Field::ToolArguments, Field::ToolResult]
+        );
+
+        let mut ex = extract(
+            attrs(&[
+                template("Agent run: {name!r}"),
+                ("name", s("weather_agent")),
+            ]),
+            false,
+        );
+        assert_eq!(
+            classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal),
+            SpanClass::Agent
+        );
+        take_logfire_sources(&mut ex);
+        assert_eq!(ex.gen_ai.agent_name.as_deref(), Some("weather_agent"));
+        // The agents trace's root is the workflow; its name stays an attribute.
+        let mut ex = extract(
+            attrs(&[
+                template("OpenAI Agents trace: {name}"),
+                ("name", s("Agent workflow")),
+            ]),
+            false,
+        );
+        let class = classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal);
+        assert_eq!(class, SpanClass::Agent);
+        assert_eq!(ex.gen_ai.operation.as_deref(), Some("invoke_workflow"));
+        take_logfire_sources(&mut ex);
+        assert_eq!(ex.rest.0.len(), 2);
+        // Another template (a turn), or a `name` on a span with none, is left alone.
+        for t in [Some("Turn {turn} for agent weather_agent"), None] {
+            let mut list = vec![("name", s("turn"))];
+            list.extend(t.map(template));
+            let mut ex = extract(attrs(&list), false);
+            let class = classify(&mut ex.gen_ai, &ex.rest, SpanKind::Internal);
+            assert_eq!(class, SpanClass::Other);
+            take_logfire_sources(&mut ex);
+            assert_eq!(ex.gen_ai, GenAiFields::default());
+        }
     }
 
     #[test]

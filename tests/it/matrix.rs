@@ -10,30 +10,51 @@ use crate::harness::{all_bytes, assert_readers_agree, contains, read_table, run_
 /// The secret the user's message carries (an AWS access key id shape).
 const SECRET: &str = "AKIAQX7Z3K9M2P4V8R6T";
 
-/// What a run left: its trace id, the daemon (stopped), and its `/metrics` text at the end.
+/// What a run left: the script's output, the daemon (stopped), and its `/metrics` text at
+/// the end.
 struct Run {
-    trace: String,
+    out: Value,
     daemon: Daemon,
     metrics: String,
 }
 
-/// Runs `script` against a fresh daemon.
+/// Runs `script` against a fresh daemon until one request completes.
 fn run_row(script: &str, args: &[&str]) -> Run {
     let mut d = Daemon::start();
     let endpoint = d.http_url();
     let mut all = vec!["--endpoint", endpoint.as_str()];
     all.extend_from_slice(args);
     let out: Value = serde_json::from_str(&run_python(script, &all)).expect("script output");
-    assert_eq!(out["stub_requests"], 2, "two model turns reached the stub");
     d.wait_for_complete_summaries(1);
     let (_, metrics) = d.admin_get("/metrics");
     d.stop();
-    let trace = out["trace_id"].as_str().expect("trace id").to_string();
     Run {
-        trace,
+        out,
         daemon: d,
         metrics,
     }
+}
+
+/// The user's secret is nowhere the daemon wrote: not in any table as read back (the
+/// archive's columns are compressed, so the bytes alone would not show it), the journal's
+/// bytes, the daemon's log or its metrics.
+fn assert_secret_nowhere(lib: &str, d: &Daemon, metrics: &str) {
+    for table in ["spans", "requests", "logs"] {
+        let rows = serde_json::to_string(&read_table(&d.data_dir, table)).expect("rows");
+        assert!(!rows.contains(SECRET), "{lib}: the secret is in {table}");
+    }
+    assert!(
+        !contains(&all_bytes(&d.data_dir), SECRET),
+        "{lib}: the secret is in the data directory (the journal)"
+    );
+    assert!(
+        !d.log_text().contains(SECRET),
+        "{lib}: the secret is in the log"
+    );
+    assert!(
+        !metrics.is_empty() && !metrics.contains(SECRET),
+        "{lib}: metrics"
+    );
 }
 
 fn text<'a>(row: &'a Map<String, Value>, column: &str) -> &'a str {
@@ -66,10 +87,12 @@ fn chat_row(row: ChatRow, content: bool) {
         args.push("--content");
     }
     let Run {
-        trace,
+        out,
         daemon: d,
         metrics,
     } = run_row("matrix_openai_chat.py", &args);
+    assert_eq!(out["stub_requests"], 2, "two model turns reached the stub");
+    let trace = text(out.as_object().expect("output"), "trace_id");
     let lib = row.library;
     let mut spans = assert_readers_agree(&d.data_dir, "spans");
     spans.sort_by_key(|r| r["start_time"].as_i64());
@@ -144,24 +167,7 @@ fn chat_row(row: ChatRow, content: bool) {
             assert_eq!(redactions, "{}", "{lib}");
         }
     }
-    // Nowhere: not in any table as read back (the archive's columns are compressed, so the
-    // bytes alone would not show it), the journal's bytes, the daemon's log or its metrics.
-    for table in ["spans", "requests", "logs"] {
-        let rows = serde_json::to_string(&read_table(&d.data_dir, table)).expect("rows");
-        assert!(!rows.contains(SECRET), "{lib}: the secret is in {table}");
-    }
-    assert!(
-        !contains(&all_bytes(&d.data_dir), SECRET),
-        "{lib}: the secret is in the data directory (the journal)"
-    );
-    assert!(
-        !d.log_text().contains(SECRET),
-        "{lib}: the secret is in the log"
-    );
-    assert!(
-        !metrics.is_empty() && !metrics.contains(SECRET),
-        "{lib}: metrics"
-    );
+    assert_secret_nowhere(lib, &d, &metrics);
 }
 
 fn openai_v2() -> ChatRow {
@@ -233,4 +239,327 @@ fn openinference_openai_content_off() {
 #[test]
 fn openinference_openai_content_on_is_redacted() {
     chat_row(openinference(), true);
+}
+
+/// What one tracer of the OpenAI Agents SDK makes of the same run (the agent
+/// `weather_agent` over the Responses API: a turn calling `get_weather`, the tool, a turn
+/// answering), span by span in start order.
+struct AgentsRow {
+    library: &'static str,
+    script: &'static str,
+    /// Whether content capture was asked for (`--content`).
+    content: bool,
+    /// (name, class, agent name) of the eight spans, in start order.
+    spans: [[&'static str; 3]; 8],
+    request_model: &'static str,
+    response_model: Option<&'static str>,
+    response_ids: [Option<&'static str>; 2],
+    finish_reasons: [&'static str; 2],
+    cache_read_input_tokens: [Option<i64>; 2],
+    /// The tool span's arguments and result as archived.
+    tool_io: (&'static str, &'static str),
+}
+
+/// Positions of the two model turns and the tool call among an [`AgentsRow`]'s spans.
+const AGENT_MODEL_SPANS: [usize; 2] = [4, 7];
+const AGENT_TOOL_SPAN: usize = 5;
+
+/// An agent run traced by `row.library`: the SDK's trace as one request, with its agent, its
+/// two model turns and its function tool. The application adds no span.
+fn agents_row(row: AgentsRow) {
+    let lib = row.library;
+    let args: &[&str] = if row.content { &["--content"] } else { &[] };
+    let Run {
+        out,
+        daemon: d,
+        metrics,
+    } = run_row(row.script, args);
+    assert_eq!(out["stub_requests"], 2, "two model turns reached the stub");
+    let mut spans = assert_readers_agree(&d.data_dir, "spans");
+    spans.sort_by_key(|r| r["start_time"].as_i64());
+    let trace = text(&spans[0], "trace_id").to_string();
+    let shape: Vec<[&str; 3]> = spans
+        .iter()
+        .map(|r| {
+            let agent = r["agent_name"].as_str().unwrap_or("");
+            [text(r, "name"), text(r, "span_class"), agent]
+        })
+        .collect();
+    assert_eq!(shape, row.spans, "{lib}");
+    for span in &spans {
+        assert_eq!(text(span, "trace_id"), trace, "{lib}");
+        assert_eq!(span["tenant"], "acme", "{lib}");
+        assert_eq!(text(span, "span_kind"), "internal", "{lib}");
+    }
+    let models = AGENT_MODEL_SPANS.map(|i| &spans[i]);
+    let usage = [(11, 7), (20, 9)];
+    for (i, span) in models.iter().enumerate() {
+        let turn = format!("{lib} turn {}", i + 1);
+        assert_eq!(text(span, "operation"), "chat", "{turn}");
+        assert_eq!(text(span, "provider"), "openai", "{turn}");
+        assert_eq!(text(span, "request_model"), row.request_model, "{turn}");
+        assert_eq!(
+            span["response_model"].as_str(),
+            row.response_model,
+            "{turn}"
+        );
+        assert_eq!(span["response_id"].as_str(), row.response_ids[i], "{turn}");
+        assert_eq!(
+            text(span, "finish_reasons"),
+            row.finish_reasons[i],
+            "{turn}"
+        );
+        let tokens = [&span["input_tokens"], &span["output_tokens"]];
+        assert_eq!(
+            tokens,
+            [usage[i].0, usage[i].1].map(Value::from).each_ref(),
+            "{turn}"
+        );
+        assert_eq!(
+            span["cache_read_input_tokens"].as_i64(),
+            row.cache_read_input_tokens[i],
+            "{turn}"
+        );
+    }
+    let tool = &spans[AGENT_TOOL_SPAN];
+    assert_eq!(text(tool, "operation"), "execute_tool", "{lib}");
+    assert_eq!(text(tool, "tool_name"), "get_weather", "{lib}");
+    assert_eq!(
+        tool["parent_span_id"], spans[3]["span_id"],
+        "{lib}: in the first turn"
+    );
+    // The SDK's function span has no call id: the id is only in the model turn's messages.
+    assert_eq!(tool["tool_call_id"], Value::Null, "{lib}");
+    assert_eq!(text(tool, "tool_arguments"), row.tool_io.0, "{lib}");
+    assert_eq!(text(tool, "tool_result"), row.tool_io.1, "{lib}");
+    for span in models {
+        let attributes = text(span, "attributes");
+        let redactions = span["redactions"].to_string();
+        if row.content {
+            assert!(attributes.contains("call_weather_1"), "{lib}: {attributes}");
+            assert!(
+                redactions.contains("aws_access_key_id"),
+                "{lib}: {redactions}"
+            );
+        } else {
+            assert!(!attributes.contains("Oslo"), "{lib}: {attributes}");
+            assert_eq!(redactions, "{}", "{lib}");
+        }
+    }
+    let requests = read_table(&d.data_dir, "requests");
+    assert_eq!(requests.len(), 1, "{lib}: one request per agent run");
+    let r = &requests[0];
+    assert_eq!(text(r, "request_id"), trace);
+    assert_eq!(text(r, "completeness"), "complete");
+    let counts = [&r["span_count"], &r["model_turns"], &r["tool_calls"]];
+    assert_eq!(counts, [8, 2, 1].map(Value::from).each_ref(), "{lib}");
+    assert_eq!(
+        r["tool_calls_by_tool"],
+        serde_json::json!({"get_weather": 1})
+    );
+    let sums = [
+        &r["input_tokens"],
+        &r["output_tokens"],
+        &r["cache_read_tokens"],
+    ];
+    assert_eq!(sums, [31, 16, 3].map(Value::from).each_ref(), "{lib}");
+    assert_secret_nowhere(lib, &d, &metrics);
+}
+
+/// OpenInference's spans of the run (`tests/python/matrix_openai_agents.py`).
+fn agents_openinference(content: bool) -> AgentsRow {
+    AgentsRow {
+        library: "openai-agents + openinference",
+        script: "matrix_openai_agents.py",
+        content,
+        // The SDK's trace root and the agent run are AGENT spans; the task and each turn are
+        // CHAIN spans, which name no GenAI operation.
+        spans: [
+            ["Agent workflow", "agent", ""],
+            ["Agent workflow", "other", ""],
+            ["weather_agent", "agent", "weather_agent"],
+            ["turn", "other", ""],
+            ["response", "model", ""],
+            ["get_weather", "tool", ""],
+            ["turn", "other", ""],
+            ["response", "model", ""],
+        ],
+        // `llm.model_name` is the model that answered; no response id is sent.
+        request_model: "gpt-4o-mini-2026-01-01",
+        response_model: None,
+        response_ids: [None, None],
+        // OpenInference reports `stop` for the turn that called the tool too.
+        finish_reasons: ["stop", "stop"],
+        cache_read_input_tokens: [Some(3), Some(0)],
+        tool_io: if content {
+            ("{\"city\": \"Oslo\"}", "4C")
+        } else {
+            // OpenInference's own placeholder for hidden values.
+            ("__REDACTED__", "__REDACTED__")
+        },
+    }
+}
+
+#[test]
+fn openai_agents_openinference_content_off() {
+    agents_row(agents_openinference(false));
+}
+
+#[test]
+fn openai_agents_openinference_content_on_is_redacted() {
+    agents_row(agents_openinference(true));
+}
+
+/// Pydantic Logfire's spans of the same run (`tests/python/matrix_logfire.py`): span names
+/// are its message templates; agent and function spans are known by them. Logfire always
+/// captures content.
+#[test]
+fn logfire_openai_agents_is_redacted() {
+    agents_row(AgentsRow {
+        library: "logfire",
+        script: "matrix_logfire.py",
+        content: true,
+        spans: [
+            ["OpenAI Agents trace: {name}", "agent", ""],
+            ["Task: Agent workflow", "other", ""],
+            ["Agent run: {name!r}", "agent", "weather_agent"],
+            ["Turn {turn} for agent weather_agent", "other", ""],
+            ["Responses API with {gen_ai.request.model!r}", "model", ""],
+            ["Function: {name}", "tool", ""],
+            ["Turn {turn} for agent weather_agent", "other", ""],
+            ["Responses API with {gen_ai.request.model!r}", "model", ""],
+        ],
+        request_model: "gpt-4o-mini",
+        response_model: Some("gpt-4o-mini-2026-01-01"),
+        response_ids: [Some("resp_stub_1"), Some("resp_stub_2")],
+        // Sent as JSON text (`'["tool_calls"]'`), read as the list.
+        finish_reasons: ["tool_calls", "stop"],
+        // Sent only when not zero.
+        cache_read_input_tokens: [Some(3), None],
+        tool_io: ("{\"city\": \"Oslo\"}", "4C"),
+    });
+}
+
+/// The MCP Python SDK's own tracing (`tests/python/matrix_mcp.py`): a client and its stdio
+/// server in two processes, each exporting its spans; the trace crosses in `params._meta`, and
+/// the tenant is named only by the application's root span in the client's process.
+#[test]
+fn mcp_sdk_client_and_server_are_one_request() {
+    let lib = "mcp";
+    let Run {
+        out,
+        daemon: d,
+        metrics,
+    } = run_row("matrix_mcp.py", &[]);
+    let trace = text(out.as_object().expect("output"), "trace_id");
+    let mut spans: Vec<_> = assert_readers_agree(&d.data_dir, "spans")
+        .into_iter()
+        .filter(|r| r["trace_id"] == trace)
+        .collect();
+    spans.sort_by_key(|r| r["start_time"].as_i64());
+    let shape: Vec<[&str; 4]> = spans
+        .iter()
+        .map(|r| {
+            let method = r["mcp_method"].as_str().unwrap_or("");
+            [
+                text(r, "name"),
+                text(r, "span_kind"),
+                text(r, "span_class"),
+                method,
+            ]
+        })
+        .collect();
+    // The client's spans name the method, not the tool: calls to a downstream server. The
+    // server's `tools/call` spans name the tool (`gen_ai.tool.name`): the tool calls.
+    let expected = [
+        ["weather run", "internal", "other", ""],
+        ["MCP send initialize", "client", "downstream", "initialize"],
+        ["initialize", "server", "other", "initialize"],
+        ["MCP send tools/list", "client", "downstream", "tools/list"],
+        ["tools/list", "server", "other", "tools/list"],
+        [
+            "MCP send tools/call get_weather",
+            "client",
+            "downstream",
+            "tools/call",
+        ],
+        ["tools/call get_weather", "server", "tool", "tools/call"],
+        [
+            "MCP send tools/call get_forecast",
+            "client",
+            "downstream",
+            "tools/call",
+        ],
+        ["tools/call get_forecast", "server", "tool", "tools/call"],
+    ];
+    assert_eq!(shape, expected, "{lib}");
+    for (i, span) in spans.iter().enumerate() {
+        // The server's process names no tenant: its spans take the request's.
+        assert_eq!(span["tenant"], "acme", "{lib} span {i}");
+        if i >= 2 && i % 2 == 0 {
+            // Each server span is the child of the client span that sent its request.
+            assert_eq!(
+                span["parent_span_id"],
+                spans[i - 1]["span_id"],
+                "{lib} span {i}"
+            );
+            let attributes: Value = serde_json::from_str(text(span, "attributes")).expect("json");
+            assert_eq!(
+                attributes["mcp.protocol.version"], "2025-11-25",
+                "{lib} span {i}"
+            );
+            assert_eq!(
+                attributes["jsonrpc.request.id"],
+                (i / 2).to_string(),
+                "{lib}"
+            );
+        }
+    }
+    let (weather, forecast) = (&spans[6], &spans[8]);
+    assert_eq!(text(weather, "tool_name"), "get_weather");
+    assert_eq!(text(weather, "status_code"), "unset");
+    assert_eq!(text(forecast, "tool_name"), "get_forecast");
+    assert_eq!(text(forecast, "status_code"), "error");
+    let attributes: Value = serde_json::from_str(text(forecast, "attributes")).expect("json");
+    assert_eq!(attributes["error.type"], "tool_error");
+    // No arguments or results are traced by this SDK.
+    for call in [weather, forecast] {
+        assert_eq!(call["tool_arguments"], Value::Null);
+        assert_eq!(call["tool_result"], Value::Null);
+    }
+    let mut requests = read_table(&d.data_dir, "requests");
+    requests.sort_by_key(|r| r["span_count"].as_i64());
+    assert_eq!(requests.len(), 2, "{lib}: the run and the notification");
+    let r = &requests[1];
+    assert_eq!(text(r, "request_id"), trace);
+    assert_eq!(
+        (text(r, "tenant"), text(r, "completeness")),
+        ("acme", "complete")
+    );
+    let counts = [
+        &r["span_count"],
+        &r["tool_calls"],
+        &r["downstream_calls"],
+        &r["errors"],
+    ];
+    assert_eq!(counts, [9, 2, 4, 1].map(Value::from).each_ref(), "{lib}");
+    let by_tool = serde_json::json!({"get_forecast": 1, "get_weather": 1});
+    assert_eq!(r["tool_calls_by_tool"], by_tool);
+    // The server traces `notifications/initialized` as a trace of its own (the SDK carries
+    // no context on notifications): a one-span request under the default tenant, since
+    // nothing in it names one.
+    let n = &requests[0];
+    assert_eq!(n["span_count"], 1);
+    assert_eq!(text(n, "tenant"), "default");
+    let lone: Vec<_> = read_table(&d.data_dir, "spans")
+        .into_iter()
+        .filter(|s| s["trace_id"] != trace)
+        .map(|s| text(&s, "name").to_string())
+        .collect();
+    assert_eq!(lone, ["notifications/initialized"]);
+    assert!(
+        metrics.contains("toolwatch_tool_calls_total{tenant=\"acme\",tool=\"get_weather\"} 1"),
+        "{lib}: {metrics}"
+    );
+    assert_secret_nowhere(lib, &d, &metrics);
 }

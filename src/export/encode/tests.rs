@@ -508,8 +508,21 @@ mod properties {
                 "traceloop.entity.name",
                 "traceloop.entity.input",
                 "traceloop.entity.output",
+                "name",
+                "input",
+                "output",
             ])
             .collect()
+    }
+
+    /// A Logfire message template, known or not, on some spans.
+    fn logfire_template() -> impl Strategy<Value = Option<&'static str>> {
+        let mut templates: Vec<&'static str> = crate::event::LOGFIRE_TEMPLATES
+            .iter()
+            .map(|(t, _, _)| *t)
+            .collect();
+        templates.push("Turn {turn} for agent a");
+        prop::option::of(prop::sample::select(templates))
     }
 
     proptest! {
@@ -523,13 +536,26 @@ mod properties {
                 "executor.request_id", "executor.principal_id", "executor.tenant_id", "x",
             ]), 0..4).prop_map(unique),
             kind in 0i32..6,
+            template in logfire_template(),
         ) {
+            let with_template = |mut attrs: Vec<KeyValue>| {
+                if let Some(t) = template {
+                    attrs.retain(|kv| kv.key != crate::event::LOGFIRE_TEMPLATE_KEY);
+                    attrs.push(KeyValue {
+                        key: crate::event::LOGFIRE_TEMPLATE_KEY.into(),
+                        value: val(any_value::Value::StringValue(t.into())),
+                        ..Default::default()
+                    });
+                }
+                attrs
+            };
             let req = ExportTraceServiceRequest {
                 resource_spans: vec![ResourceSpans {
                     resource: otlp_resource(res_attrs),
                     scope_spans: vec![ScopeSpans {
                         spans: span_attrs
                             .into_iter()
+                            .map(with_template)
                             .enumerate()
                             .map(|(n, attrs)| Span { kind, ..pb_span(n as u8 + 1, attrs) })
                             .collect(),

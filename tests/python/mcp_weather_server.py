@@ -1,0 +1,57 @@
+"""A stdio MCP server (the MCP Python SDK, `mcp` 2.x) with two tools, for the matrix's MCP row.
+
+Usage: mcp_weather_server.py --endpoint http://HOST:PORT
+
+`get_weather` answers; `get_forecast` fails (the SDK answers `isError`). The SDK traces each
+request it serves on its own (the global tracer provider, set here), continuing the client's
+trace from the request's `params._meta`; the spans go to toolwatch over OTLP/HTTP from this
+process. The resource names no tenant: the request's tenant is named where it entered, in the
+client's process.
+"""
+
+import argparse
+import logging
+import os
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--endpoint", required=True)
+    args = ap.parse_args()
+    # The SDK logs the failing tool's traceback; the test wants the span, not the noise.
+    logging.disable(logging.CRITICAL)
+    provider = TracerProvider(resource=Resource.create({"service.name": "weather-mcp"}))
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
+    )
+    trace.set_tracer_provider(provider)
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("weather")
+
+    @server.tool()
+    def get_weather(city: str, note: str = "") -> str:
+        """The weather in a city."""
+        return "4C" if city == "Oslo" else "unknown"
+
+    @server.tool()
+    def get_forecast(city: str) -> str:
+        """A forecast; its backend is down."""
+        raise RuntimeError("forecast backend down")
+
+    try:
+        server.run("stdio")
+    finally:
+        provider.force_flush()
+        provider.shutdown()
+
+
+if __name__ == "__main__":
+    os.environ.pop("OTEL_SDK_DISABLED", None)
+    main()
