@@ -432,6 +432,20 @@ pub fn python() -> PathBuf {
     venv
 }
 
+/// The second venv's interpreter (`.venv-mcp1`: libraries that need `mcp` 1.x, pinned by
+/// `tests/python/requirements-mcp1.txt`).
+pub fn python_mcp1() -> PathBuf {
+    if let Ok(p) = std::env::var("TEST_VENV_MCP1_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-mcp1/bin/python");
+    assert!(
+        venv.exists(),
+        "the mcp 1.x test clients need their venv: run scripts/test (or set TEST_VENV_MCP1_PYTHON)"
+    );
+    venv
+}
+
 /// Runs a script from `tests/python`; returns stdout, panicking with stderr on failure.
 pub fn run_python(script: &str, args: &[&str]) -> String {
     run_python_env(script, args, &[])
@@ -439,10 +453,15 @@ pub fn run_python(script: &str, args: &[&str]) -> String {
 
 /// [`run_python`] with extra environment variables.
 pub fn run_python_env(script: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    run_python_in(&python(), script, args, env)
+}
+
+/// [`run_python_env`] with another interpreter.
+pub fn run_python_in(python: &Path, script: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(script);
-    let out = Command::new(python())
+    let out = Command::new(python)
         .arg(&path)
         .args(args)
         .envs(env.iter().copied())

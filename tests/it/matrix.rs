@@ -5,7 +5,10 @@
 
 use serde_json::{Map, Value};
 
-use crate::harness::{all_bytes, assert_readers_agree, contains, read_table, run_python, Daemon};
+use crate::harness::{
+    all_bytes, assert_readers_agree, contains, python, python_mcp1, read_table, run_python_in,
+    Daemon,
+};
 
 /// The secret the user's message carries (an AWS access key id shape).
 const SECRET: &str = "AKIAQX7Z3K9M2P4V8R6T";
@@ -20,11 +23,17 @@ struct Run {
 
 /// Runs `script` against a fresh daemon until one request completes.
 fn run_row(script: &str, args: &[&str]) -> Run {
+    run_row_in(&python(), script, args)
+}
+
+/// [`run_row`] with another venv's interpreter.
+fn run_row_in(python: &std::path::Path, script: &str, args: &[&str]) -> Run {
     let mut d = Daemon::start();
     let endpoint = d.http_url();
     let mut all = vec!["--endpoint", endpoint.as_str()];
     all.extend_from_slice(args);
-    let out: Value = serde_json::from_str(&run_python(script, &all)).expect("script output");
+    let out = run_python_in(python, script, &all, &[]);
+    let out: Value = serde_json::from_str(&out).expect("script output");
     d.wait_for_complete_summaries(1);
     let (_, metrics) = d.admin_get("/metrics");
     d.stop();
@@ -561,5 +570,102 @@ fn mcp_sdk_client_and_server_are_one_request() {
         metrics.contains("toolwatch_tool_calls_total{tenant=\"acme\",tool=\"get_weather\"} 1"),
         "{lib}: {metrics}"
     );
+    assert_secret_nowhere(lib, &d, &metrics);
+}
+
+/// OpenLLMetry's `opentelemetry-instrumentation-mcp` with the MCP Python SDK 1.x
+/// (`tests/python/matrix_mcp.py --openllmetry`, in the `.venv-mcp1` venv), in both processes:
+/// the client's `X.tool` spans are the tool calls (name, arguments and result from
+/// `traceloop.entity.*`, content on by default), the server's `ResponseStreamWriter` spans
+/// (two per response) are `other`.
+#[test]
+fn openllmetry_mcp_client_and_server_are_one_request() {
+    let lib = "openllmetry mcp";
+    let Run {
+        out,
+        daemon: d,
+        metrics,
+    } = run_row_in(&python_mcp1(), "matrix_mcp.py", &["--openllmetry"]);
+    let trace = text(out.as_object().expect("output"), "trace_id");
+    let spans = assert_readers_agree(&d.data_dir, "spans");
+    let mut names: Vec<[&str; 2]> = spans
+        .iter()
+        .map(|r| [text(r, "name"), text(r, "span_class")])
+        .collect();
+    names.sort();
+    let writer = ["ResponseStreamWriter", "other"];
+    let mut expected = vec![
+        ["get_forecast.tool", "tool"],
+        ["get_weather.tool", "tool"],
+        ["initialize.mcp", "other"],
+        ["tools/list.mcp", "other"],
+        ["weather run", "other"],
+    ];
+    // Two per answered request (four), one for the client's notification.
+    expected.extend([writer; 9]);
+    expected.sort();
+    assert_eq!(names, expected, "{lib}");
+    for span in &spans {
+        assert_eq!(text(span, "trace_id"), trace, "{lib}");
+        // The server's process names no tenant: its spans take the request's.
+        assert_eq!(span["tenant"], "acme", "{lib}");
+    }
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let weather = named("get_weather.tool");
+    assert_eq!(text(weather, "tool_name"), "get_weather");
+    // Its `{"tool_name", "arguments"}` wrapper as sent; the secret in the arguments redacted.
+    let arguments: Value = serde_json::from_str(text(weather, "tool_arguments")).expect("json");
+    let redacted = "[REDACTED:aws_access_key_id]";
+    let sent = serde_json::json!({"tool_name": "get_weather", "arguments": {"city": "Oslo", "note": redacted}});
+    assert_eq!(arguments, sent, "{lib}");
+    assert_eq!(
+        weather["redactions"],
+        serde_json::json!({"aws_access_key_id": 1})
+    );
+    assert_eq!(text(weather, "tool_result"), r#"{"result": "4C"}"#);
+    assert_eq!(weather["tool_call_id"], Value::Null, "{lib}: none is sent");
+    let forecast = named("get_forecast.tool");
+    assert_eq!(text(forecast, "status_code"), "error");
+    let attributes: Value = serde_json::from_str(text(forecast, "attributes")).expect("json");
+    assert_eq!(attributes["error.type"], "tool_error");
+    // The server's answer to the weather call (JSON-RPC id 2) is under the client's tool span.
+    let answers: Vec<_> = spans
+        .iter()
+        .filter(|r| {
+            r["attributes"]
+                .as_str()
+                .is_some_and(|a| a.contains(r#""mcp.request.id":"2""#))
+        })
+        .collect();
+    assert_eq!(answers.len(), 2, "{lib}");
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["parent_span_id"] == weather["span_id"]),
+        "{lib}: the server's span continues the client's"
+    );
+    let requests = read_table(&d.data_dir, "requests");
+    assert_eq!(requests.len(), 1, "{lib}");
+    let r = &requests[0];
+    assert_eq!(text(r, "request_id"), trace);
+    assert_eq!(
+        (text(r, "tenant"), text(r, "completeness")),
+        ("acme", "complete")
+    );
+    let counts = [
+        &r["span_count"],
+        &r["tool_calls"],
+        &r["downstream_calls"],
+        &r["errors"],
+    ];
+    // Errors: the failed tool's span and the server's span that answered it.
+    assert_eq!(counts, [14, 2, 0, 2].map(Value::from).each_ref(), "{lib}");
+    let by_tool = serde_json::json!({"get_forecast": 1, "get_weather": 1});
+    assert_eq!(r["tool_calls_by_tool"], by_tool);
     assert_secret_nowhere(lib, &d, &metrics);
 }

@@ -1,9 +1,12 @@
-"""An MCP tool call crossing two processes: the MCP Python SDK (`mcp` 2.x) client here, its
-stdio server (`mcp_weather_server.py`) in a child process, both traced by the SDK's own
-OpenTelemetry support (mcp 2 has no instrumentor to install: it uses the global tracer
-provider) and exporting to toolwatch over OTLP/HTTP on their own.
+"""An MCP tool call crossing two processes: the MCP Python SDK client here, its stdio server
+(`mcp_weather_server.py`) in a child process, each exporting to toolwatch over OTLP/HTTP on
+its own.
 
-Usage: matrix_mcp.py --endpoint http://HOST:PORT
+Usage: matrix_mcp.py --endpoint http://HOST:PORT [--openllmetry]
+
+  (default)      `mcp` 2.x traces itself: no instrumentor, the global tracer provider
+  --openllmetry  `mcp` 1.x (the .venv-mcp1 venv) with OpenLLMetry's
+                 opentelemetry-instrumentation-mcp in both processes (content on, its default)
 
 The application's root span names the tenant; under it the client initializes, lists the
 tools, calls `get_weather` (arguments carry a secret) and `get_forecast` (which fails). The
@@ -19,6 +22,11 @@ import sys
 SECRET = "AKIAQX7Z3K9M2P4V8R6T"
 
 
+def is_error(result):
+    """A tool result's error flag (`isError` in mcp 1.x, `is_error` in 2.x)."""
+    return result.is_error if hasattr(result, "is_error") else result.isError
+
+
 async def calls(server_args):
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
@@ -30,17 +38,18 @@ async def calls(server_args):
             tools = await session.list_tools()
             assert sorted(t.name for t in tools.tools) == ["get_forecast", "get_weather"]
             ok = await session.call_tool("get_weather", {"city": "Oslo", "note": SECRET})
-            assert not ok.is_error and ok.content[0].text == "4C", ok
+            assert not is_error(ok) and ok.content[0].text == "4C", ok
             failed = await session.call_tool("get_forecast", {"city": "Oslo"})
-            assert failed.is_error, failed
+            assert is_error(failed), failed
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--openllmetry", action="store_true")
     args = ap.parse_args()
     for name in list(os.environ):
-        if name.startswith("OTEL_") or name.lower().endswith("_proxy"):
+        if name.startswith(("OTEL_", "TRACELOOP_")) or name.lower().endswith("_proxy"):
             del os.environ[name]
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -55,9 +64,15 @@ def main():
     )
     trace.set_tracer_provider(provider)
     server = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp_weather_server.py")
+    server_args = [server, "--endpoint", args.endpoint]
+    if args.openllmetry:
+        from opentelemetry.instrumentation.mcp import McpInstrumentor
+
+        McpInstrumentor().instrument()
+        server_args.append("--openllmetry")
     tracer = trace.get_tracer("weather-agent")
     with tracer.start_as_current_span("weather run", attributes={"executor.tenant_id": "acme"}) as root:
-        asyncio.run(calls([server, "--endpoint", args.endpoint]))
+        asyncio.run(calls(server_args))
         trace_id = format(root.get_span_context().trace_id, "032x")
     assert provider.force_flush(), "the spans were not exported"
     provider.shutdown()

@@ -1,12 +1,13 @@
-"""A stdio MCP server (the MCP Python SDK, `mcp` 2.x) with two tools, for the matrix's MCP row.
+"""A stdio MCP server (the MCP Python SDK) with two tools, for the matrix's MCP rows.
 
-Usage: mcp_weather_server.py --endpoint http://HOST:PORT
+Usage: mcp_weather_server.py --endpoint http://HOST:PORT [--openllmetry]
 
-`get_weather` answers; `get_forecast` fails (the SDK answers `isError`). The SDK traces each
-request it serves on its own (the global tracer provider, set here), continuing the client's
-trace from the request's `params._meta`; the spans go to toolwatch over OTLP/HTTP from this
-process. The resource names no tenant: the request's tenant is named where it entered, in the
-client's process.
+`get_weather` answers; `get_forecast` fails (the SDK answers `isError`). With `mcp` 2.x the
+SDK traces each request it serves on its own (the global tracer provider, set here); with
+`mcp` 1.x and --openllmetry, OpenLLMetry's `opentelemetry-instrumentation-mcp` does. Either
+continues the client's trace from the request's `params._meta`; the spans go to toolwatch
+over OTLP/HTTP from this process. The resource names no tenant: the request's tenant is named
+where it entered, in the client's process.
 """
 
 import argparse
@@ -23,6 +24,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--openllmetry", action="store_true")
     args = ap.parse_args()
     # The SDK logs the failing tool's traceback; the test wants the span, not the noise.
     logging.disable(logging.CRITICAL)
@@ -31,7 +33,14 @@ def main():
         BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
     )
     trace.set_tracer_provider(provider)
-    from mcp.server.mcpserver import MCPServer
+    if args.openllmetry:
+        from opentelemetry.instrumentation.mcp import McpInstrumentor
+
+        McpInstrumentor().instrument()
+    try:
+        from mcp.server.mcpserver import MCPServer
+    except ModuleNotFoundError:  # mcp 1.x
+        from mcp.server.fastmcp import FastMCP as MCPServer
 
     server = MCPServer("weather")
 
