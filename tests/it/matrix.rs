@@ -91,9 +91,33 @@ struct ChatRow {
 /// turns under the application's root span, one request; content only when captured, and
 /// then with the tool call's id and the user's secret redacted.
 fn chat_row(row: ChatRow, content: bool) {
+    chat_row_with(
+        row,
+        if content {
+            Content::Spans
+        } else {
+            Content::Off
+        },
+    );
+}
+
+/// Where a chat row's library is asked to put the messages.
+#[derive(Clone, Copy, PartialEq)]
+enum Content {
+    Off,
+    /// As span attributes (JSON text).
+    Spans,
+    /// On `gen_ai.client.inference.operation.details` log records, as structured values
+    /// (openai-v2 only).
+    Events,
+}
+
+fn chat_row_with(row: ChatRow, content: Content) {
     let mut args = vec!["--library", row.library];
-    if content {
-        args.push("--content");
+    match content {
+        Content::Off => {}
+        Content::Spans => args.push("--content"),
+        Content::Events => args.extend(["--content", "--events"]),
     }
     let Run {
         out,
@@ -159,7 +183,7 @@ fn chat_row(row: ChatRow, content: bool) {
     for span in &spans[1..] {
         let attributes = text(span, "attributes");
         let redactions = span["redactions"].to_string();
-        if content {
+        if content == Content::Spans {
             assert!(
                 attributes.contains("Oslo") && attributes.contains("call_weather_1"),
                 "{lib}: {attributes}"
@@ -176,7 +200,52 @@ fn chat_row(row: ChatRow, content: bool) {
             assert_eq!(redactions, "{}", "{lib}");
         }
     }
+    if content == Content::Events {
+        let logs = assert_readers_agree(&d.data_dir, "logs");
+        assert_operation_details(&logs, &spans[1..]);
+    } else {
+        let logs = read_table(&d.data_dir, "logs");
+        assert!(logs.is_empty(), "{lib}: {logs:?}");
+    }
     assert_secret_nowhere(lib, &d, &metrics);
+}
+
+/// One `gen_ai.client.inference.operation.details` log record per model turn, in the turn's
+/// span, its messages as structured values (lists of maps, not JSON text), the secret in the
+/// user's message redacted inside them.
+fn assert_operation_details(logs: &[Map<String, Value>], turns: &[Map<String, Value>]) {
+    let mut logs = logs.to_vec();
+    logs.sort_by_key(|r| r["time"].as_i64());
+    let spans: Vec<&Value> = logs.iter().map(|r| &r["span_id"]).collect();
+    let turn_spans: Vec<&Value> = turns.iter().map(|r| &r["span_id"]).collect();
+    assert_eq!(spans, turn_spans);
+    let user = "Weather in Oslo? My AWS key is [REDACTED:aws_access_key_id].";
+    for (i, log) in logs.iter().enumerate() {
+        assert_eq!(
+            text(log, "event_name"),
+            "gen_ai.client.inference.operation.details"
+        );
+        assert_eq!(text(log, "tenant"), "acme");
+        assert_eq!(log["trace_id"], turns[i]["trace_id"]);
+        assert_eq!(
+            log["redactions"],
+            serde_json::json!({"aws_access_key_id": 1})
+        );
+        let attributes: Value = serde_json::from_str(text(log, "attributes")).expect("json");
+        let input = &attributes["gen_ai.input.messages"];
+        assert_eq!(input[1]["role"], "user", "{input}");
+        assert_eq!(input[1]["parts"][0]["content"], user, "{input}");
+        let output = &attributes["gen_ai.output.messages"][0]["parts"][0];
+        if i == 0 {
+            let call = serde_json::json!({
+                "type": "tool_call", "id": "call_weather_1", "name": "get_weather",
+                "arguments": {"city": "Oslo"},
+            });
+            assert_eq!(output, &call);
+        } else {
+            assert_eq!(output["content"], "It is 4 degrees in Oslo.");
+        }
+    }
 }
 
 fn openai_v2() -> ChatRow {
@@ -228,6 +297,12 @@ fn openai_v2_content_off() {
 #[test]
 fn openai_v2_content_on_is_redacted() {
     chat_row(openai_v2(), true);
+}
+
+/// Content on the log event the 2026 conventions define, not on the span.
+#[test]
+fn openai_v2_content_as_events_is_redacted() {
+    chat_row_with(openai_v2(), Content::Events);
 }
 
 #[test]

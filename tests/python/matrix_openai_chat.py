@@ -1,10 +1,12 @@
 """One agent run through an OpenAI instrumentation library, as shipped.
 
 Usage: matrix_openai_chat.py --library openai-v2|openllmetry|openinference
-                             --endpoint http://HOST:PORT [--content]
+                             --endpoint http://HOST:PORT [--content] [--events]
 
   openai-v2      the official opentelemetry-instrumentation-openai-v2 (content only with
-                 --content: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
+                 --content: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT; with
+                 --events, on `gen_ai.client.inference.operation.details` log records
+                 instead of the spans, exported over OTLP/HTTP logs)
   openllmetry    OpenLLMetry's opentelemetry-instrumentation-openai (content unless
                  TRACELOOP_TRACE_CONTENT=false, which is set without --content)
   openinference  openinference-instrumentation-openai (content unless OPENINFERENCE_HIDE_*,
@@ -48,13 +50,14 @@ def main():
     ap.add_argument("--library", choices=["openai-v2", "openllmetry", "openinference"], required=True)
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--content", action="store_true")
+    ap.add_argument("--events", action="store_true")
     args = ap.parse_args()
     # Each library's own switch, set both ways before it is imported (nothing inherited).
     for name in list(os.environ):
         if name.startswith(("OTEL_", "OPENINFERENCE_", "TRACELOOP_")) or name.lower().endswith("_proxy"):
             del os.environ[name]
     os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = (
-        "span_only" if args.content else "NO_CONTENT"
+        ("event_only" if args.events else "span_only") if args.content else "NO_CONTENT"
     )
     os.environ["TRACELOOP_TRACE_CONTENT"] = "true" if args.content else "false"
     for part in ["INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES"]:
@@ -72,6 +75,18 @@ def main():
         BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
     )
     trace.set_tracer_provider(provider)
+    logs = None
+    if args.events:
+        from opentelemetry import _logs
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+        logs = LoggerProvider(resource=resource)
+        logs.add_log_record_processor(
+            BatchLogRecordProcessor(OTLPLogExporter(endpoint=args.endpoint + "/v1/logs"))
+        )
+        _logs.set_logger_provider(logs)
     instrumentor(args.library).instrument()
 
     stub = OpenAIStub({"city": "Oslo"})
@@ -100,6 +115,9 @@ def main():
         trace_id = format(root.get_span_context().trace_id, "032x")
     assert provider.force_flush(), "the spans were not exported"
     provider.shutdown()
+    if logs is not None:
+        assert logs.force_flush(), "the log records were not exported"
+        logs.shutdown()
     stub.close()
     print(json.dumps({"trace_id": trace_id, "stub_requests": len(stub.requests)}))
 
