@@ -25,6 +25,7 @@ pub mod pipeline;
 pub mod protect;
 pub mod query;
 pub mod receive;
+pub mod replay;
 pub mod retry;
 pub mod serve;
 pub mod tenancy;

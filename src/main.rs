@@ -32,6 +32,12 @@ enum Command {
     CheckConfig(ConfigArg),
     /// Send realistic executor traffic to a running toolwatch.
     Loadgen(LoadgenArgs),
+    /// Send OTLP files to a running toolwatch, through the same protect and journal path as
+    /// live exporters: the OpenTelemetry Collector `file` exporter's output (JSON lines, plain
+    /// or gzip; length-prefixed protobuf or JSON, zstd or not). Run the same command again to
+    /// resume after the last message the daemon took. Exits 1 if anything was refused (each
+    /// refusal listed with its file, message number and reason), 2 if it had to stop.
+    Replay(ReplayArgs),
     /// Apply the effective redaction rules to text or JSON and print the result.
     Redact(RedactArgs),
     /// Print the hash toolwatch stores for a raw idempotency key (under the current key and
@@ -398,6 +404,51 @@ struct ServeArgs {
 }
 
 #[derive(Args)]
+struct ReplayArgs {
+    /// Files, or directories to replay every file under (in path order; hidden entries are
+    /// skipped).
+    #[arg(required = true, value_name = "FILE|DIR")]
+    paths: Vec<PathBuf>,
+    /// The daemon's OTLP/HTTP receiver.
+    #[arg(long, default_value = "http://127.0.0.1:4318", value_name = "URL")]
+    target: String,
+    /// The tenant for spans and log records that name none (sent as `x-toolwatch-tenant`).
+    #[arg(long, value_name = "T")]
+    tenant: Option<String>,
+    /// A file whose first line is the bearer token, when the daemon requires one.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Where progress is kept, one small JSON file per input file.
+    #[arg(long, default_value = ".toolwatch-replay", value_name = "DIR")]
+    state_dir: PathBuf,
+    /// Start every file from its beginning, forgetting kept progress.
+    #[arg(long)]
+    restart: bool,
+    /// What protobuf messages hold, when their content cannot tell (they are read as traces
+    /// when every span has OTLP-sized ids, else as logs).
+    #[arg(long, value_enum, value_name = "SIGNAL")]
+    signal: Option<ReplaySignal>,
+    /// Requests are split to stay under this size (the daemon refuses requests over its
+    /// `limits.max_request_bytes`, 8MiB by default).
+    #[arg(long, default_value = "4MiB", value_name = "BYTES")]
+    max_request_bytes: toolwatch::units::ByteSize,
+    /// How long to keep retrying a daemon that refuses for load or cannot be reached before
+    /// stopping (progress kept), in seconds.
+    #[arg(long, default_value = "300", value_name = "SECS", value_parser = seconds)]
+    retry_for: std::time::Duration,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What protobuf messages in replayed files hold.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ReplaySignal {
+    Traces,
+    Logs,
+}
+
+#[derive(Args)]
 struct LoadgenArgs {
     /// Where toolwatch listens: the OTLP/gRPC address, or the OTLP/HTTP base URL with --http.
     #[arg(long, value_name = "URL")]
@@ -517,6 +568,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::CheckConfig(args) => check_config(args),
         Command::Loadgen(args) => run_loadgen(args),
+        Command::Replay(args) => replay(args),
         Command::Redact(args) => redact(args),
         Command::HashKey(args) => hash_key(args),
         Command::Query(args) => query(args),
@@ -1553,6 +1605,72 @@ fn read_token(file: Option<&Path>) -> Result<Option<String>, String> {
         ));
     }
     Ok(Some(token))
+}
+
+fn replay(args: ReplayArgs) -> ExitCode {
+    use std::io::IsTerminal;
+    use toolwatch::replay::{self, input::Signal, ReplayOptions};
+    let token = match read_token(args.token_file.as_deref()) {
+        Ok(t) => t,
+        Err(e) => return usage_error(e),
+    };
+    let options = ReplayOptions {
+        paths: args.paths,
+        target: args.target,
+        tenant: args.tenant,
+        token,
+        state_dir: args.state_dir,
+        restart: args.restart,
+        signal: args.signal.map(|s| match s {
+            ReplaySignal::Traces => Signal::Traces,
+            ReplaySignal::Logs => Signal::Logs,
+        }),
+        max_request_bytes: usize::try_from(args.max_request_bytes.0).unwrap_or(usize::MAX),
+        retry_for: args.retry_for,
+        progress_bar: std::io::stderr().is_terminal(),
+    };
+    let report = match replay::run(&options) {
+        Ok(r) => r,
+        Err(e) => return usage_error(e),
+    };
+    for f in &report.files {
+        let p = &f.progress;
+        let resumed = if f.started_again {
+            " (the file changed since its kept progress: read from its beginning)".to_string()
+        } else if f.resumed_after > 0 {
+            format!(" (resumed after message {})", f.resumed_after)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "{}: {} messages, {} spans and {} log records taken, {} skipped (not traces or logs), {} refused{resumed}",
+            f.path,
+            p.messages,
+            p.spans,
+            p.log_records,
+            p.skipped,
+            p.refused.len()
+        );
+        for r in &p.refused {
+            eprintln!("  refused message {}: {}", r.message, r.reason);
+        }
+    }
+    if let Some(why) = &report.stopped {
+        eprintln!("toolwatch: replay stopped: {why}");
+    }
+    if args.json {
+        match serde_json::to_string(&report) {
+            Ok(j) => println!("{j}"),
+            Err(e) => return usage_error(format!("cannot print the report: {e}")),
+        }
+    }
+    if report.stopped.is_some() {
+        ExitCode::from(2)
+    } else if report.refused > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn run_loadgen(args: LoadgenArgs) -> ExitCode {

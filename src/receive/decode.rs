@@ -85,6 +85,11 @@ pub fn protobuf<M: OtlpRequest>(body: &[u8]) -> Result<M, DecodeError> {
 pub fn json<M: OtlpRequest>(body: &[u8]) -> Result<M, DecodeError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| DecodeError::Json(scrub(&e.to_string())))?;
+    json_value(value)
+}
+
+/// Decodes an OTLP/JSON request already parsed as JSON.
+pub fn json_value<M: OtlpRequest>(value: Value) -> Result<M, DecodeError> {
     if !value.is_object() {
         return Err(DecodeError::Json(format!(
             "the top level must be an object ({} expected)",
