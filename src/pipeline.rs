@@ -7,6 +7,7 @@
 //! answer success. A full journal or writer queue is answered with [`Refusal::Overloaded`] at
 //! once, never by waiting or growing, and `/readyz` reports not ready while refusals go on.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +43,12 @@ pub struct Origin {
 
 /// The entry to the pipeline after `receive`.
 pub struct Intake {
-    protector: Protector,
+    /// The rules in force. Each submit holds it (shared) from protecting its batch until the
+    /// batch is durable, so a reload (exclusive) waits for the batches in flight and every
+    /// journal record after the one it names was protected by the new rules.
+    protector: tokio::sync::RwLock<Protector>,
+    /// The highest journal sequence number appended so far.
+    last_appended: AtomicU64,
     tenants: TraceTenants,
     journal: JournalWriter,
     metrics: Arc<Metrics>,
@@ -59,7 +65,8 @@ impl Intake {
         metrics: Arc<Metrics>,
     ) -> Intake {
         Intake {
-            protector,
+            protector: tokio::sync::RwLock::new(protector),
+            last_appended: AtomicU64::new(0),
             tenants,
             journal,
             metrics,
@@ -89,7 +96,9 @@ impl Intake {
         if batch.is_empty() {
             return Ok(());
         }
-        let report = self.protector.protect(&mut batch);
+        // Held until the batch is durable (see `protector`).
+        let protector = self.protector.read().await;
+        let report = protector.protect(&mut batch);
         self.metrics.redactions(&report.hits);
         self.metrics.quarantined(&report.quarantined);
         if batch.is_empty() {
@@ -108,7 +117,10 @@ impl Intake {
             .append_decoded(payload, JournalEntry::Events(batch))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(sequence) => {
+                self.last_appended.fetch_max(sequence, Ordering::Relaxed);
+                Ok(())
+            }
             Err(e) => {
                 self.metrics.journal.refused(e.reason());
                 let refusal = match e {
@@ -121,5 +133,19 @@ impl Intake {
                 Err(refusal)
             }
         }
+    }
+
+    /// Puts `protector` in force once the batches being protected are durable; returns the
+    /// sequence number of the last journal record protected by the rules it replaces (every
+    /// later record is protected by the new ones).
+    pub async fn replace_protector(&self, protector: Protector) -> u64 {
+        let mut in_force = self.protector.write().await;
+        *in_force = protector;
+        self.last_appended.load(Ordering::Relaxed)
+    }
+
+    /// A copy of the protector in force (it shares what the tenants learned).
+    pub async fn protector(&self) -> Protector {
+        self.protector.read().await.clone()
     }
 }

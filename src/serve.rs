@@ -333,6 +333,8 @@ pub async fn run(
         config.limits.retry_after.0,
         Arc::clone(&metrics),
     ));
+    // The reloader reaches the intake without keeping it (and its journal writer) alive.
+    let reload_intake = Arc::downgrade(&intake);
     let ctx = Arc::new(ReceiverContext {
         intake,
         metrics: Arc::clone(&metrics),
@@ -432,6 +434,8 @@ pub async fn run(
             tls,
             admin_tls,
             admin: Arc::clone(&admin_access),
+            intake: reload_intake,
+            data_dir: data_dir.clone(),
         },
     ));
     metrics.set_ready(true);
@@ -787,18 +791,24 @@ struct Reloadable {
     tls: Option<Arc<SharedTls>>,
     admin_tls: Option<Arc<SharedTls>>,
     admin: Arc<std::sync::RwLock<Arc<AdminAccess>>>,
+    intake: std::sync::Weak<Intake>,
+    data_dir: std::path::PathBuf,
 }
 
-/// On each SIGHUP, reads the configuration again and puts its `[auth]` senders in force for
+/// On each SIGHUP, reads the configuration again and puts in force: its `[auth]` senders for
 /// requests that start from then on (requests in flight finish under the senders they were
-/// authenticated by). A configuration that does not load or validate is refused, logged, and
-/// the senders in force stay. Other sections take effect at the next start.
+/// authenticated by), TLS certificates for new connections, the admin token, and the
+/// `[redaction]` rules and `[hashing]` key from a journal record on (logged). A configuration
+/// that does not load or validate is refused, logged, and everything in force stays. Other
+/// sections take effect at the next start.
 async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
     let Reloadable {
         senders,
         tls,
         admin_tls,
         admin,
+        intake,
+        data_dir,
     } = now;
     let Some(reload) = reload else { return };
     #[cfg(unix)]
@@ -815,7 +825,7 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
             let loaded = match reload().and_then(|c| c.validate().map(|()| c)) {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: configuration refused; the senders and certificates in force stay");
+                    tracing::error!(error = %e, "SIGHUP: configuration refused; everything in force stays");
                     continue;
                 }
             };
@@ -852,6 +862,9 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
                     tracing::error!(error = %e, "SIGHUP: [admin] refused; the admin token in force stays")
                 }
             }
+            if let Some(intake) = intake.upgrade() {
+                reload_redaction(&intake, &loaded, &data_dir).await;
+            }
             match SenderDirectory::from_config(&loaded.auth) {
                 Ok(d) => {
                     let n = d.senders();
@@ -871,7 +884,36 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
     }
     #[cfg(not(unix))]
     {
-        let _ = (reload, senders);
+        let _ = (reload, senders, intake, data_dir);
+    }
+}
+
+/// Puts the reloaded `[redaction]` rules and `[hashing]` key in force at a journal record the
+/// log names; rules that do not compile (or a key that does not load) are refused and the
+/// ones in force stay.
+async fn reload_redaction(intake: &Intake, loaded: &Config, data_dir: &std::path::Path) {
+    let hasher = match loaded.hashing.current(data_dir) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(error = %e, "SIGHUP: [hashing] refused; the redaction rules and key in force stay");
+            return;
+        }
+    };
+    match intake
+        .protector()
+        .await
+        .reconfigured(&loaded.redaction, hasher)
+    {
+        Ok(p) => {
+            let last_old = intake.replace_protector(p).await;
+            tracing::info!(
+                last_record_under_old_rules = last_old,
+                "SIGHUP: redaction rules and hashing key reloaded; journal records after {last_old} are protected by them"
+            );
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "SIGHUP: [redaction] refused; the rules in force stay")
+        }
     }
 }
 

@@ -409,6 +409,20 @@ impl Protector {
         })
     }
 
+    /// A protector with `config`'s rules and `hasher`'s key that keeps what this one's
+    /// tenants learned (and its learning settings, which change only at a restart).
+    pub fn reconfigured(
+        &self,
+        config: &rules::RedactionConfig,
+        hasher: KeyedHasher,
+    ) -> Result<Protector, engine::RuleError> {
+        let fresh = Protector::from_config(config, hasher)?;
+        Ok(Protector {
+            learned: Arc::clone(&self.learned),
+            ..fresh
+        })
+    }
+
     /// What the tenants have learned, in counts (for `/metrics`).
     pub fn learned_stats(&self) -> Arc<learned::LearnedStats> {
         Arc::clone(&self.learned.stats)

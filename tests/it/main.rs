@@ -26,6 +26,7 @@ mod otlp_json;
 mod protect_e2e;
 mod python_sdk;
 mod query;
+mod reload;
 mod replay;
 mod rust_sdk;
 mod scrub;

@@ -1,0 +1,174 @@
+//! SIGHUP: new redaction rules in force from a journal record the log names, under load,
+//! nothing lost; a configuration that does not compile is refused and the rules in force
+//! stay. JSON logs with their field names.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use serde_json::Value;
+
+use crate::harness::{read_table, wait_for, Daemon, DaemonOptions};
+use crate::otlp_json::post;
+
+/// A token the rule added by the reload recognizes (24 lower-case letters and digits, not a
+/// run of one character, which detectors skip as a placeholder).
+fn token(seq: u64) -> String {
+    let mixed = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    format!("acme_tok_{mixed:016x}{:08x}", seq as u32 ^ 0xa5a5_a5a5)
+}
+
+fn attribute(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// Request `seq`: one span of its own trace, its note holding the request's token.
+fn request(seq: u64) -> Vec<u8> {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span {
+                    trace_id: (u128::from(seq) + 1).to_be_bytes().to_vec(),
+                    span_id: (seq + 1).to_be_bytes().to_vec(),
+                    name: "order lookup".into(),
+                    start_time_unix_nano: 1_767_225_600_000_000_000 + seq,
+                    end_time_unix_nano: 1_767_225_600_000_000_000 + seq + 1,
+                    attributes: vec![
+                        attribute("seq", any_value::Value::IntValue(seq as i64)),
+                        attribute(
+                            "note",
+                            any_value::Value::StringValue(format!("order {}", token(seq))),
+                        ),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+const RULE: &str = r#"
+[[redaction.detectors]]
+id = "acme_order_token"
+description = "ACME order tokens"
+regex = 'acme_tok_([a-z0-9]{24})'
+group = 1
+keywords = ["acme_tok_"]
+action = "mask"
+"#;
+
+fn hangup(d: &Daemon) {
+    // SAFETY: a signal to our own child process.
+    unsafe {
+        libc::kill(d.pid() as libc::pid_t, libc::SIGHUP);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_redaction_rules_take_effect_at_a_journal_record_under_load() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolwatch.toml");
+    std::fs::write(&config, "[log]\nlevel = \"info\"\n").expect("config");
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config.clone()),
+        ..Default::default()
+    });
+    let url = format!("{}/v1/traces", d.http_url());
+    // One sender, one request (one journal record) at a time: journal order is send order.
+    let acked = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (acked, stop) = (Arc::clone(&acked), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut seq = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let (status, _) = post(&url, "application/x-protobuf", None, request(seq)).await;
+                assert_eq!(status, 200, "request {seq}");
+                seq += 1;
+                acked.store(seq, Ordering::SeqCst);
+            }
+            seq
+        })
+    };
+    let at_least = |n: u64| {
+        let acked = Arc::clone(&acked);
+        move || (acked.load(Ordering::SeqCst) >= n).then_some(())
+    };
+    tokio::task::block_in_place(|| wait_for("100 requests", at_least(100)));
+    std::fs::write(&config, format!("[log]\nlevel = \"info\"\n{RULE}")).expect("config");
+    hangup(&d);
+    let reloaded = "SIGHUP: redaction rules and hashing key reloaded";
+    let line = tokio::task::block_in_place(|| {
+        wait_for("the reload", || {
+            d.log_text()
+                .lines()
+                .find(|l| l.contains(reloaded))
+                .map(str::to_string)
+        })
+    });
+    // The harness runs the daemon with JSON logs: the record number is a field of its own.
+    let event: Value = serde_json::from_str(&line).expect("a JSON log line");
+    let last_old = event["last_record_under_old_rules"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no record number in {line}"));
+    let after_reload = acked.load(Ordering::SeqCst);
+    tokio::task::block_in_place(|| wait_for("100 more", at_least(after_reload + 100)));
+    // A rule that does not compile: refused, the rules in force stay.
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\nlevel = \"info\"\n{}",
+            RULE.replace("{24})'", "{24}'")
+        ),
+    )
+    .expect("config");
+    hangup(&d);
+    tokio::task::block_in_place(|| {
+        wait_for("the refusal", || {
+            d.log_text()
+                .contains("SIGHUP: configuration refused; everything in force stays")
+                .then_some(())
+        })
+    });
+    let after_refusal = acked.load(Ordering::SeqCst);
+    tokio::task::block_in_place(|| wait_for("50 more", at_least(after_refusal + 50)));
+    stop.store(true, Ordering::SeqCst);
+    let sent = sender.await.expect("sender");
+    d.stop();
+
+    // Journal records are numbered from 1, one per request here: requests 0..last_old were
+    // protected by the old rules, every later one by the new.
+    assert!(
+        last_old >= 100 && last_old < sent - 150,
+        "{last_old} of {sent}"
+    );
+    let spans = read_table(&d.data_dir, "spans");
+    assert_eq!(spans.len() as u64, sent, "nothing lost");
+    let mut seen = vec![false; sent as usize];
+    for s in &spans {
+        let attributes: Value =
+            serde_json::from_str(s["attributes"].as_str().expect("attributes")).expect("json");
+        let seq = attributes["seq"].as_u64().expect("seq");
+        assert!(!seen[seq as usize], "request {seq} archived once");
+        seen[seq as usize] = true;
+        let note = attributes["note"].as_str().expect("note");
+        if seq < last_old {
+            assert_eq!(note, format!("order {}", token(seq)), "request {seq}");
+        } else {
+            assert_eq!(
+                note, "order acme_tok_[REDACTED:acme_order_token]",
+                "request {seq}"
+            );
+        }
+    }
+}
