@@ -277,6 +277,7 @@ pub async fn run(
         .archive
         .with_flush(Arc::clone(&flush_points.alarms));
     let evaluator = Arc::clone(&budget_stage.evaluator);
+    let reload_budgets = Arc::clone(&budget_stage.evaluator);
     let alarm_export = (!endpoints.is_empty()).then(|| AlarmJournal {
         writer: writer.clone(),
         runtime: runtime.clone(),
@@ -436,6 +437,7 @@ pub async fn run(
             admin: Arc::clone(&admin_access),
             intake: reload_intake,
             data_dir: data_dir.clone(),
+            budgets: Arc::clone(&reload_budgets),
         },
     ));
     metrics.set_ready(true);
@@ -793,12 +795,15 @@ struct Reloadable {
     admin: Arc<std::sync::RwLock<Arc<AdminAccess>>>,
     intake: std::sync::Weak<Intake>,
     data_dir: std::path::PathBuf,
+    budgets: crate::budget::SharedEvaluator,
 }
 
 /// On each SIGHUP, reads the configuration again and puts in force: its `[auth]` senders for
 /// requests that start from then on (requests in flight finish under the senders they were
 /// authenticated by), TLS certificates for new connections, the admin token, and the
-/// `[redaction]` rules and `[hashing]` key from a journal record on (logged). A configuration
+/// `[redaction]` rules and `[hashing]` key from a journal record on (logged), and the budgets
+/// (limits, windows, warning ratios; not `budget.webhooks`) before the next record the budget
+/// stage takes, usage so far kept. A configuration
 /// that does not load or validate is refused, logged, and everything in force stays. Other
 /// sections take effect at the next start.
 async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
@@ -809,6 +814,7 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
         admin,
         intake,
         data_dir,
+        budgets,
     } = now;
     let Some(reload) = reload else { return };
     #[cfg(unix)]
@@ -865,6 +871,10 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
             if let Some(intake) = intake.upgrade() {
                 reload_redaction(&intake, &loaded, &data_dir).await;
             }
+            budgets
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .schedule(loaded.budget.clone());
             match SenderDirectory::from_config(&loaded.auth) {
                 Ok(d) => {
                     let n = d.senders();
@@ -884,7 +894,7 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
     }
     #[cfg(not(unix))]
     {
-        let _ = (reload, senders, intake, data_dir);
+        let _ = (reload, senders, intake, data_dir, budgets);
     }
 }
 

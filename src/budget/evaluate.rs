@@ -457,6 +457,65 @@ impl TenantState {
         }
     }
 
+    /// Takes `config`'s budgets for this tenant, keeping the usage and open episode of every
+    /// budget that stays (the same name; a window also of the same length) and moving each to
+    /// the level its new limit gives now; the episodes of budgets that go are resolved.
+    fn reconfigure(
+        &mut self,
+        config: &BudgetConfig,
+        tenant: &str,
+        now_ns: i64,
+        out: &mut Vec<Alarm>,
+    ) {
+        let fresh = TenantState::new(config, tenant);
+        let ratio = fresh.ratio;
+        for usage in self.requests.values_mut() {
+            let mut old: Vec<(RequestSpec, Track)> = self
+                .request_specs
+                .iter()
+                .cloned()
+                .zip(std::mem::take(&mut usage.tracks))
+                .collect();
+            let mut tracks: Vec<Track> = fresh
+                .request_specs
+                .iter()
+                .map(|spec| take_track(&mut old, |s| s.name == spec.name))
+                .collect();
+            let ctx = usage.context(Scope::Request, &usage.request_id, tenant, now_ns);
+            for (spec, mut track) in old {
+                track.resolve(&spec, usage.observed(&spec.measure), &ctx, out);
+            }
+            for (spec, track) in fresh.request_specs.iter().zip(&mut tracks) {
+                let observed = usage.observed(&spec.measure);
+                track.update(&spec.name, observed, spec.limit, ratio, &ctx, out);
+            }
+            usage.tracks = tracks;
+        }
+        let windows = std::mem::take(&mut self.windows);
+        self.windows = remap_windows(
+            (&self.tenant_specs, windows),
+            &fresh.tenant_specs,
+            ratio,
+            &Context::of_window(Scope::Tenant, tenant, tenant, now_ns),
+            out,
+        );
+        for (principal, ws) in self.principals.iter_mut() {
+            let old = std::mem::take(ws);
+            *ws = remap_windows(
+                (&self.principal_specs, old),
+                &fresh.principal_specs,
+                ratio,
+                &Context::of_window(Scope::Principal, principal, tenant, now_ns),
+                out,
+            );
+        }
+        self.ratio = ratio;
+        self.digest_calls = fresh.digest_calls;
+        self.request_specs = fresh.request_specs;
+        self.tenant_specs = fresh.tenant_specs;
+        self.principal_specs = fresh.principal_specs;
+    }
+
     /// Every window of the tenant, then of each of its principals: (scope, id, budget, window).
     fn windows_mut<'a>(
         &'a mut self,
@@ -520,6 +579,52 @@ impl TenantState {
     }
 }
 
+/// The track of the first old budget `same` picks, taken out; a fresh one if none.
+fn take_track<S>(old: &mut Vec<(S, Track)>, same: impl Fn(&S) -> bool) -> Track {
+    match old.iter().position(|(s, _)| same(s)) {
+        Some(i) => old.swap_remove(i).1,
+        None => Track::default(),
+    }
+}
+
+/// Windows for `new` specs: an old window of the same name and length goes on with its
+/// usage and episode (moved to the level its new limit gives), another starts empty; the
+/// episodes of the old windows left over are resolved.
+fn remap_windows(
+    (old_specs, old_windows): (&[WindowSpec], Vec<WindowUsage>),
+    new: &[WindowSpec],
+    ratio: f64,
+    ctx: &Context<'_>,
+    out: &mut Vec<Alarm>,
+) -> Vec<WindowUsage> {
+    let mut old: Vec<(&WindowSpec, WindowUsage)> = old_specs.iter().zip(old_windows).collect();
+    let mut windows = Vec::with_capacity(new.len());
+    for spec in new {
+        let kept = old
+            .iter()
+            .position(|(s, _)| s.name == spec.name && s.span == spec.span)
+            .map(|i| old.swap_remove(i).1);
+        let mut w = kept.unwrap_or_else(|| WindowUsage::new(spec));
+        let observed = w.window.total(ctx.now_ns);
+        w.track
+            .update(spec.name, observed, spec.limit, ratio, ctx, out);
+        windows.push(w);
+    }
+    for (spec, mut w) in old {
+        if w.track.level.take().is_some() {
+            let observed = w.window.total(ctx.now_ns);
+            out.push(ctx.alarm(
+                &w.track.alarm_id,
+                spec.name,
+                Level::Resolved,
+                observed,
+                spec.limit,
+            ));
+        }
+    }
+    windows
+}
+
 /// Usage against budgets, for every request, tenant and principal seen.
 pub struct BudgetEvaluator {
     config: BudgetConfig,
@@ -529,6 +634,8 @@ pub struct BudgetEvaluator {
     evicted: u64,
     mismatches: FastMap<std::sync::Arc<str>, MismatchEpisode>,
     mcp_sides: UnmatchedMcpSides,
+    /// A reloaded configuration waiting for the budget stage.
+    pending: Option<BudgetConfig>,
 }
 
 /// MCP tool calls seen from one side so far, so that the other side, when it comes, counts as
@@ -659,12 +766,36 @@ impl BudgetEvaluator {
             evicted: 0,
             mismatches: FastMap::default(),
             mcp_sides: UnmatchedMcpSides::default(),
+            pending: None,
         }
     }
 
     /// The configuration in force.
     pub fn config(&self) -> &BudgetConfig {
         &self.config
+    }
+
+    /// Puts `config`'s budgets in force at `now_ns` (a reload): usage so far is kept, every
+    /// budget that stays moves to the level its new limit gives, the episodes of budgets that
+    /// go are resolved; returns the alarms that makes. The price table stays.
+    pub fn reconfigure(&mut self, config: BudgetConfig, now_ns: i64) -> Vec<Alarm> {
+        let mut out = Vec::new();
+        for (tenant, state) in &mut self.tenants {
+            state.reconfigure(&config, tenant, now_ns, &mut out);
+        }
+        self.config = config;
+        out
+    }
+
+    /// Hands over a configuration for the budget stage to put in force before the next
+    /// record it takes (see [`BudgetEvaluator::take_pending`]).
+    pub fn schedule(&mut self, config: BudgetConfig) {
+        self.pending = Some(config);
+    }
+
+    /// The configuration [`BudgetEvaluator::schedule`] handed over, if any.
+    pub fn take_pending(&mut self) -> Option<BudgetConfig> {
+        self.pending.take()
     }
 
     /// What each tenant spent since the last call.
@@ -1613,6 +1744,64 @@ mod tests {
             }
             assert_eq!(e.take_totals()["acme"].tool_calls["search_orders"], 6);
         }
+    }
+
+    #[test]
+    fn a_reload_keeps_usage_and_moves_each_budget_to_its_new_limit() {
+        let mut config = BudgetConfig::default();
+        config.request.tool_calls = 50;
+        config.tenant.tool_calls_per_minute = 100;
+        let mut e = BudgetEvaluator::new(config.clone(), PriceTable::default());
+        // Just after the calls (they end at 1,000.5 s to 1,009.5 s): inside the minute window.
+        let now = 1_010 * SEC;
+        // Ten distinct calls: under every limit.
+        let spans = (0..10)
+            .map(|i| tool_span(i, &format!("{{\"q\":{i}}}")))
+            .collect();
+        assert!(fired(&e.observe(&batch(spans), now)).is_empty());
+        // Lower limits: the request and the tenant's window are over them at once.
+        config.request.tool_calls = 8;
+        config.tenant.tool_calls_per_minute = 5;
+        let alarms = e.reconfigure(config.clone(), now + SEC);
+        let got: Vec<_> = alarms
+            .iter()
+            .map(|a| (a.budget.as_str(), a.level.as_str(), a.observed, a.limit))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("tool_calls", "warning", 10.0, 8.0),
+                ("tool_calls", "limit", 10.0, 8.0),
+                ("tool_calls_per_minute", "warning", 10.0, 5.0),
+                ("tool_calls_per_minute", "limit", 10.0, 5.0),
+            ]
+        );
+        assert_eq!(alarms[0].request_id.as_deref(), Some("req-loop"));
+        // The usage went on: the next call is the eleventh, and fires nothing new.
+        let out = e.observe(&batch(vec![tool_span(10, "{}")]), now + 2 * SEC);
+        assert!(fired(&out).is_empty(), "{:?}", fired(&out));
+        let usage = e
+            .usage(Some("acme"), true, now + 2 * SEC)
+            .into_iter()
+            .map(|(_, u)| u)
+            .find(|u| u.scope == "request" && u.budget == "tool_calls")
+            .expect("the request's tool calls");
+        assert_eq!((usage.usage, usage.limit), (11.0, 8.0));
+        // Budgets switched off: their episodes end.
+        config.request.tool_calls = 0;
+        config.tenant.tool_calls_per_minute = 0;
+        let alarms = e.reconfigure(config, now + 3 * SEC);
+        let got: Vec<_> = alarms
+            .iter()
+            .map(|a| (a.budget.as_str(), a.level.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("tool_calls", "resolved"),
+                ("tool_calls_per_minute", "resolved")
+            ]
+        );
     }
 
     #[test]

@@ -125,6 +125,24 @@ impl BudgetConsumer {
         }
     }
 
+    /// Puts a reloaded configuration in force before journal record `seq`, and raises what
+    /// that changes.
+    fn apply_reload(&mut self, seq: Option<u64>) {
+        let alarms = {
+            let mut e = lock(&self.stage.evaluator);
+            let Some(config) = e.take_pending() else {
+                return;
+            };
+            e.reconfigure(config, now_ns())
+        };
+        tracing::info!(
+            first_record_under_new_budgets = seq,
+            alarms = alarms.len(),
+            "SIGHUP: budgets reloaded (usage so far kept)"
+        );
+        self.raise(&alarms);
+    }
+
     fn raise(&mut self, alarms: &[Alarm]) {
         if alarms.is_empty() {
             return;
@@ -146,6 +164,7 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
         if seq < self.skip_before {
             return;
         }
+        self.apply_reload(Some(seq));
         let alarms = lock(&self.stage.evaluator).observe(batch, now_ns());
         self.raise(&alarms);
     }
@@ -155,6 +174,7 @@ impl crate::journal::consume::Consumer for BudgetConsumer {
     }
 
     fn tick(&mut self, next_seq: u64, head: &crate::journal::head::JournalHead) -> u64 {
+        self.apply_reload(Some(next_seq));
         let now = Instant::now();
         if now.duration_since(self.last_tick) >= TICK {
             self.last_tick = now;

@@ -172,3 +172,114 @@ async fn new_redaction_rules_take_effect_at_a_journal_record_under_load() {
         }
     }
 }
+
+/// Nanoseconds since the Unix epoch.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// `n` tool calls of one request (distinct arguments), spans `first..first+n`.
+fn tool_calls(first: u64, n: u64) -> Vec<u8> {
+    let s = |v: &str| any_value::Value::StringValue(v.into());
+    let spans = (first..first + n)
+        .map(|i| Span {
+            trace_id: vec![9; 16],
+            span_id: (i + 1).to_be_bytes().to_vec(),
+            name: "execute_tool search".into(),
+            start_time_unix_nano: now_ns() + i,
+            end_time_unix_nano: now_ns() + i + 1,
+            attributes: vec![
+                attribute("gen_ai.operation.name", s("execute_tool")),
+                attribute("gen_ai.tool.name", s("search")),
+                attribute("gen_ai.tool.call.arguments", s(&format!("{{\"q\":{i}}}"))),
+                attribute("executor.request_id", s("req-reload")),
+                attribute("executor.tenant_id", s("acme")),
+            ],
+            ..Default::default()
+        })
+        .collect();
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowered_budgets_fire_at_once_on_sighup_with_the_usage_so_far() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolwatch.toml");
+    let budgets = |n: u64| format!("[budget.request]\ntool_calls = {n}\n");
+    std::fs::write(&config, budgets(50)).expect("config");
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config.clone()),
+        ..Default::default()
+    });
+    let url = format!("{}/v1/traces", d.http_url());
+    let (status, _) = post(&url, "application/x-protobuf", None, tool_calls(0, 10)).await;
+    assert_eq!(status, 200);
+    let usage = "toolwatch_budget_usage{tenant=\"acme\",scope=\"request\",budget=\"tool_calls\"}";
+    let limit = "toolwatch_budget_limit{tenant=\"acme\",scope=\"request\",budget=\"tool_calls\"}";
+    tokio::task::block_in_place(|| {
+        wait_for("ten calls counted", || {
+            (d.metric(usage)? == 10.0).then_some(())
+        })
+    });
+    assert_eq!(d.metric(limit), Some(50.0));
+    std::fs::write(&config, budgets(8)).expect("config");
+    hangup(&d);
+    tokio::task::block_in_place(|| {
+        wait_for("the new limit", || (d.metric(limit)? == 8.0).then_some(()))
+    });
+    assert!(d
+        .log_text()
+        .contains("SIGHUP: budgets reloaded (usage so far kept)"));
+    // The same request goes on: its count did not start again.
+    let (status, _) = post(&url, "application/x-protobuf", None, tool_calls(10, 1)).await;
+    assert_eq!(status, 200);
+    tokio::task::block_in_place(|| {
+        wait_for("the eleventh call", || {
+            (d.metric(usage)? == 11.0).then_some(())
+        })
+    });
+    d.stop();
+    let mut alarms = read_table(&d.data_dir, "alarms");
+    // Warning and limit of one jump share a time: warning first, as raised.
+    let rank = |level: &Value| {
+        ["warning", "limit", "resolved"]
+            .iter()
+            .position(|l| level == l)
+    };
+    alarms.sort_by_key(|a| (a["time"].as_i64(), rank(&a["level"])));
+    let fired: Vec<(String, String, f64, f64)> = alarms
+        .iter()
+        .filter(|a| a["budget"] == "tool_calls")
+        .map(|a| {
+            let text = |c: &str| a[c].as_str().expect(c).to_string();
+            let num = |c: &str| a[c].as_f64().expect(c);
+            (
+                text("level"),
+                text("scope_id"),
+                num("observed"),
+                num("limit_value"),
+            )
+        })
+        .collect();
+    let at_reload = |level: &str| (level.to_string(), "req-reload".to_string(), 10.0, 8.0);
+    // Fired at the reload, with the ten calls made before it; resolved when the daemon
+    // stopped (request usage is not kept across a restart).
+    assert_eq!(
+        fired[..2],
+        [at_reload("warning"), at_reload("limit")],
+        "{fired:?}"
+    );
+    let resolved = ("resolved".to_string(), "req-reload".to_string(), 11.0, 8.0);
+    assert_eq!(fired[2..], [resolved], "{fired:?}");
+}
