@@ -283,3 +283,42 @@ async fn lowered_budgets_fire_at_once_on_sighup_with_the_usage_so_far() {
     let resolved = ("resolved".to_string(), "req-reload".to_string(), 11.0, 8.0);
     assert_eq!(fired[2..], [resolved], "{fired:?}");
 }
+
+#[test]
+fn json_logs_keep_their_field_names() {
+    // The harness runs the daemon with `log.format = "json"`.
+    let mut d = Daemon::start();
+    d.stop();
+    let text = d.log_text();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.len() >= 3, "{text}");
+    for l in &lines {
+        let time = l["timestamp"].as_str().expect("timestamp");
+        assert!(chrono::DateTime::parse_from_rfc3339(time).is_ok(), "{time}");
+        assert!(time.ends_with('Z'), "UTC: {time}");
+        let level = l["level"].as_str().expect("level");
+        assert!(
+            ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"].contains(&level),
+            "{l}"
+        );
+        assert!(
+            l["target"]
+                .as_str()
+                .expect("target")
+                .starts_with("toolwatch"),
+            "{l}"
+        );
+        assert!(l["message"].is_string(), "{l}");
+    }
+    let ready = lines
+        .iter()
+        .find(|l| l["message"] == "toolwatch ready")
+        .expect("the ready line");
+    for field in ["otlp_grpc", "otlp_http", "admin", "data_dir", "instance_id"] {
+        assert!(ready[field].is_string(), "{field}: {ready}");
+    }
+    assert_eq!(ready["target"], "toolwatch::serve");
+}
