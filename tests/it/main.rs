@@ -10,6 +10,7 @@ mod cli;
 mod compaction;
 mod corpora;
 mod dashboards;
+mod deploy;
 mod durability;
 mod engines;
 mod export;
