@@ -29,7 +29,8 @@ use crate::budget::deliver::Delivery;
 use crate::budget::evaluate::BudgetEvaluator;
 use crate::budget::{state, AlarmJournal, BudgetConsumer, BudgetStage};
 use crate::config::Config;
-use crate::export::consumer::{ExportConsumer, ExportTotals};
+use crate::export::config::EndpointConfig;
+use crate::export::consumer::{EndpointSlot, ExportConsumer, ExportTotals};
 use crate::export::endpoint::Endpoint;
 use crate::journal::consume::{Consumer, DecodedRecords, Stop};
 use crate::journal::head::JournalHead;
@@ -309,13 +310,19 @@ pub async fn run(
     )?;
 
     let mut export_threads = Vec::new();
-    for (endpoint, tail) in endpoints.into_iter().zip(export_tails) {
+    let mut export_slots = Vec::new();
+    for ((endpoint, tail), cfg) in endpoints
+        .into_iter()
+        .zip(export_tails)
+        .zip(&config.export.endpoints)
+    {
         let consumer = ExportConsumer::new(
             endpoint,
             runtime.clone(),
             stop_export.give_up.clone(),
             Arc::clone(&metrics),
         );
+        export_slots.push((cfg.clone(), consumer.replacement()));
         export_threads.push(spawn_consumer(
             "toolwatch-export",
             tail,
@@ -438,6 +445,8 @@ pub async fn run(
             intake: reload_intake,
             data_dir: data_dir.clone(),
             budgets: Arc::clone(&reload_budgets),
+            exports: export_slots,
+            metrics: Arc::clone(&metrics),
         },
     ));
     metrics.set_ready(true);
@@ -796,14 +805,18 @@ struct Reloadable {
     intake: std::sync::Weak<Intake>,
     data_dir: std::path::PathBuf,
     budgets: crate::budget::SharedEvaluator,
+    /// Each export endpoint's settings in force and where its consumer takes new ones.
+    exports: Vec<(EndpointConfig, EndpointSlot)>,
+    metrics: Arc<Metrics>,
 }
 
 /// On each SIGHUP, reads the configuration again and puts in force: its `[auth]` senders for
 /// requests that start from then on (requests in flight finish under the senders they were
 /// authenticated by), TLS certificates for new connections, the admin token, and the
-/// `[redaction]` rules and `[hashing]` key from a journal record on (logged), and the budgets
+/// `[redaction]` rules and `[hashing]` key from a journal record on (logged), the budgets
 /// (limits, windows, warning ratios; not `budget.webhooks`) before the next record the budget
-/// stage takes, usage so far kept. A configuration
+/// stage takes, usage so far kept, and each export endpoint's changed settings at its next
+/// send. A configuration
 /// that does not load or validate is refused, logged, and everything in force stays. Other
 /// sections take effect at the next start.
 async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
@@ -815,6 +828,8 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
         intake,
         data_dir,
         budgets,
+        mut exports,
+        metrics,
     } = now;
     let Some(reload) = reload else { return };
     #[cfg(unix)]
@@ -875,6 +890,7 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .schedule(loaded.budget.clone());
+            reload_exports(&mut exports, &loaded.export.endpoints, &metrics);
             match SenderDirectory::from_config(&loaded.auth) {
                 Ok(d) => {
                     let n = d.senders();
@@ -894,7 +910,43 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
     }
     #[cfg(not(unix))]
     {
-        let _ = (reload, senders, intake, data_dir, budgets);
+        let _ = (reload, senders, intake, data_dir, budgets, exports, metrics);
+    }
+}
+
+/// Hands each export endpoint whose settings changed a client built from the new ones (its
+/// consumer takes it before its next send, at the same journal position); an endpoint whose
+/// new settings do not build keeps its client. Endpoints added or removed take effect at the
+/// next start (each has a journal position of its own).
+fn reload_exports(
+    exports: &mut [(EndpointConfig, EndpointSlot)],
+    loaded: &[EndpointConfig],
+    metrics: &Arc<Metrics>,
+) {
+    for (in_force, slot) in exports.iter_mut() {
+        let Some(new) = loaded.iter().find(|c| c.name == in_force.name) else {
+            tracing::warn!(endpoint = %in_force.name, "SIGHUP: export endpoint removed from the configuration; it stops at the next start");
+            continue;
+        };
+        if new == in_force {
+            continue;
+        }
+        match Endpoint::new(new, Arc::clone(metrics)) {
+            Ok(client) => {
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(client);
+                *in_force = new.clone();
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: export endpoint refused; its settings in force stay")
+            }
+        }
+    }
+    for new in loaded {
+        if !exports.iter().any(|(c, _)| c.name == new.name) {
+            tracing::warn!(endpoint = %new.name, "SIGHUP: export endpoint added to the configuration; it starts at the next start");
+        }
     }
 }
 

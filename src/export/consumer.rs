@@ -35,9 +35,15 @@ pub struct ExportTotals {
     pub rejected_requests: u64,
 }
 
+/// A replacement for an endpoint's client, handed to its consumer by a reload and taken
+/// before the consumer's next send (the consumer's journal position stays: what the old
+/// client had not sent goes to the new one).
+pub type EndpointSlot = Arc<std::sync::Mutex<Option<Endpoint>>>;
+
 /// One endpoint reading the journal.
 pub struct ExportConsumer {
     endpoint: Endpoint,
+    replacement: EndpointSlot,
     runtime: tokio::runtime::Handle,
     give_up: CancellationToken,
     max_items: usize,
@@ -71,6 +77,7 @@ impl ExportConsumer {
         ExportConsumer {
             max_items: endpoint.max_batch_items(),
             endpoint,
+            replacement: EndpointSlot::default(),
             runtime,
             give_up,
             spans: Vec::new(),
@@ -80,6 +87,28 @@ impl ExportConsumer {
             stopped: false,
             metrics,
             totals: ExportTotals::default(),
+        }
+    }
+
+    /// Where a reload puts this endpoint's new client.
+    pub fn replacement(&self) -> EndpointSlot {
+        Arc::clone(&self.replacement)
+    }
+
+    /// Takes a reloaded client, if one was handed over.
+    fn take_replacement(&mut self) {
+        let new = self
+            .replacement
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(new) = new {
+            self.max_items = new.max_batch_items();
+            self.endpoint = new;
+            tracing::info!(
+                endpoint = self.endpoint.name(),
+                "SIGHUP: export endpoint reloaded; what it had not sent goes to the new settings"
+            );
         }
     }
 
@@ -112,6 +141,7 @@ impl ExportConsumer {
         if self.stopped {
             return false;
         }
+        self.take_replacement();
         if !self.spans.is_empty() {
             let req = encode::trace_request(&self.spans);
             let result = self
@@ -155,6 +185,7 @@ impl ExportConsumer {
         if !self.flush() {
             return;
         }
+        self.take_replacement();
         let req = match ExportLogsServiceRequest::decode(bytes) {
             Ok(req) => req,
             Err(e) => {

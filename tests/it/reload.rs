@@ -41,6 +41,11 @@ fn request(seq: u64) -> Vec<u8> {
                     start_time_unix_nano: 1_767_225_600_000_000_000 + seq,
                     end_time_unix_nano: 1_767_225_600_000_000_000 + seq + 1,
                     attributes: vec![
+                        // Named, so no consumer holds it back waiting for its trace's tenant.
+                        attribute(
+                            "executor.tenant_id",
+                            any_value::Value::StringValue("acme".into()),
+                        ),
                         attribute("seq", any_value::Value::IntValue(seq as i64)),
                         attribute(
                             "note",
@@ -321,4 +326,73 @@ fn json_logs_keep_their_field_names() {
         assert!(ready[field].is_string(), "{field}: {ready}");
     }
     assert_eq!(ready["target"], "toolwatch::serve");
+}
+
+/// The `seq` attribute of every span a daemon archived.
+fn seqs(d: &Daemon) -> Vec<u64> {
+    let mut out: Vec<u64> = read_table(&d.data_dir, "spans")
+        .iter()
+        .map(|s| {
+            let attributes: Value =
+                serde_json::from_str(s["attributes"].as_str().expect("attributes")).expect("json");
+            attributes["seq"].as_u64().expect("seq")
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_endpoint_moves_on_sighup_and_nothing_is_lost_or_sent_twice() {
+    let mut first = Daemon::start();
+    let mut second = Daemon::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolwatch.toml");
+    let endpoint = |url: &str| {
+        format!(
+            "[[export.endpoints]]\nname = \"downstream\"\nurl = \"{url}\"\nprotocol = \"http\"\nmax_batch_items = 20\n"
+        )
+    };
+    std::fs::write(&config, endpoint(&first.http_url())).expect("config");
+    let mut up = Daemon::start_with(DaemonOptions {
+        config: Some(config.clone()),
+        ..Default::default()
+    });
+    let url = format!("{}/v1/traces", up.http_url());
+    let send = |range: std::ops::Range<u64>| {
+        let url = url.clone();
+        async move {
+            for seq in range {
+                let (status, _) = post(&url, "application/x-protobuf", None, request(seq)).await;
+                assert_eq!(status, 200, "request {seq}");
+            }
+        }
+    };
+    let received = "toolwatch_received_items_total{signal=\"traces\"}";
+    send(0..100).await;
+    tokio::task::block_in_place(|| {
+        wait_for("the first downstream to receive", || {
+            (first.metric(received)? > 0.0).then_some(())
+        })
+    });
+    std::fs::write(&config, endpoint(&second.http_url())).expect("config");
+    hangup(&up);
+    send(100..200).await;
+    tokio::task::block_in_place(|| {
+        wait_for("the second downstream to receive", || {
+            (second.metric(received)? > 0.0).then_some(())
+        })
+    });
+    assert!(up.log_text().contains(
+        "SIGHUP: export endpoint reloaded; what it had not sent goes to the new settings"
+    ));
+    up.stop();
+    first.stop();
+    second.stop();
+    let (a, b) = (seqs(&first), seqs(&second));
+    // In journal order: a clean cut, every span once.
+    let cut = a.len() as u64;
+    assert!(cut > 0 && cut < 200, "{cut}");
+    assert_eq!(a, (0..cut).collect::<Vec<_>>());
+    assert_eq!(b, (cut..200).collect::<Vec<_>>());
 }
