@@ -7,7 +7,6 @@
 //! answer success. A full journal or writer queue is answered with [`Refusal::Overloaded`] at
 //! once, never by waiting or growing, and `/readyz` reports not ready while refusals go on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,11 +43,13 @@ pub struct Origin {
 /// The entry to the pipeline after `receive`.
 pub struct Intake {
     /// The rules in force. Each submit holds it (shared) from protecting its batch until the
-    /// batch is durable, so a reload (exclusive) waits for the batches in flight and every
-    /// journal record after the one it names was protected by the new rules.
-    protector: tokio::sync::RwLock<Protector>,
-    /// The highest journal sequence number appended so far.
-    last_appended: AtomicU64,
+    /// journal writer has committed the batch's record (the guard travels with the record, so
+    /// a client that goes away mid-request does not let go early), so a reload (exclusive)
+    /// waits for the batches in flight and every record after the last one committed then
+    /// was protected by the new rules.
+    protector: Arc<tokio::sync::RwLock<Protector>>,
+    /// The journal's head: where the last committed record is.
+    head: Arc<crate::journal::head::JournalHead>,
     tenants: TraceTenants,
     journal: JournalWriter,
     metrics: Arc<Metrics>,
@@ -60,13 +61,13 @@ impl Intake {
     pub fn new(
         protector: Protector,
         tenants: TraceTenants,
-        journal: JournalWriter,
+        (journal, head): (JournalWriter, Arc<crate::journal::head::JournalHead>),
         retry_after: Duration,
         metrics: Arc<Metrics>,
     ) -> Intake {
         Intake {
-            protector: tokio::sync::RwLock::new(protector),
-            last_appended: AtomicU64::new(0),
+            protector: Arc::new(tokio::sync::RwLock::new(protector)),
+            head,
             tenants,
             journal,
             metrics,
@@ -96,8 +97,8 @@ impl Intake {
         if batch.is_empty() {
             return Ok(());
         }
-        // Held until the batch is durable (see `protector`).
-        let protector = self.protector.read().await;
+        // Held until the batch's record is committed (see `protector`).
+        let protector = Arc::clone(&self.protector).read_owned().await;
         let report = protector.protect(&mut batch);
         self.metrics.redactions(&report.hits);
         self.metrics.quarantined(&report.quarantined);
@@ -114,13 +115,10 @@ impl Intake {
         // The batch goes with its payload: the consumers take it instead of decoding.
         match self
             .journal
-            .append_decoded(payload, JournalEntry::Events(batch))
+            .append_decoded_holding(payload, JournalEntry::Events(batch), Box::new(protector))
             .await
         {
-            Ok(sequence) => {
-                self.last_appended.fetch_max(sequence, Ordering::Relaxed);
-                Ok(())
-            }
+            Ok(_) => Ok(()),
             Err(e) => {
                 self.metrics.journal.refused(e.reason());
                 let refusal = match e {
@@ -141,7 +139,8 @@ impl Intake {
     pub async fn replace_protector(&self, protector: Protector) -> u64 {
         let mut in_force = self.protector.write().await;
         *in_force = protector;
-        self.last_appended.load(Ordering::Relaxed)
+        // No batch protected by the old rules is waiting for its record now.
+        self.head.committed().saturating_sub(1)
     }
 
     /// A copy of the protector in force (it shares what the tenants learned).

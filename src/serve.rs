@@ -161,6 +161,7 @@ pub async fn run(
         AdminAccess::from_config(&config.auth, &config.admin).map_err(ServeError::Admin)?,
     )));
     let hasher = config.hashing.current(&data_dir)?;
+    let rules_in_force = (config.redaction.clone(), hasher.key_id().to_string());
     let protector = Protector::from_config(&config.redaction, hasher)?;
     let instance_id = crate::archive::new_instance_id();
     // The manifest's signing key: the daemon creates it if absent (commands only read it).
@@ -337,7 +338,7 @@ pub async fn run(
     let intake = Arc::new(Intake::new(
         protector,
         crate::tenancy::TraceTenants::new(config.tenancy.remembered_traces.0),
-        writer,
+        (writer, Arc::clone(&head)),
         config.limits.retry_after.0,
         Arc::clone(&metrics),
     ));
@@ -447,6 +448,7 @@ pub async fn run(
             budgets: Arc::clone(&reload_budgets),
             exports: export_slots,
             metrics: Arc::clone(&metrics),
+            rules: rules_in_force,
         },
     ));
     metrics.set_ready(true);
@@ -808,6 +810,8 @@ struct Reloadable {
     /// Each export endpoint's settings in force and where its consumer takes new ones.
     exports: Vec<(EndpointConfig, EndpointSlot)>,
     metrics: Arc<Metrics>,
+    /// The `[redaction]` section and hashing key id in force.
+    rules: (crate::protect::rules::RedactionConfig, String),
 }
 
 /// On each SIGHUP, reads the configuration again and puts in force: its `[auth]` senders for
@@ -830,6 +834,7 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
         budgets,
         mut exports,
         metrics,
+        mut rules,
     } = now;
     let Some(reload) = reload else { return };
     #[cfg(unix)]
@@ -884,7 +889,7 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
                 }
             }
             if let Some(intake) = intake.upgrade() {
-                reload_redaction(&intake, &loaded, &data_dir).await;
+                reload_redaction(&intake, &loaded, &data_dir, &mut rules).await;
             }
             budgets
                 .lock()
@@ -910,13 +915,17 @@ async fn reload_on_hangup(reload: ConfigSource, now: Reloadable) {
     }
     #[cfg(not(unix))]
     {
-        let _ = (reload, senders, intake, data_dir, budgets, exports, metrics);
+        let _ = (
+            reload, senders, intake, data_dir, budgets, exports, metrics, rules,
+        );
     }
 }
 
 /// Hands each export endpoint whose settings changed a client built from the new ones (its
-/// consumer takes it before its next send, at the same journal position); an endpoint whose
-/// new settings do not build keeps its client. Endpoints added or removed take effect at the
+/// consumer takes it before its next send, or abandons a send under way for it, at the same
+/// journal position); an endpoint whose new settings do not build keeps its client. Settings
+/// that read the same are left alone (a send under way is not abandoned for nothing), so a CA
+/// file rotated in place under the same path waits for a restart. Endpoints added or removed take effect at the
 /// next start (each has a journal position of its own).
 fn reload_exports(
     exports: &mut [(EndpointConfig, EndpointSlot)],
@@ -933,9 +942,7 @@ fn reload_exports(
         }
         match Endpoint::new(new, Arc::clone(metrics)) {
             Ok(client) => {
-                *slot
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(client);
+                slot.put(client);
                 *in_force = new.clone();
             }
             Err(e) => {
@@ -953,7 +960,12 @@ fn reload_exports(
 /// Puts the reloaded `[redaction]` rules and `[hashing]` key in force at a journal record the
 /// log names; rules that do not compile (or a key that does not load) are refused and the
 /// ones in force stay.
-async fn reload_redaction(intake: &Intake, loaded: &Config, data_dir: &std::path::Path) {
+async fn reload_redaction(
+    intake: &Intake,
+    loaded: &Config,
+    data_dir: &std::path::Path,
+    in_force: &mut (crate::protect::rules::RedactionConfig, String),
+) {
     let hasher = match loaded.hashing.current(data_dir) {
         Ok(h) => h,
         Err(e) => {
@@ -961,6 +973,12 @@ async fn reload_redaction(intake: &Intake, loaded: &Config, data_dir: &std::path
             return;
         }
     };
+    // Unchanged: nothing to put in force, and no reason to make the intake wait.
+    if loaded.redaction == in_force.0 && hasher.key_id() == in_force.1 {
+        tracing::info!("SIGHUP: redaction rules and hashing key unchanged");
+        return;
+    }
+    let key_id = hasher.key_id().to_string();
     match intake
         .protector()
         .await
@@ -968,6 +986,7 @@ async fn reload_redaction(intake: &Intake, loaded: &Config, data_dir: &std::path
     {
         Ok(p) => {
             let last_old = intake.replace_protector(p).await;
+            *in_force = (loaded.redaction.clone(), key_id);
             tracing::info!(
                 last_record_under_old_rules = last_old,
                 "SIGHUP: redaction rules and hashing key reloaded; journal records after {last_old} are protected by them"

@@ -35,10 +35,36 @@ pub struct ExportTotals {
     pub rejected_requests: u64,
 }
 
-/// A replacement for an endpoint's client, handed to its consumer by a reload and taken
-/// before the consumer's next send (the consumer's journal position stays: what the old
-/// client had not sent goes to the new one).
-pub type EndpointSlot = Arc<std::sync::Mutex<Option<Endpoint>>>;
+/// A replacement for an endpoint's client, handed to its consumer by a reload. The consumer
+/// takes it before its next send, or at once when a send is under way (which may be retrying
+/// an endpoint that is gone: the request is sent again, whole, with the new client). The
+/// consumer's journal position stays: what the old client had not delivered goes to the new.
+pub type EndpointSlot = Arc<ReplacementSlot>;
+
+/// See [`EndpointSlot`].
+#[derive(Default)]
+pub struct ReplacementSlot {
+    next: std::sync::Mutex<Option<Endpoint>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl ReplacementSlot {
+    /// Hands `endpoint` over (replacing one not yet taken).
+    pub fn put(&self, endpoint: Endpoint) {
+        *self
+            .next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(endpoint);
+        self.arrived.notify_one();
+    }
+
+    fn take(&self) -> Option<Endpoint> {
+        self.next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
 
 /// One endpoint reading the journal.
 pub struct ExportConsumer {
@@ -97,12 +123,7 @@ impl ExportConsumer {
 
     /// Takes a reloaded client, if one was handed over.
     fn take_replacement(&mut self) {
-        let new = self
-            .replacement
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(new) = new {
+        if let Some(new) = self.replacement.take() {
             self.max_items = new.max_batch_items();
             self.endpoint = new;
             tracing::info!(
@@ -123,10 +144,40 @@ impl ExportConsumer {
         }
     }
 
-    fn send_logs(&mut self, req: ExportLogsServiceRequest, n: u64) -> bool {
-        let result = self
-            .runtime
-            .block_on(self.endpoint.send_logs(req, &self.give_up));
+    /// Runs a send to completion, unless a replacement client arrives first (`None`: the
+    /// send was abandoned, to be made again with the new client).
+    fn until_replaced(
+        &self,
+        send: impl std::future::Future<Output = Result<(), SendError>>,
+    ) -> Option<Result<(), SendError>> {
+        let slot = Arc::clone(&self.replacement);
+        self.runtime.block_on(async move {
+            tokio::select! {
+                r = send => Some(r),
+                () = slot.arrived.notified() => None,
+            }
+        })
+    }
+
+    /// Sends the spans buffered, with the client in force when it completes.
+    fn send_spans(&mut self) -> Result<(), SendError> {
+        loop {
+            self.take_replacement();
+            let req = encode::trace_request(&self.spans);
+            if let Some(r) = self.until_replaced(self.endpoint.send_traces(req, &self.give_up)) {
+                return r;
+            }
+        }
+    }
+
+    /// Sends log records built by `req`, with the client in force when it completes.
+    fn send_logs(&mut self, req: impl Fn() -> ExportLogsServiceRequest, n: u64) -> bool {
+        let result = loop {
+            self.take_replacement();
+            if let Some(r) = self.until_replaced(self.endpoint.send_logs(req(), &self.give_up)) {
+                break r;
+            }
+        };
         match self.outcome(result) {
             Sent::Delivered => self.totals.logs += n,
             Sent::Rejected => self.totals.rejected_requests += 1,
@@ -141,12 +192,8 @@ impl ExportConsumer {
         if self.stopped {
             return false;
         }
-        self.take_replacement();
         if !self.spans.is_empty() {
-            let req = encode::trace_request(&self.spans);
-            let result = self
-                .runtime
-                .block_on(self.endpoint.send_traces(req, &self.give_up));
+            let result = self.send_spans();
             match self.outcome(result) {
                 Sent::Delivered => self.totals.spans += self.spans.len() as u64,
                 Sent::Rejected => self.totals.rejected_requests += 1,
@@ -155,8 +202,11 @@ impl ExportConsumer {
             self.spans.clear();
         }
         if !self.logs.is_empty() {
-            let req = encode::logs_request(&self.logs);
-            if !self.send_logs(req, self.logs.len() as u64) {
+            let logs = std::mem::take(&mut self.logs);
+            let n = logs.len() as u64;
+            let sent = self.send_logs(|| encode::logs_request(&logs), n);
+            self.logs = logs;
+            if !sent {
                 return self.stop();
             }
             self.logs.clear();
@@ -185,7 +235,6 @@ impl ExportConsumer {
         if !self.flush() {
             return;
         }
-        self.take_replacement();
         let req = match ExportLogsServiceRequest::decode(bytes) {
             Ok(req) => req,
             Err(e) => {
@@ -203,7 +252,7 @@ impl ExportConsumer {
             .map(|s| s.log_records.len() as u64)
             .sum();
         self.mark(seq);
-        if !self.send_logs(req, n) {
+        if !self.send_logs(|| req.clone(), n) {
             self.stop();
             return;
         }

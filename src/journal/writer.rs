@@ -87,7 +87,14 @@ struct Request {
     /// What `payload` decodes to, when the caller has it.
     entry: Option<JournalEntry>,
     done: oneshot::Sender<Result<u64, AppendError>>,
+    /// Dropped once the record is committed (or refused), whether or not the caller still
+    /// waits: a caller's lock held until its record has its place in the journal.
+    hold: Option<Hold>,
 }
+
+/// Something a caller's record carries to the writer, dropped once the record is committed or
+/// refused.
+pub type Hold = Box<dyn std::any::Any + Send>;
 
 /// Hands records to the writer thread.
 #[derive(Clone)]
@@ -130,7 +137,7 @@ impl JournalWriter {
 
     /// Makes `payload` durable; returns its sequence number once it is fsynced.
     pub async fn append(&self, payload: Vec<u8>) -> Result<u64, AppendError> {
-        self.send(payload, None).await
+        self.send(payload, None, None).await
     }
 
     /// As [`JournalWriter::append`], with what `payload` decodes to (see
@@ -140,19 +147,32 @@ impl JournalWriter {
         payload: Vec<u8>,
         entry: JournalEntry,
     ) -> Result<u64, AppendError> {
-        self.send(payload, Some(entry)).await
+        self.send(payload, Some(entry), None).await
+    }
+
+    /// As [`JournalWriter::append_decoded`]; `hold` is dropped once the record is committed
+    /// or refused, even if the caller stopped waiting (its future dropped).
+    pub async fn append_decoded_holding(
+        &self,
+        payload: Vec<u8>,
+        entry: JournalEntry,
+        hold: Hold,
+    ) -> Result<u64, AppendError> {
+        self.send(payload, Some(entry), Some(hold)).await
     }
 
     async fn send(
         &self,
         payload: Vec<u8>,
         entry: Option<JournalEntry>,
+        hold: Option<Hold>,
     ) -> Result<u64, AppendError> {
         let (done, wait) = oneshot::channel();
         match self.tx.try_send(Request {
             payload,
             entry,
             done,
+            hold,
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(AppendError::Busy),
@@ -239,7 +259,7 @@ fn run(
             }
             let seq = journal.append(&r.payload);
             let entry = decoded.and(r.entry).map(|e| (e, r.payload.len()));
-            accepted.push((seq, entry, r.done));
+            accepted.push((seq, entry, (r.done, r.hold)));
         }
         if accepted.is_empty() {
             continue;
@@ -260,14 +280,15 @@ fn run(
                     journal.disk_bytes(),
                     accepted.len() as u64,
                 );
-                for (seq, _, done) in accepted {
+                for (seq, _, (done, hold)) in accepted {
                     let _ = done.send(Ok(seq));
+                    drop(hold);
                 }
             }
             Err(e) => {
                 let why = e.to_string();
                 tracing::error!(error = %why, "journal write failed; refusing data until restart");
-                for (_, _, done) in accepted {
+                for (_, _, (done, _hold)) in accepted {
                     let _ = done.send(Err(AppendError::Failed(why.clone())));
                 }
                 failed = Some(why);
