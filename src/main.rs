@@ -36,7 +36,7 @@ enum Command {
     /// live exporters: the OpenTelemetry Collector `file` exporter's output (JSON lines, plain
     /// or gzip; length-prefixed protobuf or JSON, zstd or not). Run the same command again to
     /// resume after the last message the daemon took. Exits 1 if anything was refused (each
-    /// refusal listed with its file, message number and reason), 2 if it had to stop.
+    /// refusal listed with its file, message number and reason), 2 if it had to stop or a file could not be read to its end.
     Replay(ReplayArgs),
     /// Apply the effective redaction rules to text or JSON and print the result.
     Redact(RedactArgs),
@@ -1642,17 +1642,28 @@ fn replay(args: ReplayArgs) -> ExitCode {
         } else {
             String::new()
         };
+        let tail = if f.tail_pending {
+            "; its last line or message is incomplete (still being written?): left for the next run"
+        } else {
+            ""
+        };
         eprintln!(
-            "{}: {} messages, {} spans and {} log records taken, {} skipped (not traces or logs), {} refused{resumed}",
+            "{}: {} messages, {} spans and {} log records taken, {} skipped (not traces or logs), {} refused{resumed}{tail}",
             f.path,
             p.messages,
             p.spans,
             p.log_records,
             p.skipped,
-            p.refused.len()
+            p.refused_count()
         );
         for r in &p.refused {
             eprintln!("  refused message {}: {}", r.message, r.reason);
+        }
+        if p.refused_more > 0 {
+            eprintln!("  and {} more refused messages, not listed", p.refused_more);
+        }
+        if let Some(e) = &f.error {
+            eprintln!("  could not be read on: {e}");
         }
     }
     if let Some(why) = &report.stopped {
@@ -1664,7 +1675,7 @@ fn replay(args: ReplayArgs) -> ExitCode {
             Err(e) => return usage_error(format!("cannot print the report: {e}")),
         }
     }
-    if report.stopped.is_some() {
+    if report.stopped.is_some() || report.files_with_errors > 0 {
         ExitCode::from(2)
     } else if report.refused > 0 {
         ExitCode::from(1)

@@ -246,20 +246,28 @@ impl SpanFacts {
 impl RequestFacts<'_> {
     /// Tool spans that are the server's side of an MCP call whose client side is a tool span
     /// of the request too: the same call seen twice, counted (and judged) once, as the
-    /// client's.
+    /// client's. A client pairs with one server span (the earliest); another server span of
+    /// the same call is a call of its own, as the budget evaluator counts it.
     pub fn mcp_echoes(&self) -> BTreeSet<SpanId> {
         let sides = || {
-            self.spans
-                .values()
-                .filter_map(|s| s.call().mcp_call.map(|(side, key)| (s.span_id, side, key)))
+            self.spans.values().filter_map(|s| {
+                s.call()
+                    .mcp_call
+                    .map(|(side, key)| (s.start_ns, s.span_id, side, key))
+            })
         };
-        let clients: BTreeSet<McpCallKey> = sides()
-            .filter(|(_, side, _)| *side == McpSide::Client)
-            .map(|(_, _, key)| key)
+        let mut unpaired: BTreeSet<McpCallKey> = sides()
+            .filter(|(_, _, side, _)| *side == McpSide::Client)
+            .map(|(_, _, _, key)| key)
             .collect();
-        sides()
-            .filter(|(_, side, key)| *side == McpSide::Server && clients.contains(key))
-            .map(|(id, _, _)| id)
+        let mut servers: Vec<_> = sides()
+            .filter(|(_, _, side, _)| *side == McpSide::Server)
+            .collect();
+        servers.sort_unstable_by_key(|(start, id, _, _)| (*start, *id));
+        servers
+            .into_iter()
+            .filter(|(_, _, _, key)| unpaired.remove(key))
+            .map(|(_, id, _, _)| id)
             .collect()
     }
 }

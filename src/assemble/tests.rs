@@ -494,7 +494,10 @@ fn mcp_sides_pair_only_on_the_same_request_id_and_parent() {
         no_id,
         // An internal span naming the same call is no side of it.
         mcp_side(5, 2, SpanKind::Internal, "7"),
+        // The client's call traced twice by the server: one pairs, the other counts.
+        mcp_side(6, 2, SpanKind::Server, "7"),
+        mcp_side(7, 2, SpanKind::Server, "7"),
     ];
     let out = run(vec![batch(spans, vec![])]);
-    assert_eq!(out[0].tool_calls, 4);
+    assert_eq!(out[0].tool_calls, 5);
 }

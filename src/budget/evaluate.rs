@@ -16,7 +16,9 @@ use super::config::{BudgetConfig, Measure, RequestBudgets, WindowBudget as Windo
 use super::digest::CallDigest;
 use super::window::RollingWindow;
 use crate::assemble::prices::{PriceTable, TokenCounts};
-use crate::event::{hex_id, EventBatch, McpCallKey, SpanClass, SpanId, SpanRecord, TraceId};
+use crate::event::{
+    hex_id, EventBatch, McpCallKey, McpSide, SpanClass, SpanId, SpanRecord, TraceId,
+};
 use crate::maps::{FastMap, FastSet};
 
 /// What an alarm is about.
@@ -232,6 +234,27 @@ impl Track {
             }
             _ => {}
         }
+    }
+
+    /// Moves to the level `observed` reaches against a limit that just changed: as
+    /// [`Track::update`], and also down: an episode above the new level is resolved at once
+    /// (no hysteresis: the limit moved, not the usage), and one starts again at the new level
+    /// if usage is still over its warning threshold.
+    fn relimit(
+        &mut self,
+        budget: &str,
+        observed: f64,
+        limit: f64,
+        ratio: f64,
+        ctx: &Context<'_>,
+        out: &mut Vec<Alarm>,
+    ) {
+        let new = level_of(observed, limit, ratio);
+        if self.level.is_some_and(|now| new.is_none_or(|n| n < now)) {
+            out.push(ctx.alarm(&self.alarm_id, budget, Level::Resolved, observed, limit));
+            self.level = None;
+        }
+        self.update(budget, observed, limit, ratio, ctx, out);
     }
 
     /// Resolves an active episode (the request is over).
@@ -487,7 +510,7 @@ impl TenantState {
             }
             for (spec, track) in fresh.request_specs.iter().zip(&mut tracks) {
                 let observed = usage.observed(&spec.measure);
-                track.update(&spec.name, observed, spec.limit, ratio, &ctx, out);
+                track.relimit(&spec.name, observed, spec.limit, ratio, &ctx, out);
             }
             usage.tracks = tracks;
         }
@@ -607,7 +630,7 @@ fn remap_windows(
         let mut w = kept.unwrap_or_else(|| WindowUsage::new(spec));
         let observed = w.window.total(ctx.now_ns);
         w.track
-            .update(spec.name, observed, spec.limit, ratio, ctx, out);
+            .relimit(spec.name, observed, spec.limit, ratio, ctx, out);
         windows.push(w);
     }
     for (spec, mut w) in old {
@@ -643,27 +666,33 @@ pub struct BudgetEvaluator {
 /// forgotten first (a client whose server is not traced never sees its match).
 #[derive(Default)]
 struct UnmatchedMcpSides {
-    keys: FastSet<McpCallKey>,
+    sides: FastMap<McpCallKey, McpSide>,
     /// Insertion order; may still hold keys matched since (skipped when evicting).
     order: std::collections::VecDeque<McpCallKey>,
 }
 
 impl UnmatchedMcpSides {
-    /// Unmatched sides kept at most (about 3 MB).
+    /// Unmatched sides kept at most (about 4 MB).
     const CAPACITY: usize = 65_536;
 
-    /// True when `key`'s other side was counted already; the pair is then complete and
-    /// forgotten. Otherwise `key` waits for its other side.
-    fn is_echo(&mut self, key: McpCallKey) -> bool {
-        if self.keys.remove(&key) {
-            return true;
+    /// True when the other side of `key`'s call was counted already; the pair is then
+    /// complete and forgotten. A side seen again (a second span of the same side) is a call
+    /// of its own, as the request summary counts it.
+    fn is_echo(&mut self, side: McpSide, key: McpCallKey) -> bool {
+        match self.sides.get(&key) {
+            Some(&seen) if seen != side => {
+                self.sides.remove(&key);
+                return true;
+            }
+            Some(_) => return false,
+            None => {}
         }
         while self.order.len() >= Self::CAPACITY {
             if let Some(old) = self.order.pop_front() {
-                self.keys.remove(&old);
+                self.sides.remove(&old);
             }
         }
-        self.keys.insert(key);
+        self.sides.insert(key, side);
         self.order.push_back(key);
         false
     }
@@ -912,8 +941,8 @@ impl BudgetEvaluator {
         let mut amounts = SpanAmounts::of_span(span, prices);
         // The second side of an MCP call traced on both sides is not a call of its own.
         let mut echo = |amounts: &mut SpanAmounts| {
-            if let Some((_, key)) = span.mcp_call() {
-                amounts.tool_call &= !mcp_sides.is_echo(key);
+            if let Some((side, key)) = span.mcp_call() {
+                amounts.tool_call &= !mcp_sides.is_echo(side, key);
             }
         };
         if state.request_specs.is_empty()
@@ -1787,6 +1816,27 @@ mod tests {
             .find(|u| u.scope == "request" && u.budget == "tool_calls")
             .expect("the request's tool calls");
         assert_eq!((usage.usage, usage.limit), (11.0, 8.0));
+        // Raised so the request is in the warning band: the limit episode ends and a warning
+        // one starts; raised past it, that one ends too.
+        config.request.tool_calls = 12;
+        let alarms = e.reconfigure(config.clone(), now + 3 * SEC);
+        let got: Vec<_> = alarms
+            .iter()
+            .filter(|a| a.budget == "tool_calls")
+            .map(|a| (a.level.as_str(), a.observed, a.limit))
+            .collect();
+        assert_eq!(got, [("resolved", 11.0, 12.0), ("warning", 11.0, 12.0)]);
+        assert_ne!(alarms[0].alarm_id, alarms[1].alarm_id, "a new episode");
+        config.request.tool_calls = 100;
+        let alarms = e.reconfigure(config.clone(), now + 3 * SEC);
+        let got: Vec<_> = alarms
+            .iter()
+            .filter(|a| a.budget == "tool_calls")
+            .map(|a| a.level.as_str())
+            .collect();
+        assert_eq!(got, ["resolved"]);
+        config.request.tool_calls = 8;
+        e.reconfigure(config.clone(), now + 3 * SEC);
         // Budgets switched off: their episodes end.
         config.request.tool_calls = 0;
         config.tenant.tool_calls_per_minute = 0;

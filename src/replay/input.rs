@@ -107,6 +107,11 @@ pub struct MessageReader {
     path: String,
     reader: Box<dyn BufRead + Send>,
     framing: Framing,
+    /// The file is whole (gzip-compressed: written once); a plain file may still be growing.
+    whole: bool,
+    /// The reader stopped before an incomplete last line or message of a file that may still
+    /// be growing: it is left for the next replay.
+    tail_pending: bool,
     /// Offset in the decoded stream.
     offset: u64,
     /// Messages before the current position.
@@ -134,7 +139,8 @@ impl MessageReader {
         let n = read_up_to(&mut file, &mut magic).map_err(io_err)?;
         file.seek(SeekFrom::Start(0)).map_err(io_err)?;
         // The framing is told from the start of the stream, wherever the reader resumes.
-        let (reader, framing): (Box<dyn BufRead + Send>, _) = if n == 2 && magic == GZIP_MAGIC {
+        let whole = n == 2 && magic == GZIP_MAGIC;
+        let (reader, framing): (Box<dyn BufRead + Send>, _) = if whole {
             let gz = flate2::read::MultiGzDecoder::new(BufReader::new(file));
             let mut r = BufReader::with_capacity(1 << 20, gz);
             let framing = framing_of(&mut r).map_err(io_err)?;
@@ -151,6 +157,8 @@ impl MessageReader {
             path: name,
             reader,
             framing,
+            whole,
+            tail_pending: false,
             offset,
             number,
             signal,
@@ -161,6 +169,12 @@ impl MessageReader {
     /// How the file is framed.
     pub fn framing(&self) -> Framing {
         self.framing
+    }
+
+    /// Whether reading stopped before an incomplete last line or message of a file that may
+    /// still be growing (left for the next replay).
+    pub fn tail_pending(&self) -> bool {
+        self.tail_pending
     }
 
     /// The next message, `None` at the end of the file.
@@ -196,12 +210,12 @@ impl MessageReader {
             if n == 0 {
                 return Ok(None);
             }
-            if self.line.last() != Some(&b'\n') {
-                // A last line without its newline may still be being written: left for the
-                // next replay, unless it is whole JSON already.
-                if serde_json::from_slice::<serde::de::IgnoredAny>(&self.line).is_err() {
-                    return Ok(None);
-                }
+            if self.line.last() != Some(&b'\n') && !self.whole {
+                // A last line without its newline may still be being written (the exporter
+                // ends every line with one): left for the next replay. In a whole (gzip)
+                // file it is the last line as it will ever be, and read as one.
+                self.tail_pending = true;
+                return Ok(None);
             }
             self.offset += n as u64;
             if self.line.iter().all(u8::is_ascii_whitespace) {
@@ -224,10 +238,7 @@ impl MessageReader {
         }
         let number = self.number + 1;
         if n < 4 {
-            return Err(InputError::Truncated {
-                path: self.path.clone(),
-                number,
-            });
+            return self.cut_short(number);
         }
         let len = u64::from(u32::from_be_bytes(size));
         if len > MAX_MESSAGE_BYTES as u64 {
@@ -240,13 +251,23 @@ impl MessageReader {
         let mut body = vec![0u8; len as usize];
         let got = read_up_to(&mut self.reader, &mut body).map_err(io_err)?;
         if got < body.len() {
+            return self.cut_short(number);
+        }
+        self.offset += 4 + len;
+        Ok(Some(body))
+    }
+
+    /// A file that ends inside message `number`: still being written if it may grow (left
+    /// for the next replay), cut if it is whole.
+    fn cut_short(&mut self, number: u64) -> Result<Option<Vec<u8>>, InputError> {
+        if self.whole {
             return Err(InputError::Truncated {
                 path: self.path.clone(),
                 number,
             });
         }
-        self.offset += 4 + len;
-        Ok(Some(body))
+        self.tail_pending = true;
+        Ok(None)
     }
 }
 
@@ -446,10 +467,28 @@ mod tests {
     fn a_last_line_still_being_written_waits() {
         let dir = tempdir();
         let path = dir.join("t.json");
-        std::fs::write(&path, format!("{JSON_SPAN}\n{{\"resourceSpans\":[")).expect("write");
-        let all = read_all(&path, 0, 0);
-        assert_eq!(all.len(), 1);
-        assert_eq!(all[0].end, JSON_SPAN.len() as u64 + 1);
+        // Cut, or whole JSON: either way, without its newline it may still be being written.
+        for tail in ["{\"resourceSpans\":[", JSON_SPAN] {
+            std::fs::write(&path, format!("{JSON_SPAN}\n{tail}")).expect("write");
+            let mut r = MessageReader::open(&path, 0, 0, None).expect("open");
+            let first = r.next_message().expect("read").expect("line 1");
+            assert_eq!(first.end, JSON_SPAN.len() as u64 + 1);
+            assert!(r.next_message().expect("read").is_none());
+            assert!(r.tail_pending());
+        }
+        // In a gzip file the last line is read as it is: refused when cut.
+        let gz = dir.join("t.json.gz");
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(format!("{JSON_SPAN}\n{{\"resourceSpans\":[").as_bytes())
+            .expect("gzip");
+        std::fs::write(&gz, e.finish().expect("gzip")).expect("write");
+        let all = read_all(&gz, 0, 0);
+        assert_eq!(all.len(), 2);
+        assert!(all[1]
+            .payload
+            .as_ref()
+            .expect_err("cut")
+            .starts_with("not JSON"));
     }
 
     #[test]
@@ -479,14 +518,15 @@ mod tests {
         let again = read_all(&path, all[1].end, 2);
         assert_eq!(again.len(), 3);
         assert_eq!(again[0].number, 3);
-        // A file cut inside a message: the messages before it stand, then an error.
+        // A file ending inside a message (still being written): the messages before it
+        // stand, the last waits for the next replay.
         std::fs::write(&path, &bytes[..bytes.len() - 2]).expect("write");
         let mut r = MessageReader::open(&path, 0, 0, None).expect("open");
         for _ in 0..4 {
             r.next_message().expect("whole").expect("a message");
         }
-        let err = r.next_message().expect_err("cut");
-        assert!(err.to_string().contains("inside message 5"), "{err}");
+        assert!(r.next_message().expect("no error").is_none());
+        assert!(r.tail_pending());
     }
 
     #[test]

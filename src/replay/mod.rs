@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use input::{InputError, MessageReader, Payload, Signal};
-use progress::{FileProgress, ProgressDir, Refused};
+use progress::{FileProgress, ProgressDir};
 use send::{Outcome, SendError, Target};
 
 /// What a replay is asked to do.
@@ -56,6 +56,11 @@ pub struct FileReport {
     pub resumed_after: u64,
     /// Kept progress was dropped: the file is not the one it was kept for.
     pub started_again: bool,
+    /// Its last line or message is incomplete (the file may still be being written): left
+    /// for the next replay.
+    pub tail_pending: bool,
+    /// Why the file could not be read to its end, if it could not.
+    pub error: Option<String>,
     /// Its progress after this run.
     #[serde(flatten)]
     pub progress: FileProgress,
@@ -76,6 +81,8 @@ pub struct ReplayReport {
     pub refused: u64,
     /// The error that stopped the replay, if one did (progress kept: run again to resume).
     pub stopped: Option<String>,
+    /// Files that could not be read to their end (their error is in their report).
+    pub files_with_errors: u64,
 }
 
 /// Why a replay cannot start.
@@ -101,6 +108,11 @@ enum FileStop {
     Input(#[from] InputError),
     #[error(transparent)]
     Send(#[from] SendError),
+    #[error("{path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("saving progress of {path}: {source}")]
     Save {
         path: String,
@@ -140,18 +152,39 @@ pub fn run(opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
     let mut report = ReplayReport::default();
     let mut bytes_before = 0;
     for file in &files {
-        let state_error = |source| ReplayError::State {
-            dir: opts.state_dir.display().to_string(),
-            source,
+        // A file gone since the listing (the exporter prunes old ones) or unreadable stops
+        // only itself.
+        let loaded = (|| {
+            if opts.restart {
+                state.forget(file)?;
+            }
+            state.load(file, !is_gzip(file)?)
+        })();
+        let (progress, started_again) = match loaded {
+            Ok(l) => l,
+            Err(source) => {
+                let stop = FileStop::Open {
+                    path: file.display().to_string(),
+                    source,
+                };
+                report.files_with_errors += 1;
+                report.files.push(FileReport {
+                    path: file.display().to_string(),
+                    resumed_after: 0,
+                    started_again: false,
+                    tail_pending: false,
+                    error: Some(stop.to_string()),
+                    progress: progress::FileProgress::empty(file),
+                });
+                continue;
+            }
         };
-        if opts.restart {
-            state.forget(file).map_err(state_error)?;
-        }
-        let (progress, started_again) = state.load(file).map_err(state_error)?;
         let mut file_report = FileReport {
             path: file.display().to_string(),
             resumed_after: progress.messages,
             started_again,
+            tail_pending: false,
+            error: None,
             progress,
         };
         bar.set_message(file.display().to_string());
@@ -175,15 +208,29 @@ pub fn run(opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
         report.spans += p.spans;
         report.log_records += p.log_records;
         report.skipped += p.skipped;
-        report.refused += p.refused.len() as u64;
-        report.files.push(file_report);
-        if let Err(stop) = outcome {
-            // The daemon is gone or refuses this sender: the other files would fare no better.
-            // A file that cannot be read stops only itself.
-            let fatal = matches!(stop, FileStop::Send(_) | FileStop::Save { .. });
-            report.stopped = Some(stop.to_string());
-            if fatal {
+        report.refused += p.refused_count();
+        let stop = match outcome {
+            Ok(tail_pending) => {
+                file_report.tail_pending = tail_pending;
+                None
+            }
+            Err(stop) => Some(stop),
+        };
+        match stop {
+            None => report.files.push(file_report),
+            // The daemon is gone, refuses this sender, or progress cannot be saved: the other
+            // files would fare no better.
+            Some(stop @ (FileStop::Send(_) | FileStop::Save { .. })) => {
+                file_report.error = Some(stop.to_string());
+                report.stopped = Some(stop.to_string());
+                report.files.push(file_report);
                 break;
+            }
+            // A file that cannot be read on stops only itself.
+            Some(stop) => {
+                file_report.error = Some(stop.to_string());
+                report.files_with_errors += 1;
+                report.files.push(file_report);
             }
         }
     }
@@ -191,7 +238,16 @@ pub fn run(opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
     Ok(report)
 }
 
-/// Replays one file from its kept progress, saving progress after each message.
+/// Whether `file` is gzip-compressed (its progress offsets are then in the inflated stream).
+fn is_gzip(file: &Path) -> std::io::Result<bool> {
+    let mut magic = [0u8; 2];
+    let mut f = std::fs::File::open(file)?;
+    let n = std::io::Read::read(&mut f, &mut magic)?;
+    Ok(n == 2 && magic == [0x1f, 0x8b])
+}
+
+/// Replays one file from its kept progress, saving progress after each message; whether an
+/// incomplete last line or message was left for the next replay.
 async fn replay_file(
     file: &Path,
     p: &mut FileProgress,
@@ -199,7 +255,8 @@ async fn replay_file(
     target: &Target,
     opts: &ReplayOptions,
     shown: &BarPlace<'_>,
-) -> Result<(), FileStop> {
+) -> Result<bool, FileStop> {
+    p.finished = false;
     let mut reader = MessageReader::open(file, p.offset, p.messages, opts.signal)?;
     let save = |p: &FileProgress| {
         state.save(p).map_err(|source| FileStop::Save {
@@ -209,10 +266,7 @@ async fn replay_file(
     };
     while let Some(m) = reader.next_message()? {
         match m.payload {
-            Err(reason) => p.refused.push(Refused {
-                message: m.number,
-                reason,
-            }),
+            Err(reason) => p.refuse(m.number, reason),
             Ok(Payload::Skipped(_)) => p.skipped += 1,
             Ok(Payload::Traces(req)) => {
                 let mut taken = 0;
@@ -247,8 +301,9 @@ async fn replay_file(
             .set_position(shown.before + p.offset.min(shown.size));
         save(p)?;
     }
-    p.finished = true;
-    save(p)
+    p.finished = !reader.tail_pending();
+    save(p)?;
+    Ok(reader.tail_pending())
 }
 
 /// Where one file's bytes lie on the bar over all files.
@@ -269,7 +324,7 @@ fn refuse(p: &mut FileProgress, message: u64, why: Vec<String>) {
     if why.len() > 1 {
         reason.push_str(&format!(" (and {} more parts refused)", why.len() - 1));
     }
-    p.refused.push(Refused { message, reason });
+    p.refuse(message, reason);
 }
 
 /// Files named, and the files under directories named (hidden entries skipped, in path

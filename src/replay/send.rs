@@ -52,12 +52,21 @@ pub enum SendError {
     /// The daemon refused the sender itself (401/403): nothing else will be taken.
     #[error("the daemon refused this sender: {0}")]
     Forbidden(String),
+    /// An answer that says nothing about the request's content (404, 405, 415, 500, ...): not
+    /// toolwatch's OTLP/HTTP receiver there, or something broken. The message stays unsent.
+    #[error("unexpected answer to {path}: {why} (is --target the OTLP/HTTP receiver's base URL, such as http://127.0.0.1:4318?)")]
+    Unexpected {
+        /// The path it was posted to (not the whole URL, which may hold credentials).
+        path: String,
+        /// The status and message.
+        why: String,
+    },
 }
 
 enum Attempt {
     Done(Outcome),
     Retry(Option<Duration>, String),
-    Fatal(String),
+    Fatal(SendError),
 }
 
 impl Target {
@@ -128,7 +137,7 @@ impl Target {
         loop {
             let (hint, last) = match self.attempt(url, body.clone(), &partial).await {
                 Attempt::Done(o) => return Ok(o),
-                Attempt::Fatal(why) => return Err(SendError::Forbidden(why)),
+                Attempt::Fatal(e) => return Err(e),
                 Attempt::Retry(hint, why) => (hint, why),
             };
             let wait = backoff.next_wait(hint);
@@ -176,8 +185,15 @@ impl Target {
         let why = format!("HTTP {}: {}", status.as_u16(), status_message(&bytes));
         match status.as_u16() {
             408 | 429 | 502 | 503 | 504 => Attempt::Retry(hint, why),
-            401 | 403 => Attempt::Fatal(why),
-            _ => Attempt::Done(Outcome::Refused(why)),
+            401 | 403 => Attempt::Fatal(SendError::Forbidden(why)),
+            // What the receiver says about this request's content: refused, the replay goes on.
+            400 | 413 => Attempt::Done(Outcome::Refused(why)),
+            _ => Attempt::Fatal(SendError::Unexpected {
+                path: reqwest::Url::parse(url)
+                    .map(|u| u.path().to_string())
+                    .unwrap_or_default(),
+                why,
+            }),
         }
     }
 }
@@ -217,14 +233,19 @@ fn split_resource_spans(rs: ResourceSpans, max: usize) -> Vec<ResourceSpans> {
         scope_spans,
         schema_url: rs.schema_url.clone(),
     };
+    // Each part carries the resource and the framing around it as well.
+    let room = max.saturating_sub(shell(Vec::new()).encoded_len() + FRAMING_BYTES);
     let mut out = Vec::new();
     for ss in rs.scope_spans.iter().cloned() {
-        for part in split_scope_spans(ss, max) {
+        for part in split_scope_spans(ss, room) {
             out.push(shell(vec![part]));
         }
     }
     out
 }
+
+/// What a request's own framing adds around its resource part (field tags and lengths).
+const FRAMING_BYTES: usize = 16;
 
 fn spans_of(rs: &ResourceSpans) -> usize {
     rs.scope_spans.iter().map(|s| s.spans.len()).sum()
@@ -257,8 +278,9 @@ pub fn split_logs(req: ExportLogsServiceRequest, max: usize) -> Vec<ExportLogsSe
             scope_logs,
             schema_url: rl.schema_url.clone(),
         };
+        let room = max.saturating_sub(shell(Vec::new()).encoded_len() + FRAMING_BYTES);
         for sl in rl.scope_logs.iter().cloned() {
-            for part in split_scope_logs(sl, max) {
+            for part in split_scope_logs(sl, room) {
                 out.push(ExportLogsServiceRequest {
                     resource_logs: vec![shell(vec![part])],
                 });

@@ -144,7 +144,12 @@ fn messages_done(state: &Path) -> u64 {
         return 0;
     };
     entries
-        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            // Not the file being written aside (it repeats the one it replaces).
+            (path.extension()? == "json").then_some(path)
+        })
+        .filter_map(|p| std::fs::read(p).ok())
         .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
         .filter_map(|v| v["messages"].as_u64())
         .sum()
@@ -327,4 +332,80 @@ fn replay_says_what_is_wrong_with_its_arguments_and_a_daemon_that_is_not_there()
         .expect("replay");
     assert_eq!(bad_target.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad_target.stderr).contains("http:// or https://"));
+}
+
+#[test]
+fn a_wrong_target_path_advances_nothing_and_a_rotated_file_keeps_its_progress() {
+    let mut d = Daemon::start();
+    let work = tempfile::tempdir().expect("tempdir");
+    let capture = work.path().join("capture");
+    std::fs::create_dir(&capture).expect("mkdir");
+    let live = capture.join("traces.json");
+    let lines: Vec<String> = (0..3).map(|i| json_line(100 + 2 * i, 2)).collect();
+    std::fs::write(&live, lines.join("\n") + "\n").expect("write");
+    let state = work.path().join("state");
+    let replay = |target: &str| {
+        toolwatch()
+            .args([
+                "replay",
+                "--json",
+                "--retry-for",
+                "5",
+                "--tenant",
+                "acme",
+                "--target",
+                target,
+            ])
+            .arg("--state-dir")
+            .arg(&state)
+            .arg(&capture)
+            .output()
+            .expect("replay")
+    };
+    // The receiver's URL with a signal path: not a refusal of the data, a stop.
+    let wrong = replay(&format!("{}/v1/traces", d.http_url()));
+    assert_eq!(wrong.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        err.contains("unexpected answer to /v1/traces/v1/traces: HTTP 404"),
+        "{err}"
+    );
+    let report: Value = serde_json::from_slice(&wrong.stdout).expect("report");
+    assert_eq!(report["files"][0]["messages"], 0, "nothing advanced");
+    let right = replay(&d.http_url());
+    assert_eq!(
+        right.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+    let report: Value = serde_json::from_slice(&right.stdout).expect("report");
+    assert_eq!(report["spans"], 6);
+    // The exporter rotates: the file is renamed and a new one begins.
+    let rotated = capture.join("traces-2026-12-03T10-00-00.000.json");
+    std::fs::rename(&live, &rotated).expect("rotate");
+    std::fs::write(&live, json_line(200, 4) + "\n").expect("write");
+    let after = replay(&d.http_url());
+    assert_eq!(after.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&after.stdout).expect("report");
+    let files = report["files"].as_array().expect("files");
+    let by_name = |name: &str| {
+        files
+            .iter()
+            .find(|f| f["path"].as_str().is_some_and(|p| p.ends_with(name)))
+            .unwrap_or_else(|| panic!("{name}: {report}"))
+    };
+    let old = by_name("traces-2026-12-03T10-00-00.000.json");
+    assert_eq!(
+        (old["resumed_after"].as_u64(), old["spans"].as_u64()),
+        (Some(3), Some(6))
+    );
+    let new = by_name("/traces.json");
+    assert_eq!(
+        (new["resumed_after"].as_u64(), new["spans"].as_u64()),
+        (Some(0), Some(4))
+    );
+    d.stop();
+    let spans = read_table(&d.data_dir, "spans");
+    assert_eq!(spans.len(), 10, "each span once");
 }
