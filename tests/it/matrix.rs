@@ -744,3 +744,105 @@ fn openllmetry_mcp_client_and_server_are_one_request() {
     assert_eq!(r["tool_calls_by_tool"], by_tool);
     assert_secret_nowhere(lib, &d, &metrics);
 }
+
+/// An MCP call traced as the MCP conventions ask, by client and server alike (each names the
+/// tool and the JSON-RPC id; the server's span is the child of the client's), each side
+/// exported by its own process in its own request, the server's first: one tool call in the
+/// request, in the budgets and in the tool-call counter. No shipped library in the matrix
+/// does this yet (the MCP SDK 2.3 client names no tool), so the spans are built here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_traced_on_both_sides_is_one_tool_call() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+
+    let kv = |k: &str, v: &str| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let side = |id: u8, parent: Option<u8>, kind: SpanKind, name: &str, tenant: bool| {
+        let mut attributes = vec![
+            kv("mcp.method.name", "tools/call"),
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", "get_weather"),
+            kv("jsonrpc.request.id", "3"),
+        ];
+        if tenant {
+            attributes.push(kv("executor.tenant_id", "acme"));
+        }
+        let span = Span {
+            trace_id: vec![0x5a; 16],
+            span_id: vec![id; 8],
+            parent_span_id: parent.map(|p| vec![p; 8]).unwrap_or_default(),
+            name: name.into(),
+            kind: kind as i32,
+            start_time_unix_nano: now + u64::from(id) * 1_000,
+            end_time_unix_nano: now + 1_000_000,
+            attributes,
+            ..Default::default()
+        };
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    };
+    let mut d = Daemon::start();
+    let url = format!("{}/v1/traces", d.http_url());
+    let server = side(
+        2,
+        Some(1),
+        SpanKind::Server,
+        "tools/call get_weather",
+        false,
+    );
+    let client = side(1, None, SpanKind::Client, "tools/call get_weather", true);
+    for body in [server, client] {
+        let (status, _) = crate::otlp_json::post(&url, "application/x-protobuf", None, body).await;
+        assert_eq!(status, 200);
+    }
+    let usage = "toolwatch_budget_usage{tenant=\"acme\",scope=\"request\",budget=\"tool_calls\"}";
+    tokio::task::block_in_place(|| {
+        crate::harness::wait_for("both sides counted", || {
+            (d.metric("toolwatch_received_items_total{signal=\"traces\"}")? == 2.0).then_some(())
+        });
+        d.wait_for_complete_summaries(1);
+    });
+    assert_eq!(
+        d.metric(usage),
+        Some(1.0),
+        "one call in the request's budget"
+    );
+    let (_, metrics) = d.admin_get("/metrics");
+    d.stop();
+    assert!(
+        metrics.contains("toolwatch_tool_calls_total{tenant=\"acme\",tool=\"get_weather\"} 1\n"),
+        "{metrics}"
+    );
+    let spans = read_table(&d.data_dir, "spans");
+    let classes: Vec<&str> = spans.iter().map(|s| text(s, "span_class")).collect();
+    assert_eq!(
+        classes,
+        ["tool", "tool"],
+        "both sides archived as tool spans"
+    );
+    let requests = read_table(&d.data_dir, "requests");
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0]["tool_calls"], 1);
+    assert_eq!(
+        requests[0]["tool_calls_by_tool"],
+        serde_json::json!({"get_weather": 1})
+    );
+}
