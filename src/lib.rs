@@ -10,6 +10,7 @@ pub mod admin;
 pub mod archive;
 pub mod assemble;
 pub mod budget;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod durable;
