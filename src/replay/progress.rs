@@ -125,21 +125,13 @@ impl ProgressDir {
     }
 }
 
-/// Progress at the beginning of `input`.
+/// Progress at the beginning of `input`, identified by its first bytes.
 fn fresh(input: &Path) -> std::io::Result<FileProgress> {
     let (head_sha256, head_bytes) = head_digest(input, HEAD_BYTES)?;
     Ok(FileProgress {
-        path: input.display().to_string(),
         head_sha256,
         head_bytes,
-        offset: 0,
-        messages: 0,
-        spans: 0,
-        log_records: 0,
-        skipped: 0,
-        refused: Vec::new(),
-        refused_more: 0,
-        finished: false,
+        ..FileProgress::empty(input)
     })
 }
 
