@@ -5,40 +5,27 @@
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
 use crate::harness::{read_table, Daemon, DaemonOptions};
+use crate::otlp::{spans_request, text};
 use crate::otlp_json::{gzip, post};
 
 /// A value that must never appear in a response, a log line or a metric.
 const CANARY: &str = "sk-live-CANARY7f3a9c2e1d";
 
 fn span_request(trace_id: Vec<u8>, note: &str) -> ExportTraceServiceRequest {
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans: vec![Span {
-                    trace_id,
-                    span_id: vec![1, 2, 3, 4, 5, 6, 7, 8],
-                    name: "execute_tool ok".into(),
-                    start_time_unix_nano: 1_767_225_600_000_000_000,
-                    end_time_unix_nano: 1_767_225_600_100_000_000,
-                    attributes: vec![KeyValue {
-                        key: "note".into(),
-                        value: Some(AnyValue {
-                            value: Some(any_value::Value::StringValue(note.into())),
-                        }),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    let span = Span {
+        trace_id,
+        span_id: vec![1, 2, 3, 4, 5, 6, 7, 8],
+        name: "execute_tool ok".into(),
+        start_time_unix_nano: 1_767_225_600_000_000_000,
+        end_time_unix_nano: 1_767_225_600_100_000_000,
+        attributes: vec![text("note", note)],
+        ..Default::default()
+    };
+    spans_request(vec![], vec![span])
 }
 
 /// A raw gRPC unary call over HTTP/2; returns grpc-status and grpc-message.

@@ -16,9 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -28,6 +26,7 @@ use crate::harness::{
     free_addr, loadgen, parquet_files, python, read_ids, read_table_python, toolwatch, try_get,
     wait_for, Daemon, DaemonOptions, SpanKey,
 };
+use crate::otlp::{spans_request, text};
 
 // ---------------------------------------------------------------------------------------
 // Shared helpers
@@ -120,13 +119,6 @@ fn log_lines(log: &Arc<Mutex<Vec<String>>>, message: &str) -> Vec<Value> {
 /// `tag`, so every id is known beforehand.
 fn known_spans(tag: u8, n: u8) -> (ExportTraceServiceRequest, BTreeSet<SpanKey>) {
     let trace_id = vec![tag; 16];
-    let text = |k: &str, v: &str| KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -149,23 +141,11 @@ fn known_spans(tag: u8, n: u8) -> (ExportTraceServiceRequest, BTreeSet<SpanKey>)
         .iter()
         .map(|s| (hex::encode(&s.trace_id), hex::encode(&s.span_id)))
         .collect();
-    let req = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![
-                    text("service.name", "durability-test"),
-                    text("executor.tenant_id", "tenant-0"),
-                ],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
-    (req, ids)
+    let resource = vec![
+        text("service.name", "durability-test"),
+        text("executor.tenant_id", "tenant-0"),
+    ];
+    (spans_request(resource, spans), ids)
 }
 
 /// POSTs a protobuf traces request; returns status and `Retry-After` (None if unreachable).

@@ -23,6 +23,7 @@ mod loadgen;
 mod matrix;
 mod monitoring;
 mod object_store;
+mod otlp;
 mod otlp_json;
 mod protect_e2e;
 mod python_sdk;

@@ -752,18 +752,10 @@ fn openllmetry_mcp_client_and_server_are_one_request() {
 /// does this yet (the MCP SDK 2.3 client names no tool), so the spans are built here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_call_traced_on_both_sides_is_one_tool_call() {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-    use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
+    use crate::otlp::{spans_request, text as kv};
+    use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
     use prost::Message;
 
-    let kv = |k: &str, v: &str| KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -788,16 +780,7 @@ async fn an_mcp_call_traced_on_both_sides_is_one_tool_call() {
             attributes,
             ..Default::default()
         };
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans: vec![span],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
+        spans_request(vec![], vec![span]).encode_to_vec()
     };
     let mut d = Daemon::start();
     let url = format!("{}/v1/traces", d.http_url());

@@ -13,6 +13,7 @@ use prost::Message;
 use serde_json::{json, Value};
 
 use crate::harness::{read_table, Daemon};
+use crate::otlp::{attribute as kv, text as sv};
 
 const TRACE: &str = "5b8efff798038103d269b633813fc60c";
 const ROOT: &str = "eee19b7ec3c1b174";
@@ -71,18 +72,6 @@ fn json_body() -> Value {
         }]
       }]
     })
-}
-
-fn kv(key: &str, v: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
-
-fn sv(key: &str, v: &str) -> KeyValue {
-    kv(key, any_value::Value::StringValue(v.into()))
 }
 
 /// The same spans built as protobuf messages.

@@ -5,13 +5,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::Value;
 
 use crate::harness::{read_table, wait_for, Daemon, DaemonOptions};
+use crate::otlp::{attribute, spans_request, text};
 use crate::otlp_json::post;
 
 /// A token the rule added by the reload recognizes (24 lower-case letters and digits, not a
@@ -21,45 +21,23 @@ fn token(seq: u64) -> String {
     format!("acme_tok_{mixed:016x}{:08x}", seq as u32 ^ 0xa5a5_a5a5)
 }
 
-fn attribute(key: &str, value: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
 /// Request `seq`: one span of its own trace, its note holding the request's token.
 fn request(seq: u64) -> Vec<u8> {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans: vec![Span {
-                    trace_id: (u128::from(seq) + 1).to_be_bytes().to_vec(),
-                    span_id: (seq + 1).to_be_bytes().to_vec(),
-                    name: "order lookup".into(),
-                    start_time_unix_nano: 1_767_225_600_000_000_000 + seq,
-                    end_time_unix_nano: 1_767_225_600_000_000_000 + seq + 1,
-                    attributes: vec![
-                        // Named, so no consumer holds it back waiting for its trace's tenant.
-                        attribute(
-                            "executor.tenant_id",
-                            any_value::Value::StringValue("acme".into()),
-                        ),
-                        attribute("seq", any_value::Value::IntValue(seq as i64)),
-                        attribute(
-                            "note",
-                            any_value::Value::StringValue(format!("order {}", token(seq))),
-                        ),
-                    ],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
+    let span = Span {
+        trace_id: (u128::from(seq) + 1).to_be_bytes().to_vec(),
+        span_id: (seq + 1).to_be_bytes().to_vec(),
+        name: "order lookup".into(),
+        start_time_unix_nano: 1_767_225_600_000_000_000 + seq,
+        end_time_unix_nano: 1_767_225_600_000_000_000 + seq + 1,
+        attributes: vec![
+            // Named, so no consumer holds it back waiting for its trace's tenant.
+            text("executor.tenant_id", "acme"),
+            attribute("seq", any_value::Value::IntValue(seq as i64)),
+            text("note", &format!("order {}", token(seq))),
+        ],
+        ..Default::default()
+    };
+    spans_request(vec![], vec![span]).encode_to_vec()
 }
 
 const RULE: &str = r#"
@@ -187,7 +165,6 @@ fn now_ns() -> u64 {
 
 /// `n` tool calls of one request (distinct arguments), spans `first..first+n`.
 fn tool_calls(first: u64, n: u64) -> Vec<u8> {
-    let s = |v: &str| any_value::Value::StringValue(v.into());
     let spans = (first..first + n)
         .map(|i| Span {
             trace_id: vec![9; 16],
@@ -196,25 +173,16 @@ fn tool_calls(first: u64, n: u64) -> Vec<u8> {
             start_time_unix_nano: now_ns() + i,
             end_time_unix_nano: now_ns() + i + 1,
             attributes: vec![
-                attribute("gen_ai.operation.name", s("execute_tool")),
-                attribute("gen_ai.tool.name", s("search")),
-                attribute("gen_ai.tool.call.arguments", s(&format!("{{\"q\":{i}}}"))),
-                attribute("executor.request_id", s("req-reload")),
-                attribute("executor.tenant_id", s("acme")),
+                text("gen_ai.operation.name", "execute_tool"),
+                text("gen_ai.tool.name", "search"),
+                text("gen_ai.tool.call.arguments", &format!("{{\"q\":{i}}}")),
+                text("executor.request_id", "req-reload"),
+                text("executor.tenant_id", "acme"),
             ],
             ..Default::default()
         })
         .collect();
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
+    spans_request(vec![], spans).encode_to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,13 +8,13 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::Value;
 
 use crate::harness::{all_bytes, contains, read_table, toolwatch, Daemon};
+use crate::otlp::{attribute, spans_request};
 
 const SECRET: &str = "AKIAQX7Z3K9M2P4V8R6T";
 const SPANS_PER_MESSAGE: u64 = 10;
@@ -54,26 +54,11 @@ fn proto_message(first: u64, n: u64) -> Vec<u8> {
             kind: 3,
             start_time_unix_nano: 1_767_225_600_000_000_000 + i * 1_000,
             end_time_unix_nano: 1_767_225_600_000_000_000 + i * 1_000 + 500,
-            attributes: vec![KeyValue {
-                key: "n".into(),
-                value: Some(AnyValue {
-                    value: Some(any_value::Value::IntValue(i as i64)),
-                }),
-                ..Default::default()
-            }],
+            attributes: vec![attribute("n", any_value::Value::IntValue(i as i64))],
             ..Default::default()
         })
         .collect();
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
+    spans_request(vec![], spans).encode_to_vec()
 }
 
 /// What the capture holds, for the assertions.

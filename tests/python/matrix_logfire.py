@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from openai_stub import OpenAIStub  # noqa: E402
+from otel_setup import clear_environment  # noqa: E402
 
 SECRET = "AKIAQX7Z3K9M2P4V8R6T"
 
@@ -27,9 +28,7 @@ def main():
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--content", action="store_true", help="accepted; logfire always captures it")
     args = ap.parse_args()
-    for name in list(os.environ):
-        if name.startswith(("OTEL_", "LOGFIRE_", "OPENAI_")) or name.lower().endswith("_proxy"):
-            del os.environ[name]
+    clear_environment("LOGFIRE_", "OPENAI_")
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.endpoint
     os.environ["OTEL_RESOURCE_ATTRIBUTES"] = "executor.tenant_id=acme"
     import logfire

@@ -19,6 +19,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(__file__))
+from otel_setup import clear_environment, tracer_provider  # noqa: E402
+
 SECRET = "AKIAQX7Z3K9M2P4V8R6T"
 
 
@@ -48,21 +51,10 @@ def main():
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--openllmetry", action="store_true")
     args = ap.parse_args()
-    for name in list(os.environ):
-        if name.startswith(("OTEL_", "TRACELOOP_")) or name.lower().endswith("_proxy"):
-            del os.environ[name]
+    clear_environment("TRACELOOP_")
     from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    resource = Resource.create({"service.name": "weather-agent"})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
-    )
-    trace.set_tracer_provider(provider)
+    provider = tracer_provider(args.endpoint, {"service.name": "weather-agent"})
     server = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp_weather_server.py")
     server_args = [server, "--endpoint", args.endpoint]
     if args.openllmetry:

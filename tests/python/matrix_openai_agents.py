@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from openai_stub import OpenAIStub  # noqa: E402
+from otel_setup import clear_environment, tracer_provider  # noqa: E402
 
 SECRET = "AKIAQX7Z3K9M2P4V8R6T"
 
@@ -29,25 +30,15 @@ def main():
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--content", action="store_true")
     args = ap.parse_args()
-    for name in list(os.environ):
-        if name.startswith(("OTEL_", "OPENINFERENCE_", "OPENAI_")) or name.lower().endswith("_proxy"):
-            del os.environ[name]
+    clear_environment("OPENINFERENCE_", "OPENAI_")
     for part in ["INPUTS", "OUTPUTS", "INPUT_MESSAGES", "OUTPUT_MESSAGES"]:
         os.environ["OPENINFERENCE_HIDE_" + part] = "false" if args.content else "true"
     from openai import AsyncOpenAI
-    from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-    resource = Resource.create({"service.name": "weather-agent", "executor.tenant_id": "acme"})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
+    provider = tracer_provider(
+        args.endpoint, {"service.name": "weather-agent", "executor.tenant_id": "acme"}
     )
-    trace.set_tracer_provider(provider)
     OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
 
     from agents import Agent, Runner, function_tool, set_default_openai_client

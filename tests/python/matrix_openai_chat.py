@@ -26,6 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from openai_stub import OpenAIStub, TOOL_CALL_ID  # noqa: E402
+from otel_setup import clear_environment, tracer_provider  # noqa: E402
 
 SECRET = "AKIAQX7Z3K9M2P4V8R6T"
 
@@ -53,9 +54,7 @@ def main():
     ap.add_argument("--events", action="store_true")
     args = ap.parse_args()
     # Each library's own switch, set both ways before it is imported (nothing inherited).
-    for name in list(os.environ):
-        if name.startswith(("OTEL_", "OPENINFERENCE_", "TRACELOOP_")) or name.lower().endswith("_proxy"):
-            del os.environ[name]
+    clear_environment("OPENINFERENCE_", "TRACELOOP_")
     os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = (
         ("event_only" if args.events else "span_only") if args.content else "NO_CONTENT"
     )
@@ -64,17 +63,10 @@ def main():
         os.environ["OPENINFERENCE_HIDE_" + part] = "false" if args.content else "true"
     from openai import OpenAI
     from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    resource = Resource.create({"service.name": "weather-agent", "executor.tenant_id": "acme"})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
+    provider = tracer_provider(
+        args.endpoint, {"service.name": "weather-agent", "executor.tenant_id": "acme"}
     )
-    trace.set_tracer_provider(provider)
     logs = None
     if args.events:
         from opentelemetry import _logs
@@ -82,7 +74,7 @@ def main():
         from opentelemetry.sdk._logs import LoggerProvider
         from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
-        logs = LoggerProvider(resource=resource)
+        logs = LoggerProvider(resource=provider.resource)
         logs.add_log_record_processor(
             BatchLogRecordProcessor(OTLPLogExporter(endpoint=args.endpoint + "/v1/logs"))
         )

@@ -13,12 +13,10 @@ where it entered, in the client's process.
 import argparse
 import logging
 import os
+import sys
 
-from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+sys.path.insert(0, os.path.dirname(__file__))
+from otel_setup import tracer_provider  # noqa: E402
 
 
 def main():
@@ -28,11 +26,7 @@ def main():
     args = ap.parse_args()
     # The SDK logs the failing tool's traceback; the test wants the span, not the noise.
     logging.disable(logging.CRITICAL)
-    provider = TracerProvider(resource=Resource.create({"service.name": "weather-mcp"}))
-    provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=args.endpoint + "/v1/traces"))
-    )
-    trace.set_tracer_provider(provider)
+    provider = tracer_provider(args.endpoint, {"service.name": "weather-mcp"})
     if args.openllmetry:
         from opentelemetry.instrumentation.mcp import McpInstrumentor
 
