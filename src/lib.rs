@@ -1,33 +1,18 @@
 //! toolwatch: an audit daemon for the executors of LLM tool calls.
 //!
-//! Executors stream OTLP traces and logs; toolwatch normalizes them into one event model
-//! ([`event`]), protects them ([`protect`]), and archives them as partitioned Parquet
-//! ([`archive`]). See `DESIGN.md` for the whole pipeline.
+//! The pipeline's stages are the `toolwatch-core` crate (`core/`), re-exported here under
+//! their names (`toolwatch::archive`, `toolwatch::protect`, …); this crate adds the SQL over
+//! the archive ([`query`]) and the command line ([`cli`]), the only code that needs DataFusion.
+//! Two crates rather than one so that a cold build compiles the pipeline beside DataFusion
+//! instead of after it (BENCHMARKS.md, "Where a cold release build goes"). See `DESIGN.md`.
 
 #![deny(missing_docs)]
 
-pub mod admin;
-pub mod archive;
-pub mod assemble;
-pub mod budget;
+pub use toolwatch_core::{
+    admin, archive, assemble, budget, clock, config, durable, event, export, findings,
+    fuzz_targets, journal, loadgen, maps, metrics, pipeline, protect, receive, replay, retry,
+    serve, tenancy, units,
+};
+
 pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod durable;
-pub mod event;
-pub mod export;
-pub mod findings;
-pub mod fuzz_targets;
-pub mod journal;
-pub mod loadgen;
-pub mod maps;
-pub mod metrics;
-pub mod pipeline;
-pub mod protect;
 pub mod query;
-pub mod receive;
-pub mod replay;
-pub mod retry;
-pub mod serve;
-pub mod tenancy;
-pub mod units;

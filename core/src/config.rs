@@ -656,7 +656,7 @@ mod tests {
 
     #[test]
     fn embedded_defaults_match_the_documented_file() {
-        let documented = include_str!("../config/toolwatch.toml");
+        let documented = include_str!("../../config/toolwatch.toml");
         let parsed = Config::from_toml(documented, "config/toolwatch.toml").expect("parses");
         assert_eq!(parsed, Config::default());
     }

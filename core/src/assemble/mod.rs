@@ -60,7 +60,7 @@ impl Default for AssembleConfig {
 }
 
 /// The sample price table built into the binary.
-pub const SAMPLE_PRICES: &str = include_str!("../../config/prices.toml");
+pub const SAMPLE_PRICES: &str = include_str!("../../../config/prices.toml");
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -477,7 +477,7 @@ fn rules_are_switched_off_and_graded_per_tenant() {
 #[test]
 fn every_rule_has_an_id_a_severity_and_a_documented_line() {
     let doc = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/findings.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/findings.md"),
     )
     .expect("schemas/findings.md");
     for r in Rule::ALL {

@@ -254,7 +254,7 @@ mod tests {
 
     fn regressions(target: &str) -> Vec<(String, Vec<u8>)> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fuzz/regressions")
+            .join("../fuzz/regressions")
             .join(target);
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Vec::new();

@@ -1026,10 +1026,11 @@ fn remove_in_progress(data_dir: &Path, table: Table) -> Result<u64, ArchiveError
     Ok(removed)
 }
 
-/// A spans and logs archive under `dir` for tests: instance `0a0b0c0d`, journal `feedf00d`,
-/// no background compaction, `batch_rows` rows a batch, a budget of its own.
-#[cfg(test)]
-pub(crate) fn test_archive(dir: &Path, batch_rows: usize, budget: usize) -> Archive {
+/// A spans and logs archive under `dir` for tests (this crate's and the query's): instance
+/// `0a0b0c0d`, journal `feedf00d`, no background compaction, `batch_rows` rows a batch, a
+/// budget of its own. Panics if the archive cannot be opened.
+#[doc(hidden)]
+pub fn test_archive(dir: &Path, batch_rows: usize, budget: usize) -> Archive {
     let config = ArchiveConfig {
         compact_every: crate::units::LimitDuration(std::time::Duration::ZERO),
         batch_rows: crate::units::PositiveUsize(batch_rows),

@@ -1676,7 +1676,7 @@ mod tests {
     #[test]
     fn every_rule_is_documented() {
         let doc = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/redaction-rules.md"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/redaction-rules.md"),
         )
         .expect("schemas/redaction-rules.md");
         for d in DETECTORS {
