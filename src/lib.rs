@@ -1,14 +1,14 @@
-//! toolwatch: an audit daemon for the executors of LLM tool calls.
+//! toolwatch's command line ([`cli`]) and the SQL over the archive ([`query`]), the only code
+//! that needs DataFusion.
 //!
-//! The pipeline's stages are the `toolwatch-core` crate (`core/`), re-exported here under
-//! their names (`toolwatch::archive`, `toolwatch::protect`, …); this crate adds the SQL over
-//! the archive ([`query`]) and the command line ([`cli`]), the only code that needs DataFusion.
+//! The pipeline is the `toolwatch` library (package `toolwatch-core`, in `core/`); its modules
+//! are re-exported here under their names, so `crate::archive` reads the same on both sides.
 //! Two crates rather than one so that a cold build compiles the pipeline beside DataFusion
 //! instead of after it (BENCHMARKS.md, "Where a cold release build goes"). See `DESIGN.md`.
 
 #![deny(missing_docs)]
 
-pub use toolwatch_core::{
+pub use toolwatch::{
     admin, archive, assemble, budget, clock, config, durable, event, export, findings,
     fuzz_targets, journal, loadgen, maps, metrics, pipeline, protect, receive, replay, retry,
     serve, tenancy, units,

@@ -1,4 +1,4 @@
-//! The `toolwatch` binary: the command line lives in the library (`toolwatch::cli`).
+//! The `toolwatch` binary: the command line lives in the library (`toolwatch_cli::cli`).
 
 /// mimalloc rather than glibc's malloc: the daemon allocates and frees many small strings per
 /// span on several threads (decoding, builders), where glibc spent a fifth of the archive
@@ -7,5 +7,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    toolwatch::cli::main()
+    toolwatch_cli::cli::main()
 }

@@ -3,7 +3,7 @@
 //! Executors stream OTLP traces and logs; toolwatch normalizes them into one event model
 //! ([`event`]), protects them ([`protect`]), and archives them as partitioned Parquet
 //! ([`archive`]). See `DESIGN.md` for the whole pipeline. The command line and the SQL over
-//! the archive are the `toolwatch` package, which re-exports these modules under its own name.
+//! the archive are the `toolwatch_cli` library of the root package, beside the binary.
 
 #![deny(missing_docs)]
 
