@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
-# Query latency: `toolwatch query` from start to exit (wall and user+system CPU), seven
-# responder-style queries over one archive, builds interleaved, to compare release builds
-# (opt-levels, DataFusion features). Usage:
-#   benches/query_latency.sh --data-dir DIR [--rounds N] BIN [BIN ...]
-# Each BIN is a toolwatch binary; labels are their parent folders' names. An archive to run it
-# on, a million spans over 20 tenants (about a minute here):
-#   toolwatch serve --data-dir /tmp/qb &   # then
+# Query latency: `toolwatch query` from start to exit (wall and user+system CPU, GNU time),
+# seven responder-style queries over one archive, builds interleaved, to compare release
+# builds (opt-levels, DataFusion features). Usage:
+#   benches/query_latency.sh --data-dir DIR [--rounds N] [LABEL=]BIN [[LABEL=]BIN ...]
+# Each BIN is a toolwatch binary, labelled LABEL (default: its path). The files are read as
+# they are on disk (`--no-flush`): run it on an archive no daemon is writing. An archive to
+# run it on, a million spans over 20 tenants (about a minute here):
+#   toolwatch serve --data-dir /tmp/qb &
 #   toolwatch loadgen --requests 100000 --batch 50 --tenants 20; kill %1
-# Prints one line per query and build: median wall and CPU seconds over the rounds, and
+#   benches/query_latency.sh --data-dir /tmp/qb --rounds 7 old=../old/toolwatch new=target/release/toolwatch
+# Prints one line per query: each build's median wall and CPU seconds over the rounds, and
 # whether every build gave the same rows (a digest of the JSON output).
 set -euo pipefail
 
-data="" rounds=3 bins=()
+usage() {
+  echo "usage: $0 --data-dir DIR [--rounds N] [LABEL=]BIN [[LABEL=]BIN ...]" >&2
+  exit 2
+}
+
+data="" rounds=3 labels=() bins=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --data-dir) data=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) bins+=("$1"); shift ;;
+    --data-dir|--rounds)
+      [ $# -ge 2 ] || usage
+      if [ "$1" = --data-dir ]; then data=$2; else rounds=$2; fi
+      shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "unknown option $1" >&2; usage ;;
+    *=*) labels+=("${1%%=*}"); bins+=("${1#*=}"); shift ;;
+    *) labels+=("$1"); bins+=("$1"); shift ;;
   esac
 done
-if [ -z "$data" ] || [ ${#bins[@]} -eq 0 ]; then
-  echo "usage: $0 --data-dir DIR [--rounds N] BIN [BIN ...]" >&2
-  exit 2
-fi
+[ -n "$data" ] && [ ${#bins[@]} -gt 0 ] || usage
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds wants a positive integer, not $rounds" >&2; exit 2; }
+[ -d "$data" ] || { echo "no archive at $data" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "needs GNU time at /usr/bin/time" >&2; exit 2; }
+for b in "${bins[@]}"; do
+  [ -x "$b" ] || { echo "not an executable: $b" >&2; exit 2; }
+done
 
 queries=(
   "SELECT count(*) AS n FROM spans"
@@ -37,34 +51,33 @@ queries=(
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for r in $(seq "$rounds"); do
+: > "$work/times"
+for _ in $(seq "$rounds"); do
   for q in "${!queries[@]}"; do
     for b in "${!bins[@]}"; do
       /usr/bin/time -f "%e %U %S" -o "$work/t" "${bins[$b]}" query --data-dir "$data" \
-        --format json "${queries[$q]}" > "$work/out" 2> "$work/err" \
+        --no-flush --format json "${queries[$q]}" > "$work/out" 2> "$work/err" \
         || { echo "query $((q + 1)) failed with ${bins[$b]}:" >&2; cat "$work/err" >&2; exit 1; }
-      read -r wall user sys < "$work/t"
-      digest=$(sha256sum < "$work/out" | cut -c1-12)
-      echo "$q $b $wall $(echo "$user + $sys" | bc) $digest" >> "$work/times"
+      echo "$q $b $(cat "$work/t") $(sha256sum < "$work/out" | cut -c1-12)" >> "$work/times"
     done
   done
 done
 
-python3 - "$work/times" "${bins[@]}" <<'EOF'
-import collections, os, statistics, sys
-rows = collections.defaultdict(list)
+python3 - "$work/times" "${labels[@]}" <<'EOF'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
 digests = collections.defaultdict(set)
 for line in open(sys.argv[1]):
-    q, b, wall, cpu, digest = line.split()
-    rows[(int(q), int(b))].append((float(wall), float(cpu)))
+    q, b, wall, user, system, digest = line.split()
+    runs[(int(q), int(b))].append((float(wall), float(user) + float(system)))
     digests[int(q)].add(digest)
-labels = [os.path.basename(os.path.dirname(os.path.abspath(p))) for p in sys.argv[2:]]
+labels = sys.argv[2:]
 for q in sorted(digests):
     cells = []
     for b, label in enumerate(labels):
-        runs = rows[(q, b)]
-        cells.append(f"{label} wall {statistics.median(r[0] for r in runs):.2f} s "
-                     f"cpu {statistics.median(r[1] for r in runs):.2f} s")
+        rs = runs[(q, b)]
+        cells.append(f"{label} wall {statistics.median(r[0] for r in rs):.2f} s "
+                     f"cpu {statistics.median(r[1] for r in rs):.2f} s")
     same = "same rows" if len(digests[q]) == 1 else "ROWS DIFFER"
     print(f"q{q + 1}: " + " | ".join(cells) + f" | {same}")
 EOF
