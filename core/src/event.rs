@@ -895,6 +895,11 @@ pub struct SpanRecord {
     /// (its claim kept in `audit.claimed_tenant`).
     #[serde(skip)]
     pub tenant_mismatch: bool,
+    /// It names no tenant, its trace's tenant was not known at the intake, and its sender's
+    /// items may be waiting for one: the consumers may hold it until its trace names one
+    /// (see [`crate::tenancy`]). Set by the intake, journalled with the item.
+    #[serde(skip)]
+    pub tenant_pending: bool,
     /// The digest of its tool call, once a consumer asked (see [`SpanRecord::call_digest`]).
     #[serde(skip)]
     pub call_digest: CallDigestMemo,
@@ -1040,6 +1045,9 @@ pub struct LogRecord {
     /// See [`SpanRecord::tenant_mismatch`].
     #[serde(skip)]
     pub tenant_mismatch: bool,
+    /// See [`SpanRecord::tenant_pending`].
+    #[serde(skip)]
+    pub tenant_pending: bool,
 }
 
 /// Who sent an item, as the receivers authenticated it.
@@ -1192,6 +1200,7 @@ pub mod fixtures {
             source_keys: SourceKeys::default(),
             sender: None,
             tenant_mismatch: false,
+            tenant_pending: false,
             call_digest: CallDigestMemo::default(),
         }
     }
@@ -1217,6 +1226,7 @@ pub mod fixtures {
             source_keys: SourceKeys::default(),
             sender: None,
             tenant_mismatch: false,
+            tenant_pending: false,
         }
     }
 }

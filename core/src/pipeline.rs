@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::event::{EventBatch, Sender};
+use crate::event::{AttrValue, Attributes, EventBatch, Sender};
 use crate::journal::codec::{self, JournalEntry};
 use crate::journal::writer::{AppendError, JournalWriter};
 use crate::metrics::Metrics;
@@ -29,6 +29,45 @@ pub enum Refusal {
     /// The daemon is shutting down.
     #[error("toolwatch is shutting down; retry later")]
     ShuttingDown,
+}
+
+/// Text in a batch from which protect runs on a blocking thread, not a runtime worker.
+pub const BLOCKING_PROTECT_BYTES: usize = 256 << 10;
+
+/// About how much text protect reads in `batch`: names, string attributes (at any depth),
+/// event attributes and log bodies. Stops counting at [`BLOCKING_PROTECT_BYTES`].
+fn text_bytes(batch: &EventBatch) -> usize {
+    fn value(v: &AttrValue) -> usize {
+        match v {
+            AttrValue::Str(s) => s.len(),
+            AttrValue::Bytes(b) => b.len(),
+            AttrValue::Array(items) => items.iter().map(value).sum(),
+            AttrValue::Map(m) => attributes(m),
+            _ => 0,
+        }
+    }
+    fn attributes(a: &Attributes) -> usize {
+        a.0.iter().map(|(k, v)| k.len() + value(v)).sum()
+    }
+    let mut total = 0;
+    for s in &batch.spans {
+        total += s.name.len() + s.status_message.len() + attributes(&s.attributes);
+        total += s
+            .events
+            .iter()
+            .map(|e| e.name.len() + attributes(&e.attributes))
+            .sum::<usize>();
+        if total >= BLOCKING_PROTECT_BYTES {
+            return total;
+        }
+    }
+    for l in &batch.logs {
+        total += value(&l.body) + attributes(&l.attributes);
+        if total >= BLOCKING_PROTECT_BYTES {
+            return total;
+        }
+    }
+    total
 }
 
 /// Who a request came from, as the receiver authenticated it.
@@ -50,7 +89,7 @@ pub struct Intake {
     protector: Arc<tokio::sync::RwLock<Protector>>,
     /// The journal's head: where the last committed record is.
     head: Arc<crate::journal::head::JournalHead>,
-    tenants: TraceTenants,
+    tenants: Arc<TraceTenants>,
     journal: JournalWriter,
     metrics: Arc<Metrics>,
     retry_after: Duration,
@@ -60,7 +99,7 @@ impl Intake {
     /// An intake appending to `journal`.
     pub fn new(
         protector: Protector,
-        tenants: TraceTenants,
+        tenants: Arc<TraceTenants>,
         (journal, head): (JournalWriter, Arc<crate::journal::head::JournalHead>),
         retry_after: Duration,
         metrics: Arc<Metrics>,
@@ -99,7 +138,22 @@ impl Intake {
         }
         // Held until the batch's record is committed (see `protector`).
         let protector = Arc::clone(&self.protector).read_owned().await;
-        let report = protector.protect(&mut batch);
+        let (protector, batch, report) = if text_bytes(&batch) >= BLOCKING_PROTECT_BYTES {
+            // Protect is linear, but a batch of megabytes still takes a while: off the
+            // runtime's workers, so the requests behind it are not kept waiting.
+            tokio::task::spawn_blocking(move || {
+                let report = protector.protect(&mut batch);
+                (protector, batch, report)
+            })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "protecting a batch failed; refused");
+                Refusal::Unavailable
+            })?
+        } else {
+            let report = protector.protect(&mut batch);
+            (protector, batch, report)
+        };
         self.metrics.redactions(&report.hits);
         self.metrics.quarantined(&report.quarantined);
         if batch.is_empty() {

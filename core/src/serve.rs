@@ -203,10 +203,24 @@ pub async fn run(
     )
     .map_err(|e| ServeError::Thread(e.to_string()))?;
 
+    // Records before this one were read, or may have been, by an earlier process.
+    let replay_before = head.committed();
+    let behind = std::iter::once(&archive_tail)
+        .chain([&assemble_tail, &budget_tail])
+        .chain(&export_tails)
+        .any(|t| t.next_seq() < replay_before);
+    if behind {
+        append_start_marker(&writer).await;
+    }
     let shared = Shared {
         metrics: Arc::clone(&metrics),
         decoded,
         tenancy: config.tenancy.clone(),
+        replay_before,
+        held_budget: crate::archive::buffer::SharedBudget::for_data_dir(
+            &archive_dir,
+            config.archive.buffer_bytes.as_usize(),
+        ),
     };
     let stop_consumers = Stop::default();
     // Export endpoints stop after the budget stage: its last alarms go out too.
@@ -243,7 +257,7 @@ pub async fn run(
         archive,
         &archive_dir,
         &journal.id,
-        head.committed(),
+        replay_before,
         recent,
         config.archive.pause_per_record.0,
         Arc::clone(&metrics),
@@ -335,9 +349,16 @@ pub async fn run(
     }
 
     let learned_stats = protector.learned_stats();
+    let trace_tenants = Arc::new(crate::tenancy::TraceTenants::with_spaces(
+        config.tenancy.remembered_traces.0,
+        crate::tenancy::SenderSpaces::new(
+            config.tenancy.naming_memory.0,
+            Some(crate::tenancy::SenderSpaces::file_in(&data_dir)),
+        ),
+    ));
     let intake = Arc::new(Intake::new(
         protector,
-        crate::tenancy::TraceTenants::new(config.tenancy.remembered_traces.0),
+        Arc::clone(&trace_tenants),
         (writer, Arc::clone(&head)),
         config.limits.retry_after.0,
         Arc::clone(&metrics),
@@ -418,6 +439,16 @@ pub async fn run(
         learned_stats,
         Arc::clone(&metrics),
     ));
+    let spaces_saver = {
+        let tenants = Arc::clone(&trace_tenants);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(10));
+            loop {
+                every.tick().await;
+                tenants.save_spaces(false);
+            }
+        })
+    };
 
     // Readers of this data directory (`query`, `trace`) find the daemon here to flush; readers
     // of a shared archive folder find every instance writing it there.
@@ -524,6 +555,8 @@ pub async fn run(
         crate::journal::writer::WriterTotals::default()
     };
     journal_gauges.abort();
+    spaces_saver.abort();
+    trace_tenants.save_spaces(true);
     // Every archive file is written: the last upload pass takes them all.
     if let Some(u) = uploader {
         tokio::task::spawn_blocking(move || u.stop())
@@ -594,6 +627,10 @@ struct Shared {
     metrics: Arc<Metrics>,
     decoded: Arc<DecodedRecords>,
     tenancy: crate::tenancy::TenancyConfig,
+    /// The first record this process appended (see `append_start_marker`).
+    replay_before: u64,
+    /// The archive's memory budget, which held items count in.
+    held_budget: Arc<crate::archive::buffer::SharedBudget>,
 }
 
 /// Decoded records the consumers share (about 1 MiB each at 500 spans per batch).
@@ -674,14 +711,37 @@ where
 {
     let metrics = Arc::clone(&shared.metrics);
     let decoded = Arc::clone(&shared.decoded);
-    // Records up to the head at start were read by an earlier process, or may have been.
-    let held = crate::tenancy::HeldItems::new(&shared.tenancy, tail.head().committed());
+    let held = crate::tenancy::HeldItems::new(&shared.tenancy, shared.replay_before).counted_in(
+        crate::tenancy::HeldBudget::of(Arc::clone(&shared.held_budget)),
+    );
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
             crate::journal::consume::run(tail, consumer, held, stop, &decoded, paced, &metrics)
         })
         .map_err(|e| ServeError::Thread(e.to_string()))
+}
+
+/// Appends an empty record at start, after the records an earlier process left unread.
+///
+/// Consumers release nothing for time or room while they replay what an earlier process
+/// read (a release must never land earlier in the journal than before a crash, or the archive
+/// would take the released rows for rows it completed then). Without a record past those, a
+/// restart with no new traffic would keep every held item held: the marker is the first
+/// record of this process, so replay ends on it whether or not data comes. A full journal
+/// refuses it; then replay ends with the next record, as before.
+async fn append_start_marker(writer: &JournalWriter) {
+    let empty = crate::event::EventBatch::default();
+    let appended = match crate::journal::codec::encode_events(&empty) {
+        Ok(payload) => writer
+            .append_decoded(payload, crate::journal::codec::JournalEntry::Events(empty))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = appended {
+        tracing::warn!(error = %e, "cannot journal the start marker; held items wait for the next record");
+    }
 }
 
 async fn join<T: Send + 'static>(

@@ -7,9 +7,10 @@
 //! its items; each distinct one is written once in a table and each item names it by index,
 //! so 500 spans of one resource carry it once, and reading gives back shared `Arc`s.
 //!
-//! Version 2 adds, after the batch, each item's sender and whether its claim was outside
-//! the sender's tenants ([`Origins`]: a table of distinct senders and a code per item, empty
-//! when no item has a sender); version 1 payloads still read, as items without a sender.
+//! Version 2 adds, after the batch, each item's sender, whether its claim was outside
+//! the sender's tenants and whether it may wait for its trace's tenant ([`Origins`]: a table
+//! of distinct senders and a code per item, empty when no item has a sender or a flag);
+//! version 1 payloads still read, as items without a sender.
 //!
 //! Any change to the encoded types (the event model's field order, new variants anywhere but
 //! at the end of an enum) changes the format: raise [`VERSION`], and keep reading the old one
@@ -30,6 +31,10 @@ const OLDEST_READ: u8 = 1;
 
 /// Set in an item's origin code when its claim was outside its sender's tenants.
 const MISMATCH_BIT: u32 = 1 << 31;
+
+/// Set in an item's origin code when it may wait for its trace's tenant (`tenant_pending`).
+/// Payloads written before it read as items that do not wait.
+const PENDING_BIT: u32 = 1 << 30;
 
 const KIND_EVENTS: u8 = 0;
 const KIND_ALARM_LOGS: u8 = 1;
@@ -176,16 +181,21 @@ fn origins_of(batch: &EventBatch) -> Origins<&Sender> {
     let items = batch
         .spans
         .iter()
-        .map(|s| (&s.sender, s.tenant_mismatch))
-        .chain(batch.logs.iter().map(|l| (&l.sender, l.tenant_mismatch)));
-    if items.clone().all(|(s, m)| s.is_none() && !m) {
+        .map(|s| (&s.sender, s.tenant_mismatch, s.tenant_pending))
+        .chain(
+            batch
+                .logs
+                .iter()
+                .map(|l| (&l.sender, l.tenant_mismatch, l.tenant_pending)),
+        );
+    if items.clone().all(|(s, m, p)| s.is_none() && !m && !p) {
         return Origins::none();
     }
     let mut senders = Table::new();
     let items = items
-        .map(|(s, mismatch)| {
+        .map(|(s, mismatch, pending)| {
             let id = s.as_ref().map_or(0, |s| senders.id(s) + 1);
-            id | if mismatch { MISMATCH_BIT } else { 0 }
+            id | if mismatch { MISMATCH_BIT } else { 0 } | if pending { PENDING_BIT } else { 0 }
         })
         .collect();
     Origins {
@@ -273,8 +283,9 @@ fn set_origins(batch: &mut EventBatch, origins: Origins<Sender>) -> Result<(), C
         )));
     }
     let senders: Vec<Arc<Sender>> = origins.senders.into_iter().map(Arc::new).collect();
-    let origin = |item: usize, code: u32| -> Result<(Option<Arc<Sender>>, bool), CodecError> {
-        let id = code & !MISMATCH_BIT;
+    type Origin = (Option<Arc<Sender>>, bool, bool);
+    let origin = |item: usize, code: u32| -> Result<Origin, CodecError> {
+        let id = code & !(MISMATCH_BIT | PENDING_BIT);
         let sender = match id {
             0 => None,
             n => Some(Arc::clone(senders.get(n as usize - 1).ok_or(
@@ -286,15 +297,15 @@ fn set_origins(batch: &mut EventBatch, origins: Origins<Sender>) -> Result<(), C
                 },
             )?)),
         };
-        Ok((sender, code & MISMATCH_BIT != 0))
+        Ok((sender, code & MISMATCH_BIT != 0, code & PENDING_BIT != 0))
     };
     let (span_codes, log_codes) = origins.items.split_at(batch.spans.len());
     for (i, (s, &code)) in batch.spans.iter_mut().zip(span_codes).enumerate() {
-        (s.sender, s.tenant_mismatch) = origin(i, code)?;
+        (s.sender, s.tenant_mismatch, s.tenant_pending) = origin(i, code)?;
     }
     let offset = batch.spans.len();
     for (i, (l, &code)) in batch.logs.iter_mut().zip(log_codes).enumerate() {
-        (l.sender, l.tenant_mismatch) = origin(offset + i, code)?;
+        (l.sender, l.tenant_mismatch, l.tenant_pending) = origin(offset + i, code)?;
     }
     Ok(())
 }
@@ -436,6 +447,7 @@ mod tests {
             ]),
             sender: None,
             tenant_mismatch: false,
+            tenant_pending: false,
             call_digest: Default::default(),
         };
         let other = SpanRecord {
@@ -469,6 +481,7 @@ mod tests {
             source_keys: SourceKeys(vec![(Field::PrincipalId, Source::Resource)]),
             sender: None,
             tenant_mismatch: false,
+            tenant_pending: false,
         };
         EventBatch {
             spans: vec![span, other, third],

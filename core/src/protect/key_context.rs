@@ -1382,19 +1382,24 @@ fn bare_value(b: &[u8], at: usize) -> (usize, usize) {
         }
         end += 1;
     }
-    // A closing bracket the value did not open ends it: `(pw:abc)`.
+    // A closing bracket the value did not open ends it: `(pw:abc)`. Counted once, then
+    // updated as closers come off the end (a value of many closers stays linear).
+    const PAIRS: [(u8, u8); 3] = [(b'(', b')'), (b'[', b']'), (b'{', b'}')];
+    let mut opens = [0usize; 3];
+    let mut closes = [0usize; 3];
+    for &c in &b[at..end] {
+        for (i, &(o, cl)) in PAIRS.iter().enumerate() {
+            opens[i] += usize::from(c == o);
+            closes[i] += usize::from(c == cl);
+        }
+    }
     while end > at {
-        let v = &b[at..end];
-        let last = v[v.len() - 1];
-        let open = match last {
-            b')' => b'(',
-            b']' => b'[',
-            b'}' => b'{',
-            _ => break,
+        let last = b[end - 1];
+        let Some(i) = PAIRS.iter().position(|&(_, cl)| cl == last) else {
+            break;
         };
-        let opens = v.iter().filter(|&&c| c == open).count();
-        let closes = v.iter().filter(|&&c| c == last).count();
-        if closes > opens {
+        if closes[i] > opens[i] {
+            closes[i] -= 1;
             end -= 1;
         } else {
             break;
@@ -1549,28 +1554,85 @@ pub fn keyword_hits(text: &str) -> Vec<usize> {
 /// The value ranges to remove from `text`, given the keyword hits: every value judged removed,
 /// and every other place the same value appears verbatim in the text (a password written
 /// twice on one line goes twice).
+///
+/// Linear in the text however many candidates it holds: the repeats of all removed values
+/// are found in one pass of one automaton over their distinct texts, and each checked against
+/// the candidates' ranges by binary search. A text in which finding them would take more
+/// than [`REPEAT_MATCH_BUDGET`] matches per byte (long periodic runs that many removed values
+/// repeat in, overlapping themselves) is removed whole: cut, never kept unprotected.
 pub fn removals(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = candidates(text, hits)
         .into_iter()
         .filter(|c| c.judgment.removed)
         .map(|c| c.value)
         .collect();
-    let values: Vec<&str> = out
+    match repeats(text, &out) {
+        Some(repeats) => out.extend(repeats),
+        None => return vec![0..text.len()],
+    }
+    out
+}
+
+/// Matches (overlapping ones included) per byte of text that finding the repeats of removed
+/// values may take before the text is removed whole.
+pub const REPEAT_MATCH_BUDGET: usize = 8;
+
+/// Every place a removed value of 6 bytes or more appears again in `text` outside the removed
+/// ranges `removed`: for each value, its occurrences left to right without overlapping one
+/// another (as `str::match_indices` finds them). `None` when that would take more matches
+/// than the budget allows.
+fn repeats(text: &str, removed: &[Range<usize>]) -> Option<Vec<Range<usize>>> {
+    let mut values: Vec<&str> = removed
         .iter()
         .map(|r| &text[r.clone()])
         .filter(|v| v.len() >= 6)
         .collect();
-    let mut repeats = Vec::new();
-    for v in values {
-        for (i, _) in text.match_indices(v) {
-            let r = i..i + v.len();
-            if !out.iter().any(|o| o.start < r.end && r.start < o.end) {
-                repeats.push(r);
-            }
+    if values.is_empty() {
+        return Some(Vec::new());
+    }
+    values.sort_unstable();
+    values.dedup();
+    // The removed ranges, sorted and merged where they overlap: an overlap test by search.
+    let mut taken: Vec<Range<usize>> = removed.to_vec();
+    taken.sort_unstable_by_key(|r| r.start);
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(taken.len());
+    for r in taken {
+        match merged.last_mut() {
+            Some(last) if r.start < last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
         }
     }
-    out.extend(repeats);
-    out
+    let overlaps_removed = |r: &Range<usize>| {
+        // The first merged range ending after r starts is the only one that can overlap it.
+        let i = merged.partition_point(|m| m.end <= r.start);
+        merged.get(i).is_some_and(|m| m.start < r.end)
+    };
+    let ac = aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::Standard)
+        .build(&values)
+        .ok()?;
+    let budget = text
+        .len()
+        .saturating_mul(REPEAT_MATCH_BUDGET)
+        .saturating_add(1 << 16);
+    // Where each value's last counted occurrence ends: one value's occurrences do not overlap.
+    let mut last_end = vec![0usize; values.len()];
+    let mut out = Vec::new();
+    for (n, m) in ac.find_overlapping_iter(text).enumerate() {
+        if n >= budget {
+            return None;
+        }
+        let p = m.pattern().as_usize();
+        if m.start() < last_end[p] {
+            continue;
+        }
+        last_end[p] = m.end();
+        let r = m.start()..m.end();
+        if !overlaps_removed(&r) {
+            out.push(r);
+        }
+    }
+    Some(out)
 }
 
 /// A bare value shaped like a file path: `~/…` or `./…`, or absolute with two segments or more
@@ -1870,5 +1932,140 @@ mod tests {
         );
         assert!(!j.removed);
         assert_eq!(j.reasons, ["a call"]);
+    }
+
+    /// The removals as they were found before they were made linear (cubic in the number of
+    /// candidates): the reference the linear version must agree with.
+    fn removals_before(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = candidates(text, hits)
+            .into_iter()
+            .filter(|c| c.judgment.removed)
+            .map(|c| c.value)
+            .collect();
+        let values: Vec<&str> = out
+            .iter()
+            .map(|r| &text[r.clone()])
+            .filter(|v| v.len() >= 6)
+            .collect();
+        let mut repeats = Vec::new();
+        for v in values {
+            for (i, _) in text.match_indices(v) {
+                let r = i..i + v.len();
+                if !out.iter().any(|o| o.start < r.end && r.start < o.end) {
+                    repeats.push(r);
+                }
+            }
+        }
+        out.extend(repeats);
+        out
+    }
+
+    /// The bracket trimming of [`bare_value`] as it was (quadratic in a run of closers).
+    fn bare_value_before(b: &[u8], at: usize) -> (usize, usize) {
+        let (_, mut end) = (at, {
+            let mut end = at;
+            while end < b.len() {
+                let c = b[end];
+                if c.is_ascii_whitespace()
+                    || matches!(c, b',' | b';' | b'"' | b'\'' | b'`' | b'<' | b'&')
+                {
+                    break;
+                }
+                end += 1;
+            }
+            end
+        });
+        while end > at {
+            let v = &b[at..end];
+            let last = v[v.len() - 1];
+            let open = match last {
+                b')' => b'(',
+                b']' => b'[',
+                b'}' => b'{',
+                _ => break,
+            };
+            let opens = v.iter().filter(|&&c| c == open).count();
+            let closes = v.iter().filter(|&&c| c == last).count();
+            if closes > opens {
+                end -= 1;
+            } else {
+                break;
+            }
+        }
+        (at, end)
+    }
+
+    /// Distinct ranges in order: what the findings merge into, whatever the repeats.
+    fn distinct(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
+        ranges.sort_unstable_by_key(|r| (r.start, r.end));
+        ranges.dedup();
+        ranges
+    }
+
+    fn dense_text() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::string::string_regex("[a-zA-Z0-9]{0,12}").expect("regex"),
+                proptest::string::string_regex(
+                    "(password|token|secret|api_key|pw|Bearer |Authorization)"
+                )
+                .expect("regex"),
+                proptest::string::string_regex(
+                    "(=|: |:=|\"|'|`|\\\\\"|&quot;|\\(|\\)|\\[|\\]|\\{|\\}|,|;| |\n)"
+                )
+                .expect("regex"),
+                proptest::string::string_regex("(abc123|s3cr3t!x|Xk9Xk9Xk9|hunter22|pAssw0rd99)")
+                    .expect("regex"),
+                proptest::string::string_regex(
+                    "(https://u:|postgres://app:|@db.internal |--password )"
+                )
+                .expect("regex"),
+            ],
+            0..80,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    use proptest::strategy::Strategy;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// The linear removals remove exactly what the cubic ones did, on dense credentials,
+        /// repeated values and values that overlap themselves.
+        #[test]
+        fn linear_removals_match_the_ones_before(text in dense_text()) {
+            let hits = keyword_hits(&text);
+            proptest::prop_assert_eq!(
+                distinct(removals(&text, &hits)),
+                distinct(removals_before(&text, &hits)),
+                "{:?}", text
+            );
+        }
+
+        /// Closing brackets come off a bare value as before, counted once.
+        #[test]
+        fn bare_values_end_where_they_did(text in "[a-z(){}\\[\\] ]{0,40}") {
+            let b = text.as_bytes();
+            for at in 0..b.len() {
+                proptest::prop_assert_eq!(bare_value(b, at), bare_value_before(b, at), "{:?} at {}", text, at);
+            }
+        }
+    }
+
+    #[test]
+    fn repeats_of_many_distinct_values_are_found_in_one_pass() {
+        // 2,000 distinct passwords, each written again bare later in the text.
+        let values: Vec<String> = (0..2000).map(|i| format!("Zq{i:05}x9Kp")).collect();
+        let mut text: String = values.iter().map(|v| format!("password={v} ")).collect();
+        for v in values.iter().rev() {
+            text.push_str(&format!("echo {v}; "));
+        }
+        let removed = removals(&text, &keyword_hits(&text));
+        assert_eq!(removed.len(), 4000);
+        assert_eq!(distinct(removed.clone()).len(), 4000);
+        assert!(removed
+            .iter()
+            .all(|r| values.contains(&text[r.clone()].to_string())));
     }
 }

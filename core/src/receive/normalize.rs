@@ -567,6 +567,7 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
                     source_keys: ex.sources,
                     sender: None,
                     tenant_mismatch: false,
+                    tenant_pending: false,
                     call_digest: Default::default(),
                 });
             }
@@ -615,6 +616,7 @@ pub fn logs(req: ExportLogsServiceRequest) -> Result<EventBatch, NormalizeError>
                     source_keys: ex.sources,
                     sender: None,
                     tenant_mismatch: false,
+                    tenant_pending: false,
                 });
             }
         }

@@ -23,7 +23,7 @@ pub enum Bound {
 pub enum Unresolved {
     /// Held for `tenancy.wait`.
     Wait,
-    /// More than `tenancy.max_held_items` were held.
+    /// The consumer held more than its share of the memory budget.
     Capacity,
     /// The daemon stopped.
     Shutdown,
@@ -75,6 +75,55 @@ enum Item {
     Log(Box<LogRecord>),
 }
 
+impl Item {
+    /// About the memory the item holds: its texts and attributes, and a fixed share for the
+    /// rest of the record (resource and scope are shared with its batch).
+    fn bytes(&self) -> usize {
+        match self {
+            Item::Span(s) => {
+                512 + s.name.len()
+                    + s.status_message.len()
+                    + attributes_bytes(&s.attributes)
+                    + s.events
+                        .iter()
+                        .map(|e| 64 + e.name.len() + attributes_bytes(&e.attributes))
+                        .sum::<usize>()
+            }
+            Item::Log(l) => 384 + value_bytes(&l.body) + attributes_bytes(&l.attributes),
+        }
+    }
+}
+
+fn attributes_bytes(a: &crate::event::Attributes) -> usize {
+    a.0.iter().map(|(k, v)| 32 + k.len() + value_bytes(v)).sum()
+}
+
+fn value_bytes(v: &crate::event::AttrValue) -> usize {
+    use crate::event::AttrValue;
+    match v {
+        AttrValue::Str(s) => s.len(),
+        AttrValue::Bytes(b) => b.len(),
+        AttrValue::Array(items) => items.iter().map(|v| 16 + value_bytes(v)).sum(),
+        AttrValue::Map(m) => attributes_bytes(m),
+        _ => 8,
+    }
+}
+
+/// Where held items count: the archive's memory budget, of which one consumer may hold an
+/// eighth (three consumers hold the same items).
+pub struct HeldBudget {
+    budget: std::sync::Arc<crate::archive::buffer::SharedBudget>,
+    share: usize,
+}
+
+impl HeldBudget {
+    /// A consumer's share of `budget`.
+    pub fn of(budget: std::sync::Arc<crate::archive::buffer::SharedBudget>) -> HeldBudget {
+        let share = (budget.limit() / 8).max(1);
+        HeldBudget { budget, share }
+    }
+}
+
 /// One consumer's held items (see the module notes of [`crate::tenancy`]).
 ///
 /// Exactly once across a crash: the consumer's checkpoint stays before the record of every
@@ -85,7 +134,10 @@ enum Item {
 /// the journal than the one before the crash.
 pub struct HeldItems {
     wait: Duration,
-    max: usize,
+    /// Most bytes held (the share of the memory budget), and the budget they count in.
+    max_bytes: usize,
+    budget: Option<HeldBudget>,
+    bytes: usize,
     tenants: Remembered,
     held: FastMap<TraceKey, Vec<(u64, Item)>>,
     /// Traces in the order their first item was held (stale entries skipped).
@@ -104,10 +156,14 @@ pub struct HeldItems {
 impl HeldItems {
     /// Held items for one consumer; records before `replay_before` were read by an earlier
     /// process.
+    ///
+    /// Without [`HeldItems::counted_in`], at most 32 MiB is held.
     pub fn new(config: &TenancyConfig, replay_before: u64) -> HeldItems {
         HeldItems {
             wait: config.wait.0,
-            max: config.max_held_items.0,
+            max_bytes: 32 << 20,
+            budget: None,
+            bytes: 0,
             tenants: Remembered::new(config.remembered_traces.0),
             held: FastMap::default(),
             expiry: VecDeque::new(),
@@ -120,9 +176,25 @@ impl HeldItems {
         }
     }
 
+    /// Held items count in `budget` and are bounded by the consumer's share of it.
+    pub fn counted_in(mut self, budget: HeldBudget) -> HeldItems {
+        self.max_bytes = budget.share;
+        self.budget = Some(budget);
+        self
+    }
+
     /// Items held now.
     pub fn len(&self) -> usize {
         self.count
+    }
+
+    /// About the memory the held items take.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn over_budget(&self) -> bool {
+        self.bytes > self.max_bytes || self.budget.as_ref().is_some_and(|b| b.budget.far_over())
     }
 
     /// True when nothing is held.
@@ -174,22 +246,48 @@ impl HeldItems {
                 }
             }
         }
-        let unnamed = batch.spans.iter().any(span_unnamed) || batch.logs.iter().any(log_unnamed);
-        if !unnamed && learned.is_empty() {
-            return Bound::AsIs;
+        // A root naming no tenant settles its trace: what waited for it goes on now.
+        let settled: Vec<TraceKey> = batch
+            .spans
+            .iter()
+            .filter(|s| s.parent_span_id.is_none() && span_unnamed(s))
+            .map(|s| trace_key(&s.sender, s.trace_id))
+            .filter(|key| self.held.contains_key(key))
+            .collect();
+        let known = |key: &TraceKey| self.tenants.get(key).is_some();
+        let waits = batch.spans.iter().any(|s| {
+            span_unnamed(s) && (s.tenant_pending || known(&trace_key(&s.sender, s.trace_id)))
+        }) || batch.logs.iter().any(|l| {
+            log_unnamed(l)
+                && l.trace_id
+                    .is_some_and(|t| l.tenant_pending || known(&trace_key(&l.sender, t)))
+        });
+        if !waits && learned.is_empty() && settled.is_empty() {
+            return go_on_unnamed(batch);
         }
         let mut out = EventBatch::default();
         for s in &batch.spans {
             if !span_unnamed(s) {
                 out.spans.push(s.clone());
-            } else if let Some(t) = self.tenants.get(&trace_key(&s.sender, s.trace_id)) {
-                let mut s = s.clone();
-                let moved = binding::release(&mut s.tenancy(), Some(t));
-                self.count_moved(&s.sender, moved);
-                out.spans.push(s);
-            } else {
-                let key = trace_key(&s.sender, s.trace_id);
-                self.hold(seq, key, Item::Span(Box::new(s.clone())), now);
+                continue;
+            }
+            let key = trace_key(&s.sender, s.trace_id);
+            match self.tenants.get(&key) {
+                Some(t) => {
+                    let t = std::sync::Arc::clone(t);
+                    let mut s = s.clone();
+                    let moved = binding::release(&mut s.tenancy(), Some(&*t));
+                    self.count_moved(&s.sender, moved);
+                    out.spans.push(s);
+                }
+                None if s.tenant_pending => {
+                    self.hold(seq, key, Item::Span(Box::new(s.clone())), now);
+                }
+                None => {
+                    let mut s = s.clone();
+                    binding::release(&mut s.tenancy(), None);
+                    out.spans.push(s);
+                }
             }
         }
         for l in &batch.logs {
@@ -197,25 +295,37 @@ impl HeldItems {
                 .trace_id
                 .filter(|_| log_unnamed(l))
                 .map(|t| trace_key(&l.sender, t));
-            match trace {
-                None => out.logs.push(l.clone()),
-                Some(trace) => match self.tenants.get(&trace) {
-                    Some(t) => {
-                        let mut l = l.clone();
-                        let moved = binding::release(&mut l.tenancy(), Some(t));
-                        self.count_moved(&l.sender, moved);
-                        out.logs.push(l);
-                    }
-                    None => self.hold(seq, trace, Item::Log(Box::new(l.clone())), now),
-                },
+            let Some(trace) = trace else {
+                out.logs.push(l.clone());
+                continue;
+            };
+            match self.tenants.get(&trace) {
+                Some(t) => {
+                    let t = std::sync::Arc::clone(t);
+                    let mut l = l.clone();
+                    let moved = binding::release(&mut l.tenancy(), Some(&*t));
+                    self.count_moved(&l.sender, moved);
+                    out.logs.push(l);
+                }
+                None if l.tenant_pending => {
+                    self.hold(seq, trace, Item::Log(Box::new(l.clone())), now);
+                }
+                None => {
+                    let mut l = l.clone();
+                    binding::release(&mut l.tenancy(), None);
+                    out.logs.push(l);
+                }
             }
         }
         let mut earliest = u64::MAX;
         for trace in learned {
             earliest = earliest.min(self.release_trace(&trace, true, &mut out));
         }
+        for trace in settled {
+            earliest = earliest.min(self.release_trace(&trace, false, &mut out));
+        }
         if seq >= self.replay_before {
-            while self.count > self.max {
+            while self.over_budget() {
                 let n = self.release_oldest(&mut out, &mut earliest);
                 if n == 0 {
                     break;
@@ -297,6 +407,12 @@ impl HeldItems {
     }
 
     fn hold(&mut self, seq: u64, trace: TraceKey, item: Item, now: Instant) {
+        let bytes = item.bytes();
+        self.bytes += bytes;
+        if let Some(b) = &self.budget {
+            b.budget
+                .change(isize::try_from(bytes).unwrap_or(isize::MAX));
+        }
         let items = self.held.entry(trace).or_default();
         if items.is_empty() {
             self.expiry.push_back((now, trace));
@@ -329,6 +445,12 @@ impl HeldItems {
         for (seq, item) in items {
             earliest = earliest.min(seq);
             self.count -= 1;
+            let bytes = item.bytes();
+            self.bytes = self.bytes.saturating_sub(bytes);
+            if let Some(b) = &self.budget {
+                b.budget
+                    .change(-isize::try_from(bytes).unwrap_or(isize::MAX));
+            }
             if let Some(n) = self.origins.get_mut(&seq) {
                 *n -= 1;
                 if *n == 0 {
@@ -360,6 +482,16 @@ impl HeldItems {
     }
 }
 
+impl Drop for HeldItems {
+    /// What is still held leaves the shared budget with the consumer.
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.budget
+                .change(-isize::try_from(self.bytes).unwrap_or(isize::MAX));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,7 +505,22 @@ mod tests {
         s.parent_span_id = claim.is_none().then_some([1; 8]);
         s.audit.claimed_tenant = claim.map(str::to_string);
         s.tenant = claim.unwrap_or(DEFAULT_TENANT).to_string();
+        s.tenant_pending = claim.is_none();
         s
+    }
+
+    /// An unnamed root span of `trace`.
+    fn unnamed_root(trace: u8, id: u8) -> SpanRecord {
+        let mut s = span(trace, id, None);
+        s.parent_span_id = None;
+        s.tenant_pending = false;
+        s
+    }
+
+    /// A budget of which a consumer's share holds `items` of the test's spans.
+    fn budget_for(items: usize) -> HeldBudget {
+        let one = Item::Span(Box::new(span(1, 1, None))).bytes();
+        HeldBudget::of(crate::archive::buffer::SharedBudget::new(8 * items * one))
     }
 
     fn batch(spans: Vec<SpanRecord>) -> EventBatch {
@@ -383,11 +530,11 @@ mod tests {
         }
     }
 
-    fn config(wait_s: u64, max: usize) -> TenancyConfig {
+    fn config(wait_s: u64) -> TenancyConfig {
         TenancyConfig {
             wait: HumanDuration(Duration::from_secs(wait_s)),
-            max_held_items: PositiveUsize(max),
             remembered_traces: PositiveUsize(100),
+            ..TenancyConfig::default()
         }
     }
 
@@ -404,7 +551,7 @@ mod tests {
 
     #[test]
     fn children_before_their_root_wait_for_its_tenant_and_hold_the_checkpoint() {
-        let mut h = HeldItems::new(&config(30, 100), 0);
+        let mut h = HeldItems::new(&config(30), 0);
         let now = Instant::now();
         let b = h.bind(
             1,
@@ -432,11 +579,14 @@ mod tests {
 
     #[test]
     fn at_the_bound_held_items_go_on_as_they_are_and_are_counted() {
-        let mut h = HeldItems::new(&config(30, 2), 0);
+        let budget = budget_for(2);
+        let shared = std::sync::Arc::clone(&budget.budget);
+        let mut h = HeldItems::new(&config(30), 0).counted_in(budget);
         let t0 = Instant::now();
         h.bind(1, &batch(vec![span(1, 1, None)]), t0);
         h.bind(2, &batch(vec![span(2, 2, None)]), t0);
-        // A third trace past max_held_items = 2: the oldest goes.
+        assert_eq!(shared.used(), h.bytes(), "held bytes count in the budget");
+        // A third trace past the share of the budget (two spans): the oldest goes.
         let b = h.bind(3, &batch(vec![span(3, 3, None)]), t0);
         assert_eq!(filed(&b), [(1, DEFAULT_TENANT)]);
         assert_eq!(h.take_unresolved(), [(Unresolved::Capacity, 1)]);
@@ -447,11 +597,12 @@ mod tests {
         // Two releases in record 3 (trace 1 for room, from record 1; traces 2 and 3 for time).
         assert_eq!(h.checkpoint(3), 1);
         assert_eq!(h.checkpoint(4), 4);
+        assert_eq!(shared.used(), 0, "nothing held, nothing counted");
     }
 
     #[test]
     fn nothing_is_released_for_time_or_room_while_replaying() {
-        let mut h = HeldItems::new(&config(30, 1), 10);
+        let mut h = HeldItems::new(&config(30), 10).counted_in(budget_for(1));
         let t0 = Instant::now();
         h.bind(4, &batch(vec![span(1, 1, None)]), t0);
         h.bind(5, &batch(vec![span(2, 2, None)]), t0);
@@ -466,10 +617,42 @@ mod tests {
 
     #[test]
     fn a_zero_wait_holds_nothing() {
-        let mut h = HeldItems::new(&config(0, 10), 0);
+        let mut h = HeldItems::new(&config(0), 0);
         assert!(matches!(
             h.bind(1, &batch(vec![span(1, 1, None)]), Instant::now()),
             Bound::AsIs
         ));
+    }
+
+    #[test]
+    fn a_root_naming_no_tenant_lets_its_held_children_go_at_once() {
+        let mut h = HeldItems::new(&config(30), 0);
+        let now = Instant::now();
+        h.bind(1, &batch(vec![span(7, 2, None), span(8, 3, None)]), now);
+        assert_eq!(h.len(), 2);
+        let b = h.bind(2, &batch(vec![unnamed_root(7, 1)]), now);
+        assert_eq!(filed(&b), [(1, DEFAULT_TENANT), (2, DEFAULT_TENANT)]);
+        assert_eq!(h.len(), 1, "trace 8 still waits for its root");
+        assert!(h.take_unresolved().is_empty(), "settled, not unresolved");
+        assert_eq!(
+            h.checkpoint(2),
+            1,
+            "released in record 2, held from record 1"
+        );
+        assert_eq!(h.checkpoint(3), 1, "trace 8 holds record 1");
+    }
+
+    #[test]
+    fn items_that_may_not_wait_go_on_at_once() {
+        let mut h = HeldItems::new(&config(30), 0);
+        let mut child = span(7, 2, None);
+        child.tenant_pending = false;
+        let b = h.bind(1, &batch(vec![child]), Instant::now());
+        assert!(
+            matches!(b, Bound::AsIs),
+            "nothing to change for a sender with no home"
+        );
+        assert!(h.is_empty());
+        assert_eq!(h.checkpoint(2), 2);
     }
 }

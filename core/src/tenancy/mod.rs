@@ -11,20 +11,28 @@
 //!   the same request, or in an earlier one still remembered. An item that claims another
 //!   tenant than its trace's keeps its claim in `claimed_tenant` and is counted
 //!   (`toolwatch_tenant_conflicts_total`). The journal then holds the resolved tenant.
-//! - [`HeldItems`], in every journal consumer: an item that still has no tenant (it came
-//!   before any item of its trace that names one) is held back until one arrives, for at most
-//!   `tenancy.wait` and `tenancy.max_held_items`; at the bound it goes on under the tenant it
-//!   has (`default`) and is counted (`toolwatch_tenant_unresolved_items_total`). The consumer's
-//!   checkpoint stays before every held item, so a crash loses none.
+//!   The intake also decides whether waiting can help an item left without a tenant
+//!   (`tenant_pending`): not when its trace's root already came naming none, nor when its
+//!   sender names no tenants ([`SenderSpaces`]). A deployment that names no tenant pays
+//!   nothing for tenancy.
+//! - [`HeldItems`], in every journal consumer: an item that may wait and still has no tenant
+//!   (it came before any item of its trace that names one) is held back until one arrives, or
+//!   its trace's root arrives naming none (then it goes on under `default` at once), for at
+//!   most `tenancy.wait` and its share of the archive's memory budget; past either it goes on
+//!   under the tenant it has (`default`) and is counted
+//!   (`toolwatch_tenant_unresolved_items_total`). The consumer's checkpoint stays before every
+//!   held item, so a crash loses none.
 //!
 //! Only trace ids link items: request ids are chosen by executors and repeat across tenants,
 //! so linking by them would file one tenant's data under another's.
 
 pub mod binding;
 mod held;
+mod spaces;
 mod traces;
 
-pub use held::{Bound, HeldItems};
+pub use held::{Bound, HeldBudget, HeldItems};
+pub use spaces::SenderSpaces;
 pub use traces::TraceTenants;
 
 use std::time::Duration;
@@ -41,11 +49,20 @@ pub struct TenancyConfig {
     /// Longest a span or log record without a tenant waits in a consumer for an item of its
     /// trace that names one; then it is filed under `default`. `"0s"`: never wait.
     pub wait: HumanDuration,
-    /// Most items held back at once per consumer; past it the oldest go on under `default`.
+    /// No longer used: held items are bounded in bytes by their share of
+    /// `archive.buffer_bytes` (accepted so older configs still load).
     pub max_held_items: PositiveUsize,
     /// Traces whose tenant the intake and each consumer remember (oldest forgotten first).
     pub remembered_traces: PositiveUsize,
+    /// How long a sender (with auth off: every unauthenticated sender together) counts as
+    /// one that names tenants after its last item that named one. Its items without a tenant
+    /// may wait for their trace's; once it sent a root naming none and named none for this
+    /// long, they go on at once.
+    pub naming_memory: HumanDuration,
 }
+
+/// The default of `tenancy.naming_memory`.
+pub const NAMING_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
 impl Default for TenancyConfig {
     fn default() -> Self {
@@ -53,6 +70,7 @@ impl Default for TenancyConfig {
             wait: HumanDuration(Duration::from_secs(30)),
             max_held_items: PositiveUsize(200_000),
             remembered_traces: PositiveUsize(262_144),
+            naming_memory: HumanDuration(NAMING_MEMORY),
         }
     }
 }

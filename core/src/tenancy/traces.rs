@@ -3,8 +3,9 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{log_unnamed, span_unnamed, trace_key, TraceKey};
-use crate::event::{EventBatch, Field, LogRecord, Source, SourceKeys, SpanRecord};
+use super::spaces::SenderSpaces;
+use super::{log_unnamed, span_unnamed, trace_key, TraceKey, NAMING_MEMORY};
+use crate::event::{EventBatch, Field, LogRecord, Source, SourceKeys, SpanRecord, DEFAULT_TENANT};
 use crate::maps::{FastMap, FastSet};
 
 /// Tenant names kept interned at most; past it the set starts again (it only saves memory).
@@ -13,6 +14,9 @@ const MAX_INTERNED: usize = 65_536;
 /// How strongly an item names its tenant; a stronger claim decides its trace's tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Claim {
+    /// A root span that named no tenant: the trace goes on under `default` (its sender's
+    /// home); any claim outranks it.
+    UnnamedRoot,
     /// Named by the resource the item came under (a service's default).
     Resource,
     /// Named by the item itself.
@@ -136,15 +140,30 @@ impl Remembered {
 
 /// The intake's memory of which tenant each recent trace named (see the module notes).
 pub struct TraceTenants {
-    remembered: Mutex<Remembered>,
+    remembered: Mutex<(Remembered, SenderSpaces)>,
 }
 
 impl TraceTenants {
-    /// Remembers up to `capacity` traces.
+    /// Remembers up to `capacity` traces; which senders name tenants is kept for a day, in
+    /// memory only.
     pub fn new(capacity: usize) -> TraceTenants {
+        TraceTenants::with_spaces(capacity, SenderSpaces::new(NAMING_MEMORY, None))
+    }
+
+    /// As [`TraceTenants::new`], with `spaces` as the memory of which senders name tenants.
+    pub fn with_spaces(capacity: usize, spaces: SenderSpaces) -> TraceTenants {
         TraceTenants {
-            remembered: Mutex::new(Remembered::new(capacity)),
+            remembered: Mutex::new((Remembered::new(capacity), spaces)),
         }
+    }
+
+    /// Saves which senders name tenants when it changed and a minute passed (or `force`).
+    pub fn save_spaces(&self, force: bool) {
+        let mut r = self
+            .remembered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        r.1.save_if_due(crate::clock::now_ns() / 1_000_000_000, force);
     }
 
     /// Files every item of `batch` under its trace's tenant where one is known (from this
@@ -154,22 +173,38 @@ impl TraceTenants {
     /// Where a trace's items name different tenants, the strongest claim decides: a root
     /// span's own, then any item's own, then a resource's; among equals, the first seen.
     /// Items already journalled stay where they were filed.
+    ///
+    /// An item left without a tenant is marked `tenant_pending` (the consumers may hold it
+    /// for its trace's tenant) unless its trace's root came naming none, or its sender's
+    /// space is untenanted (see [`SenderSpaces`]).
     pub fn resolve(&self, batch: &mut EventBatch) -> u64 {
-        let mut r = self
+        let now_s = crate::clock::now_ns() / 1_000_000_000;
+        let mut guard = self
             .remembered
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let (r, spaces) = &mut *guard;
         for s in batch.spans.iter().filter(|s| !span_unnamed(s)) {
-            r.learn(
-                trace_key(&s.sender, s.trace_id),
-                &s.tenant,
-                Claim::of_span(s),
-            );
+            let key = trace_key(&s.sender, s.trace_id);
+            spaces.named(key.0, now_s);
+            r.learn(key, &s.tenant, Claim::of_span(s));
         }
         for l in batch.logs.iter().filter(|l| !log_unnamed(l)) {
             if let Some(trace) = l.trace_id {
-                r.learn(trace_key(&l.sender, trace), &l.tenant, Claim::of_log(l));
+                let key = trace_key(&l.sender, trace);
+                spaces.named(key.0, now_s);
+                r.learn(key, &l.tenant, Claim::of_log(l));
             }
+        }
+        // A root naming no tenant settles its trace (unless another item named one).
+        for s in batch
+            .spans
+            .iter()
+            .filter(|s| s.parent_span_id.is_none() && span_unnamed(s))
+        {
+            let key = trace_key(&s.sender, s.trace_id);
+            spaces.unnamed_root(key.0, now_s);
+            r.learn(key, DEFAULT_TENANT, Claim::UnnamedRoot);
         }
         let mut conflicts = 0;
         for s in &mut batch.spans {
@@ -190,6 +225,15 @@ impl TraceTenants {
                     l.tenant = t.to_string();
                 }
             }
+        }
+        let may_wait = |key: &TraceKey| r.get(key).is_none() && !spaces.untenanted(key.0, now_s);
+        for s in batch.spans.iter_mut().filter(|s| span_unnamed(s)) {
+            s.tenant_pending = may_wait(&trace_key(&s.sender, s.trace_id));
+        }
+        for l in batch.logs.iter_mut().filter(|l| log_unnamed(l)) {
+            l.tenant_pending = l
+                .trace_id
+                .is_some_and(|trace| may_wait(&trace_key(&l.sender, trace)));
         }
         conflicts
     }
@@ -304,5 +348,44 @@ mod tests {
         assert!(r.learn((0, [3; 16]), "a", Claim::Item));
         assert!(r.get(&(0, [1; 16])).is_none());
         assert_eq!(r.get(&(0, [3; 16])).map(|t| &**t), Some("a"));
+    }
+
+    fn pending(b: &EventBatch) -> Vec<bool> {
+        b.spans.iter().map(|s| s.tenant_pending).collect()
+    }
+
+    #[test]
+    fn items_wait_only_where_a_tenant_may_still_come() {
+        let t = TraceTenants::new(16);
+        // Unseen senders: a child whose root has not come may wait; a child beside its
+        // unnamed root may not.
+        let mut first = EventBatch {
+            spans: vec![span(1, 2, Some(1), None)],
+            logs: Vec::new(),
+        };
+        t.resolve(&mut first);
+        assert_eq!(pending(&first), [true]);
+        let mut rooted = EventBatch {
+            spans: vec![span(2, 5, Some(4), None), span(2, 4, None, None)],
+            logs: Vec::new(),
+        };
+        t.resolve(&mut rooted);
+        assert_eq!(pending(&rooted), [false, false]);
+        assert_eq!(tenants(&rooted), [DEFAULT_TENANT; 2]);
+        // The unnamed root made the (sender-less) space untenanted: nothing waits now.
+        let mut later = EventBatch {
+            spans: vec![span(3, 2, Some(1), None)],
+            logs: Vec::new(),
+        };
+        t.resolve(&mut later);
+        assert_eq!(pending(&later), [false]);
+        // Once an item names a tenant, children of unknown traces may wait again.
+        let mut named = EventBatch {
+            spans: vec![span(4, 1, None, Some("acme")), span(5, 2, Some(1), None)],
+            logs: Vec::new(),
+        };
+        t.resolve(&mut named);
+        assert_eq!(pending(&named), [false, true]);
+        assert_eq!(tenants(&named), ["acme", DEFAULT_TENANT]);
     }
 }
