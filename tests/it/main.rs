@@ -11,6 +11,7 @@ mod compaction;
 mod corpora;
 mod dashboards;
 mod deploy;
+mod downstream;
 mod durability;
 mod engines;
 mod export;

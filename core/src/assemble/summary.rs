@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::prices::{disagrees, PriceTable, TokenCounts};
 use crate::event::{
-    hex_id, LogRecord, McpCallKey, McpSide, SpanClass, SpanId, SpanRecord, StatusCode, TraceId,
+    hex_id, LogRecord, McpCallKey, McpSide, SpanClass, SpanId, SpanKind, SpanRecord, StatusCode,
+    TraceId,
 };
 
 /// A short repeated string (model, tool, principal, decision), shared between the span facts
@@ -53,6 +54,12 @@ pub struct SpanFacts {
     pub parent: Option<SpanId>,
     /// Audit class.
     pub class: SpanClass,
+    /// OTLP span kind: a `SERVER` or `CONSUMER` span of another service is a downstream call
+    /// seen from its callee's side.
+    pub kind: SpanKind,
+    /// `service.name` of the span's resource (shared: a request has few services), to tell a
+    /// call into another service from dispatch within one.
+    pub service: Text,
     /// Start, ns.
     pub start_ns: i64,
     /// End, ns.
@@ -201,6 +208,8 @@ impl SpanFacts {
             span_id: span.span_id,
             parent: span.parent_span_id,
             class: span.class,
+            kind: span.kind,
+            service: strings.text(&span.resource.service_name),
             start_ns: span.start_ns,
             end_ns: span.end_ns,
             error: span.status_code == StatusCode::Error,
@@ -269,6 +278,53 @@ impl RequestFacts<'_> {
             .filter(|(_, _, _, key)| unpaired.remove(key))
             .map(|(_, id, _, _)| id)
             .collect()
+    }
+
+    /// Downstream calls, each counted once whichever side traced it: the request's spans of
+    /// class `downstream` (the caller's client or producer span), plus the callee-side spans
+    /// (see [`RequestFacts::callee_of`]) that no client span of the request accounts for. A
+    /// client span pairs with one callee span, its earliest child (the server of the call it
+    /// made); another callee span under it (a message delivered to a second consumer) is a
+    /// call of its own, as it would be if only the callees were traced.
+    pub fn downstream_calls(&self) -> u64 {
+        let clients = self
+            .spans
+            .values()
+            .filter(|s| s.class == SpanClass::Downstream)
+            .count();
+        let mut callees: Vec<(i64, SpanId, SpanId, bool)> = self
+            .spans
+            .values()
+            .filter_map(|s| {
+                let caller = self.callee_of(s)?;
+                let by_client = caller.class == SpanClass::Downstream;
+                Some((s.start_ns, s.span_id, caller.span_id, by_client))
+            })
+            .collect();
+        // Earliest first, so which callee pairs does not depend on arrival order.
+        callees.sort_unstable();
+        let mut paired: BTreeSet<SpanId> = BTreeSet::new();
+        let unpaired = callees
+            .into_iter()
+            .filter(|&(_, _, caller, by_client)| !(by_client && paired.insert(caller)))
+            .count();
+        (clients + unpaired) as u64
+    }
+
+    /// The span that called `span` from another service, when `span` is the callee's side of
+    /// a downstream call: a `SERVER` or `CONSUMER` span of class `other` whose parent is a
+    /// span of the request with a different `service.name`. A server span whose parent is in
+    /// its own service is dispatch within a process, not a call; a `model`, `tool` or `agent`
+    /// span keeps its class (an MCP server's `tools/call` is a tool call, paired by
+    /// [`RequestFacts::mcp_echoes`]).
+    fn callee_of(&self, span: &SpanFacts) -> Option<&SpanFacts> {
+        if span.class != SpanClass::Other
+            || !matches!(span.kind, SpanKind::Server | SpanKind::Consumer)
+        {
+            return None;
+        }
+        let parent = self.spans.get(&span.parent?)?;
+        (parent.trace_id == span.trace_id && parent.service != span.service).then_some(parent)
     }
 }
 
@@ -401,7 +457,8 @@ pub struct RequestSummary {
     pub tool_calls: u64,
     /// Tool calls per tool name.
     pub tool_calls_by_tool: BTreeMap<String, u64>,
-    /// Downstream calls (HTTP, database, RPC, messaging).
+    /// Downstream calls (HTTP, database, RPC, messaging), each once whether its client, its
+    /// server or both traced it (see [`RequestFacts::downstream_calls`]).
     pub downstream_calls: u64,
     /// Input tokens.
     pub input_tokens: i64,
@@ -498,6 +555,7 @@ pub fn summarize(
     };
     let mut traces = BTreeSet::new();
     let echoes = facts.mcp_echoes();
+    s.downstream_calls = facts.downstream_calls();
     // Decisions per span (its own, its events', its logs'), and per span-less log record.
     // One span is one decision however many places repeat it (the span, its events, log
     // records about it); a log record about no span of the request stands alone.
@@ -545,8 +603,9 @@ pub fn summarize(
                 let tool = f.tool.as_deref().unwrap_or("unknown").to_string();
                 *s.tool_calls_by_tool.entry(tool).or_default() += 1;
             }
-            SpanClass::Downstream => s.downstream_calls += 1,
-            SpanClass::Agent | SpanClass::Other => {}
+            // Downstream calls are counted over the whole request above: a callee's span
+            // counts only when no client span of the request already did.
+            SpanClass::Downstream | SpanClass::Agent | SpanClass::Other => {}
         }
         if f.retry_attempt > 0 {
             s.retries += 1;

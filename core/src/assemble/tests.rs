@@ -501,3 +501,108 @@ fn mcp_sides_pair_only_on_the_same_request_id_and_parent() {
     let out = run(vec![batch(spans, vec![])]);
     assert_eq!(out[0].tool_calls, 5);
 }
+
+/// A span of `service` (its resource's `service.name`), of kind `kind`.
+fn of_service(mut s: SpanRecord, service: &str, kind: SpanKind) -> SpanRecord {
+    s.resource = std::sync::Arc::new(crate::event::Resource {
+        service_name: service.into(),
+        ..Default::default()
+    });
+    s.kind = kind;
+    s
+}
+
+/// An executor's request (root agent span 1 and four tool spans, 2 to 5) whose tool calls
+/// each reach `orders-api`, traced by the executor's HTTP client (`client`: spans 12 to 15
+/// under the tool spans), by `orders-api` (`server`: spans 22 to 25 under the client spans,
+/// or under the tool spans when there are none), or both.
+fn orders_calls(client: bool, server: bool) -> Vec<SpanRecord> {
+    let executor = |s| of_service(s, "executor", SpanKind::Internal);
+    let mut root = executor(span(T1, 1, None, SpanClass::Agent));
+    root.audit.request_id = Some("req-orders".into());
+    let mut spans = vec![root];
+    for tool in 2..=5u8 {
+        let mut call = executor(span(T1, tool, Some(1), SpanClass::Tool));
+        call.audit.request_id = Some("req-orders".into());
+        call.gen_ai.tool_name = Some("create_order".into());
+        spans.push(call);
+        let mut caller = tool;
+        if client {
+            let http = span(T1, tool + 10, Some(tool), SpanClass::Downstream);
+            spans.push(of_service(http, "executor", SpanKind::Client));
+            caller = tool + 10;
+        }
+        if server {
+            let handler = span(T1, tool + 20, Some(caller), SpanClass::Other);
+            spans.push(of_service(handler, "orders-api", SpanKind::Server));
+        }
+    }
+    spans
+}
+
+#[test]
+fn a_downstream_call_counts_once_whichever_side_traced_it() {
+    for (client, server) in [(false, true), (true, false), (true, true)] {
+        let spans = orders_calls(client, server);
+        let count = spans.len();
+        // Whatever the order the two services' exports arrive in.
+        let mut reversed = spans.clone();
+        reversed.reverse();
+        for spans in [spans, reversed] {
+            let out = run(spans.into_iter().map(|s| batch(vec![s], vec![])).collect());
+            let s = out.last().expect("a summary");
+            assert_eq!(
+                s.span_count, count as u64,
+                "client {client} server {server}"
+            );
+            assert_eq!(s.tool_calls, 4, "client {client} server {server}");
+            assert_eq!(s.downstream_calls, 4, "client {client} server {server}");
+        }
+    }
+}
+
+#[test]
+fn a_server_span_of_the_same_service_is_no_downstream_call() {
+    let mut spans = orders_calls(false, false);
+    // In-process dispatch: the executor's own server span under a tool span.
+    let dispatch = span(T1, 30, Some(2), SpanClass::Other);
+    spans.push(of_service(dispatch, "executor", SpanKind::Server));
+    // And a server span whose parent never arrived: nothing says who called it.
+    let orphan = span(T1, 31, Some(99), SpanClass::Other);
+    spans.push(of_service(orphan, "orders-api", SpanKind::Server));
+    let out = run(vec![batch(spans, vec![])]);
+    assert_eq!(out[0].downstream_calls, 0);
+}
+
+#[test]
+fn a_consumer_span_of_another_service_counts() {
+    let mut spans = orders_calls(false, false);
+    // A message the tool call sent, traced only by the consumer that processed it.
+    let consume = span(T1, 30, Some(2), SpanClass::Other);
+    spans.push(of_service(consume, "billing-worker", SpanKind::Consumer));
+    // An internal span of another service under a tool span is no call's callee side.
+    let internal = span(T1, 31, Some(3), SpanClass::Other);
+    spans.push(of_service(internal, "billing-worker", SpanKind::Internal));
+    let out = run(vec![batch(spans, vec![])]);
+    assert_eq!(out[0].downstream_calls, 1);
+}
+
+#[test]
+fn a_producer_pairs_with_one_consumer_and_a_second_delivery_counts() {
+    let mut spans = orders_calls(false, false);
+    let publish = span(T1, 30, Some(2), SpanClass::Downstream);
+    spans.push(of_service(publish, "executor", SpanKind::Producer));
+    // Two services consume the message: the earliest pairs with the producer, the other is a
+    // delivery of its own (as it counts when only the consumers are traced).
+    for (id, service) in [(31, "billing-worker"), (32, "audit-worker")] {
+        let consume = span(T1, id, Some(30), SpanClass::Other);
+        spans.push(of_service(consume, service, SpanKind::Consumer));
+    }
+    // A tool span of another service under the producer keeps its class: a tool call.
+    let mut tool = span(T1, 33, Some(30), SpanClass::Tool);
+    tool.gen_ai.tool_name = Some("bill".into());
+    spans.push(of_service(tool, "billing-worker", SpanKind::Server));
+    let out = run(vec![batch(spans, vec![])]);
+    assert_eq!(out[0].downstream_calls, 2);
+    assert_eq!(out[0].tool_calls, 5);
+}
