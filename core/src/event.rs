@@ -45,6 +45,17 @@ pub enum AttrValue {
 }
 
 impl AttrValue {
+    /// Bytes of text and raw bytes in the value, at any depth (keys of maps included).
+    pub fn text_bytes(&self) -> usize {
+        match self {
+            AttrValue::Str(s) => s.len(),
+            AttrValue::Bytes(b) => b.len(),
+            AttrValue::Array(items) => items.iter().map(AttrValue::text_bytes).sum(),
+            AttrValue::Map(m) => m.text_bytes(),
+            _ => 0,
+        }
+    }
+
     /// The string, if this is one.
     pub fn as_str(&self) -> Option<&str> {
         match self {
@@ -67,6 +78,11 @@ impl Attributes {
     /// True when there are no pairs.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Bytes of text in the keys and values, at any depth.
+    pub fn text_bytes(&self) -> usize {
+        self.0.iter().map(|(k, v)| k.len() + v.text_bytes()).sum()
     }
 }
 
@@ -760,6 +776,35 @@ pub struct GenAiFields {
     pub mcp_session_id: Option<String>,
 }
 
+/// The summed lengths of optional texts.
+fn texts_len(texts: &[&Option<String>]) -> usize {
+    texts.iter().map(|t| t.as_deref().map_or(0, str::len)).sum()
+}
+
+impl GenAiFields {
+    /// Bytes of text in the fields (tool arguments and results above all).
+    pub fn text_bytes(&self) -> usize {
+        texts_len(&[
+            &self.operation,
+            &self.provider,
+            &self.request_model,
+            &self.response_model,
+            &self.response_id,
+            &self.finish_reasons,
+            &self.conversation_id,
+            &self.agent_id,
+            &self.agent_name,
+            &self.tool_name,
+            &self.tool_call_id,
+            &self.tool_type,
+            &self.tool_arguments,
+            &self.tool_result,
+            &self.mcp_method,
+            &self.mcp_session_id,
+        ])
+    }
+}
+
 /// The `executor.*` audit fields that the conventions do not cover.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct AuditFields {
@@ -809,6 +854,31 @@ pub struct AuditFields {
     pub stop_reason: Option<String>,
     /// `executor.claimed_cost_usd`: the cost the executor claims.
     pub claimed_cost_usd: Option<f64>,
+}
+
+impl AuditFields {
+    /// Bytes of text in the fields.
+    pub fn text_bytes(&self) -> usize {
+        texts_len(&[
+            &self.request_id,
+            &self.claimed_tenant,
+            &self.principal_id,
+            &self.resource_id,
+            &self.resource_version,
+            &self.tool_version,
+            &self.tool_schema_version,
+            &self.prompt_version,
+            &self.effect_class,
+            &self.policy_decision,
+            &self.policy_reason,
+            &self.idempotency_key,
+            &self.idempotency_key_hash,
+            &self.result_code,
+            &self.confirmation_status,
+            &self.confirmation_digest,
+            &self.stop_reason,
+        ])
+    }
 }
 
 /// A span event (a moment inside a span).
@@ -949,6 +1019,27 @@ fn request_id_hash(id: &str) -> u64 {
 }
 
 impl SpanRecord {
+    /// Bytes of text the span carries (names, fields, attributes, events, links): what
+    /// protect reads and about what it holds in memory beyond its fixed size.
+    pub fn text_bytes(&self) -> usize {
+        self.name.len()
+            + self.status_message.len()
+            + self.trace_state.len()
+            + self.gen_ai.text_bytes()
+            + self.audit.text_bytes()
+            + self.attributes.text_bytes()
+            + self
+                .events
+                .iter()
+                .map(|e| e.name.len() + e.attributes.text_bytes())
+                .sum::<usize>()
+            + self
+                .links
+                .iter()
+                .map(|l| l.trace_state.len() + l.attributes.text_bytes())
+                .sum::<usize>()
+    }
+
     /// The side and identity of the MCP `tools/call` this tool span records, if it records one
     /// whose other side can be traced too: a `CLIENT` or `SERVER` span with `mcp.method.name =
     /// tools/call` and a `jsonrpc.request.id` (a server span also needs its parent, the
@@ -1048,6 +1139,18 @@ pub struct LogRecord {
     /// See [`SpanRecord::tenant_pending`].
     #[serde(skip)]
     pub tenant_pending: bool,
+}
+
+impl LogRecord {
+    /// Bytes of text the record carries (body, names, fields, attributes); see
+    /// [`SpanRecord::text_bytes`].
+    pub fn text_bytes(&self) -> usize {
+        self.severity_text.len()
+            + self.event_name.len()
+            + self.body.text_bytes()
+            + self.audit.text_bytes()
+            + self.attributes.text_bytes()
+    }
 }
 
 /// Who sent an item, as the receivers authenticated it.

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::event::{AttrValue, Attributes, EventBatch, Sender};
+use crate::event::{EventBatch, LogRecord, Sender, SpanRecord};
 use crate::journal::codec::{self, JournalEntry};
 use crate::journal::writer::{AppendError, JournalWriter};
 use crate::metrics::Metrics;
@@ -34,37 +34,16 @@ pub enum Refusal {
 /// Text in a batch from which protect runs on a blocking thread, not a runtime worker.
 pub const BLOCKING_PROTECT_BYTES: usize = 256 << 10;
 
-/// About how much text protect reads in `batch`: names, string attributes (at any depth),
-/// event attributes and log bodies. Stops counting at [`BLOCKING_PROTECT_BYTES`].
+/// About how much text protect reads in `batch` (every text of every item, tool arguments
+/// and results included). Stops counting at [`BLOCKING_PROTECT_BYTES`].
 fn text_bytes(batch: &EventBatch) -> usize {
-    fn value(v: &AttrValue) -> usize {
-        match v {
-            AttrValue::Str(s) => s.len(),
-            AttrValue::Bytes(b) => b.len(),
-            AttrValue::Array(items) => items.iter().map(value).sum(),
-            AttrValue::Map(m) => attributes(m),
-            _ => 0,
-        }
-    }
-    fn attributes(a: &Attributes) -> usize {
-        a.0.iter().map(|(k, v)| k.len() + value(v)).sum()
-    }
+    let spans = batch.spans.iter().map(SpanRecord::text_bytes);
+    let logs = batch.logs.iter().map(LogRecord::text_bytes);
     let mut total = 0;
-    for s in &batch.spans {
-        total += s.name.len() + s.status_message.len() + attributes(&s.attributes);
-        total += s
-            .events
-            .iter()
-            .map(|e| e.name.len() + attributes(&e.attributes))
-            .sum::<usize>();
+    for n in spans.chain(logs) {
+        total += n;
         if total >= BLOCKING_PROTECT_BYTES {
-            return total;
-        }
-    }
-    for l in &batch.logs {
-        total += value(&l.body) + attributes(&l.attributes);
-        if total >= BLOCKING_PROTECT_BYTES {
-            return total;
+            break;
         }
     }
     total
@@ -141,6 +120,7 @@ impl Intake {
         let (protector, batch, report) = if text_bytes(&batch) >= BLOCKING_PROTECT_BYTES {
             // Protect is linear, but a batch of megabytes still takes a while: off the
             // runtime's workers, so the requests behind it are not kept waiting.
+            tracing::debug!("protecting a large batch off the runtime workers");
             tokio::task::spawn_blocking(move || {
                 let report = protector.protect(&mut batch);
                 (protector, batch, report)
@@ -200,5 +180,50 @@ impl Intake {
     /// A copy of the protector in force (it shares what the tenants learned).
     pub async fn protector(&self) -> Protector {
         self.protector.read().await.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{fixtures, AttrValue, Attributes};
+
+    #[test]
+    fn every_text_of_a_batch_counts_towards_protecting_it_off_the_runtime() {
+        let big = "password=abc123 ".repeat(BLOCKING_PROTECT_BYTES / 16);
+        let mut result = fixtures::span();
+        result.gen_ai.tool_result = Some(big.clone());
+        let mut body = fixtures::log();
+        body.body = AttrValue::Array(vec![AttrValue::Map(Attributes(vec![(
+            "dump".into(),
+            AttrValue::Str(big.clone()),
+        )]))]);
+        let mut event = fixtures::span();
+        event.events.push(crate::event::SpanEventRecord {
+            time_ns: 0,
+            name: "log".into(),
+            attributes: Attributes(vec![("text".into(), AttrValue::Str(big))]),
+        });
+        for batch in [
+            EventBatch {
+                spans: vec![result],
+                ..Default::default()
+            },
+            EventBatch {
+                logs: vec![body],
+                ..Default::default()
+            },
+            EventBatch {
+                spans: vec![event],
+                ..Default::default()
+            },
+        ] {
+            assert!(text_bytes(&batch) >= BLOCKING_PROTECT_BYTES);
+        }
+        let small = EventBatch {
+            spans: vec![fixtures::span(); 1000],
+            ..Default::default()
+        };
+        assert_eq!(text_bytes(&small), 0);
     }
 }

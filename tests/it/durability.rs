@@ -33,7 +33,7 @@ use crate::otlp::{spans_request, text};
 // ---------------------------------------------------------------------------------------
 
 /// A set from a list, asserting the list has no repeats (`what` names it in the failure).
-fn unique(ids: Vec<SpanKey>, what: &str) -> BTreeSet<SpanKey> {
+pub(crate) fn unique(ids: Vec<SpanKey>, what: &str) -> BTreeSet<SpanKey> {
     let n = ids.len();
     let set: BTreeSet<SpanKey> = ids.into_iter().collect();
     assert_eq!(
@@ -77,7 +77,7 @@ fn archived_once(data_dir: &Path) -> BTreeSet<SpanKey> {
 }
 
 /// Asserts `a ⊆ b`, naming the first missing entries.
-fn assert_subset(a: &BTreeSet<SpanKey>, b: &BTreeSet<SpanKey>, what: &str) {
+pub(crate) fn assert_subset(a: &BTreeSet<SpanKey>, b: &BTreeSet<SpanKey>, what: &str) {
     let missing: Vec<_> = a.difference(b).collect();
     assert!(
         missing.is_empty(),
@@ -106,7 +106,7 @@ fn sum_samples(metrics: &str, family: &str, label: &str) -> f64 {
 }
 
 /// The JSON log lines whose message is `message`.
-fn log_lines(log: &Arc<Mutex<Vec<String>>>, message: &str) -> Vec<Value> {
+pub(crate) fn log_lines(log: &Arc<Mutex<Vec<String>>>, message: &str) -> Vec<Value> {
     log.lock()
         .expect("log lock")
         .iter()
@@ -238,7 +238,7 @@ impl Drop for Loadgen {
 // ---------------------------------------------------------------------------------------
 
 /// The seed for random kill moments: `DURABILITY_SEED` to replay a failure, else the clock.
-fn kill_seed() -> u64 {
+pub(crate) fn kill_seed() -> u64 {
     std::env::var("DURABILITY_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

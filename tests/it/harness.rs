@@ -670,3 +670,73 @@ pub fn query_n(data_dir: &Path, extra: &[&str], sql: &str) -> u64 {
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("rows");
     rows[0]["n"].as_u64().expect("count")
 }
+
+/// The sum of every sample of `family` (e.g. `toolwatch_otlp_requests_total`) whose labels
+/// contain `label` (e.g. `consumer="archive"`; empty: every sample) in a `/metrics` text.
+pub fn metric_sum(text: &str, family: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains(label))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// The journal consumers that hold items back for their trace's tenant.
+pub const TENANT_CONSUMERS: [&str; 3] = ["archive", "assemble", "budgets"];
+
+impl Daemon {
+    /// Waits until each journal consumer took a record for every OTLP request the daemon
+    /// accepted (at least `accepted`, so the wait cannot end before the data came), and then
+    /// holds nothing back for its trace's tenant (`toolwatch_tenant_held_items` 0).
+    pub fn wait_until_consumers_hold_nothing(&self, accepted: u64) {
+        for consumer in TENANT_CONSUMERS {
+            let label = format!("consumer=\"{consumer}\"");
+            let held = format!("toolwatch_tenant_held_items{{{label}}}");
+            wait_for(
+                &format!("{consumer} to take every accepted request and hold nothing"),
+                || {
+                    let (_, text) = self.admin_get("/metrics");
+                    let requests = metric_sum(&text, "toolwatch_otlp_requests_total", "");
+                    let taken =
+                        metric_sum(&text, "toolwatch_journal_consumer_records_total", &label);
+                    let ready = requests >= accepted as f64
+                        && taken >= requests
+                        && metric_text(&text, &held) == Some(0.0);
+                    ready.then_some(())
+                },
+            );
+        }
+    }
+
+    /// Asserts that no consumer let an item go on without its trace's tenant
+    /// (`toolwatch_tenant_unresolved_items_total` absent or 0 for every consumer and reason).
+    pub fn assert_nothing_unresolved(&self) {
+        let (_, text) = self.admin_get("/metrics");
+        let unresolved = metric_sum(&text, "toolwatch_tenant_unresolved_items_total", "");
+        assert_eq!(
+            unresolved,
+            0.0,
+            "items went on unresolved: {:?}",
+            text.lines()
+                .filter(|l| l.starts_with("toolwatch_tenant_unresolved_items_total"))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// The rows of `toolwatch query --data-dir <data_dir> --format json <sql>` (which reads the
+/// running daemon's buffers too), panicking with its stderr if it fails.
+pub fn query_rows(data_dir: &Path, sql: &str) -> Vec<Value> {
+    let out = toolwatch()
+        .arg("query")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--format", "json", sql])
+        .output()
+        .expect("query");
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("rows")
+}

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{assert_readers_agree, by_key, run_python, wait_for, Daemon};
+use crate::harness::{assert_readers_agree, by_key, run_python, Daemon};
 
 fn root_only_tenant(protocol: &str) {
     let mut d = Daemon::start();
@@ -16,14 +16,21 @@ fn root_only_tenant(protocol: &str) {
         &["--protocol", protocol, "--endpoint", &endpoint],
     ))
     .expect("sender output");
-    // Every consumer let go of the request's spans once the root came; only the stray span
-    // (its trace names no tenant) is still held, until the daemon stops.
-    for consumer in ["archive", "assemble", "budgets"] {
-        let sample = format!("toolwatch_tenant_held_items{{consumer=\"{consumer}\"}}");
-        wait_for(&format!("{consumer} to hold only the stray span"), || {
-            (d.metric(&sample)? == 1.0).then_some(())
-        });
-    }
+    // The simple processors exported each of the 7 spans and the log record on its own, and
+    // the script returned only after every export was answered: 8 requests acknowledged.
+    assert_eq!(
+        d.metric("toolwatch_received_items_total{signal=\"traces\"}"),
+        Some(7.0)
+    );
+    assert_eq!(
+        d.metric("toolwatch_received_items_total{signal=\"logs\"}"),
+        Some(1.0)
+    );
+    // Every consumer let go of the request's spans once the root came, and the stray span
+    // (a root naming no tenant) settled its own trace at once: once each consumer has taken
+    // all 8 records, nothing is held, and nothing went on unresolved.
+    d.wait_until_consumers_hold_nothing(8);
+    d.assert_nothing_unresolved();
     assert_eq!(d.metric("toolwatch_tenant_conflicts_total"), Some(1.0));
     d.stop();
 

@@ -1568,7 +1568,7 @@ pub fn removals(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
         .collect();
     match repeats(text, &out) {
         Some(repeats) => out.extend(repeats),
-        None => return vec![0..text.len()],
+        None => return std::iter::once(0..text.len()).collect(),
     }
     out
 }

@@ -76,36 +76,20 @@ enum Item {
 }
 
 impl Item {
-    /// About the memory the item holds: its texts and attributes, and a fixed share for the
-    /// rest of the record (resource and scope are shared with its batch).
+    /// About the memory the item holds: its texts, and a fixed share for the rest of the
+    /// record (resource and scope are shared with its batch) and per attribute.
     fn bytes(&self) -> usize {
         match self {
             Item::Span(s) => {
-                512 + s.name.len()
-                    + s.status_message.len()
-                    + attributes_bytes(&s.attributes)
+                let attributes = s.attributes.0.len()
                     + s.events
                         .iter()
-                        .map(|e| 64 + e.name.len() + attributes_bytes(&e.attributes))
-                        .sum::<usize>()
+                        .map(|e| 1 + e.attributes.0.len())
+                        .sum::<usize>();
+                512 + 32 * attributes + s.text_bytes()
             }
-            Item::Log(l) => 384 + value_bytes(&l.body) + attributes_bytes(&l.attributes),
+            Item::Log(l) => 384 + 32 * l.attributes.0.len() + l.text_bytes(),
         }
-    }
-}
-
-fn attributes_bytes(a: &crate::event::Attributes) -> usize {
-    a.0.iter().map(|(k, v)| 32 + k.len() + value_bytes(v)).sum()
-}
-
-fn value_bytes(v: &crate::event::AttrValue) -> usize {
-    use crate::event::AttrValue;
-    match v {
-        AttrValue::Str(s) => s.len(),
-        AttrValue::Bytes(b) => b.len(),
-        AttrValue::Array(items) => items.iter().map(|v| 16 + value_bytes(v)).sum(),
-        AttrValue::Map(m) => attributes_bytes(m),
-        _ => 8,
     }
 }
 
