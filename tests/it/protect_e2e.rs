@@ -477,3 +477,162 @@ fn learned_values_are_forgotten_at_a_restart() {
         format!(r#"{{"k": "{LEARNED_SECRET}"}}"#)
     );
 }
+
+/// A private key block of five base64 lines (not a key: the lines are generated), and its
+/// lines.
+fn key_block() -> (String, Vec<String>) {
+    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let lines: Vec<String> = (0..5)
+        .map(|i| {
+            let tail: String = (1..64)
+                .map(|j| char::from(B64[(i * 97 + j * 31 + 11) % 64]))
+                .collect();
+            format!("M{tail}")
+        })
+        .collect();
+    let block = format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----",
+        lines.join("\n")
+    );
+    (block, lines)
+}
+
+/// Occurrences of `needle` in `hay`, overlapping ones included.
+fn occurrences(hay: &[u8], needle: &str) -> usize {
+    hay.windows(needle.len())
+        .filter(|w| *w == needle.as_bytes())
+        .count()
+}
+
+/// Each kind of secret is learned as the secret itself, not its surroundings: seen bare
+/// later in a log record, a span event and a resource attribute of the same tenant (official
+/// Python SDK), it is in no table, the journal, the daemon's log or `/metrics`; another
+/// tenant's record of the same value is kept as sent.
+#[test]
+fn every_kind_of_secret_seen_bare_again_is_removed_in_every_signal_of_its_tenant() {
+    let (block, lines) = key_block();
+    // (where the secret stands first, the secrets it teaches)
+    let kinds: Vec<(String, Vec<String>)> = vec![
+        (
+            "db at postgres://app:Pg7vQ2xLm9Zt@db.internal:5432/orders".into(),
+            vec!["Pg7vQ2xLm9Zt".into()],
+        ),
+        (
+            "cloning https://deploy:Hx4kW8pQ2nVr@git.example.com/repo.git".into(),
+            vec!["Hx4kW8pQ2nVr".into()],
+        ),
+        (
+            "curl -H 'Authorization: Bearer tK9mQ2vX7pL4wR8zN3bC6d' https://api.example.com".into(),
+            vec!["tK9mQ2vX7pL4wR8zN3bC6d".into()],
+        ),
+        (
+            "Server=db;User Id=sa;Password=Wq8rT3yU6iO9;".into(),
+            vec!["Wq8rT3yU6iO9".into()],
+        ),
+        (
+            "export DB_PASSWORD=Zr8tY2uI5oP7".into(),
+            vec!["Zr8tY2uI5oP7".into()],
+        ),
+        (
+            format!("wrote ~/.aws/credentials: aws_secret_access_key={LEARNED_SECRET}"),
+            vec![LEARNED_SECRET.into()],
+        ),
+        (
+            format!("cat id_rsa\n{block}\n"),
+            lines.iter().cloned().chain([lines.concat()]).collect(),
+        ),
+    ];
+    let secrets: Vec<String> = kinds.iter().flat_map(|(_, s)| s.clone()).collect();
+    let contexts: Vec<&String> = kinds.iter().map(|(c, _)| c).collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plan = dir.path().join("plan.json");
+    std::fs::write(
+        &plan,
+        json!({ "contexts": contexts, "secrets": secrets }).to_string(),
+    )
+    .expect("write plan");
+
+    let mut d = Daemon::start();
+    let sent: Value = serde_json::from_str(&crate::harness::run_python(
+        "send_resighted.py",
+        &[
+            "--endpoint",
+            &d.http_url(),
+            "--plan",
+            plan.to_str().expect("utf-8 path"),
+        ],
+    ))
+    .expect("sender output");
+    assert_eq!(sent["acme_spans"], kinds.len() + 2 * secrets.len());
+    let (_, metrics) = d.admin_get("/metrics");
+    d.stop();
+
+    let spans = read_table_python("duckdb", &d.data_dir, "spans");
+    let logs = read_table_python("duckdb", &d.data_dir, "logs");
+    let requests = read_table_python("duckdb", &d.data_dir, "requests");
+    assert_eq!(spans.len(), kinds.len() + 2 * secrets.len());
+    assert_eq!(logs.len(), 2 * secrets.len());
+    let row = |r: &serde_json::Map<String, Value>| serde_json::to_string(r).expect("row");
+    // Where each secret stood first, only the secret went: the URL keeps its host.
+    let outputs: Vec<String> = spans.iter().map(row).collect();
+    assert!(
+        outputs.iter().any(|r| r
+            .contains("postgres://app:[REDACTED:url_userinfo_password]@db.internal:5432/orders")),
+        "{outputs:?}"
+    );
+    let acme: Vec<String> = spans
+        .iter()
+        .chain(&logs)
+        .filter(|r| r["tenant"] == "acme")
+        .map(row)
+        .collect();
+    assert_eq!(acme.len(), kinds.len() + 3 * secrets.len());
+    for secret in &secrets {
+        for r in &acme {
+            assert!(
+                !r.contains(secret.as_str()),
+                "{secret} in an acme row: {r:.400}"
+            );
+        }
+        for (what, text) in [
+            ("requests", serde_json::to_string(&requests).expect("json")),
+            ("the daemon's log", d.log_text()),
+            ("/metrics", metrics.clone()),
+        ] {
+            assert!(!text.contains(secret.as_str()), "{secret} in {what}");
+        }
+    }
+    // Every bare sighting was removed as a learned value (bare, nothing else would remove
+    // them): each of the 3 sightings of each secret.
+    let learned_rows = acme
+        .iter()
+        .filter(|r| r.contains("[REDACTED:learned:"))
+        .count();
+    assert_eq!(learned_rows, 3 * secrets.len());
+    // globex learned nothing: its records are as sent.
+    let mut globex: Vec<&str> = logs
+        .iter()
+        .filter(|r| r["tenant"] == "globex")
+        .filter_map(|r| r["body"].as_str())
+        .collect();
+    globex.sort_unstable();
+    let mut expected: Vec<String> = secrets
+        .iter()
+        .map(|s| json!({ "k": s }).to_string().replace("\":\"", "\": \""))
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(globex, expected);
+    // The journal holds each secret only where globex's records hold it.
+    let journal = all_bytes(&d.data_dir.join("journal"));
+    for secret in &secrets {
+        let in_globex: usize = expected
+            .iter()
+            .map(|b| occurrences(b.as_bytes(), secret))
+            .sum();
+        assert_eq!(
+            occurrences(&journal, secret),
+            in_globex,
+            "{secret} in the journal beyond globex's records"
+        );
+    }
+}

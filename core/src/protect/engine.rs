@@ -146,8 +146,6 @@ pub struct Finding {
 /// The compiled redaction rules.
 pub struct Redactor {
     detectors: Vec<Detector>,
-    /// All detector regexes in one automaton: one pass says which of them match at all.
-    set: regex::RegexSet,
     prefilter: Option<AhoCorasick>,
     /// Prefilter pattern index to detector index.
     keyword_owner: Vec<usize>,
@@ -268,11 +266,6 @@ impl Redactor {
                     .map_err(|e| RuleError::Keywords(e.to_string()))?,
             )
         };
-        let set = regex::RegexSetBuilder::new(detector_specs.iter().map(|d| d.regex.as_str()))
-            .size_limit(1 << 26)
-            .dfa_size_limit(1 << 24)
-            .build()
-            .map_err(|e| RuleError::Keywords(format!("combined detector set: {e}")))?;
         let judged_detector = detector_specs.iter().position(|d| d.judged);
         let judged_rule = |class: KeyClass| key_specs.iter().position(|k| k.judged == Some(class));
         let judged_rules = [
@@ -289,7 +282,6 @@ impl Redactor {
             detectors_read_keys: detectors
                 .iter()
                 .any(|d| !d.keys.is_empty() || !d.except_keys.is_empty()),
-            set,
             detectors,
             prefilter,
             keyword_owner,
@@ -521,11 +513,13 @@ impl Redactor {
             }
         }
         if candidates == 0 {
-            return Some(merged(found));
+            return Some(merged(self.without_straddling_personal_data(found)));
         }
-        // With several candidates, one pass of the combined set is cheaper than one pass per
-        // regex; it also rules out the candidates that do not match at all.
-        let matched = (candidates > 2).then(|| self.set.matches(text));
+        // Each candidate's own regex, one after the other. One pass of all detectors combined
+        // (a `RegexSet`) was tried first and dropped: on high-entropy text (base64, encrypted
+        // blobs) its lazy DFA thrashes and falls back to the NFA, 0.2 MiB/s on fresh 1-4 KiB
+        // strings and 0.3 MiB/s on 1 MiB, 20-200 times slower than the regexes one by one
+        // (BENCHMARKS.md, "Protect on adversarial inputs").
         let chosen = run.iter().enumerate().flat_map(|(w, &word)| {
             let mut bits = word;
             std::iter::from_fn(move || {
@@ -540,11 +534,36 @@ impl Redactor {
             let d = &self.detectors[i];
             if d.judged {
                 d.find_judged(text, &judged_hits, &self.allow_values, &mut found);
-            } else if matched.as_ref().is_none_or(|m| m.matched(i)) {
+            } else {
                 d.find_all(text, &self.allow_values, &mut found);
             }
         }
-        Some(merged(found))
+        Some(merged(self.without_straddling_personal_data(found)))
+    }
+
+    /// `found` less the personal-data findings that begin inside a secret's finding and end
+    /// past it. There the secret was read as the start of personal data (the password of
+    /// `postgres://app:<password>@db.internal` as the user of an e-mail address): once the
+    /// secret is removed, no personal data is left, and merging the two would remove the host
+    /// too and learn the password with the host after it, so the password seen alone again
+    /// would not be recognized.
+    fn without_straddling_personal_data(&self, mut found: Vec<Finding>) -> Vec<Finding> {
+        if found.len() < 2 {
+            return found;
+        }
+        let personal = |f: &Finding| self.detectors.get(f.rank).is_some_and(|d| !d.learnable);
+        // At one start, secrets first: their end is known before the personal data there.
+        found.sort_by_key(|f| (f.start, personal(f), f.rank));
+        let mut secret_end = 0;
+        found.retain(|f| {
+            if !personal(f) {
+                secret_end = secret_end.max(f.end);
+                true
+            } else {
+                !(f.start < secret_end && f.end > secret_end)
+            }
+        });
+        found
     }
 
     /// `text` with every finding replaced, or `None` when nothing was found. Counts each

@@ -42,6 +42,14 @@ const FOLD_BYTES: usize = 64 << 10;
 /// Bytes of a value used as its lookup key; shorter values are never learned.
 const PREFIX_BYTES: usize = 8;
 
+/// Most values of a tenant that share their first [`PREFIX_BYTES`] bytes; more are not
+/// learned. Every lookup at a word start compares the values of one such group, so the bound
+/// keeps matching (and learning) linear in the text, however many learned values share a
+/// prefix (`password=Xq0000000001z`, `…0002z`, …: 1 MiB of them took 1.5 s). The price: a
+/// tenant remembers at most this many values of one such group at a time (JSON Web Tokens
+/// with one header share theirs), until older ones expire or give way to the limits.
+const MAX_SHARING_PREFIX: usize = 256;
+
 /// Longest value learned (a private key block is learned whole up to this).
 const MAX_VALUE_BYTES: usize = 4096;
 
@@ -128,6 +136,13 @@ impl Index {
         prefix_key(text.as_bytes())
             .and_then(|k| self.by_prefix.get(&k))
             .is_some_and(|bucket| bucket.iter().any(|e| &*e.text == text))
+    }
+
+    /// How many values share `text`'s first [`PREFIX_BYTES`] bytes.
+    fn bucket_len(&self, text: &str) -> usize {
+        prefix_key(text.as_bytes())
+            .and_then(|k| self.by_prefix.get(&k))
+            .map_or(0, Vec::len)
     }
 
     fn push(&mut self, e: Arc<Entry>) {
@@ -224,6 +239,9 @@ pub struct TenantScope {
     snapshot: TenantValues,
     fresh: Index,
     min_bytes: usize,
+    /// Most values (and their bytes) one batch learns: what a tenant keeps at most, since
+    /// merging more would only push the batch's own values out again.
+    max_fresh: (usize, usize),
     ttl: Duration,
     enabled: bool,
 }
@@ -262,17 +280,36 @@ impl TenantScope {
     }
 
     /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is
-    /// merged) for later ones.
+    /// merged) for later ones. A private key block is learned whole, line by line and as its
+    /// body joined: each is the secret when it is seen again on its own.
     pub fn learn(&mut self, rule: &str, value: &str) {
+        self.learn_one(rule, value);
+        if let Some(lines) = key_block_lines(value) {
+            for line in &lines {
+                self.learn_one(rule, line);
+            }
+            if lines.len() > 1 {
+                self.learn_one(rule, &lines.concat());
+            }
+        }
+    }
+
+    fn learn_one(&mut self, rule: &str, value: &str) {
         if !self.enabled
             || value.len() < self.min_bytes
             || value.len() > MAX_VALUE_BYTES
             || rule.starts_with(LEARNED_PREFIX)
+            || self.fresh.len() >= self.max_fresh.0
+            || self.fresh.bytes + value.len() > self.max_fresh.1
             || value.trim().len() < value.len()
             || !value.as_bytes()[0].is_ascii_alphanumeric()
             || self.fresh.contains(value)
             || self.snapshot.recent.contains(value)
             || self.snapshot.base.contains(value)
+            || self.fresh.bucket_len(value)
+                + self.snapshot.recent.bucket_len(value)
+                + self.snapshot.base.bucket_len(value)
+                >= MAX_SHARING_PREFIX
         {
             return;
         }
@@ -282,6 +319,27 @@ impl TenantScope {
             at: Instant::now(),
         }));
     }
+}
+
+/// The body lines of a private key block (PEM, OpenSSH, PGP armour), in order: the lines of
+/// base64 between its armour and headers, split at newlines or at the `\n` escapes of a block
+/// written inside a JSON or log string. `None` for anything else.
+fn key_block_lines(value: &str) -> Option<Vec<&str>> {
+    let first = value.split(['\n', '\\']).next().unwrap_or_default();
+    if !(first.starts_with("-----BEGIN") && first.contains("PRIVATE KEY")) {
+        return None;
+    }
+    let base64 = |l: &str| {
+        l.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    };
+    let lines = value
+        .split(['\n', '\r'])
+        .flat_map(|l| l.split("\\n"))
+        .map(|l| l.trim().trim_end_matches("\\r"))
+        .filter(|l| !l.is_empty() && base64(l))
+        .collect();
+    Some(lines)
 }
 
 /// Counts for `/metrics`.
@@ -331,6 +389,10 @@ impl LearnedValues {
             snapshot,
             fresh: Index::default(),
             min_bytes: self.config.min_bytes.max(PREFIX_BYTES),
+            max_fresh: (
+                self.config.max_values_per_tenant,
+                self.config.max_bytes_per_tenant.as_usize(),
+            ),
             ttl: self.config.ttl.0,
             enabled: self.config.enabled,
         }
@@ -542,16 +604,32 @@ mod tests {
         for batch in 0..4 {
             let mut a = s.scope("t");
             for i in 0..200 {
-                a.learn("r", &format!("value-{batch}-{i:05}-x"));
+                a.learn("r", &format!("{i:05}-value-{batch}-x"));
             }
             s.merge(a);
         }
         let a = s.scope("t");
         assert!(a.snapshot.len() <= 300 + FOLD_AT, "{}", a.snapshot.len());
-        assert_eq!(found(&a, "value-3-00199-x"), ["value-3-00199-x"]);
-        assert!(found(&a, "value-0-00000-x").is_empty());
+        assert_eq!(found(&a, "00199-value-3-x"), ["00199-value-3-x"]);
+        assert!(found(&a, "00000-value-0-x").is_empty());
         assert!(s.stats.evicted_limit.load(Ordering::Relaxed) >= 400);
         assert_eq!(s.stats.values.load(Ordering::Relaxed), a.snapshot.len());
+    }
+
+    #[test]
+    fn at_most_a_bounded_group_of_values_shares_a_prefix() {
+        let s = store(LearnedConfig::default());
+        let mut a = s.scope("t");
+        for i in 0..MAX_SHARING_PREFIX + 10 {
+            a.learn("r", &format!("Xq000000-{i:06}"));
+        }
+        assert_eq!(a.fresh.len(), MAX_SHARING_PREFIX);
+        let last = format!("Xq000000-{:06}", MAX_SHARING_PREFIX - 1);
+        assert_eq!(found(&a, &last), std::slice::from_ref(&last));
+        assert!(found(&a, &format!("Xq000000-{:06}", MAX_SHARING_PREFIX)).is_empty());
+        // Values with other prefixes are learned as before.
+        a.learn("r", "Yz000000-000001");
+        assert_eq!(found(&a, "Yz000000-000001"), ["Yz000000-000001"]);
     }
 
     #[test]

@@ -855,6 +855,138 @@ mod tests {
         );
     }
 
+    /// A private key block of five distinct base64 lines, and its lines.
+    fn key_block() -> (String, Vec<String>) {
+        let lines: Vec<String> = (0..5)
+            .map(|i| {
+                let line: String = (0..64)
+                    .map(|j| {
+                        let k = (i * 131 + j * 29 + 7) % 64;
+                        char::from(
+                            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[k],
+                        )
+                    })
+                    .collect();
+                format!("M{}", &line[1..])
+            })
+            .collect();
+        let block = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----",
+            lines.join("\n")
+        );
+        (block, lines)
+    }
+
+    fn log_of(tenant: &str, body: &str) -> LogRecord {
+        let mut l = crate::event::fixtures::log();
+        l.tenant = tenant.into();
+        l.body = AttrValue::Str(body.into());
+        l
+    }
+
+    /// A log, a span event and a resource attribute of `tenant` that hold `value` bare.
+    fn bare_sightings(tenant: &str, value: &str) -> EventBatch {
+        let mut span = crate::event::fixtures::span();
+        span.tenant = tenant.into();
+        span.events.push(crate::event::SpanEventRecord {
+            time_ns: 0,
+            name: "retry".into(),
+            attributes: Attributes(vec![(
+                "note".into(),
+                AttrValue::Str(format!("got {value}")),
+            )]),
+        });
+        span.resource = Arc::new(Resource {
+            service_name: "executor".into(),
+            attributes: Attributes(vec![("deploy.note".into(), AttrValue::Str(value.into()))]),
+        });
+        EventBatch {
+            spans: vec![span],
+            logs: vec![log_of(tenant, &format!("{{\"k\": \"{value}\"}}"))],
+        }
+    }
+
+    #[test]
+    fn the_secret_itself_is_learned_and_removed_bare_in_any_signal_of_its_tenant() {
+        let (block, lines) = key_block();
+        let escaped = block.replace('\n', "\\n");
+        // (where the secret first stands, what is kept of it, what it must teach)
+        let kinds: Vec<(String, String, Vec<String>)> = vec![
+            (
+                "db at postgres://app:Pg7vQ2xLm9Zt@db.internal:5432/orders".into(),
+                "db at postgres://app:[REDACTED:url_userinfo_password]@db.internal:5432/orders"
+                    .into(),
+                vec!["Pg7vQ2xLm9Zt".into()],
+            ),
+            (
+                "cloning https://deploy:Hx4kW8pQ2nVr@git.example.com/repo.git".into(),
+                "cloning https://deploy:[REDACTED:url_userinfo_password]@git.example.com/repo.git"
+                    .into(),
+                vec!["Hx4kW8pQ2nVr".into()],
+            ),
+            (
+                "Authorization: Bearer tK9mQ2vX7pL4wR8zN3bC6d".into(),
+                "Authorization: Bearer [REDACTED:bearer_token]".into(),
+                vec!["tK9mQ2vX7pL4wR8zN3bC6d".into()],
+            ),
+            (
+                "Server=db;User Id=sa;Password=Wq8rT3yU6iO9;".into(),
+                "Server=db;User Id=sa;Password=[REDACTED:connection_string_password];".into(),
+                vec!["Wq8rT3yU6iO9".into()],
+            ),
+            (
+                format!("key:\n{block}\n"),
+                "key:\n[REDACTED:private_key]\n".into(),
+                lines.iter().cloned().chain([lines.concat()]).collect(),
+            ),
+            (
+                format!("{{\"pem\": \"{escaped}\"}} in a log line"),
+                "{\"pem\": \"[REDACTED:private_key]\"} in a log line".into(),
+                lines.iter().cloned().chain([lines.concat()]).collect(),
+            ),
+        ];
+        for (context, kept, secrets) in kinds {
+            // A fresh store per kind: what one kind teaches cannot cover another.
+            let p =
+                Protector::from_config(&rules::RedactionConfig::default(), KeyedHasher::new(b"k"))
+                    .expect("default rules");
+            let mut first = EventBatch {
+                spans: vec![],
+                logs: vec![log_of("acme", &context)],
+            };
+            p.protect(&mut first);
+            assert_eq!(first.logs[0].body, AttrValue::Str(kept), "{context}");
+            for secret in &secrets {
+                let mut later = bare_sightings("acme", secret);
+                later.spans.extend(bare_sightings("globex", secret).spans);
+                later.logs.extend(bare_sightings("globex", secret).logs);
+                p.protect(&mut later);
+                let text = |v: &AttrValue| serde_json::to_string(v).expect("json");
+                let acme = [
+                    text(&later.logs[0].body),
+                    text(&later.spans[0].events[0].attributes.0[0].1),
+                    text(&later.spans[0].resource.attributes.0[0].1),
+                ];
+                for (what, t) in ["log body", "span event", "resource"].iter().zip(&acme) {
+                    assert!(
+                        !t.contains(secret.as_str()),
+                        "{context}: {secret} in acme's {what}: {t}"
+                    );
+                    assert!(t.contains("[REDACTED:learned:"), "{context}: {what}: {t}");
+                }
+                assert_eq!(
+                    later.logs[1].body,
+                    AttrValue::Str(format!("{{\"k\": \"{secret}\"}}")),
+                    "another tenant's record is kept"
+                );
+                assert_eq!(
+                    later.spans[1].resource.attributes.0[0].1,
+                    AttrValue::Str(secret.clone())
+                );
+            }
+        }
+    }
+
     #[test]
     fn key_file_is_created_once_and_reused() {
         let dir = tempfile::tempdir().expect("tempdir");
