@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::maps::FastMap;
+use crate::maps::{FastMap, FastSet};
 
 /// What one space has shown, as Unix seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +40,9 @@ struct Saved {
 /// Most spaces remembered (one per sender: a bound far above any real deployment).
 const MAX_SPACES: usize = 65_536;
 
+/// Most traces remembered as having had an item wait for their tenant.
+const MAX_WAITING_TRACES: usize = 65_536;
+
 /// Seconds between saves of a changed memory.
 const SAVE_EVERY_S: i64 = 60;
 
@@ -52,6 +55,9 @@ pub struct SenderSpaces {
     /// A change not yet saved, and when the memory was last saved.
     dirty: bool,
     saved_at: i64,
+    /// Traces an item of which was left to wait for its tenant (in memory only): their
+    /// unnamed root shows a request that names no tenant, not a lone span.
+    waiting: FastSet<super::TraceKey>,
 }
 
 impl SenderSpaces {
@@ -64,6 +70,7 @@ impl SenderSpaces {
             file,
             dirty: false,
             saved_at: 0,
+            waiting: FastSet::default(),
         }
     }
 
@@ -80,6 +87,19 @@ impl SenderSpaces {
     /// A root span of `space` named no tenant at `now_s`.
     pub fn unnamed_root(&mut self, space: u64, now_s: i64) {
         self.note(space, |s| s.unnamed_root = Some(now_s));
+    }
+
+    /// An item of `trace` was left to wait for its tenant.
+    pub fn waiting(&mut self, trace: super::TraceKey) {
+        if self.waiting.len() >= MAX_WAITING_TRACES {
+            self.waiting.clear();
+        }
+        self.waiting.insert(trace);
+    }
+
+    /// Whether an item of `trace` was left to wait (and forgets it: its root has come).
+    pub fn waited(&mut self, trace: &super::TraceKey) -> bool {
+        self.waiting.remove(trace)
     }
 
     fn note(&mut self, space: u64, set: impl FnOnce(&mut Seen)) {

@@ -196,14 +196,21 @@ impl TraceTenants {
                 r.learn(key, &l.tenant, Claim::of_log(l));
             }
         }
-        // A root naming no tenant settles its trace (unless another item named one).
+        // A root naming no tenant settles its trace (unless another item named one). Its space
+        // counts as one that names none only when the root is a request's, with other items
+        // (here or waiting): a lone span (an MCP notification, a health check) of a tenanted
+        // deployment must not stop the rest of its space from waiting.
+        let mut with_children: Option<FastSet<TraceKey>> = None;
         for s in batch
             .spans
             .iter()
             .filter(|s| s.parent_span_id.is_none() && span_unnamed(s))
         {
             let key = trace_key(&s.sender, s.trace_id);
-            spaces.unnamed_root(key.0, now_s);
+            let others = with_children.get_or_insert_with(|| traces_with_children(batch));
+            if spaces.waited(&key) || others.contains(&key) {
+                spaces.unnamed_root(key.0, now_s);
+            }
             r.learn(key, DEFAULT_TENANT, Claim::UnnamedRoot);
         }
         let mut conflicts = 0;
@@ -227,16 +234,40 @@ impl TraceTenants {
             }
         }
         let may_wait = |key: &TraceKey| r.get(key).is_none() && !spaces.untenanted(key.0, now_s);
+        let mut waiting = Vec::new();
         for s in batch.spans.iter_mut().filter(|s| span_unnamed(s)) {
-            s.tenant_pending = may_wait(&trace_key(&s.sender, s.trace_id));
+            let key = trace_key(&s.sender, s.trace_id);
+            s.tenant_pending = may_wait(&key);
+            if s.tenant_pending {
+                waiting.push(key);
+            }
         }
         for l in batch.logs.iter_mut().filter(|l| log_unnamed(l)) {
-            l.tenant_pending = l
-                .trace_id
-                .is_some_and(|trace| may_wait(&trace_key(&l.sender, trace)));
+            let key = l.trace_id.map(|trace| trace_key(&l.sender, trace));
+            l.tenant_pending = key.as_ref().is_some_and(&may_wait);
+            if let (true, Some(key)) = (l.tenant_pending, key) {
+                waiting.push(key);
+            }
+        }
+        for key in waiting {
+            spaces.waiting(key);
         }
         conflicts
     }
+}
+
+/// The traces with an item in `batch` other than a root span.
+fn traces_with_children(batch: &EventBatch) -> FastSet<TraceKey> {
+    let spans = batch
+        .spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_some())
+        .map(|s| trace_key(&s.sender, s.trace_id));
+    let logs = batch
+        .logs
+        .iter()
+        .filter_map(|l| Some(trace_key(&l.sender, l.trace_id?)));
+    spans.chain(logs).collect()
 }
 
 #[cfg(test)]
@@ -387,5 +418,45 @@ mod tests {
         t.resolve(&mut named);
         assert_eq!(pending(&named), [false, true]);
         assert_eq!(tenants(&named), ["acme", DEFAULT_TENANT]);
+    }
+
+    #[test]
+    fn only_a_request_naming_no_tenant_stops_its_space_from_waiting() {
+        let t = TraceTenants::new(16);
+        let resolve = |spans: Vec<SpanRecord>| {
+            let mut b = EventBatch {
+                spans,
+                logs: Vec::new(),
+            };
+            t.resolve(&mut b);
+            pending(&b)
+        };
+        // A lone unnamed root (an MCP notification, a health check) settles only itself: a
+        // tenanted deployment's children exported before their root still wait.
+        assert_eq!(resolve(vec![span(1, 1, None, None)]), [false]);
+        assert_eq!(resolve(vec![span(2, 2, Some(1), None)]), [true]);
+        // Its root arrives naming no tenant, after its child waited: a request that names
+        // none. From now on nothing of the space waits.
+        assert_eq!(resolve(vec![span(2, 1, None, None)]), [false]);
+        assert_eq!(resolve(vec![span(3, 2, Some(1), None)]), [false]);
+
+        // The same with the child beside its root, in a fresh memory.
+        let t = TraceTenants::new(16);
+        let mut b = EventBatch {
+            spans: vec![span(1, 1, None, None)],
+            logs: Vec::new(),
+        };
+        t.resolve(&mut b);
+        let mut b = EventBatch {
+            spans: vec![span(2, 2, Some(1), None), span(2, 1, None, None)],
+            logs: Vec::new(),
+        };
+        t.resolve(&mut b);
+        let mut later = EventBatch {
+            spans: vec![span(3, 2, Some(1), None)],
+            logs: Vec::new(),
+        };
+        t.resolve(&mut later);
+        assert_eq!(pending(&later), [false]);
     }
 }
