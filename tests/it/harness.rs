@@ -654,21 +654,9 @@ pub fn compact_now(data_dir: &Path, extra: &[&str]) {
 
 /// The `n` column of the first row of `toolwatch query [extra] --format json <sql>`.
 pub fn query_n(data_dir: &Path, extra: &[&str], sql: &str) -> u64 {
-    let out = toolwatch()
-        .arg("query")
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(extra)
-        .args(["--format", "json", sql])
-        .output()
-        .expect("query");
-    assert!(
-        out.status.success(),
-        "{sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("rows");
-    rows[0]["n"].as_u64().expect("count")
+    query_rows_with(data_dir, extra, sql)[0]["n"]
+        .as_u64()
+        .expect("count")
 }
 
 /// The sum of every sample of `family` (e.g. `toolwatch_otlp_requests_total`) whose labels
@@ -726,10 +714,16 @@ impl Daemon {
 /// The rows of `toolwatch query --data-dir <data_dir> --format json <sql>` (which reads the
 /// running daemon's buffers too), panicking with its stderr if it fails.
 pub fn query_rows(data_dir: &Path, sql: &str) -> Vec<Value> {
+    query_rows_with(data_dir, &[], sql)
+}
+
+/// As [`query_rows`], with `extra` arguments before the SQL.
+fn query_rows_with(data_dir: &Path, extra: &[&str], sql: &str) -> Vec<Value> {
     let out = toolwatch()
         .arg("query")
         .arg("--data-dir")
         .arg(data_dir)
+        .args(extra)
         .args(["--format", "json", sql])
         .output()
         .expect("query");

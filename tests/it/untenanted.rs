@@ -13,8 +13,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::harness::{
-    by_key, collect_stderr, metric_sum, python, query_rows, read_table, toolwatch, wait_for,
-    Daemon, DEADLINE, TENANT_CONSUMERS,
+    by_key, collect_stderr, metric_sum, python, query_n, query_rows, read_table, toolwatch,
+    wait_for, Daemon, DEADLINE, TENANT_CONSUMERS,
 };
 
 /// `send_untenanted.py`, driven line by line (see the script's notes).
@@ -128,10 +128,7 @@ fn trace_view(data: &Path, id: &str) -> Option<Value> {
 }
 
 fn count(data: &Path, sql: &str) -> u64 {
-    query_rows(data, sql)
-        .first()
-        .and_then(|r| r["n"].as_u64())
-        .expect("a count")
+    query_n(data, &[], sql)
 }
 
 /// The per-request alarms the loop raises on the default budgets ([budget.request]:
