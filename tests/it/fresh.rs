@@ -5,12 +5,12 @@
 //! copies carry protected rows only; the flush answer and the address file carry no data.
 
 use std::path::Path;
-use std::process::Output;
 
 use serde_json::Value;
 
 use crate::harness::{
-    loadgen, metric_at, parquet_files, toolwatch, wait_for, Daemon, DaemonOptions,
+    loadgen, metric_at, parquet_files, toolwatch, trace_json, trace_nodes, wait_for, Daemon,
+    DaemonOptions,
 };
 use crate::protect_e2e::{assert_clean, canary_request};
 
@@ -41,16 +41,6 @@ fn count(data: &Path, extra: &[&str], sql: &str) -> u64 {
         .first()
         .and_then(|r| r["n"].as_u64())
         .expect("a count")
-}
-
-fn trace(data: &Path, id: &str) -> Output {
-    toolwatch()
-        .arg("trace")
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--json", id])
-        .output()
-        .expect("run toolwatch trace")
 }
 
 async fn post(url: &str, body: Option<&Value>) -> (u16, String) {
@@ -131,13 +121,10 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
             .as_str()
             .expect("a request id")
             .to_string();
-        let out = trace(&data, &id);
+        let out = trace_json(&data, &id);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let view: Value = serde_json::from_slice(&out.stdout).expect("json");
         assert_eq!(view["request_id"], id.as_str());
-        fn nodes(v: &Value) -> u64 {
-            v.as_array().map_or(0, |a| a.iter().map(|n| 1 + nodes(&n["children"])).sum())
-        }
         let traces: Vec<String> = view["trace_ids"]
             .as_array()
             .expect("trace ids")
@@ -148,8 +135,8 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
             "SELECT count(*) AS n FROM spans WHERE trace_id IN ({})",
             traces.join(", ")
         );
-        assert_eq!(nodes(&view["spans"]), count(&data, &[], &in_traces));
-        assert!(nodes(&view["spans"]) > 1);
+        assert_eq!(trace_nodes(&view["spans"]), count(&data, &[], &in_traces));
+        assert!(trace_nodes(&view["spans"]) > 1);
         let summaries = wait_for("every request summarized and readable", || {
             let n = count(
                 &data,

@@ -734,3 +734,21 @@ fn query_rows_with(data_dir: &Path, extra: &[&str], sql: &str) -> Vec<Value> {
     );
     serde_json::from_slice(&out.stdout).expect("rows")
 }
+
+/// `toolwatch trace --data-dir <data_dir> --json <id>`, run to its end.
+pub fn trace_json(data_dir: &Path, id: &str) -> std::process::Output {
+    toolwatch()
+        .arg("trace")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--json", id])
+        .output()
+        .expect("run toolwatch trace")
+}
+
+/// The spans in a `toolwatch trace --json` tree (`spans`, each with its `children`).
+pub fn trace_nodes(tree: &Value) -> u64 {
+    tree.as_array().map_or(0, |a| {
+        a.iter().map(|n| 1 + trace_nodes(&n["children"])).sum()
+    })
+}

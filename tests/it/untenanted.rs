@@ -13,8 +13,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::harness::{
-    by_key, collect_stderr, metric_sum, python, query_n, query_rows, read_table, toolwatch,
-    wait_for, Daemon, DEADLINE, TENANT_CONSUMERS,
+    by_key, collect_stderr, metric_sum, python, query_n, query_rows, read_table, trace_json,
+    trace_nodes, wait_for, Daemon, DEADLINE, TENANT_CONSUMERS,
 };
 
 /// `send_untenanted.py`, driven line by line (see the script's notes).
@@ -106,29 +106,12 @@ impl Drop for Script {
     }
 }
 
-/// Nodes of a `toolwatch trace --json` tree.
-fn nodes(v: &Value) -> u64 {
-    v.as_array().map_or(0, |a| {
-        a.iter().map(|n| 1 + nodes(&n["children"])).sum::<u64>()
-    })
-}
-
 /// `toolwatch trace --json <id>`'s view, once it succeeds.
 fn trace_view(data: &Path, id: &str) -> Option<Value> {
-    let out = toolwatch()
-        .arg("trace")
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--json", id])
-        .output()
-        .expect("run toolwatch trace");
+    let out = trace_json(data, id);
     out.status
         .success()
         .then(|| serde_json::from_slice(&out.stdout).expect("trace JSON"))
-}
-
-fn count(data: &Path, sql: &str) -> u64 {
-    query_n(data, &[], sql)
 }
 
 /// The per-request alarms the loop raises on the default budgets ([budget.request]:
@@ -180,7 +163,7 @@ fn a_deployment_naming_no_tenant_holds_nothing_and_alarms_while_the_loop_runs() 
     let request_a = complete["request_id"].as_str().expect("request id");
     let trace_a = complete["trace_id"].as_str().expect("trace id");
     let view = wait_for("the complete run in `toolwatch trace`", || {
-        trace_view(&data, request_a).filter(|v| nodes(&v["spans"]) == 4)
+        trace_view(&data, request_a).filter(|v| trace_nodes(&v["spans"]) == 4)
     });
     let visible_a = acked_a.elapsed();
     assert_eq!(view["request_id"], request_a);
@@ -189,7 +172,7 @@ fn a_deployment_naming_no_tenant_holds_nothing_and_alarms_while_the_loop_runs() 
         "SELECT count(*) AS n FROM spans WHERE trace_id = '{trace_a}' AND tenant = 'default'"
     );
     assert_eq!(
-        count(&data, &by_tenant),
+        query_n(&data, &[], &by_tenant),
         4,
         "the run's spans, under default"
     );
@@ -271,9 +254,9 @@ fn a_deployment_naming_no_tenant_holds_nothing_and_alarms_while_the_loop_runs() 
     let loop_spans = format!(
         "SELECT count(*) AS n FROM spans WHERE request_id = '{request_b}' AND tenant = 'default'"
     );
-    assert_eq!(count(&data, &loop_spans), 120);
+    assert_eq!(query_n(&data, &[], &loop_spans), 120);
     let root_rows = format!("SELECT count(*) AS n FROM spans WHERE span_id = '{root_b}'");
-    assert_eq!(count(&data, &root_rows), 0, "the root is still open");
+    assert_eq!(query_n(&data, &[], &root_rows), 0, "the root is still open");
 
     // Now the root ends; it arrives after every alarm of its loop.
     script.say("end");
@@ -282,11 +265,11 @@ fn a_deployment_naming_no_tenant_holds_nothing_and_alarms_while_the_loop_runs() 
     let root_end_ns = ended["root_end_ns"].as_i64().expect("end time");
     script.finish();
     wait_for("the loop's root in the archive", || {
-        (count(&data, &root_rows) == 1).then_some(())
+        (query_n(&data, &[], &root_rows) == 1).then_some(())
     });
     wait_for("the loop's summary", || {
         let sql = format!("SELECT count(*) AS n FROM requests WHERE request_id = '{request_b}'");
-        (count(&data, &sql) == 1).then_some(())
+        (query_n(&data, &[], &sql) == 1).then_some(())
     });
     d.wait_until_consumers_hold_nothing(requests_before as u64 + 2);
     d.assert_nothing_unresolved();

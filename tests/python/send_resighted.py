@@ -17,11 +17,9 @@ import json
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
-from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+from send_learned import log
 
 
 def resource(tenant, extra=None):
@@ -36,18 +34,6 @@ def tracer(endpoint, res):
         SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces"))
     )
     return provider, provider.get_tracer("resighted")
-
-
-def logs(endpoint, tenant, bodies):
-    provider = LoggerProvider(resource=resource(tenant))
-    provider.add_log_record_processor(
-        SimpleLogRecordProcessor(OTLPLogExporter(endpoint=endpoint + "/v1/logs"))
-    )
-    logger = provider.get_logger("resighted")
-    for body in bodies:
-        logger.emit(body=body, severity_number=SeverityNumber.INFO, severity_text="INFO")
-    provider.shutdown()
-    return len(bodies)
 
 
 def main():
@@ -68,7 +54,8 @@ def main():
         spans += 1
     provider.shutdown()
 
-    acme_logs = logs(args.endpoint, "acme", [json.dumps({"k": s}) for s in plan["secrets"]])
+    bare = [json.dumps({"k": s}) for s in plan["secrets"]]
+    log("acme", args.endpoint, bare)
     provider, t = tracer(args.endpoint, resource("acme"))
     for secret in plan["secrets"]:
         with t.start_as_current_span("execute_tool retry") as span:
@@ -81,8 +68,8 @@ def main():
             pass
         spans += 1
         provider.shutdown()
-    globex_logs = logs(args.endpoint, "globex", [json.dumps({"k": s}) for s in plan["secrets"]])
-    print(json.dumps({"acme_spans": spans, "acme_logs": acme_logs, "globex_logs": globex_logs}))
+    log("globex", args.endpoint, bare)
+    print(json.dumps({"acme_spans": spans, "acme_logs": len(bare), "globex_logs": len(bare)}))
 
 
 if __name__ == "__main__":

@@ -548,10 +548,12 @@ impl Redactor {
     /// too and learn the password with the host after it, so the password seen alone again
     /// would not be recognized.
     fn without_straddling_personal_data(&self, mut found: Vec<Finding>) -> Vec<Finding> {
-        if found.len() < 2 {
+        let personal = |f: &Finding| self.detectors.get(f.rank).is_some_and(|d| !d.learnable);
+        // Most strings have no personal data among their findings: nothing to sort then
+        // (`merged` sorts anyway).
+        if found.len() < 2 || !found.iter().any(personal) {
             return found;
         }
-        let personal = |f: &Finding| self.detectors.get(f.rank).is_some_and(|d| !d.learnable);
         // At one start, secrets first: their end is known before the personal data there.
         found.sort_by_key(|f| (f.start, personal(f), f.rank));
         let mut secret_end = 0;

@@ -133,16 +133,14 @@ impl Index {
     }
 
     fn contains(&self, text: &str) -> bool {
-        prefix_key(text.as_bytes())
-            .and_then(|k| self.by_prefix.get(&k))
-            .is_some_and(|bucket| bucket.iter().any(|e| &*e.text == text))
+        self.sharing_prefix(text).iter().any(|e| &*e.text == text)
     }
 
-    /// How many values share `text`'s first [`PREFIX_BYTES`] bytes.
-    fn bucket_len(&self, text: &str) -> usize {
+    /// The values that share `text`'s first [`PREFIX_BYTES`] bytes.
+    fn sharing_prefix(&self, text: &str) -> &[Arc<Entry>] {
         prefix_key(text.as_bytes())
             .and_then(|k| self.by_prefix.get(&k))
-            .map_or(0, Vec::len)
+            .map_or(&[], Vec::as_slice)
     }
 
     fn push(&mut self, e: Arc<Entry>) {
@@ -303,13 +301,21 @@ impl TenantScope {
             || self.fresh.bytes + value.len() > self.max_fresh.1
             || value.trim().len() < value.len()
             || !value.as_bytes()[0].is_ascii_alphanumeric()
-            || self.fresh.contains(value)
-            || self.snapshot.recent.contains(value)
-            || self.snapshot.base.contains(value)
-            || self.fresh.bucket_len(value)
-                + self.snapshot.recent.bucket_len(value)
-                + self.snapshot.base.bucket_len(value)
-                >= MAX_SHARING_PREFIX
+        {
+            return;
+        }
+        // One look-up per index says both whether the value is known and how many share its
+        // prefix.
+        let groups = [
+            self.fresh.sharing_prefix(value),
+            self.snapshot.recent.sharing_prefix(value),
+            self.snapshot.base.sharing_prefix(value),
+        ];
+        if groups.iter().map(|g| g.len()).sum::<usize>() >= MAX_SHARING_PREFIX
+            || groups
+                .iter()
+                .flat_map(|g| g.iter())
+                .any(|e| &*e.text == value)
         {
             return;
         }
