@@ -1,7 +1,8 @@
 //! Protect on the worst inputs we can construct: dense `key=value` credentials (one value
 //! repeated, or all distinct), URLs with passwords, closers after a key, long base64 runs,
-//! JSON nested in strings, each as one tool result of 64 KiB to 4 MiB. Throughput must stay
-//! flat as the size grows (linear time) and above 20 MiB/s per core.
+//! values of one stem written again, JSON nested in strings, each as one tool result of
+//! 64 KiB to 4 MiB. Throughput must stay flat as the size grows (linear time) and above
+//! 20 MiB/s per core.
 //!
 //! Run with `cargo bench -p toolwatch-core --bench protect_worst`; figures go into
 //! BENCHMARKS.md ("Protect on adversarial inputs"). Under `cargo test` each case runs once,
@@ -99,6 +100,12 @@ pub fn shapes(size: usize) -> Vec<(&'static str, String)> {
         (
             "periodic_values",
             distinct(size, |i| format!("password={} ", "Xk9".repeat(2 + i % 50))),
+        ),
+        (
+            "stem_values_again",
+            distinct(size, |i| {
+                format!("password=sk-live-{i:08} echo sk-live-{:08}; ", i / 2)
+            }),
         ),
         ("json_nested_in_strings", nested_doc),
     ]

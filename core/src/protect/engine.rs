@@ -600,8 +600,13 @@ impl Redactor {
                 .detectors
                 .get(f.rank)
                 .map_or(Action::Mask, |d| d.action);
-            out.push_str(&self.replacement(&f.rule, action, &text[f.start..f.end]));
-            *hits.entry(f.rule.to_string()).or_insert(0) += 1;
+            self.write_replacement(&mut out, &f.rule, action, &text[f.start..f.end]);
+            match hits.get_mut(&*f.rule) {
+                Some(n) => *n += 1,
+                None => {
+                    hits.insert(f.rule.to_string(), 1);
+                }
+            }
             pos = f.end;
         }
         out.push_str(&text[pos..]);
@@ -610,9 +615,21 @@ impl Redactor {
 
     /// The text that replaces `original` under `action`.
     pub fn replacement(&self, rule: &str, action: Action, original: &str) -> String {
+        let mut out = String::new();
+        self.write_replacement(&mut out, rule, action, original);
+        out
+    }
+
+    /// Appends the text that replaces `original` under `action` to `out` (in place: a dump
+    /// of credentials has a finding every few bytes).
+    fn write_replacement(&self, out: &mut String, rule: &str, action: Action, original: &str) {
         match action {
-            Action::Hash => self.hasher.hash(original),
-            Action::Mask | Action::Drop | Action::Truncate => format!("[REDACTED:{rule}]"),
+            Action::Hash => out.push_str(&self.hasher.hash(original)),
+            Action::Mask | Action::Drop | Action::Truncate => {
+                out.push_str("[REDACTED:");
+                out.push_str(rule);
+                out.push(']');
+            }
         }
     }
 }

@@ -442,39 +442,53 @@ const NOT_CREDENTIAL_HEADS: &[&str] = &[
     "dialog",
 ];
 
+/// [`NOT_CREDENTIAL_HEADS`] as a set: every candidate's key is looked up.
+static NOT_CREDENTIAL_HEAD_SET: std::sync::LazyLock<crate::maps::FastSet<&'static str>> =
+    std::sync::LazyLock::new(|| NOT_CREDENTIAL_HEADS.iter().copied().collect());
+
 /// The lowercased words of a key: split at non-alphanumerics, at camelCase humps and between
 /// letters and digits; words of digits alone are dropped.
 pub fn key_words(key: &str) -> Vec<String> {
     let mut words = Vec::new();
+    each_key_word(key, |w| {
+        words.push(w.to_string());
+        true
+    });
+    words
+}
+
+/// Calls `f` with each word [`key_words`] would return, in order, until `f` says stop;
+/// whether it went to the end. Bytes, not chars: a non-ASCII character separates words as
+/// each of its bytes does.
+fn each_key_word(key: &str, mut f: impl FnMut(&str) -> bool) -> bool {
+    let b = key.as_bytes();
     let mut word = String::new();
-    let chars: Vec<char> = key.chars().collect();
-    for (i, &c) in chars.iter().enumerate() {
+    let mut flush = |word: &mut String| {
+        let go_on = word.is_empty() || word.bytes().all(|c| c.is_ascii_digit()) || f(word);
+        word.clear();
+        go_on
+    };
+    for (i, &c) in b.iter().enumerate() {
         if !c.is_ascii_alphanumeric() {
-            flush_word(&mut word, &mut words);
+            if !flush(&mut word) {
+                return false;
+            }
             continue;
         }
-        if let Some(&prev) = i.checked_sub(1).and_then(|p| chars.get(p)) {
-            let next = chars.get(i + 1).copied();
+        if let Some(&prev) = i.checked_sub(1).and_then(|p| b.get(p)) {
+            let next = b.get(i + 1).copied();
             let hump = (prev.is_ascii_lowercase() && c.is_ascii_uppercase())
                 || (prev.is_ascii_uppercase()
                     && c.is_ascii_uppercase()
                     && next.is_some_and(|n| n.is_ascii_lowercase()))
                 || (prev.is_ascii_digit() != c.is_ascii_digit() && prev.is_ascii_alphanumeric());
-            if hump {
-                flush_word(&mut word, &mut words);
+            if hump && !flush(&mut word) {
+                return false;
             }
         }
-        word.push(c.to_ascii_lowercase());
+        word.push(char::from(c.to_ascii_lowercase()));
     }
-    flush_word(&mut word, &mut words);
-    words
-}
-
-fn flush_word(word: &mut String, words: &mut Vec<String>) {
-    if !word.is_empty() && !word.bytes().all(|b| b.is_ascii_digit()) {
-        words.push(std::mem::take(word));
-    }
-    word.clear();
+    flush(&mut word)
 }
 
 /// `password` with its abbreviations and misspellings (`pw`, `pass`, `pwd`, `passwd`,
@@ -514,7 +528,7 @@ fn classify_words(words: &[String]) -> KeyClass {
     if head == "id" && prev == Some("session") {
         return KeyClass::Credential;
     }
-    if NOT_CREDENTIAL_HEADS.contains(&head) {
+    if NOT_CREDENTIAL_HEAD_SET.contains(head) {
         return KeyClass::Other;
     }
     match head_class(head, prev) {
@@ -689,7 +703,8 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     if v.is_empty() {
         return Judgment::kept("empty");
     }
-    if v.chars().count() < 3 {
+    // Twelve bytes hold at least three characters: only short values are counted.
+    if v.len() < 12 && v.chars().nth(2).is_none() {
         return Judgment::kept("too short to be a credential");
     }
     let bare = matches!(syntax, Syntax::Config | Syntax::Flag | Syntax::Code);
@@ -705,11 +720,10 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
             }
         }
     }
-    let lower = v.to_ascii_lowercase();
-    if AUTH_SCHEMES.contains(&lower.as_str()) {
+    if AUTH_SCHEMES.iter().any(|s| v.eq_ignore_ascii_case(s)) {
         return Judgment::kept("an auth scheme without its credential (Basic, Bearer…)");
     }
-    if CONSTANTS.contains(&lower.as_str()) {
+    if CONSTANTS.iter().any(|s| v.eq_ignore_ascii_case(s)) {
         return Judgment::kept("a constant (true, null, none…)");
     }
     if is_placeholder(v, key) {
@@ -718,12 +732,14 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
         );
     }
     let mut score = class.weight();
-    let mut reasons = vec![match class {
+    // Room for every reason a judgment can give: one allocation.
+    let mut reasons = Vec::with_capacity(10);
+    reasons.push(match class {
         KeyClass::Credential => "key names a credential (+3)",
         KeyClass::Material => "key names secret material (+2)",
         KeyClass::Key => "key is a plain key (+1)",
         KeyClass::Other => "key names no credential (0)",
-    }];
+    });
     score += syntax.weight();
     reasons.push(match syntax {
         Syntax::Structured => "a data value (+2)",
@@ -789,11 +805,9 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     if v.starts_with("$(") || (v.starts_with('`') && v.ends_with('`')) {
         return Some("a command substitution ($(…))");
     }
-    if v.contains("${")
-        || v.contains("{{")
-        || v.contains("%(")
-        || v.contains("#{")
-        || v.contains("<%")
+    if v.as_bytes()
+        .windows(2)
+        .any(|w| matches!(w, b"${" | b"{{" | b"%(" | b"#{" | b"<%"))
     {
         return Some("a template reference (${X}, {{x}}, %(x)s, #{x})");
     }
@@ -917,6 +931,14 @@ fn is_filler(v: &str) -> bool {
     {
         return true;
     }
+    // Most values hold few masking characters: no histogram needed to rule them out.
+    let masking_bytes = b
+        .iter()
+        .filter(|c| matches!(c, b'x' | b'X' | b'*' | b'.' | b'#' | b'0' | b'?' | b'-'))
+        .count();
+    if masking_bytes * 2 < b.len() {
+        return false;
+    }
     let mut counts = [0usize; 256];
     for &c in b {
         counts[usize::from(c)] += 1;
@@ -937,24 +959,32 @@ fn is_placeholder(v: &str, key: &str) -> bool {
     if is_filler(v) {
         return true;
     }
-    if v.contains("...") || v.contains('…') || v.starts_with("***") {
-        return true;
-    }
-    let words = key_words(v);
-    if !words.is_empty()
-        && words
-            .iter()
-            .all(|w| PLACEHOLDER_WORD_SET.contains(w.as_str()))
+    // Byte windows, not `str::contains`: a substring searcher costs more to set up than a
+    // short value takes to scan.
+    if v.as_bytes()
+        .windows(3)
+        .any(|w| w == b"..." || w == "…".as_bytes())
+        || v.starts_with("***")
     {
         return true;
     }
-    let squash = |s: &str| -> String {
-        s.chars()
-            .filter(char::is_ascii_alphanumeric)
+    let mut any_word = false;
+    let all_placeholder_words = each_key_word(v, |w| {
+        any_word = true;
+        PLACEHOLDER_WORD_SET.contains(w)
+    });
+    if any_word && all_placeholder_words {
+        return true;
+    }
+    let squash = |s: &'_ str| {
+        s.bytes()
+            .filter(u8::is_ascii_alphanumeric)
             .map(|c| c.to_ascii_lowercase())
-            .collect()
+            .collect::<Vec<u8>>()
     };
-    !key.is_empty() && squash(v) == squash(key)
+    // The cheap test first: the key's letters and digits must be as many as the value's.
+    let alnum = |s: &str| s.bytes().filter(u8::is_ascii_alphanumeric).count();
+    !key.is_empty() && alnum(v) == alnum(key) && squash(v) == squash(key)
 }
 
 // --- Text ---------------------------------------------------------------------------------
@@ -1582,44 +1612,237 @@ pub fn removals(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
 /// values may take before the text is removed whole.
 pub const REPEAT_MATCH_BUDGET: usize = 8;
 
+/// Removed values shorter than this are not looked for again (too many false repeats).
+const REPEAT_MIN_BYTES: usize = 6;
+
 /// Every place a removed value of 6 bytes or more appears again in `text` outside the removed
-/// ranges `removed`: for each value, its occurrences left to right without overlapping one
-/// another (as `str::match_indices` finds them). `None` when that would take more matches
-/// than the budget allows.
+/// ranges `removed`. Occurrences are looked for where they start outside every removed range;
+/// for each value, left to right without overlapping one another (as `str::match_indices`
+/// finds them); one that runs into a removed range is left to that range. `None` when
+/// finding them would take more matches than the budget allows.
 fn repeats(text: &str, removed: &[Range<usize>]) -> Option<Vec<Range<usize>>> {
-    let mut values: Vec<&str> = removed
-        .iter()
-        .map(|r| &text[r.clone()])
-        .filter(|v| v.len() >= 6)
-        .collect();
-    if values.is_empty() {
+    if !removed.iter().any(|r| r.len() >= REPEAT_MIN_BYTES) {
         return Some(Vec::new());
     }
-    values.sort_unstable();
-    values.dedup();
-    // The removed ranges, sorted and merged where they overlap: an overlap test by search.
-    let mut taken: Vec<Range<usize>> = removed.to_vec();
-    taken.sort_unstable_by_key(|r| r.start);
-    let mut merged: Vec<Range<usize>> = Vec::with_capacity(taken.len());
-    for r in taken {
-        match merged.last_mut() {
-            Some(last) if r.start < last.end => last.end = last.end.max(r.end),
-            _ => merged.push(r),
-        }
-    }
-    let overlaps_removed = |r: &Range<usize>| {
-        // The first merged range ending after r starts is the only one that can overlap it.
-        let i = merged.partition_point(|m| m.end <= r.start);
-        merged.get(i).is_some_and(|m| m.start < r.end)
-    };
-    let ac = aho_corasick::AhoCorasick::builder()
-        .match_kind(aho_corasick::MatchKind::Standard)
-        .build(&values)
-        .ok()?;
+    let removed = RemovedRanges::merged(removed);
     let budget = text
         .len()
         .saturating_mul(REPEAT_MATCH_BUDGET)
         .saturating_add(1 << 16);
+    // The look-up by prefix is the fast way (building an automaton over thousands of values
+    // costs more than the search); the automaton bounds the adversarial cases.
+    let values = ValuesByPrefix::of(text, removed.sources)?;
+    values
+        .occurrences(text, &removed, budget)
+        .or_else(|| occurrences_by_automaton(text, &values.values, &removed, budget))
+}
+
+/// Removed ranges, sorted and merged where they overlap, with the ranges they came from.
+struct RemovedRanges<'r> {
+    sources: &'r [Range<usize>],
+    ranges: Vec<Range<usize>>,
+}
+
+impl<'r> RemovedRanges<'r> {
+    fn merged(sources: &'r [Range<usize>]) -> Self {
+        let mut taken: Vec<Range<usize>> = sources.to_vec();
+        taken.sort_unstable_by_key(|r| r.start);
+        let mut ranges: Vec<Range<usize>> = Vec::with_capacity(taken.len());
+        for r in taken {
+            match ranges.last_mut() {
+                Some(last) if r.start < last.end => last.end = last.end.max(r.end),
+                _ => ranges.push(r),
+            }
+        }
+        RemovedRanges { sources, ranges }
+    }
+
+    /// The first merged range that ends after `at`.
+    fn next_after(&self, at: usize) -> Option<&Range<usize>> {
+        self.ranges
+            .get(self.ranges.partition_point(|m| m.end <= at))
+    }
+
+    fn contains(&self, at: usize) -> bool {
+        self.next_after(at).is_some_and(|m| m.start <= at)
+    }
+
+    fn overlaps(&self, r: &Range<usize>) -> bool {
+        self.next_after(r.start).is_some_and(|m| m.start < r.end)
+    }
+}
+
+/// The values' prefixes are hashed over at most this many bytes.
+const REPEAT_PREFIX_MAX: usize = 32;
+
+/// A hash of the first `width` bytes of `b` (at least `width` long; `width` at least 6):
+/// the bytes themselves up to 8.
+fn window_key(b: &[u8], width: usize) -> u64 {
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        let n = 8.min(width - at);
+        w[..n].copy_from_slice(&b[at..at + n]);
+        u64::from_le_bytes(w)
+    };
+    if width <= 8 {
+        return word(0);
+    }
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = 0u64;
+    let mut at = 0;
+    while at + 8 < width {
+        h = (h ^ word(at)).wrapping_mul(K).rotate_left(23);
+        at += 8;
+    }
+    (h ^ word(width - 8)).wrapping_mul(K)
+}
+
+/// Distinct removed values chained by a hash of their first bytes: as many as the shortest
+/// value holds (up to [`REPEAT_PREFIX_MAX`]), so values that share a stem of a few bytes
+/// (`sk-live-…`) still fall in chains of their own.
+struct ValuesByPrefix<'t> {
+    values: Vec<&'t str>,
+    /// How many first bytes the chains are keyed by.
+    width: usize,
+    /// The last value pushed with each prefix.
+    head: crate::maps::FastMap<u64, u32>,
+    /// The value pushed before each one with the same prefix ([`u32::MAX`]: none).
+    next: Vec<u32>,
+    /// One bit per hashed prefix: most positions are ruled out by a bit test in cache
+    /// rather than a look-up in a map of thousands of values.
+    may_start: Vec<u64>,
+    shift: u32,
+}
+
+impl<'t> ValuesByPrefix<'t> {
+    /// The distinct values of `ranges` in `text` (`None` past 4 billion of them).
+    fn of(text: &'t str, ranges: &[Range<usize>]) -> Option<Self> {
+        // Duplicates by hash of the whole value: walking a prefix's chain for them would be
+        // quadratic in values that share a stem.
+        let mut seen: crate::maps::FastSet<&str> = crate::maps::FastSet::default();
+        seen.reserve(ranges.len());
+        let distinct: Vec<&str> = ranges
+            .iter()
+            .filter(|r| r.len() >= REPEAT_MIN_BYTES)
+            .map(|r| &text[r.clone()])
+            .filter(|value| seen.insert(value))
+            .collect();
+        let mut v = ValuesByPrefix {
+            values: Vec::with_capacity(distinct.len()),
+            width: distinct
+                .iter()
+                .map(|value| value.len())
+                .min()
+                .unwrap_or(REPEAT_MIN_BYTES)
+                .clamp(REPEAT_MIN_BYTES, REPEAT_PREFIX_MAX),
+            head: crate::maps::FastMap::default(),
+            next: Vec::with_capacity(distinct.len()),
+            may_start: Vec::new(),
+            shift: 0,
+        };
+        v.head.reserve(distinct.len());
+        for value in distinct {
+            v.push(value)?;
+        }
+        let bits = (v.values.len() * 16)
+            .next_power_of_two()
+            .clamp(1 << 12, 1 << 24);
+        v.shift = 64 - bits.trailing_zeros();
+        v.may_start = vec![0u64; bits / 64];
+        let keys: Vec<u64> = v.head.keys().copied().collect();
+        for k in keys {
+            let b = v.bit(k);
+            v.may_start[b / 64] |= 1 << (b % 64);
+        }
+        Some(v)
+    }
+
+    fn push(&mut self, value: &'t str) -> Option<()> {
+        let k = window_key(value.as_bytes(), self.width);
+        let first = self.head.get(&k).copied().unwrap_or(u32::MAX);
+        let id = u32::try_from(self.values.len())
+            .ok()
+            .filter(|&i| i != u32::MAX)?;
+        self.values.push(value);
+        self.next.push(first);
+        self.head.insert(k, id);
+        Some(())
+    }
+
+    fn bit(&self, k: u64) -> usize {
+        (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    /// The first value of the chain whose prefix `b` starts with (`b` holds `width` bytes).
+    fn chain_at(&self, b: &[u8]) -> u32 {
+        let k = window_key(b, self.width);
+        let h = self.bit(k);
+        if self.may_start[h / 64] & (1 << (h % 64)) == 0 {
+            return u32::MAX;
+        }
+        self.head.get(&k).copied().unwrap_or(u32::MAX)
+    }
+
+    /// Each value's occurrences, by looking up the first bytes of every position outside
+    /// the removed ranges. `None` when the comparisons would take more than `budget` steps
+    /// (a step per value visited and per byte compared: values that are variations of one
+    /// stem, written again and again, go to the automaton).
+    fn occurrences(
+        &self,
+        text: &str,
+        removed: &RemovedRanges,
+        budget: usize,
+    ) -> Option<Vec<Range<usize>>> {
+        let b = text.as_bytes();
+        let mut last_end = vec![0usize; self.values.len()];
+        let mut steps = 0usize;
+        let mut out = Vec::new();
+        let mut gap_start = 0;
+        let gaps = removed.ranges.iter().map(|r| (r.start, r.end));
+        for (gap_end, next_gap_start) in gaps.chain([(b.len(), b.len())]) {
+            let last = gap_end.min((b.len() + 1).saturating_sub(self.width));
+            for i in gap_start..last {
+                let mut p = self.chain_at(&b[i..]);
+                while p != u32::MAX {
+                    let id = p as usize;
+                    p = self.next[id];
+                    steps += 1;
+                    // One value's occurrences do not overlap: nothing to compare inside the last.
+                    if i < last_end[id] {
+                        continue;
+                    }
+                    let v = self.values[id].as_bytes();
+                    steps += v.len();
+                    if steps > budget {
+                        return None;
+                    }
+                    if b[i..].starts_with(v) {
+                        last_end[id] = i + v.len();
+                        if i + v.len() <= gap_end {
+                            out.push(i..i + v.len());
+                        }
+                    }
+                }
+            }
+            gap_start = next_gap_start;
+        }
+        Some(out)
+    }
+}
+
+/// Each value's occurrences as [`repeats`] counts them, found in one pass of one automaton
+/// over all of them. `None` when that takes more than `budget` matches (overlapping ones
+/// included).
+fn occurrences_by_automaton(
+    text: &str,
+    values: &[&str],
+    removed: &RemovedRanges,
+    budget: usize,
+) -> Option<Vec<Range<usize>>> {
+    let ac = aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::Standard)
+        .build(values)
+        .ok()?;
     // Where each value's last counted occurrence ends: one value's occurrences do not overlap.
     let mut last_end = vec![0usize; values.len()];
     let mut out = Vec::new();
@@ -1628,12 +1851,12 @@ fn repeats(text: &str, removed: &[Range<usize>]) -> Option<Vec<Range<usize>>> {
             return None;
         }
         let p = m.pattern().as_usize();
-        if m.start() < last_end[p] {
+        if m.start() < last_end[p] || removed.contains(m.start()) {
             continue;
         }
         last_end[p] = m.end();
         let r = m.start()..m.end();
-        if !overlaps_removed(&r) {
+        if !removed.overlaps(&r) {
             out.push(r);
         }
     }
@@ -1952,17 +2175,57 @@ mod tests {
             .map(|r| &text[r.clone()])
             .filter(|v| v.len() >= 6)
             .collect();
+        let overlaps = |r: &Range<usize>| out.iter().any(|o| o.start < r.end && r.start < o.end);
+        let inside = |i: usize| out.iter().any(|o| o.start <= i && i < o.end);
         let mut repeats = Vec::new();
         for v in values {
-            for (i, _) in text.match_indices(v) {
+            let mut last_end = 0;
+            for i in (0..text.len()).filter(|&i| text.is_char_boundary(i)) {
                 let r = i..i + v.len();
-                if !out.iter().any(|o| o.start < r.end && r.start < o.end) {
-                    repeats.push(r);
+                if i >= last_end && !inside(i) && text[i..].starts_with(v) {
+                    last_end = r.end;
+                    if !overlaps(&r) {
+                        repeats.push(r);
+                    }
                 }
             }
         }
         out.extend(repeats);
         out
+    }
+
+    /// The words of a key as they were split by characters (the split by bytes must agree).
+    fn key_words_before(key: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let flush = |word: &mut String, words: &mut Vec<String>| {
+            if !word.is_empty() && !word.bytes().all(|b| b.is_ascii_digit()) {
+                words.push(std::mem::take(word));
+            }
+            word.clear();
+        };
+        let chars: Vec<char> = key.chars().collect();
+        for (i, &c) in chars.iter().enumerate() {
+            if !c.is_ascii_alphanumeric() {
+                flush(&mut word, &mut words);
+                continue;
+            }
+            if let Some(&prev) = i.checked_sub(1).and_then(|p| chars.get(p)) {
+                let next = chars.get(i + 1).copied();
+                let hump = (prev.is_ascii_lowercase() && c.is_ascii_uppercase())
+                    || (prev.is_ascii_uppercase()
+                        && c.is_ascii_uppercase()
+                        && next.is_some_and(|n| n.is_ascii_lowercase()))
+                    || (prev.is_ascii_digit() != c.is_ascii_digit()
+                        && prev.is_ascii_alphanumeric());
+                if hump {
+                    flush(&mut word, &mut words);
+                }
+            }
+            word.push(c.to_ascii_lowercase());
+        }
+        flush(&mut word, &mut words);
+        words
     }
 
     /// The bracket trimming of [`bare_value`] as it was (quadratic in a run of closers).
@@ -2048,6 +2311,39 @@ mod tests {
             );
         }
 
+        /// The look-up by prefix finds what the automaton finds, on texts where values
+        /// overlap themselves, one another and the removed ranges.
+        #[test]
+        fn occurrences_by_prefix_are_the_automaton_s(
+            text in "[ab]{0,300}",
+            shortest in 6usize..20,
+            cuts in proptest::collection::vec((0usize..300, 0usize..8), 1..30),
+        ) {
+            // Shortest values of 6 to 19 bytes: chains keyed by the bytes themselves and by
+            // a hash of more than eight.
+            let sources: Vec<Range<usize>> = cuts
+                .into_iter()
+                .map(|(at, extra)| at..at + shortest + extra)
+                .filter(|r| r.end <= text.len())
+                .collect();
+            let removed = RemovedRanges::merged(&sources);
+            let mut values: Vec<&str> = sources.iter().map(|r| &text[r.clone()]).collect();
+            values.sort_unstable();
+            values.dedup();
+            let by_automaton = occurrences_by_automaton(&text, &values, &removed, usize::MAX);
+            if let Some(by_prefix) = ValuesByPrefix::of(&text, &sources)
+                .and_then(|v| v.occurrences(&text, &removed, usize::MAX))
+            {
+                proptest::prop_assert_eq!(Some(distinct(by_prefix)), by_automaton.map(distinct));
+            }
+        }
+
+        /// Keys split by bytes into the words they split into by characters, any script.
+        #[test]
+        fn key_words_by_bytes_are_the_words_by_characters(key in "[a-zA-Z0-9_ .é€Ж-]{0,24}") {
+            proptest::prop_assert_eq!(key_words(&key), key_words_before(&key));
+        }
+
         /// Closing brackets come off a bare value as before, counted once.
         #[test]
         fn bare_values_end_where_they_did(text in "[a-z(){}\\[\\] ]{0,40}") {
@@ -2056,6 +2352,42 @@ mod tests {
                 proptest::prop_assert_eq!(bare_value(b, at), bare_value_before(b, at), "{:?} at {}", text, at);
             }
         }
+    }
+
+    #[test]
+    fn values_sharing_their_first_bytes_are_found_again() {
+        // 40 values with one stem and the stem alone (six bytes, so the chains are keyed by
+        // six bytes and all 41 share one), each written again later: all removed there too,
+        // by the look-up by prefix, and by the automaton when the look-up runs out of steps.
+        let mut values: Vec<String> = (0..40).map(|i| format!("Stem00x{i:03}Kq")).collect();
+        values.push("Stem00".to_string());
+        let mut text: String = values.iter().map(|v| format!("password={v} ")).collect();
+        for v in &values[..40] {
+            text.push_str(&format!("echo {v}; "));
+        }
+        // 41 values where they were set; each long value again, and the stem inside it.
+        let removed = removals(&text, &keyword_hits(&text));
+        assert_eq!(distinct(removed).len(), 41 + 40 + 40);
+        let sources: Vec<Range<usize>> = values
+            .iter()
+            .filter_map(|v| {
+                text.find(&format!("={v} "))
+                    .map(|at| at + 1..at + 1 + v.len())
+            })
+            .collect();
+        assert_eq!(sources.len(), 41);
+        let merged = RemovedRanges::merged(&sources);
+        let by_prefix = ValuesByPrefix::of(&text, &sources).expect("41 values");
+        assert_eq!(by_prefix.width, 6);
+        assert_eq!(by_prefix.occurrences(&text, &merged, 1000), None);
+        let found = by_prefix
+            .occurrences(&text, &merged, usize::MAX)
+            .expect("no budget");
+        assert_eq!(found.len(), 80);
+        assert_eq!(
+            Some(distinct(found)),
+            occurrences_by_automaton(&text, &by_prefix.values, &merged, usize::MAX).map(distinct)
+        );
     }
 
     #[test]

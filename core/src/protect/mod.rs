@@ -118,6 +118,9 @@ pub fn default_key_file(data_dir: &Path) -> PathBuf {
 pub struct KeyedHasher {
     key: Vec<u8>,
     key_id: String,
+    /// The MAC keyed and fed the secret trail's domain: each fingerprint starts from a copy
+    /// (keying hashes two blocks, more than a short secret costs).
+    trail: Option<Hmac<Sha256>>,
 }
 
 impl KeyedHasher {
@@ -125,9 +128,14 @@ impl KeyedHasher {
     /// visible in every hash it produced.
     pub fn new(key: &[u8]) -> KeyedHasher {
         let digest = Sha256::digest(key);
+        let trail = Hmac::<Sha256>::new_from_slice(key).ok().map(|mut mac| {
+            mac.update(b"toolwatch.secret-trail\0");
+            mac
+        });
         KeyedHasher {
             key: key.to_vec(),
             key_id: hex::encode(&digest[..4]),
+            trail,
         }
     }
 
@@ -197,10 +205,9 @@ impl KeyedHasher {
     /// the spans of one request (`schemas/findings.md`, `secret_in_outbound_call`); domain
     /// separated from [`KeyedHasher::hash`], so it never equals part of an idempotency hash.
     pub fn fingerprint(&self, value: &str) -> u64 {
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.key) else {
+        let Some(mut mac) = self.trail.clone() else {
             return 0;
         };
-        mac.update(b"toolwatch.secret-trail\0");
         mac.update(value.as_bytes());
         let b = mac.finalize().into_bytes();
         u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
@@ -685,6 +692,18 @@ mod tests {
         );
         assert_eq!(report.hits.get(walk::MAX_DEPTH_RULE), Some(&2));
         assert!(kept.is_some());
+    }
+
+    #[test]
+    fn a_fingerprint_is_the_hmac_of_the_trail_domain_and_the_value() {
+        let h = KeyedHasher::new(b"k1");
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"k1").expect("any key length");
+        mac.update(b"toolwatch.secret-trail\0hunter22");
+        let b = mac.finalize().into_bytes();
+        let want = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        assert_eq!(h.fingerprint("hunter22"), want);
+        assert_eq!(h.clone().fingerprint("hunter22"), want);
+        assert_ne!(KeyedHasher::new(b"k2").fingerprint("hunter22"), want);
     }
 
     #[test]

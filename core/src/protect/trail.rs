@@ -59,12 +59,11 @@ pub fn collect<R>(side: Side, hasher: &KeyedHasher, f: impl FnOnce() -> R) -> (R
     let reset = Reset;
     SIDE.with(|s| s.set(Some(side)));
     let out = f();
-    let mut found = FOUND.with(|v| std::mem::take(&mut *v.borrow_mut()));
+    let found = FOUND.with(|v| std::mem::take(&mut *v.borrow_mut()));
     drop(reset);
     // A dump repeats its credentials: each is fingerprinted (an HMAC) once.
-    found.sort_unstable();
-    found.dedup();
-    let mut fps: Vec<u64> = found.iter().map(|v| hasher.fingerprint(v)).collect();
+    let distinct: crate::maps::FastSet<&str> = found.iter().map(String::as_str).collect();
+    let mut fps: Vec<u64> = distinct.iter().map(|v| hasher.fingerprint(v)).collect();
     fps.sort_unstable();
     fps.dedup();
     (out, fps)
@@ -93,10 +92,16 @@ pub fn note(value: &str) {
 
 /// Fingerprints as an attribute value: 16 hex digits each, comma-separated.
 pub fn to_text(fps: &[u64]) -> String {
-    fps.iter()
-        .map(|f| format!("{f:016x}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    use std::fmt::Write;
+    let mut out = String::with_capacity(fps.len() * 17);
+    for (i, f) in fps.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{f:016x}");
+    }
+    out
 }
 
 /// The fingerprints of an attribute value written by [`to_text`] (others skipped).
