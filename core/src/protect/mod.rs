@@ -11,6 +11,7 @@
 pub mod catalogue;
 pub mod confirmation;
 pub mod engine;
+pub mod json_text;
 pub mod key_context;
 pub mod learned;
 pub mod rules;
