@@ -381,9 +381,10 @@ fn a_secret_seen_in_context_is_removed_bare_in_later_batches_of_its_tenant_only(
     assert_eq!(spans.len(), 1, "{spans:?}");
     assert_eq!(logs.len(), 3, "{logs:?}");
     let span = &spans[0];
+    // As the SDK sent it (Python's spacing), less the learned value.
     assert_eq!(
         span["tool_arguments"],
-        r#"{"order":"A-1","previous_attempt":"[REDACTED:learned:idempotency_key]"}"#
+        r#"{"order": "A-1", "previous_attempt": "[REDACTED:learned:idempotency_key]"}"#
     );
     assert_eq!(
         span["status_message"],
@@ -396,7 +397,7 @@ fn a_secret_seen_in_context_is_removed_bare_in_later_batches_of_its_tenant_only(
     );
     assert_eq!(
         body_of(&logs, "acme", "{"),
-        r#"{"k":"[REDACTED:learned:aws_secret_access_key]"}"#
+        r#"{"k": "[REDACTED:learned:aws_secret_access_key]"}"#
     );
     assert_eq!(
         body_of(&logs, "acme", "idempotency"),

@@ -672,7 +672,7 @@ mod tests {
         let attrs = out[0].column(1).as_string::<i32>();
         assert_eq!(
             attrs.value(0),
-            r#"{"n":1,"note":"key [REDACTED:acme_token] here"}"#
+            r#"{"note":"key [REDACTED:acme_token] here","n":1}"#
         );
         assert!(attrs.is_null(1));
         assert_eq!(attrs.value(2), r#"{"clean":"nothing"}"#);

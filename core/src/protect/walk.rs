@@ -1,8 +1,9 @@
 //! Applies the rules everywhere a string can hide in an event.
 //!
-//! Strings at any depth of arrays and key-value lists; JSON inside strings (parsed, walked
-//! with key rules applied to its object keys, re-serialized only if something changed, and
-//! nested JSON-in-JSON to the depth limit); percent-encoded text (matched in decoded form);
+//! Strings at any depth of arrays and key-value lists; JSON inside strings (read in place,
+//! with key rules applied to its object keys, what is removed replaced where it stands and
+//! every other byte kept, nested JSON-in-JSON to the depth limit); percent-encoded text
+//! (matched in decoded form);
 //! integers (a card number sent as a number); bytes (examined as UTF-8, and removed whole when
 //! they are not text, since they cannot be examined). Anything deeper than the depth limit is
 //! removed whole rather than passed through unexamined.
@@ -10,6 +11,7 @@
 use serde_json::Value;
 
 use super::engine::{KeyRuleDecision, Redactor};
+use super::json_text;
 use super::rules::Action;
 use crate::event::{AttrValue, Attributes, Redactions};
 
@@ -119,10 +121,6 @@ fn atlassian_dc_pats(s: &str, run: std::ops::Range<usize>) -> Vec<std::ops::Rang
     }
     out
 }
-
-/// Recorded when a JSON document that repeats a key is stored as parsed (the repeated key's
-/// earlier values are gone, unexamined values with them).
-pub const DUPLICATE_KEY_RULE: &str = "json_duplicate_key_dropped";
 
 /// How many base64 layers are decoded (base64 of base64 of a secret is still found).
 const BASE64_LAYERS: usize = 2;
@@ -332,20 +330,15 @@ fn redact_plain_and_structured(
         {
             return Pass::Clean;
         }
-        if let Ok(mut v) = serde_json::from_str::<Value>(s) {
-            if redact_json(r, &mut v, hits, depth + 1) {
-                *s = v.to_string();
-                return Pass::Changed;
+        // Read in place: what is removed is replaced where it stands, and everything else
+        // (key order, spacing, escapes, every member of a repeated key) stays as sent.
+        if let Ok(doc) = json_text::read(s, usize::MAX) {
+            let edits = json_edits(r, s, &doc, hits, depth + 1);
+            if edits.is_empty() {
+                return Pass::Unchanged;
             }
-            // Nothing in the parsed document; but parsing can lose text: of two equal keys
-            // only the last is kept, and the rules never saw the others. Such a document is
-            // stored as parsed (what any JSON reader would see), never raw.
-            if has_duplicate_keys(s) {
-                *s = v.to_string();
-                count(hits, DUPLICATE_KEY_RULE);
-                return Pass::Changed;
-            }
-            return Pass::Unchanged;
+            *s = json_text::splice(s, edits);
+            return Pass::Changed;
         }
     }
     // JSON escaped into plain text (a log line quoting tool arguments): match the unescaped
@@ -374,64 +367,126 @@ fn redact_plain_and_structured(
     Pass::Unchanged
 }
 
-/// True when some object in the JSON text repeats a key (invalid JSON text parses anyway:
-/// false).
-fn has_duplicate_keys(s: &str) -> bool {
-    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-
-    /// Walks a JSON value; sets the flag on a repeated key.
-    struct Dup<'a>(&'a mut bool);
-
-    impl<'de> DeserializeSeed<'de> for Dup<'_> {
-        type Value = ();
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for Dup<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut keys = std::collections::HashSet::new();
-            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if !keys.insert(k.into_owned()) {
-                    *self.0 = true;
-                }
-                map.next_value_seed(Dup(&mut *self.0))?;
+/// The edits that protect a JSON document read in place (`doc`, of `text`) whose root
+/// stands at `depth`: what [`redact_json`] does to a parsed document, as byte ranges of the
+/// text and what replaces them.
+fn json_edits(
+    r: &Redactor,
+    text: &str,
+    doc: &json_text::Document,
+    hits: &mut Redactions,
+    depth: usize,
+) -> Vec<(std::ops::Range<usize>, String)> {
+    use json_text::Kind;
+    let values = &doc.values;
+    // The objects that are JSON Web Keys: they name their key type (`kty`) with a string.
+    let mut jwk = vec![false; values.len()];
+    // Each value's own key, decoded once.
+    let mut own_key: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(values.len());
+    for v in values {
+        let k = v.key.clone().map(|k| json_text::decode_string(&text[k]));
+        if let (Some(k), Some(p), Kind::String) = (&k, v.parent, v.kind) {
+            if k == "kty" {
+                jwk[p] = true;
             }
-            Ok(())
         }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            while seq.next_element_seed(Dup(&mut *self.0))?.is_some() {}
-            Ok(())
+        own_key.push(k);
+    }
+    // The value whose key a value is read under: its own, or through arrays its container's.
+    let mut key_from: Vec<Option<usize>> = Vec::with_capacity(values.len());
+    let mut edits = Vec::new();
+    let mut dropped = Vec::new();
+    // Values before this byte are inside a value already replaced, dropped or kept whole.
+    let mut skip_until = 0;
+    for (i, v) in values.iter().enumerate() {
+        let from = match (&own_key[i], v.parent) {
+            (Some(_), _) => Some(i),
+            (None, Some(p)) if values[p].kind == Kind::Array => key_from[p],
+            _ => None,
+        };
+        key_from.push(from);
+        if v.range.start < skip_until {
+            continue;
         }
-        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-            Ok(())
+        let raw = &text[v.range.clone()];
+        let at = depth + v.depth;
+        let replace_whole = |edits: &mut Vec<_>, with: String, skip_until: &mut usize| {
+            edits.push((v.range.clone(), json_text::encode_string(&with)));
+            *skip_until = v.range.end;
+        };
+        if at > r.max_depth {
+            count(hits, MAX_DEPTH_RULE);
+            replace_whole(
+                &mut edits,
+                format!("[REDACTED:{MAX_DEPTH_RULE}]"),
+                &mut skip_until,
+            );
+            continue;
         }
-        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-            Ok(())
+        let string = (v.kind == Kind::String).then(|| json_text::decode_string(raw));
+        if let (Some(k), Some(p)) = (&own_key[i], v.parent) {
+            let empty = v.kind == Kind::Literal && raw == "null"
+                || string.as_deref().is_some_and(str::is_empty);
+            if jwk[p] && JWK_PRIVATE_MEMBERS.contains(&k.as_ref()) && !empty {
+                if let Some(t) = &string {
+                    super::learned::learn_in_scope(JWK_RULE, t);
+                }
+                count(hits, JWK_RULE);
+                replace_whole(
+                    &mut edits,
+                    format!("[REDACTED:{JWK_RULE}]"),
+                    &mut skip_until,
+                );
+                continue;
+            }
+            let original = || match &string {
+                Some(t) => t.to_string(),
+                None => raw.to_string(),
+            };
+            // Key rules read at the depth of the object that holds the member.
+            let object_at = depth + values[p].depth;
+            match key_rule_outcome(r, k, string.as_deref(), empty, original, hits, object_at) {
+                KeyRuleOutcome::Scan => {}
+                KeyRuleOutcome::Keep => {
+                    skip_until = v.range.end;
+                    continue;
+                }
+                KeyRuleOutcome::Drop => {
+                    dropped.push(i);
+                    skip_until = v.range.end;
+                    continue;
+                }
+                KeyRuleOutcome::Replace(with) => {
+                    replace_whole(&mut edits, with, &mut skip_until);
+                    continue;
+                }
+            }
         }
-        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            Ok(())
+        let key = from.and_then(|f| own_key[f].as_deref());
+        match v.kind {
+            Kind::String => {
+                let mut t = string.map(std::borrow::Cow::into_owned).unwrap_or_default();
+                if redact_string_under(r, &mut t, hits, at, key) {
+                    edits.push((v.range.clone(), json_text::replace_string(raw, &t)));
+                }
+            }
+            // Five characters at most (`-9999`): shorter than anything a rule or learned value
+            // finds.
+            Kind::Number if raw.len() <= 5 => {}
+            Kind::Number => {
+                if let Some(new) = r.redact_text_under(raw, key, hits) {
+                    edits.push((v.range.clone(), json_text::encode_string(&new)));
+                }
+            }
+            Kind::Literal | Kind::Object | Kind::Array => {}
         }
     }
-
-    let mut found = false;
-    let mut de = serde_json::Deserializer::from_str(s);
-    let _ = Dup(&mut found).deserialize(&mut de);
-    found
+    edits.extend(
+        doc.member_removals(&dropped)
+            .into_iter()
+            .map(|r| (r, String::new())),
+    );
+    edits
 }
 
 /// Undoes JSON string escapes (`\"`, `\\`, `\n`, `\t`, `\/`, `\uXXXX`, applied
@@ -1001,19 +1056,19 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
     }
 }
 
-/// Applies the rules to text or JSON, as `toolwatch redact` does.
+/// Applies the rules to text or JSON, as `toolwatch redact` does: a JSON document comes out
+/// as it went in, less what was removed.
 pub fn redact_document(r: &Redactor, text: &str, hits: &mut Redactions) -> String {
-    match serde_json::from_str::<Value>(text) {
-        Ok(mut v) if v.is_object() || v.is_array() => {
-            redact_json(r, &mut v, hits, 0);
-            serde_json::to_string_pretty(&v).unwrap_or_default()
-        }
-        _ => {
-            let mut s = text.to_string();
-            redact_string(r, &mut s, hits, 0);
-            s
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        if let Ok(doc) = json_text::read(text, usize::MAX) {
+            let edits = json_edits(r, text, &doc, hits, 0);
+            return json_text::splice(text, edits);
         }
     }
+    let mut s = text.to_string();
+    redact_string(r, &mut s, hits, 0);
+    s
 }
 
 #[cfg(test)]
@@ -1197,9 +1252,10 @@ mod tests {
         let mut hits = Redactions::new();
         let mut s = "{\"user\": \"a\", \"api_key\": \"abc\", \"n\": [1, 2]}".to_string();
         assert!(redact_string(&r, &mut s, &mut hits, 0));
+        // Key order and spacing as sent: only the value is replaced.
         assert_eq!(
             s,
-            "{\"api_key\":\"[REDACTED:credential_key]\",\"n\":[1,2],\"user\":\"a\"}"
+            "{\"user\": \"a\", \"api_key\": \"[REDACTED:credential_key]\", \"n\": [1, 2]}"
         );
         let mut clean = "{\"user\": \"a\",  \"n\": [1, 2]}".to_string();
         assert!(!redact_string(&r, &mut clean, &mut hits, 0));
@@ -1207,14 +1263,44 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_in_a_repeated_key_is_not_kept_by_the_raw_text() {
+    fn tool_arguments_are_kept_as_sent_less_the_secrets() {
         let r = redactor(65536);
         let mut hits = Redactions::new();
-        // Parsing keeps the last "x"; the first held the secret.
+        // Spacing, key order, an escaped slash and a non-ASCII escape as the executor wrote
+        // them; only the e-mail address and the connection string's password go.
+        let mut s = concat!(
+            r#"{"to": "ana.silva@example.org",  "subject": "Q3 \/ refund \u00e9t\u00e9", "#,
+            r#""amount_cents": 1200, "body": "db at postgres://app:Vq8#mZ2pL9x@db.internal:5432/orders"}"#
+        )
+        .to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(
+            s,
+            concat!(
+                r#"{"to": "[REDACTED:email_address]",  "subject": "Q3 \/ refund \u00e9t\u00e9", "#,
+                r#""amount_cents": 1200, "body": "db at postgres://app:[REDACTED:url_userinfo_password]@db.internal:5432/orders"}"#
+            )
+        );
+        // A string that changes keeps its escapes before and after the change.
+        let mut s = r#"{"log": "a\/b \u00e9 password=Vq8mZ2pL9xQ7 \/c"}"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(
+            s,
+            r#"{"log": "a\/b \u00e9 password=[REDACTED:secret_key_assignment] \/c"}"#
+        );
+    }
+
+    #[test]
+    fn every_member_of_a_repeated_key_is_protected_where_it_stands() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        // A parser keeps the last "x"; read in place, the first is seen and protected too.
         let mut s = r#"{"x":"AKIAZ3KQ9MX2PL7VR4TY","x":"a","tokenizer":"cl100k"}"#.to_string();
         assert!(redact_string(&r, &mut s, &mut hits, 0));
-        assert_eq!(s, r#"{"tokenizer":"cl100k","x":"a"}"#);
-        assert_eq!(hits.get(DUPLICATE_KEY_RULE), Some(&1));
+        assert_eq!(
+            s,
+            r#"{"x":"[REDACTED:aws_access_key_id]","x":"a","tokenizer":"cl100k"}"#
+        );
     }
 
     #[test]
@@ -1223,14 +1309,14 @@ mod tests {
         let mut hits = Redactions::new();
         let mut s = r#"{"p\u0061ssword":"correct horse battery staple"}"#.to_string();
         assert!(redact_string(&r, &mut s, &mut hits, 0));
-        assert_eq!(s, r#"{"password":"[REDACTED:credential_key]"}"#);
+        assert_eq!(s, r#"{"p\u0061ssword":"[REDACTED:credential_key]"}"#);
         let mut s = r#"{"a":{"password":"correct horse"},"a":1}"#.to_string();
         assert!(redact_string(&r, &mut s, &mut hits, 0));
-        assert_eq!(s, r#"{"a":1}"#);
-        // A document without repeats is left as sent.
+        assert_eq!(s, r#"{"a":{"password":"[REDACTED:credential_key]"},"a":1}"#);
+        // A document with nothing to remove is left as sent.
         let mut s = r#"{"a":{"b":1},"c":[{"b":2},{"b":3}]}"#.to_string();
         assert!(!redact_string(&r, &mut s, &mut hits, 0));
-        assert!(!has_duplicate_keys(&s));
+        assert_eq!(s, r#"{"a":{"b":1},"c":[{"b":2},{"b":3}]}"#);
     }
 
     #[test]
@@ -1285,7 +1371,7 @@ mod tests {
         assert!(redact_string(&r, &mut s, &mut hits, 0));
         assert_eq!(
             s,
-            "{\"tool\":{\"note\":\"ORD-123456\",\"result\":\"[REDACTED:order_ref]\"}}"
+            "{\"tool\": {\"result\": \"[REDACTED:order_ref]\", \"note\": \"ORD-123456\"}}"
         );
         let mut attrs = Attributes(vec![
             ("tool.result".into(), AttrValue::Str("ORD-123456".into())),
@@ -1384,5 +1470,101 @@ mod tests {
         let mut text = AttrValue::Bytes(b"mail jane@example.com".to_vec());
         redact_value(&r, &mut text, &mut hits, 0);
         assert_eq!(text, AttrValue::Str("mail [REDACTED:email_address]".into()));
+    }
+}
+
+#[cfg(test)]
+mod json_in_place_properties {
+    use super::*;
+    use crate::protect::rules::RedactionConfig;
+    use crate::protect::KeyedHasher;
+    use proptest::prelude::*;
+
+    /// Documents of harmless keys and values (no rule's keyword, shape or key name), with
+    /// secrets planted in some strings: `None` leaves, `Some(i)` the i-th secret.
+    fn document() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            (-99_999i64..99_999).prop_map(|n| serde_json::json!(n)),
+            "[a-z /é\n]{0,10}".prop_map(serde_json::Value::String),
+            (
+                prop_oneof![
+                    Just("AKIAZ3KQ9MX2PL7VR4TY"),
+                    Just("AKIAQW7RT2YU4IO6PA3S"),
+                    Just("AKIA5J6K7L2M3N4B5V6C")
+                ],
+                "[a-z/é]{0,6}"
+            )
+                .prop_map(|(key, word)| {
+                    serde_json::Value::String(format!("{word} {key} {word}"))
+                }),
+        ];
+        leaf.prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("name"),
+                        Just("city"),
+                        Just("note"),
+                        Just("items"),
+                        Just("n")
+                    ],
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| serde_json::Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    /// One redactor for every case: building the catalogue is most of a case's time.
+    static REDACTOR: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(|| {
+        Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"k")).expect("rules")
+    });
+
+    fn written(v: &serde_json::Value, style: u8) -> String {
+        let text = match style % 3 {
+            0 => v.to_string(),
+            1 => serde_json::to_string_pretty(v).unwrap_or_default(),
+            _ => v
+                .to_string()
+                .replace(',', " ,\n  ")
+                .replace("\":", "\" :  "),
+        };
+        if style >= 3 {
+            text.replace('/', "\\/").replace('é', "\\u00e9")
+        } else {
+            text
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// A JSON document comes out byte for byte as it went in, less exactly the planted
+        /// secrets, each replaced where it stood.
+        #[test]
+        fn only_the_removed_bytes_change(v in document(), style in 0u8..6) {
+            let r = &*REDACTOR;
+            let text = written(&serde_json::json!({ "items": [v] }), style);
+            let mut out = text.clone();
+            let mut hits = Redactions::new();
+            let changed = redact_string(r, &mut out, &mut hits, 0);
+            let secrets: Vec<&str> = text
+                .match_indices("AKIA")
+                .map(|(at, _)| &text[at..at + 20])
+                .collect();
+            let mut want = text.clone();
+            for s in &secrets {
+                want = want.replace(s, "[REDACTED:aws_access_key_id]");
+            }
+            prop_assert_eq!(changed, !secrets.is_empty());
+            prop_assert_eq!(&out, &want);
+            prop_assert!(serde_json::from_str::<serde_json::Value>(&out).is_ok());
+        }
     }
 }
