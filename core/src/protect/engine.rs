@@ -6,6 +6,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use std::ops::Range;
+
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
 
@@ -581,12 +583,26 @@ impl Redactor {
         key: Option<&str>,
         hits: &mut Redactions,
     ) -> Option<String> {
+        self.redact_decoded_under(text, key, hits, text, |r| r)
+    }
+
+    /// As [`Redactor::redact_text_under`], for `text` decoded from `raw` (JSON escapes or
+    /// percent-encoding undone): each finding in `text` replaces the bytes of `raw` it was
+    /// decoded from (`to_raw` maps its range), and every other byte of `raw` stays as it was.
+    pub fn redact_decoded_under(
+        &self,
+        text: &str,
+        key: Option<&str>,
+        hits: &mut Redactions,
+        raw: &str,
+        to_raw: impl Fn(Range<usize>) -> Range<usize>,
+    ) -> Option<String> {
         super::trail::scanning_under(key);
         let findings = self.scan_under(text, key);
         if findings.is_empty() {
             return None;
         }
-        let mut out = String::with_capacity(text.len());
+        let mut out = String::with_capacity(raw.len());
         let mut pos = 0;
         for f in &findings {
             if self.detectors.get(f.rank).is_some_and(|d| d.learnable) {
@@ -594,7 +610,10 @@ impl Redactor {
             } else if f.rule.starts_with(learned::LEARNED_PREFIX) {
                 super::trail::note(&text[f.start..f.end]);
             }
-            out.push_str(&text[pos..f.start]);
+            let at = to_raw(f.start..f.end);
+            // Findings are sorted and apart, and the map keeps order: this never goes back.
+            let at = at.start.max(pos)..at.end.max(pos);
+            out.push_str(&raw[pos..at.start]);
             // A finding carries its detector's position, so its action needs no lookup.
             let action = self
                 .detectors
@@ -607,9 +626,9 @@ impl Redactor {
                     hits.insert(f.rule.to_string(), 1);
                 }
             }
-            pos = f.end;
+            pos = at.end;
         }
-        out.push_str(&text[pos..]);
+        out.push_str(&raw[pos..]);
         Some(out)
     }
 

@@ -324,8 +324,10 @@ fn redact_plain_and_structured(
             && r.scan_unless_rule_key(s, key).is_some_and(|f| f.is_empty())
             // Keys can hide behind escapes too (`"p\u0061ssword"`): the unescaped text must
             // hold no key-rule literal either.
-            && json_unescape(s)
-                .is_none_or(|u| r.scan_unless_rule_key(&u, key).is_some_and(|f| f.is_empty()))
+            && json_unescaped(s).is_none_or(|u| {
+                r.scan_unless_rule_key(u.text(), key)
+                    .is_some_and(|f| f.is_empty())
+            })
             && !base64_hides_finding(r, s, key)
         {
             return Pass::Clean;
@@ -342,10 +344,11 @@ fn redact_plain_and_structured(
         }
     }
     // JSON escaped into plain text (a log line quoting tool arguments): match the unescaped
-    // text, where the detectors' quotes and line breaks are real, and keep it unescaped
-    // (redacted) when that finds something.
-    if let Some(unescaped) = json_unescape(s) {
-        if let Some(new) = r.redact_text_under(&unescaped, key, hits) {
+    // text, where the detectors' quotes and line breaks are real, and replace what it finds
+    // where it was written, escapes and all.
+    if let Some(layers) = json_unescaped(s) {
+        if let Some(new) = r.redact_decoded_under(layers.text(), key, hits, s, |f| layers.to_raw(f))
+        {
             *s = new;
             return Pass::Changed;
         }
@@ -354,11 +357,14 @@ fn redact_plain_and_structured(
         *s = new;
         return Pass::Changed;
     }
-    // Secrets in URLs are often percent-encoded; match the decoded text and keep it decoded
-    // (redacted) when that finds something the encoded form hid.
+    // Secrets in URLs are often percent-encoded; match the decoded text and replace what it
+    // finds (that the encoded form hid) where it was written, still encoded around it.
     if s.contains('%') {
-        if let Some(decoded) = percent_decode(s) {
-            if let Some(new) = r.redact_text_under(&decoded, key, hits) {
+        if let Some(decoded) = percent_decoded(s) {
+            let to_raw = |f: std::ops::Range<usize>| {
+                decoded.to_raw(f.start, false)..decoded.to_raw(f.end, true)
+            };
+            if let Some(new) = r.redact_decoded_under(&decoded.text, key, hits, s, to_raw) {
                 *s = new;
                 return Pass::Changed;
             }
@@ -489,83 +495,157 @@ fn json_edits(
     edits
 }
 
-/// Undoes JSON string escapes (`\"`, `\\`, `\n`, `\t`, `\/`, `\uXXXX`, applied
-/// repeatedly for text escaped more than once); `None` if there are none.
-fn json_unescape(s: &str) -> Option<String> {
+/// One escape undone: where its text is in the decoded string and where it was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Escape {
+    decoded: usize,
+    decoded_len: usize,
+    raw: usize,
+    raw_len: usize,
+}
+
+/// Text decoded from a raw string, with the escapes undone in order, so a range of the
+/// decoded text maps back to the raw bytes it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Decoded {
+    text: String,
+    escapes: Vec<Escape>,
+}
+
+impl Decoded {
+    /// The raw offset of decoded offset `d` (a character boundary); inside an escape's
+    /// decoded text, its raw start, or its raw end for the end of a range.
+    fn to_raw(&self, d: usize, end: bool) -> usize {
+        let i = self.escapes.partition_point(|e| e.decoded <= d);
+        let Some(e) = i.checked_sub(1).map(|i| self.escapes[i]) else {
+            return d;
+        };
+        if d >= e.decoded + e.decoded_len {
+            e.raw + e.raw_len + (d - e.decoded - e.decoded_len)
+        } else if d == e.decoded || !end {
+            e.raw
+        } else {
+            e.raw + e.raw_len
+        }
+    }
+}
+
+/// Text decoded in one or more layers (JSON escaped more than once), innermost last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Layers(Vec<Decoded>);
+
+impl Layers {
+    /// The decoded text, all layers undone.
+    fn text(&self) -> &str {
+        self.0.last().map_or("", |d| d.text.as_str())
+    }
+
+    /// The raw bytes a range of the decoded text came from.
+    fn to_raw(&self, r: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        let (mut start, mut end) = (r.start, r.end);
+        for layer in self.0.iter().rev() {
+            start = layer.to_raw(start, false);
+            end = layer.to_raw(end, true);
+        }
+        start..end
+    }
+}
+
+/// Undoes JSON string escapes (`\"`, `\\`, `\n`, `\t`, `\r`, `\/`, `\uXXXX`), applied
+/// repeatedly (three layers at most) for text escaped more than once; `None` if there are none.
+fn json_unescaped(s: &str) -> Option<Layers> {
     if !s.contains('\\') {
         return None;
     }
-    let mut current = s.to_string();
+    let mut layers: Vec<Decoded> = Vec::new();
     for _ in 0..3 {
-        let mut out = String::with_capacity(current.len());
-        let mut chars = current.chars().peekable();
-        let mut changed = false;
-        while let Some(c) = chars.next() {
-            if c != '\\' {
-                out.push(c);
-                continue;
-            }
-            let simple = match chars.peek().copied() {
-                Some(n @ ('"' | '\\' | '/')) => Some(n),
-                Some('n') => Some('\n'),
-                Some('t') => Some('\t'),
-                Some('r') => Some('\r'),
-                _ => None,
-            };
-            if let Some(ch) = simple {
-                out.push(ch);
-                chars.next();
-                changed = true;
-                continue;
-            }
-            match chars.peek().copied() {
-                Some('u') => {
-                    let hex: String = chars.clone().skip(1).take(4).collect();
-                    match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
-                        Some(ch) if hex.len() == 4 => {
-                            out.push(ch);
-                            for _ in 0..5 {
-                                chars.next();
-                            }
-                            changed = true;
-                        }
-                        _ => out.push(c),
-                    }
-                }
-                _ => out.push(c),
-            }
-        }
-        if !changed {
+        let current = layers.last().map_or(s, |d| d.text.as_str());
+        let Some(next) = unescape_once(current) else {
             break;
-        }
-        current = out;
+        };
+        layers.push(next);
     }
-    (current != s).then_some(current)
+    (!layers.is_empty()).then_some(Layers(layers))
+}
+
+/// One layer of JSON escapes undone; `None` when there is none to undo.
+fn unescape_once(s: &str) -> Option<Decoded> {
+    let b = s.as_bytes();
+    let mut text = String::with_capacity(s.len());
+    let mut escapes = Vec::new();
+    let mut plain_from = 0;
+    let mut i = 0;
+    while let Some(p) = b[i..].iter().position(|&c| c == b'\\') {
+        let at = i + p;
+        let (ch, len) = match b.get(at + 1) {
+            Some(&c @ (b'"' | b'\\' | b'/')) => (char::from(c), 2),
+            Some(b'n') => ('\n', 2),
+            Some(b't') => ('\t', 2),
+            Some(b'r') => ('\r', 2),
+            Some(b'u') => match s
+                .get(at + 2..at + 6)
+                .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+            {
+                Some(ch) => (ch, 6),
+                None => {
+                    i = at + 1;
+                    continue;
+                }
+            },
+            _ => {
+                i = at + 1;
+                continue;
+            }
+        };
+        text.push_str(&s[plain_from..at]);
+        escapes.push(Escape {
+            decoded: text.len(),
+            decoded_len: ch.len_utf8(),
+            raw: at,
+            raw_len: len,
+        });
+        text.push(ch);
+        i = at + len;
+        plain_from = i;
+    }
+    if escapes.is_empty() {
+        return None;
+    }
+    text.push_str(&s[plain_from..]);
+    Some(Decoded { text, escapes })
 }
 
 /// Decodes `%XX` escapes; `None` if there are none or the result is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+fn percent_decoded(s: &str) -> Option<Decoded> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
+    let mut escapes = Vec::new();
     let mut i = 0;
-    let mut changed = false;
     while i < b.len() {
         if b[i] == b'%' && i + 2 < b.len() {
             let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
             if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                escapes.push(Escape {
+                    decoded: out.len(),
+                    decoded_len: 1,
+                    raw: i,
+                    raw_len: 3,
+                });
                 out.push(v);
                 i += 3;
-                changed = true;
                 continue;
             }
         }
         out.push(b[i]);
         i += 1;
     }
-    if !changed {
+    if escapes.is_empty() {
         return None;
     }
-    String::from_utf8(out).ok()
+    let text = String::from_utf8(out).ok()?;
+    Some(Decoded { text, escapes })
 }
 
 /// Redacts a JSON value in place; true if it changed.
@@ -1291,6 +1371,32 @@ mod tests {
     }
 
     #[test]
+    fn escaped_and_percent_encoded_text_keeps_its_encoding_around_what_goes() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        // A log line quoting a tool's arguments, JSON-escaped: matched unescaped, replaced
+        // where it was written.
+        let mut s = r#"calling tool with {\"password\": \"Vq8mZ2pL9xQ7\", \"path\": \"\/tmp\/x\"}"#
+            .to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(
+            s,
+            r#"calling tool with {\"password\": \"[REDACTED:secret_key_assignment]\", \"path\": \"\/tmp\/x\"}"#
+        );
+        // Escaped twice: the raw text keeps both layers.
+        let mut s = r#"log: {\\\"to\\\": \\\"ana.silva@example.org\\\"} \/ done"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(
+            s,
+            r#"log: {\\\"to\\\": \\\"[REDACTED:email_address]\\\"} \/ done"#
+        );
+        // Percent-encoded: what the encoding hid goes, the rest stays encoded.
+        let mut s = "next=%2Fhome&contact=ana.silva%40example.org&x=%2F".to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(s, "next=%2Fhome&contact=[REDACTED:email_address]&x=%2F");
+    }
+
+    #[test]
     fn every_member_of_a_repeated_key_is_protected_where_it_stands() {
         let r = redactor(65536);
         let mut hits = Redactions::new();
@@ -1544,6 +1650,38 @@ mod json_in_place_properties {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Any range of unescaped text maps back to the raw bytes that unescape to it, one
+        /// layer or two.
+        #[test]
+        fn a_decoded_range_maps_to_the_raw_bytes_it_came_from(
+            parts in proptest::collection::vec(
+                prop_oneof!["[a-zé ]{1,4}", Just("\\n".to_string()), Just("\\\"".to_string()),
+                    Just("\\u00e9".to_string()), Just("\\\\".to_string()), Just("\\/".to_string()),
+                    Just("\\\\\\\"".to_string()), Just("%41".to_string())],
+                1..24,
+            ),
+            cut in any::<(usize, usize)>(),
+        ) {
+            let raw: String = parts.concat();
+            if let Some(layers) = json_unescaped(&raw) {
+                let text = layers.text();
+                let bounds: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+                let (a, b) = (bounds[cut.0 % bounds.len()], bounds[cut.1 % bounds.len()]);
+                let range = a.min(b)..a.max(b);
+                let back = layers.to_raw(range.clone());
+                let again = json_unescaped(&raw[back.clone()])
+                    .map_or_else(|| raw[back.clone()].to_string(), |l| l.text().to_string());
+                prop_assert_eq!(&again, &text[range], "{:?} {:?}", raw, back);
+            }
+            if let Some(d) = percent_decoded(&raw) {
+                let bounds: Vec<usize> = (0..=d.text.len()).filter(|&i| d.text.is_char_boundary(i)).collect();
+                let (a, b) = (bounds[cut.0 % bounds.len()], bounds[cut.1 % bounds.len()]);
+                let back = d.to_raw(a.min(b), false)..d.to_raw(a.max(b), true);
+                let again = percent_decoded(&raw[back.clone()]).map_or_else(|| raw[back.clone()].to_string(), |x| x.text);
+                prop_assert_eq!(&again, &d.text[a.min(b)..a.max(b)]);
+            }
+        }
 
         /// A JSON document comes out byte for byte as it went in, less exactly the planted
         /// secrets, each replaced where it stood.
