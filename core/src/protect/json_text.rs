@@ -79,18 +79,25 @@ impl Document {
     /// as it was written: a run of dropped members goes up to the next kept member's key,
     /// or, at the end, from the end of the kept member before it.
     pub fn member_removals(&self, dropped: &[usize]) -> Vec<Range<usize>> {
-        let mut out = Vec::new();
-        let mut by_object: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
-        for &d in dropped {
-            if let (Some(p), Some(_)) = (self.values.get(d).and_then(|v| v.parent), self.key_of(d))
-            {
-                by_object.entry(p).or_default().push(d);
+        // The objects concerned, with their members in order, in one pass over the values
+        // (linear however many objects and members are dropped).
+        let gone: std::collections::HashSet<usize> = dropped
+            .iter()
+            .copied()
+            .filter(|&d| self.key_of(d).is_some())
+            .collect();
+        let mut members: std::collections::BTreeMap<usize, Vec<usize>> = gone
+            .iter()
+            .filter_map(|&d| self.values[d].parent)
+            .map(|p| (p, Vec::new()))
+            .collect();
+        for (i, v) in self.values.iter().enumerate() {
+            if let Some(list) = v.parent.and_then(|p| members.get_mut(&p)) {
+                list.push(i);
             }
         }
-        for (object, gone) in by_object {
-            let members: Vec<usize> = (object + 1..self.values.len())
-                .filter(|&i| self.values[i].parent == Some(object))
-                .collect();
+        let mut out = Vec::new();
+        for members in members.values() {
             let mut i = 0;
             while i < members.len() {
                 if !gone.contains(&members[i]) {
