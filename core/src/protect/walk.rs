@@ -401,7 +401,9 @@ fn json_edits(
     // The value whose key a value is read under: its own, or through arrays its container's.
     let mut key_from: Vec<Option<usize>> = Vec::with_capacity(values.len());
     let mut edits = Vec::new();
+    let mut key_edits = Vec::new();
     let mut dropped = Vec::new();
+    let mut clean_keys: crate::maps::FastSet<&str> = crate::maps::FastSet::default();
     // Values before this byte are inside a value already replaced, dropped or kept whole.
     let mut skip_until = 0;
     for (i, v) in values.iter().enumerate() {
@@ -414,8 +416,28 @@ fn json_edits(
         if v.range.start < skip_until {
             continue;
         }
-        let raw = &text[v.range.clone()];
         let at = depth + v.depth;
+        // A key is text too: a secret written as a key (`{"AKIA…": 1}`, an e-mail address
+        // naming a map entry) goes as one in a value would.
+        // The detectors and learned values only: a key holds no nested document or base64
+        // worth a pass of its own. Keys repeat (every record of a list has the same ones):
+        // one found clean is not scanned again in this document. (A value learned later in
+        // the document could match a key seen clean before it; its first sighting was kept
+        // then anyway, so the set lets no new text through.)
+        if let (Some(range), Some(k)) = (&v.key, own_key[i].as_deref()) {
+            if !clean_keys.contains(k) {
+                match r.redact_text_under(k, None, hits) {
+                    Some(name) => {
+                        let written = json_text::replace_string(&text[range.clone()], &name);
+                        key_edits.push((i, range.clone(), written));
+                    }
+                    None => {
+                        clean_keys.insert(k);
+                    }
+                }
+            }
+        }
+        let raw = &text[v.range.clone()];
         let replace_whole = |edits: &mut Vec<_>, with: String, skip_until: &mut usize| {
             edits.push((v.range.clone(), json_text::encode_string(&with)));
             *skip_until = v.range.end;
@@ -487,6 +509,14 @@ fn json_edits(
             Kind::Literal | Kind::Object | Kind::Array => {}
         }
     }
+    // A dropped member's key goes with it: no edit of its own inside the removal.
+    let gone: std::collections::HashSet<usize> = dropped.iter().copied().collect();
+    edits.extend(
+        key_edits
+            .into_iter()
+            .filter(|(i, _, _)| !gone.contains(i))
+            .map(|(_, range, with)| (range, with)),
+    );
     edits.extend(
         doc.member_removals(&dropped)
             .into_iter()
@@ -1397,6 +1427,26 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_written_as_a_key_goes_as_one_in_a_value() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        let mut s = r#"{"AKIAZ3KQ9MX2PL7VR4TY": 1, "note": "x"}"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(s, r#"{"[REDACTED:aws_access_key_id]": 1, "note": "x"}"#);
+        let mut s = r#"{"by_user": {"ana.silva@example.org": {"visits": 3}}}"#.to_string();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(
+            s,
+            r#"{"by_user": {"[REDACTED:email_address]": {"visits": 3}}}"#
+        );
+        let mut out = Redactions::new();
+        assert_eq!(
+            redact_document(&r, r#"[{"AKIAZ3KQ9MX2PL7VR4TY": true}]"#, &mut out),
+            r#"[{"[REDACTED:aws_access_key_id]": true}]"#
+        );
+    }
+
+    #[test]
     fn every_member_of_a_repeated_key_is_protected_where_it_stands() {
         let r = redactor(65536);
         let mut hits = Redactions::new();
@@ -1615,7 +1665,9 @@ mod json_in_place_properties {
                         Just("city"),
                         Just("note"),
                         Just("items"),
-                        Just("n")
+                        Just("n"),
+                        // A secret as a key.
+                        Just("AKIAQW7RT2YU4IO6PA3S")
                     ],
                     inner,
                     0..5
