@@ -17,7 +17,9 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 TABLES = ["spans", "logs", "requests"]
 TIMESTAMPS = ["start_time", "end_time", "time", "observed_time"]
@@ -30,6 +32,7 @@ def has_files(path):
 def run_spark(data_dir, queries, ddl=None):
     from pyspark.sql import SparkSession
 
+    warehouse = tempfile.mkdtemp(prefix="toolwatch-spark-")
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("toolwatch-archive")
@@ -40,6 +43,9 @@ def run_spark(data_dir, queries, ddl=None):
         # tenant, date and hour stay the strings the folders name.
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.driver.memory", "1g")
+        # The DDL's tables would otherwise leave a spark-warehouse/ folder in the working
+        # directory (the repository checkout): a temporary folder instead.
+        .config("spark.sql.warehouse.dir", warehouse)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -60,6 +66,7 @@ def run_spark(data_dir, queries, ddl=None):
         return out
     finally:
         spark.stop()
+        shutil.rmtree(warehouse, ignore_errors=True)
 
 
 def run_duckdb(data_dir, queries):
