@@ -4,9 +4,8 @@
 //! starts first (at one start, the rule listed first: specific rules precede generic ones).
 
 use std::collections::HashSet;
-use std::sync::Arc;
-
 use std::ops::Range;
+use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;

@@ -364,67 +364,79 @@ impl Reader<'_> {
 /// The text of a string token (with its quotes), escapes undone; a lone surrogate escape
 /// becomes U+FFFD, as serde_json's lossy readers do.
 pub fn decode_string(token: &str) -> Cow<'_, str> {
-    let inner = token
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .unwrap_or(token);
+    let inner = token_inside(token);
     if !inner.contains('\\') {
         return Cow::Borrowed(inner);
     }
-    let mut out = String::with_capacity(inner.len());
-    let mut chars = inner.char_indices().peekable();
+    Cow::Owned(unescape_token(inner).text)
+}
+
+/// A string token without its quotes.
+fn token_inside(token: &str) -> &str {
+    token
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(token)
+}
+
+/// The inside of a string token with every escape undone, and where each was written.
+fn unescape_token(inner: &str) -> Decoded {
     let b = inner.as_bytes();
-    while let Some((i, c)) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        let Some((_, e)) = chars.next() else {
-            break;
-        };
-        match e {
-            'b' => out.push('\u{8}'),
-            'f' => out.push('\u{c}'),
-            'n' => out.push('\n'),
-            'r' => out.push('\r'),
-            't' => out.push('\t'),
-            'u' => {
-                let unit = |at: usize| {
-                    b.get(at..at + 4)
-                        .and_then(|h| std::str::from_utf8(h).ok())
-                        .and_then(|h| u16::from_str_radix(h, 16).ok())
-                };
-                let Some(hi) = unit(i + 2) else {
-                    break;
-                };
-                for _ in 0..4 {
-                    chars.next();
-                }
-                let lo = (0xD800..0xDC00)
-                    .contains(&hi)
-                    .then(|| {
-                        (b.get(i + 6..i + 8) == Some(b"\\u"))
-                            .then(|| unit(i + 8))
-                            .flatten()
-                    })
+    let unit = |at: usize| {
+        inner
+            .get(at..at + 4)
+            .and_then(|h| u16::from_str_radix(h, 16).ok())
+    };
+    let mut text = String::with_capacity(inner.len());
+    let mut escapes = Vec::new();
+    let (mut i, mut plain_from) = (0, 0);
+    while let Some(p) = b[i..].iter().position(|&c| c == b'\\') {
+        let at = i + p;
+        let (ch, len) = match b.get(at + 1) {
+            None => break,
+            Some(b'b') => ('\u{8}', 2),
+            Some(b'f') => ('\u{c}', 2),
+            Some(b'n') => ('\n', 2),
+            Some(b'r') => ('\r', 2),
+            Some(b't') => ('\t', 2),
+            Some(b'u') => match unit(at + 2) {
+                None => ('\u{fffd}', 2),
+                Some(hi) => {
+                    let lo = ((0xD800..0xDC00).contains(&hi)
+                        && inner.get(at + 6..at + 8) == Some("\\u"))
+                    .then(|| unit(at + 8))
                     .flatten()
                     .filter(|lo| (0xDC00..0xE000).contains(lo));
-                match lo {
-                    Some(lo) => {
-                        for _ in 0..6 {
-                            chars.next();
+                    match lo {
+                        Some(lo) => {
+                            let c = 0x10000
+                                + ((u32::from(hi) - 0xD800) << 10)
+                                + (u32::from(lo) - 0xDC00);
+                            (char::from_u32(c).unwrap_or('\u{fffd}'), 12)
                         }
-                        let c =
-                            0x10000 + ((u32::from(hi) - 0xD800) << 10) + (u32::from(lo) - 0xDC00);
-                        out.push(char::from_u32(c).unwrap_or('\u{fffd}'));
+                        None => (char::from_u32(u32::from(hi)).unwrap_or('\u{fffd}'), 6),
                     }
-                    None => out.push(char::from_u32(u32::from(hi)).unwrap_or('\u{fffd}')),
                 }
+            },
+            // `\"`, `\\`, `\/` (and, in text no reader checked, any other character as itself).
+            Some(_) => {
+                let c = inner[at + 1..].chars().next().unwrap_or('\u{fffd}');
+                (c, 1 + c.len_utf8())
             }
-            other => out.push(other),
-        }
+        };
+        text.push_str(&inner[plain_from..at]);
+        escapes.push(Escape {
+            decoded: text.len(),
+            decoded_len: ch.len_utf8(),
+            raw: at,
+            raw_len: len,
+        });
+        text.push(ch);
+        i = at + len;
+        plain_from = i;
     }
-    Cow::Owned(out)
+    text.push_str(&inner[plain_from..]);
+    Decoded { text, escapes }
 }
 
 /// `s` as a JSON string token: quotes, backslashes and control characters escaped, nothing
@@ -455,94 +467,85 @@ fn encode_into(s: &str, out: &mut String) {
 /// before the first changed character and after the last are kept as written (their escapes
 /// included); only the changed middle is written anew.
 pub fn replace_string(old: &str, new: &str) -> String {
-    let inner = old
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .unwrap_or(old);
-    // Each decoded character of the old token with the raw range it was written in.
-    let pieces = raw_pieces(inner);
-    let decoded: Vec<char> = pieces.iter().map(|(c, _)| *c).collect();
-    let new_chars: Vec<char> = new.chars().collect();
-    let prefix = decoded
-        .iter()
-        .zip(&new_chars)
+    let inner = token_inside(old);
+    let d = unescape_token(inner);
+    let was = d.text.as_str();
+    // The common start and end, in whole characters, not overlapping in either text.
+    let prefix: usize = was
+        .chars()
+        .zip(new.chars())
         .take_while(|(a, b)| a == b)
-        .count();
-    let max_suffix = decoded.len().min(new_chars.len()) - prefix;
-    let suffix = decoded
-        .iter()
-        .rev()
-        .zip(new_chars.iter().rev())
-        .take(max_suffix)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let raw_prefix_end = pieces.get(prefix).map_or(inner.len(), |(_, r)| r.start);
-    let raw_suffix_start = if suffix == 0 {
-        inner.len()
-    } else {
-        pieces[decoded.len() - suffix].1.start
-    };
+        .map(|(a, _)| a.len_utf8())
+        .sum();
+    let room = was.len().min(new.len()) - prefix;
+    let mut suffix = 0;
+    for (a, b) in was.chars().rev().zip(new.chars().rev()) {
+        if a != b || suffix + a.len_utf8() > room {
+            break;
+        }
+        suffix += a.len_utf8();
+    }
+    let raw_prefix_end = d.to_raw(prefix, false);
+    let raw_suffix_start = d.to_raw(was.len() - suffix, false);
     let mut out = String::with_capacity(old.len() + new.len());
     out.push('"');
     out.push_str(&inner[..raw_prefix_end]);
-    let middle: String = new_chars[prefix..new_chars.len() - suffix].iter().collect();
-    encode_into(&middle, &mut out);
+    encode_into(&new[prefix..new.len() - suffix], &mut out);
     out.push_str(&inner[raw_suffix_start..]);
     out.push('"');
     out
 }
 
-/// The characters a string token's inside decodes to, each with the raw bytes it came from
-/// (a surrogate pair's two escapes are one character).
-fn raw_pieces(inner: &str) -> Vec<(char, Range<usize>)> {
-    let mut out = Vec::with_capacity(inner.len());
-    let mut i = 0;
-    while i < inner.len() {
-        let start = i;
-        let rest = &inner[i..];
-        if rest.starts_with('\\') {
-            let mut end = (i + 2).min(inner.len());
-            if rest.as_bytes().get(1) == Some(&b'u') {
-                end = (i + 6).min(inner.len());
-                let hi = inner
-                    .get(i + 2..end)
-                    .and_then(|h| u16::from_str_radix(h, 16).ok());
-                let pair = hi.is_some_and(|h| (0xD800..0xDC00).contains(&h))
-                    && inner.get(end..end + 2) == Some("\\u")
-                    && inner
-                        .get(end + 2..end + 6)
-                        .and_then(|h| u16::from_str_radix(h, 16).ok())
-                        .is_some_and(|l| (0xDC00..0xE000).contains(&l));
-                if pair {
-                    end += 6;
-                }
-            }
-            while !inner.is_char_boundary(end) {
-                end += 1;
-            }
-            let c = decode_string(&inner[start..end])
-                .chars()
-                .next()
-                .unwrap_or('\u{fffd}');
-            out.push((c, start..end));
-            i = end;
+/// One escape undone: where its text is in the decoded string and where it was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Escape {
+    pub(crate) decoded: usize,
+    pub(crate) decoded_len: usize,
+    pub(crate) raw: usize,
+    pub(crate) raw_len: usize,
+}
+
+/// Text decoded from a raw string, with the escapes undone in order, so a range of the
+/// decoded text maps back to the raw bytes it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decoded {
+    pub(crate) text: String,
+    pub(crate) escapes: Vec<Escape>,
+}
+
+impl Decoded {
+    /// The raw offset of decoded offset `d` (a character boundary); inside an escape's
+    /// decoded text, its raw start, or its raw end for the end of a range.
+    pub(crate) fn to_raw(&self, d: usize, end: bool) -> usize {
+        let i = self.escapes.partition_point(|e| e.decoded <= d);
+        let Some(e) = i.checked_sub(1).map(|i| self.escapes[i]) else {
+            return d;
+        };
+        if d >= e.decoded + e.decoded_len {
+            e.raw + e.raw_len + (d - e.decoded - e.decoded_len)
+        } else if d == e.decoded || !end {
+            e.raw
         } else {
-            let c = rest.chars().next().unwrap_or('\u{fffd}');
-            i += c.len_utf8();
-            out.push((c, start..i));
+            e.raw + e.raw_len
         }
     }
-    out
+
+    /// The raw bytes a range of the decoded text came from.
+    pub(crate) fn range_to_raw(&self, r: Range<usize>) -> Range<usize> {
+        self.to_raw(r.start, false)..self.to_raw(r.end, true)
+    }
 }
 
 /// `text` with each of `edits` (ranges that do not overlap) replaced by its text; nothing
-/// else changes.
+/// else changes. Should two overlap, the bytes of both go (the later one's text with them):
+/// an edit removes what it covers whatever else happened.
 pub fn splice(text: &str, mut edits: Vec<(Range<usize>, String)>) -> String {
     edits.sort_by_key(|(r, _)| r.start);
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     for (r, with) in edits {
         if r.start < at {
+            at = at.max(r.end);
             continue;
         }
         out.push_str(&text[at..r.start]);

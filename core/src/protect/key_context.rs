@@ -976,15 +976,15 @@ fn is_placeholder(v: &str, key: &str) -> bool {
     if any_word && all_placeholder_words {
         return true;
     }
-    let squash = |s: &'_ str| {
-        s.bytes()
-            .filter(u8::is_ascii_alphanumeric)
-            .map(|c| c.to_ascii_lowercase())
-            .collect::<Vec<u8>>()
-    };
-    // The cheap test first: the key's letters and digits must be as many as the value's.
-    let alnum = |s: &str| s.bytes().filter(u8::is_ascii_alphanumeric).count();
-    !key.is_empty() && alnum(v) == alnum(key) && squash(v) == squash(key)
+    // Compared as they are read: no copy, and most values differ from their key at once.
+    !key.is_empty() && squashed(v).eq(squashed(key))
+}
+
+/// The ASCII letters and digits of `s`, lowercased.
+fn squashed(s: &str) -> impl Iterator<Item = u8> + '_ {
+    s.bytes()
+        .filter(u8::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
 }
 
 // --- Text ---------------------------------------------------------------------------------
@@ -1624,27 +1624,26 @@ fn repeats(text: &str, removed: &[Range<usize>]) -> Option<Vec<Range<usize>>> {
     if !removed.iter().any(|r| r.len() >= REPEAT_MIN_BYTES) {
         return Some(Vec::new());
     }
+    // The look-up by prefix is the fast way (building an automaton over thousands of values
+    // costs more than the search); the automaton bounds the adversarial cases.
+    let values = ValuesByPrefix::of(text, removed)?;
     let removed = RemovedRanges::merged(removed);
     let budget = text
         .len()
         .saturating_mul(REPEAT_MATCH_BUDGET)
         .saturating_add(1 << 16);
-    // The look-up by prefix is the fast way (building an automaton over thousands of values
-    // costs more than the search); the automaton bounds the adversarial cases.
-    let values = ValuesByPrefix::of(text, removed.sources)?;
     values
         .occurrences(text, &removed, budget)
         .or_else(|| occurrences_by_automaton(text, &values.values, &removed, budget))
 }
 
-/// Removed ranges, sorted and merged where they overlap, with the ranges they came from.
-struct RemovedRanges<'r> {
-    sources: &'r [Range<usize>],
+/// Removed ranges, sorted and merged where they overlap.
+struct RemovedRanges {
     ranges: Vec<Range<usize>>,
 }
 
-impl<'r> RemovedRanges<'r> {
-    fn merged(sources: &'r [Range<usize>]) -> Self {
+impl RemovedRanges {
+    fn merged(sources: &[Range<usize>]) -> Self {
         let mut taken: Vec<Range<usize>> = sources.to_vec();
         taken.sort_unstable_by_key(|r| r.start);
         let mut ranges: Vec<Range<usize>> = Vec::with_capacity(taken.len());
@@ -1654,7 +1653,7 @@ impl<'r> RemovedRanges<'r> {
                 _ => ranges.push(r),
             }
         }
-        RemovedRanges { sources, ranges }
+        RemovedRanges { ranges }
     }
 
     /// The first merged range that ends after `at`.
@@ -1727,6 +1726,10 @@ impl<'t> ValuesByPrefix<'t> {
             .map(|r| &text[r.clone()])
             .filter(|value| seen.insert(value))
             .collect();
+        // One bit per hashed prefix, 16 bits a value (at least 4 Ki, at most 2 MiB).
+        let bits = (distinct.len() * 16)
+            .next_power_of_two()
+            .clamp(1 << 12, 1 << 24);
         let mut v = ValuesByPrefix {
             values: Vec::with_capacity(distinct.len()),
             width: distinct
@@ -1737,22 +1740,12 @@ impl<'t> ValuesByPrefix<'t> {
                 .clamp(REPEAT_MIN_BYTES, REPEAT_PREFIX_MAX),
             head: crate::maps::FastMap::default(),
             next: Vec::with_capacity(distinct.len()),
-            may_start: Vec::new(),
-            shift: 0,
+            may_start: vec![0u64; bits / 64],
+            shift: 64 - bits.trailing_zeros(),
         };
         v.head.reserve(distinct.len());
         for value in distinct {
             v.push(value)?;
-        }
-        let bits = (v.values.len() * 16)
-            .next_power_of_two()
-            .clamp(1 << 12, 1 << 24);
-        v.shift = 64 - bits.trailing_zeros();
-        v.may_start = vec![0u64; bits / 64];
-        let keys: Vec<u64> = v.head.keys().copied().collect();
-        for k in keys {
-            let b = v.bit(k);
-            v.may_start[b / 64] |= 1 << (b % 64);
         }
         Some(v)
     }
@@ -1766,6 +1759,8 @@ impl<'t> ValuesByPrefix<'t> {
         self.values.push(value);
         self.next.push(first);
         self.head.insert(k, id);
+        let b = self.bit(k);
+        self.may_start[b / 64] |= 1 << (b % 64);
         Some(())
     }
 

@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::engine::{KeyRuleDecision, Redactor};
-use super::json_text;
+use super::json_text::{self, Decoded, Escape};
 use super::rules::Action;
 use crate::event::{AttrValue, Attributes, Redactions};
 
@@ -332,14 +332,11 @@ fn redact_plain_and_structured(
         {
             return Pass::Clean;
         }
-        // Read in place: what is removed is replaced where it stands, and everything else
-        // (key order, spacing, escapes, every member of a repeated key) stays as sent.
-        if let Ok(doc) = json_text::read(s, usize::MAX) {
-            let edits = json_edits(r, s, &doc, hits, depth + 1);
-            if edits.is_empty() {
+        if let Ok(protected) = json_in_place(r, s, hits, depth + 1) {
+            let Some(new) = protected else {
                 return Pass::Unchanged;
-            }
-            *s = json_text::splice(s, edits);
+            };
+            *s = new;
             return Pass::Changed;
         }
     }
@@ -361,9 +358,7 @@ fn redact_plain_and_structured(
     // finds (that the encoded form hid) where it was written, still encoded around it.
     if s.contains('%') {
         if let Some(decoded) = percent_decoded(s) {
-            let to_raw = |f: std::ops::Range<usize>| {
-                decoded.to_raw(f.start, false)..decoded.to_raw(f.end, true)
-            };
+            let to_raw = |f| decoded.range_to_raw(f);
             if let Some(new) = r.redact_decoded_under(&decoded.text, key, hits, s, to_raw) {
                 *s = new;
                 return Pass::Changed;
@@ -373,9 +368,25 @@ fn redact_plain_and_structured(
     Pass::Unchanged
 }
 
+/// `text` read as a JSON document and protected in place, its root at `depth`: what is
+/// removed is replaced where it stands, everything else (key order, spacing, escapes, every
+/// member of a repeated key) stays as sent. `Ok(None)` when nothing is removed; an error
+/// when `text` is not one JSON value.
+fn json_in_place(
+    r: &Redactor,
+    text: &str,
+    hits: &mut Redactions,
+    depth: usize,
+) -> Result<Option<String>, json_text::JsonTextError> {
+    let doc = json_text::read(text, usize::MAX)?;
+    let edits = json_edits(r, text, &doc, hits, depth);
+    Ok((!edits.is_empty()).then(|| json_text::splice(text, edits)))
+}
+
 /// The edits that protect a JSON document read in place (`doc`, of `text`) whose root
-/// stands at `depth`: what [`redact_json`] does to a parsed document, as byte ranges of the
-/// text and what replaces them.
+/// stands at `depth`, as byte ranges of the text and what replaces them: key rules and JSON
+/// Web Key members by their key, values (strings, numbers) under their innermost key,
+/// object keys as text, anything past the depth limit whole.
 fn json_edits(
     r: &Redactor,
     text: &str,
@@ -525,41 +536,6 @@ fn json_edits(
     edits
 }
 
-/// One escape undone: where its text is in the decoded string and where it was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Escape {
-    decoded: usize,
-    decoded_len: usize,
-    raw: usize,
-    raw_len: usize,
-}
-
-/// Text decoded from a raw string, with the escapes undone in order, so a range of the
-/// decoded text maps back to the raw bytes it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Decoded {
-    text: String,
-    escapes: Vec<Escape>,
-}
-
-impl Decoded {
-    /// The raw offset of decoded offset `d` (a character boundary); inside an escape's
-    /// decoded text, its raw start, or its raw end for the end of a range.
-    fn to_raw(&self, d: usize, end: bool) -> usize {
-        let i = self.escapes.partition_point(|e| e.decoded <= d);
-        let Some(e) = i.checked_sub(1).map(|i| self.escapes[i]) else {
-            return d;
-        };
-        if d >= e.decoded + e.decoded_len {
-            e.raw + e.raw_len + (d - e.decoded - e.decoded_len)
-        } else if d == e.decoded || !end {
-            e.raw
-        } else {
-            e.raw + e.raw_len
-        }
-    }
-}
-
 /// Text decoded in one or more layers (JSON escaped more than once), innermost last.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Layers(Vec<Decoded>);
@@ -572,12 +548,10 @@ impl Layers {
 
     /// The raw bytes a range of the decoded text came from.
     fn to_raw(&self, r: std::ops::Range<usize>) -> std::ops::Range<usize> {
-        let (mut start, mut end) = (r.start, r.end);
-        for layer in self.0.iter().rev() {
-            start = layer.to_raw(start, false);
-            end = layer.to_raw(end, true);
-        }
-        start..end
+        self.0
+            .iter()
+            .rev()
+            .fold(r, |r, layer| layer.range_to_raw(r))
     }
 }
 
@@ -676,89 +650,6 @@ fn percent_decoded(s: &str) -> Option<Decoded> {
     }
     let text = String::from_utf8(out).ok()?;
     Some(Decoded { text, escapes })
-}
-
-/// Redacts a JSON value in place; true if it changed.
-pub fn redact_json(r: &Redactor, v: &mut Value, hits: &mut Redactions, depth: usize) -> bool {
-    redact_json_under(r, v, hits, depth, None)
-}
-
-/// Redacts a JSON value found under `key` (the innermost object key above it).
-fn redact_json_under(
-    r: &Redactor,
-    v: &mut Value,
-    hits: &mut Redactions,
-    depth: usize,
-    key: Option<&str>,
-) -> bool {
-    if depth > r.max_depth {
-        *v = Value::String(format!("[REDACTED:{MAX_DEPTH_RULE}]"));
-        count(hits, MAX_DEPTH_RULE);
-        return true;
-    }
-    match v {
-        Value::String(s) => redact_string_under(r, s, hits, depth, key),
-        // Five characters at most (`-9999`): shorter than anything a rule or learned value
-        // finds, so not even formatted.
-        Value::Number(n) if n.as_i64().is_some_and(|v| (-9999..=9999).contains(&v)) => false,
-        Value::Number(n) => {
-            let text = n.to_string();
-            match r.redact_text_under(&text, key, hits) {
-                Some(new) => {
-                    *v = Value::String(new);
-                    true
-                }
-                None => false,
-            }
-        }
-        Value::Array(items) => {
-            let mut changed = false;
-            for item in items {
-                changed |= redact_json_under(r, item, hits, depth + 1, key);
-            }
-            changed
-        }
-        Value::Object(map) => {
-            let mut changed = false;
-            let jwk = is_jwk(map);
-            let mut dropped = Vec::new();
-            for (k, val) in map.iter_mut() {
-                if jwk && jwk_private_member(k, val) {
-                    if let Some(text) = val.as_str() {
-                        super::learned::learn_in_scope(JWK_RULE, text);
-                    }
-                    *val = Value::String(format!("[REDACTED:{JWK_RULE}]"));
-                    count(hits, JWK_RULE);
-                    changed = true;
-                    continue;
-                }
-                let empty = val.is_null() || val.as_str().is_some_and(str::is_empty);
-                let original = || match &*val {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                match key_rule_outcome(r, k, val.as_str(), empty, original, hits, depth) {
-                    KeyRuleOutcome::Scan => {
-                        changed |= redact_json_under(r, val, hits, depth + 1, Some(k));
-                    }
-                    KeyRuleOutcome::Keep => {}
-                    KeyRuleOutcome::Drop => {
-                        dropped.push(k.clone());
-                        changed = true;
-                    }
-                    KeyRuleOutcome::Replace(text) => {
-                        *val = Value::String(text);
-                        changed = true;
-                    }
-                }
-            }
-            for k in dropped {
-                map.remove(&k);
-            }
-            changed
-        }
-        Value::Bool(_) | Value::Null => false,
-    }
 }
 
 /// What the key rules do with the value of one attribute or JSON key.
@@ -1171,9 +1062,8 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
 pub fn redact_document(r: &Redactor, text: &str, hits: &mut Redactions) -> String {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        if let Ok(doc) = json_text::read(text, usize::MAX) {
-            let edits = json_edits(r, text, &doc, hits, 0);
-            return json_text::splice(text, edits);
+        if let Ok(protected) = json_in_place(r, text, hits, 0) {
+            return protected.unwrap_or_else(|| text.to_string());
         }
     }
     let mut s = text.to_string();
@@ -1291,9 +1181,9 @@ mod tests {
     fn the_smallest_integer_is_examined_without_overflow() {
         let r = redactor(4096);
         let mut hits = Redactions::new();
-        let mut v: Value =
-            serde_json::from_str(r#"{"n": -9223372036854775808, "m": 12}"#).expect("JSON");
-        assert!(!redact_json(&r, &mut v, &mut hits, 0));
+        let text = r#"{"n": -9223372036854775808, "m": 12}"#;
+        assert_eq!(redact_document(&r, text, &mut hits), text);
+        assert!(hits.is_empty());
     }
 
     #[test]
@@ -1729,7 +1619,7 @@ mod json_in_place_properties {
             if let Some(d) = percent_decoded(&raw) {
                 let bounds: Vec<usize> = (0..=d.text.len()).filter(|&i| d.text.is_char_boundary(i)).collect();
                 let (a, b) = (bounds[cut.0 % bounds.len()], bounds[cut.1 % bounds.len()]);
-                let back = d.to_raw(a.min(b), false)..d.to_raw(a.max(b), true);
+                let back = d.range_to_raw(a.min(b)..a.max(b));
                 let again = percent_decoded(&raw[back.clone()]).map_or_else(|| raw[back.clone()].to_string(), |x| x.text);
                 prop_assert_eq!(&again, &d.text[a.min(b)..a.max(b)]);
             }
