@@ -19,6 +19,7 @@ mod findings;
 mod fresh;
 mod harness;
 mod hashing;
+mod judgment;
 mod lifecycle;
 mod loadgen;
 mod matrix;

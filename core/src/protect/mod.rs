@@ -12,11 +12,13 @@ pub mod catalogue;
 pub mod confirmation;
 pub mod engine;
 pub mod json_text;
+pub mod judgment;
 pub mod key_context;
 pub mod learned;
 pub mod rules;
 pub mod shape;
 pub mod trail;
+pub mod training;
 pub mod validators;
 pub mod walk;
 

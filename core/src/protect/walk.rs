@@ -836,17 +836,19 @@ pub struct Explanation {
     pub why: String,
 }
 
-/// A judgment as one line: `score 5: key names a credential (+3); a quoted literal (+2)`.
+/// A judgment as one line: `score +1.2 (removed at 0 or more): key names a credential (+5.3); …`
+/// (the features that weighed most, with their share), or the one reason that kept the value.
 fn judgment_line(j: &super::key_context::Judgment) -> String {
-    let terms = j.reasons.join("; ");
-    if j.removed || j.reasons.len() > 2 || j.score != 0 {
-        format!(
-            "score {} (removed at {}): {terms}",
-            j.score,
-            super::key_context::THRESHOLD
-        )
-    } else {
+    let terms = j.reasons().join("; ");
+    if j.kept_because.is_some() {
         terms
+    } else {
+        let model = &*super::judgment::MODEL;
+        format!(
+            "score {:+.1} (removed at 0 or more; baseline {:+.1}): {terms}",
+            j.score,
+            model.bias - model.threshold
+        )
     }
 }
 
