@@ -387,8 +387,7 @@ fn unescape_token(inner: &str) -> Decoded {
             .get(at..at + 4)
             .and_then(|h| u16::from_str_radix(h, 16).ok())
     };
-    let mut text = String::with_capacity(inner.len());
-    let mut escapes = Vec::new();
+    let mut d = Decoded::with_capacity(inner.len());
     let (mut i, mut plain_from) = (0, 0);
     while let Some(p) = b[i..].iter().position(|&c| c == b'\\') {
         let at = i + p;
@@ -424,19 +423,12 @@ fn unescape_token(inner: &str) -> Decoded {
                 (c, 1 + c.len_utf8())
             }
         };
-        text.push_str(&inner[plain_from..at]);
-        escapes.push(Escape {
-            decoded: text.len(),
-            decoded_len: ch.len_utf8(),
-            raw: at,
-            raw_len: len,
-        });
-        text.push(ch);
+        d.push_escape(inner, plain_from, at, len, ch);
         i = at + len;
         plain_from = i;
     }
-    text.push_str(&inner[plain_from..]);
-    Decoded { text, escapes }
+    d.text.push_str(&inner[plain_from..]);
+    d
 }
 
 /// `s` as a JSON string token: quotes, backslashes and control characters escaped, nothing
@@ -514,6 +506,34 @@ pub(crate) struct Decoded {
 }
 
 impl Decoded {
+    /// Nothing decoded yet, with room for `raw_len` bytes.
+    pub(crate) fn with_capacity(raw_len: usize) -> Decoded {
+        Decoded {
+            text: String::with_capacity(raw_len),
+            escapes: Vec::new(),
+        }
+    }
+
+    /// Appends `raw[plain_from..at]` as it is, then `ch`, undone from the `len` bytes of the
+    /// escape at `at`.
+    pub(crate) fn push_escape(
+        &mut self,
+        raw: &str,
+        plain_from: usize,
+        at: usize,
+        len: usize,
+        ch: char,
+    ) {
+        self.text.push_str(&raw[plain_from..at]);
+        self.escapes.push(Escape {
+            decoded: self.text.len(),
+            decoded_len: ch.len_utf8(),
+            raw: at,
+            raw_len: len,
+        });
+        self.text.push(ch);
+    }
+
     /// The raw offset of decoded offset `d` (a character boundary); inside an escape's
     /// decoded text, its raw start, or its raw end for the end of a range.
     pub(crate) fn to_raw(&self, d: usize, end: bool) -> usize {

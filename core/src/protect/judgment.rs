@@ -14,197 +14,96 @@ use std::sync::LazyLock;
 
 use super::key_context::{KeyClass, Syntax};
 
-/// One input of the model. The order is the weight vector's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(usize)]
-pub enum Feature {
-    /// Key names a credential.
-    ClassCredential,
-    /// Key names secret material.
-    ClassMaterial,
-    /// Key is a plain key.
-    ClassKey,
-    /// A data value.
-    SyntaxStructured,
-    /// A quoted literal.
-    SyntaxQuoted,
-    /// A bare value in configuration syntax.
-    SyntaxConfig,
-    /// A bare value after a flag.
-    SyntaxFlag,
-    /// A literal argument of a credential-named call.
-    SyntaxArgument,
-    /// A bare word in code syntax.
-    SyntaxCode,
-    /// Shaped like an identifier, bare in code.
-    IdentifierInCode,
-    /// A name (camelCase, PascalCase, snake_case) under a key that is not a credential name.
-    IdentifierNamed,
-    /// Mixes in symbols.
-    Symbols,
-    /// Mixes letters and digits.
-    LettersAndDigits,
-    /// Letters and digits interleaved, unlike a name.
-    InterleavedBare,
-    /// Long and varied: 16 or more characters, 3 bits each.
-    LongAndVaried,
-    /// A short lowercase word under a key that is not a credential name.
-    ShortLowercaseNotCredential,
-    /// Holds spaces.
-    Spaces,
-    /// Three words or more.
-    SeveralWords,
-    /// Share of its words found in a dictionary.
-    DictionaryShare,
-    /// One dictionary word.
-    DictionaryWord,
-    /// Written like a sentence.
-    Sentence,
-    /// Ends like prose (. ? ! :).
-    EndsLikeProse,
-    /// Letters of a script other than Latin ASCII.
-    NonAsciiLetters,
-    /// Names a credential itself (a label or placeholder).
-    CredentialWordInValue,
-    /// A call or a parenthesized expression.
-    CodeCall,
-    /// Code operators (== != && || => -> ::).
-    CodeOperator,
-    /// Starts like a variable ($x, this., self., @x).
-    CodeVariable,
-    /// A string concatenation.
-    Concatenation,
-    /// A format string (%s, {}, {0}).
-    FormatString,
-    /// Markup (<…>) or an HTML entity.
-    Markup,
-    /// Hex digits only.
-    HexOnly,
-    /// Digits only.
-    DigitsOnly,
-    /// A hex constant (0x…).
-    HexConstant,
-    /// Shaped like a UUID.
-    UuidShaped,
-    /// A URL.
-    UrlShaped,
-    /// A path (segments between slashes).
-    PathShaped,
-    /// An e-mail address.
-    EmailShaped,
-    /// Upper- and lowercase letters.
-    UpperAndLower,
-    /// Its letters all uppercase.
-    AllUpper,
-    /// Its length (log scale).
-    LengthLog,
-    /// Five characters or fewer.
-    Short,
-    /// 32 characters or more.
-    Long,
-    /// Bits per character.
-    Entropy,
-    /// One character four times running.
-    RepeatedRun,
-    /// A run like abcd or 1234.
-    SequentialRun,
-    /// Base64 of 16 characters or more, mixed case and digits.
-    Base64Alphabet,
-    /// Letters no language strings together (few vowels, or four consonants running).
-    Unpronounceable,
-    /// Holds an assignment of its own (= or : ).
-    InnerAssignment,
-    /// Key says test, example, sample, dummy, fake, mock or demo.
-    KeyTestWord,
-    /// Key is an environment-style CONSTANT.
-    KeyConstant,
-    /// Key of three words or more.
-    KeyManyWords,
-    /// In a comment.
-    InComment,
-    /// A plain key with a quoted literal.
-    KeyQuoted,
-    /// A plain key in configuration syntax.
-    KeyConfig,
-    /// A plain key with a data value.
-    KeyStructured,
-    /// Secret material in configuration syntax.
-    MaterialConfig,
-    /// A credential name with a bare word in code.
-    CredentialCode,
+/// Defines [`Feature`] from one table: each feature's variant, its name in the weights file,
+/// what it says in words (its doc and `--explain`'s text) and its hand-set weight (the prior).
+macro_rules! features {
+    ($($variant:ident = $id:literal, $words:literal, $prior:literal;)*) => {
+        /// One input of the model. The order is the weight vector's order.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+        #[repr(usize)]
+        pub enum Feature {
+            $(#[doc = $words] $variant,)*
+        }
+
+        /// How many features there are.
+        pub const FEATURE_COUNT: usize = [$($id),*].len();
+
+        impl Feature {
+            /// Every feature, in the weight vector's order.
+            pub const ALL: [Feature; FEATURE_COUNT] = [$(Feature::$variant),*];
+
+            fn about(self) -> (&'static str, &'static str, i32) {
+                match self {
+                    $(Feature::$variant => ($id, $words, $prior),)*
+                }
+            }
+        }
+    };
 }
 
-/// How many features there are.
-pub const FEATURE_COUNT: usize = Feature::CredentialCode as usize + 1;
+features! {
+    ClassCredential = "class_credential", "key names a credential", 3;
+    ClassMaterial = "class_material", "key names secret material", 2;
+    ClassKey = "class_key", "key is a plain key", 1;
+    SyntaxStructured = "syntax_structured", "a data value", 2;
+    SyntaxQuoted = "syntax_quoted", "a quoted literal", 2;
+    SyntaxConfig = "syntax_config", "a bare value in configuration syntax", 1;
+    SyntaxFlag = "syntax_flag", "a bare value after a flag", 1;
+    SyntaxArgument = "syntax_argument", "a literal argument of a credential-named call", 1;
+    SyntaxCode = "syntax_code", "a bare word in code syntax", -1;
+    IdentifierInCode = "identifier_in_code", "shaped like an identifier, bare in code", -2;
+    IdentifierNamed = "identifier_named", "a name (camelCase, PascalCase, snake_case) under a key that is not a credential name", -1;
+    Symbols = "symbols", "mixes in symbols", 1;
+    LettersAndDigits = "letters_and_digits", "mixes letters and digits", 1;
+    InterleavedBare = "interleaved_bare", "letters and digits interleaved, unlike a name", 1;
+    LongAndVaried = "long_and_varied", "long and varied: 16 or more characters, 3 bits each", 1;
+    ShortLowercaseNotCredential = "short_lowercase_not_credential", "a short lowercase word under a key that is not a credential name", -1;
+    Spaces = "spaces", "holds spaces", -1;
+    SeveralWords = "several_words", "three words or more", 0;
+    DictionaryShare = "dictionary_share", "share of its words found in a dictionary", 0;
+    DictionaryWord = "dictionary_word", "one dictionary word", 0;
+    Sentence = "sentence", "written like a sentence", 0;
+    EndsLikeProse = "ends_like_prose", "ends like prose (. ? ! :)", 0;
+    NonAsciiLetters = "non_ascii_letters", "letters of a script other than Latin ASCII", 0;
+    CredentialWordInValue = "credential_word_in_value", "names a credential itself (a label or placeholder)", 0;
+    CodeCall = "code_call", "a call or a parenthesized expression", 0;
+    CodeOperator = "code_operator", "code operators (== != && || => -> ::)", 0;
+    CodeVariable = "code_variable", "starts like a variable ($x, this., self., @x)", 0;
+    Concatenation = "concatenation", "a string concatenation", 0;
+    FormatString = "format_string", "a format string (%s, {}, {0})", 0;
+    Markup = "markup", "markup (<…>) or an HTML entity", 0;
+    HexOnly = "hex_only", "hex digits only", 0;
+    DigitsOnly = "digits_only", "digits only", 0;
+    HexConstant = "hex_constant", "a hex constant (0x…)", 0;
+    UuidShaped = "uuid_shaped", "shaped like a UUID", 0;
+    UrlShaped = "url_shaped", "a URL", 0;
+    PathShaped = "path_shaped", "a path (segments between slashes)", 0;
+    EmailShaped = "email_shaped", "an e-mail address", 0;
+    UpperAndLower = "upper_and_lower", "upper- and lowercase letters", 0;
+    AllUpper = "all_upper", "its letters all uppercase", 0;
+    LengthLog = "length_log", "its length (log scale)", 0;
+    Short = "short", "five characters or fewer", 0;
+    Long = "long", "32 characters or more", 0;
+    Entropy = "entropy", "bits per character", 0;
+    RepeatedRun = "repeated_run", "one character four times running", 0;
+    SequentialRun = "sequential_run", "a run like abcd or 1234", 0;
+    Base64Alphabet = "base64_alphabet", "base64 of 16 characters or more, mixed case and digits", 0;
+    Unpronounceable = "unpronounceable", "letters no language strings together (few vowels, or four consonants running)", 0;
+    InnerAssignment = "inner_assignment", "holds an assignment of its own (= or : )", 0;
+    KeyTestWord = "key_test_word", "key says test, example, sample, dummy, fake, mock or demo", 0;
+    KeyConstant = "key_constant", "key is an environment-style CONSTANT", 0;
+    KeyManyWords = "key_many_words", "key of three words or more", 0;
+    KeyQuoted = "key_quoted", "a plain key with a quoted literal", 0;
+    KeyConfig = "key_config", "a plain key in configuration syntax", 0;
+    KeyStructured = "key_structured", "a plain key with a data value", 0;
+    MaterialConfig = "material_config", "secret material in configuration syntax", 0;
+    CredentialCode = "credential_code", "a credential name with a bare word in code", 0;
+}
 
 /// The hand-set scores scaled to the model's logit: a score of 4 (removed) is +1, 3 is -1.
 const PRIOR_SCALE: f64 = 2.0;
 
 impl Feature {
-    /// Every feature, in the weight vector's order.
-    pub const ALL: [Feature; FEATURE_COUNT] = {
-        use Feature::*;
-        [
-            ClassCredential,
-            ClassMaterial,
-            ClassKey,
-            SyntaxStructured,
-            SyntaxQuoted,
-            SyntaxConfig,
-            SyntaxFlag,
-            SyntaxArgument,
-            SyntaxCode,
-            IdentifierInCode,
-            IdentifierNamed,
-            Symbols,
-            LettersAndDigits,
-            InterleavedBare,
-            LongAndVaried,
-            ShortLowercaseNotCredential,
-            Spaces,
-            SeveralWords,
-            DictionaryShare,
-            DictionaryWord,
-            Sentence,
-            EndsLikeProse,
-            NonAsciiLetters,
-            CredentialWordInValue,
-            CodeCall,
-            CodeOperator,
-            CodeVariable,
-            Concatenation,
-            FormatString,
-            Markup,
-            HexOnly,
-            DigitsOnly,
-            HexConstant,
-            UuidShaped,
-            UrlShaped,
-            PathShaped,
-            EmailShaped,
-            UpperAndLower,
-            AllUpper,
-            LengthLog,
-            Short,
-            Long,
-            Entropy,
-            RepeatedRun,
-            SequentialRun,
-            Base64Alphabet,
-            Unpronounceable,
-            InnerAssignment,
-            KeyTestWord,
-            KeyConstant,
-            KeyManyWords,
-            InComment,
-            KeyQuoted,
-            KeyConfig,
-            KeyStructured,
-            MaterialConfig,
-            CredentialCode,
-        ]
-    };
-
     /// The name the weights file gives it.
     pub fn id(self) -> &'static str {
         self.about().0
@@ -218,109 +117,6 @@ impl Feature {
     /// The weight the hand-set judgment gave it (the training's prior), in logit units.
     pub fn prior(self) -> f64 {
         PRIOR_SCALE * f64::from(self.about().2)
-    }
-
-    fn about(self) -> (&'static str, &'static str, i32) {
-        use Feature::*;
-        match self {
-            ClassCredential => ("class_credential", "key names a credential", 3),
-            ClassMaterial => ("class_material", "key names secret material", 2),
-            ClassKey => ("class_key", "key is a plain key", 1),
-            SyntaxStructured => ("syntax_structured", "a data value", 2),
-            SyntaxQuoted => ("syntax_quoted", "a quoted literal", 2),
-            SyntaxConfig => ("syntax_config", "a bare value in configuration syntax", 1),
-            SyntaxFlag => ("syntax_flag", "a bare value after a flag", 1),
-            SyntaxArgument => (
-                "syntax_argument",
-                "a literal argument of a credential-named call",
-                1,
-            ),
-            SyntaxCode => ("syntax_code", "a bare word in code syntax", -1),
-            IdentifierInCode => (
-                "identifier_in_code",
-                "shaped like an identifier, bare in code",
-                -2,
-            ),
-            IdentifierNamed => (
-                "identifier_named",
-                "a name (camelCase, PascalCase, snake_case) under a key that is not a credential name",
-                -1,
-            ),
-            Symbols => ("symbols", "mixes in symbols", 1),
-            LettersAndDigits => ("letters_and_digits", "mixes letters and digits", 1),
-            InterleavedBare => (
-                "interleaved_bare",
-                "letters and digits interleaved, unlike a name",
-                1,
-            ),
-            LongAndVaried => (
-                "long_and_varied",
-                "long and varied: 16 or more characters, 3 bits each",
-                1,
-            ),
-            ShortLowercaseNotCredential => (
-                "short_lowercase_not_credential",
-                "a short lowercase word under a key that is not a credential name",
-                -1,
-            ),
-            Spaces => ("spaces", "holds spaces", -1),
-            SeveralWords => ("several_words", "three words or more", 0),
-            DictionaryShare => ("dictionary_share", "share of its words found in a dictionary", 0),
-            DictionaryWord => ("dictionary_word", "one dictionary word", 0),
-            Sentence => ("sentence", "written like a sentence", 0),
-            EndsLikeProse => ("ends_like_prose", "ends like prose (. ? ! :)", 0),
-            NonAsciiLetters => ("non_ascii_letters", "letters of a script other than Latin ASCII", 0),
-            CredentialWordInValue => (
-                "credential_word_in_value",
-                "names a credential itself (a label or placeholder)",
-                0,
-            ),
-            CodeCall => ("code_call", "a call or a parenthesized expression", 0),
-            CodeOperator => ("code_operator", "code operators (== != && || => -> ::)", 0),
-            CodeVariable => ("code_variable", "starts like a variable ($x, this., self., @x)", 0),
-            Concatenation => ("concatenation", "a string concatenation", 0),
-            FormatString => ("format_string", "a format string (%s, {}, {0})", 0),
-            Markup => ("markup", "markup (<…>) or an HTML entity", 0),
-            HexOnly => ("hex_only", "hex digits only", 0),
-            DigitsOnly => ("digits_only", "digits only", 0),
-            HexConstant => ("hex_constant", "a hex constant (0x…)", 0),
-            UuidShaped => ("uuid_shaped", "shaped like a UUID", 0),
-            UrlShaped => ("url_shaped", "a URL", 0),
-            PathShaped => ("path_shaped", "a path (segments between slashes)", 0),
-            EmailShaped => ("email_shaped", "an e-mail address", 0),
-            UpperAndLower => ("upper_and_lower", "upper- and lowercase letters", 0),
-            AllUpper => ("all_upper", "its letters all uppercase", 0),
-            LengthLog => ("length_log", "its length (log scale)", 0),
-            Short => ("short", "five characters or fewer", 0),
-            Long => ("long", "32 characters or more", 0),
-            Entropy => ("entropy", "bits per character", 0),
-            RepeatedRun => ("repeated_run", "one character four times running", 0),
-            SequentialRun => ("sequential_run", "a run like abcd or 1234", 0),
-            Base64Alphabet => (
-                "base64_alphabet",
-                "base64 of 16 characters or more, mixed case and digits",
-                0,
-            ),
-            Unpronounceable => (
-                "unpronounceable",
-                "letters no language strings together (few vowels, or four consonants running)",
-                0,
-            ),
-            InnerAssignment => ("inner_assignment", "holds an assignment of its own (= or : )", 0),
-            KeyTestWord => (
-                "key_test_word",
-                "key says test, example, sample, dummy, fake, mock or demo",
-                0,
-            ),
-            KeyConstant => ("key_constant", "key is an environment-style CONSTANT", 0),
-            KeyManyWords => ("key_many_words", "key of three words or more", 0),
-            InComment => ("in_comment", "in a comment", 0),
-            KeyQuoted => ("key_quoted", "a plain key with a quoted literal", 0),
-            KeyConfig => ("key_config", "a plain key in configuration syntax", 0),
-            KeyStructured => ("key_structured", "a plain key with a data value", 0),
-            MaterialConfig => ("material_config", "secret material in configuration syntax", 0),
-            CredentialCode => ("credential_code", "a credential name with a bare word in code", 0),
-        }
     }
 }
 
@@ -336,8 +132,6 @@ pub struct Context<'a> {
     pub key: &'a str,
     /// How the value is written.
     pub syntax: Syntax,
-    /// The line's text before the key (up to a bounded length), for comments.
-    pub line_before: &'a str,
 }
 
 /// The model: a weight per feature, a bias, and the logit at which a value is removed.
@@ -493,22 +287,43 @@ struct ValueShape {
     lower: u32,
     upper: u32,
     digits: u32,
+    /// `' '` and tabs.
     spaces: u32,
-    symbols: u32,
+    /// Bytes that are neither ASCII letters, digits nor `_ - . ` (a space): symbols, tabs and
+    /// the bytes of non-ASCII characters.
+    marks: u32,
     non_ascii: u32,
+    underscores: u32,
+    slashes: u32,
     hex_letters: u32,
     base64_other: u32,
     turns: u32,
+    /// Lowercase letters followed by a capital (camelCase humps).
+    humps: u32,
     max_run: u32,
     max_sequence: u32,
     vowels: u32,
     max_consonants: u32,
+    /// Words between whitespace, as `str::split_whitespace` counts them (ASCII text only;
+    /// [`features`] counts others with it).
+    blank_words: u32,
     words: u32,
     dictionary_words: u32,
     credential_words: bool,
     operator: bool,
     format: bool,
     url: bool,
+    open_paren: bool,
+    close_paren: bool,
+    angles: (bool, bool),
+    ampersand: bool,
+    plus: bool,
+    dot: bool,
+    quote: bool,
+    at_sign: bool,
+    colon_space: bool,
+    first_equals: Option<usize>,
+    last_not_equals: Option<usize>,
     entropy: f64,
 }
 
@@ -520,6 +335,7 @@ fn value_shape(v: &str) -> ValueShape {
     let mut counts = [0u16; 256];
     let (mut run, mut seq, mut consonants) = (0u32, 0u32, 0u32);
     let mut word_start: Option<usize> = None;
+    let mut in_blank_word = false;
     for (i, &c) in b.iter().enumerate() {
         counts[usize::from(c)] = counts[usize::from(c)].saturating_add(1);
         match c {
@@ -528,8 +344,37 @@ fn value_shape(v: &str) -> ValueShape {
             b'0'..=b'9' => s.digits += 1,
             b' ' | b'\t' => s.spaces += 1,
             0x80.. => s.non_ascii += 1,
-            _ => s.symbols += 1,
+            _ => {}
         }
+        if !c.is_ascii_alphanumeric() && !matches!(c, b'_' | b'-' | b'.' | b' ') {
+            s.marks += 1;
+        }
+        match c {
+            b'_' => s.underscores += 1,
+            b'/' => s.slashes += 1,
+            b'(' => s.open_paren = true,
+            b')' => s.close_paren = true,
+            b'<' => s.angles.0 = true,
+            b'>' => s.angles.1 = true,
+            b'&' => s.ampersand = true,
+            b'+' => s.plus = true,
+            b'.' => s.dot = true,
+            b'"' | b'\'' => s.quote = true,
+            b'@' => s.at_sign = true,
+            b'=' => {
+                s.first_equals.get_or_insert(i);
+            }
+            _ => {}
+        }
+        if c != b'=' {
+            s.last_not_equals = Some(i);
+        }
+        // `char::is_whitespace` on ASCII, as `split_whitespace` splits.
+        let blank = matches!(c, b' ' | b'\t' | b'\n' | b'\x0B' | b'\x0C' | b'\r');
+        if !blank && !in_blank_word {
+            s.blank_words += 1;
+        }
+        in_blank_word = !blank;
         if matches!(c, b'a'..=b'f' | b'A'..=b'F') {
             s.hex_letters += 1;
         }
@@ -568,6 +413,7 @@ fn value_shape(v: &str) -> ValueShape {
                 | (b':', b':') => s.operator = true,
                 (b'%', b's' | b'd' | b'v' | b'(') | (b'{', b'}' | b'0'..=b'9') => s.format = true,
                 (b':', b'/') if b.get(i + 1) == Some(&b'/') => s.url = true,
+                (b':', b' ') => s.colon_space = true,
                 _ => {}
             }
         } else {
@@ -578,6 +424,7 @@ fn value_shape(v: &str) -> ValueShape {
         s.max_sequence = s.max_sequence.max(seq);
         // Words: runs of letters, split at camelCase humps.
         let hump = c.is_ascii_uppercase() && prev.is_ascii_lowercase();
+        s.humps += u32::from(hump);
         if c.is_ascii_alphabetic() && !hump {
             word_start.get_or_insert(i);
         } else {
@@ -627,27 +474,33 @@ impl ValueShape {
             self.credential_words = true;
         }
     }
-}
 
-/// camelCase, PascalCase with two humps or more, snake_case: how code names things.
-pub(crate) fn is_identifier_shaped(v: &str, turns: u32) -> bool {
-    let b = v.as_bytes();
-    if b.is_empty()
-        || b[0].is_ascii_digit()
-        || !b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
-    {
-        return false;
+    /// camelCase, PascalCase with two humps or more, snake_case: how code names things
+    /// (`first` is the value's first byte, `len` its length).
+    fn identifier_shaped(&self, first: u8, len: u32) -> bool {
+        if first.is_ascii_digit() || self.lower + self.upper + self.digits + self.underscores != len
+        {
+            return false;
+        }
+        let lower_then_upper = self.humps > 0;
+        let camel = first.is_ascii_lowercase() && lower_then_upper;
+        let pascal = first.is_ascii_uppercase()
+            && lower_then_upper
+            && self.upper >= 2
+            && self.upper * 3 <= len;
+        let snake = self.underscores > 0 && self.lower + self.upper > 0;
+        // Digits among letters are not how code names things (`p4ssW0rd`, `gn201md`).
+        (camel || pascal || snake) && self.turns < 2
     }
-    let lower_then_upper = b
-        .windows(2)
-        .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
-    let humps = b.iter().filter(|c| c.is_ascii_uppercase()).count();
-    let camel = b[0].is_ascii_lowercase() && lower_then_upper;
-    let pascal =
-        b[0].is_ascii_uppercase() && lower_then_upper && humps >= 2 && humps * 3 <= b.len();
-    let snake = v.contains('_') && v.bytes().any(|c| c.is_ascii_alphabetic());
-    // Digits among letters are not how code names things (`p4ssW0rd`, `gn201md`).
-    (camel || pascal || snake) && turns < 2
+
+    /// Holds an `=` before any it ends with, or `: `.
+    fn inner_assignment(&self) -> bool {
+        let inner_equals = match (self.first_equals, self.last_not_equals) {
+            (Some(e), Some(n)) => e <= n,
+            _ => false,
+        };
+        inner_equals || self.colon_space
+    }
 }
 
 fn uuid_shaped(v: &[u8]) -> bool {
@@ -658,11 +511,23 @@ fn uuid_shaped(v: &[u8]) -> bool {
         })
 }
 
-fn in_comment(line_before: &str) -> bool {
-    let t = line_before.trim_start();
-    ["#", "//", "--", ";", "*", "/*", "<!--", "rem ", "REM "]
-        .iter()
-        .any(|m| t.starts_with(m))
+/// `"a" + b`, `'a' . $b`: the patterns are looked for only where their characters are.
+fn concatenation(v: &str, s: &ValueShape) -> bool {
+    (s.plus || (s.dot && s.quote))
+        && ["\" +", "+ \"", "' +", "+ '", "\" .", ". \"", " + "]
+            .iter()
+            .any(|p| v.contains(p))
+}
+
+fn markup(v: &str, s: &ValueShape) -> bool {
+    (s.angles.0 && s.angles.1) || (s.ampersand && (v.contains("&amp") || v.contains("&quot")))
+}
+
+fn email_shaped(v: &str, s: &ValueShape) -> bool {
+    s.at_sign
+        && s.spaces == 0
+        && v.split_once('@')
+            .is_some_and(|(u, d)| !u.is_empty() && d.contains('.') && !d.ends_with('.'))
 }
 
 fn set(x: &mut FeatureVector, f: Feature, on: bool) {
@@ -690,7 +555,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
     set(&mut x, SyntaxFlag, syntax == Syntax::Flag);
     set(&mut x, SyntaxArgument, syntax == Syntax::Argument);
     set(&mut x, SyntaxCode, syntax == Syntax::Code);
-    let identifier = is_identifier_shaped(v, s.turns);
+    let identifier = b.first().is_some_and(|f| s.identifier_shaped(*f, len));
     set(
         &mut x,
         IdentifierInCode,
@@ -701,9 +566,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         IdentifierNamed,
         identifier && syntax != Syntax::Code && !bare && class < KeyClass::Credential,
     );
-    let symbols = s.symbols + s.non_ascii > 0
-        && b.iter()
-            .any(|c| !c.is_ascii_alphanumeric() && !b"_-. ".contains(c));
+    let symbols = s.marks > 0;
     set(&mut x, Symbols, symbols);
     let letters = s.lower + s.upper > 0;
     set(&mut x, LettersAndDigits, letters && s.digits > 0);
@@ -715,9 +578,13 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         class != KeyClass::Credential && len <= 8 && s.lower == len,
     );
     set(&mut x, Spaces, s.spaces > 0);
-    // Words as prose has them.
-    let space_words = v.split_whitespace().count();
-    set(&mut x, SeveralWords, space_words >= 3);
+    // Words as prose has them (Unicode blanks counted by the standard library).
+    let blank_words = if s.non_ascii == 0 {
+        s.blank_words as usize
+    } else {
+        v.split_whitespace().count()
+    };
+    set(&mut x, SeveralWords, blank_words >= 3);
     if s.words > 0 {
         x[DictionaryShare as usize] = s.dictionary_words as f32 / s.words as f32;
     }
@@ -730,7 +597,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
     set(
         &mut x,
         Sentence,
-        first_upper && space_words >= 3 && s.lower > s.upper,
+        first_upper && blank_words >= 3 && s.lower > s.upper,
     );
     set(
         &mut x,
@@ -745,11 +612,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         s.non_ascii > 0 && v.chars().any(|c| !c.is_ascii() && c.is_alphabetic()),
     );
     set(&mut x, CredentialWordInValue, s.credential_words);
-    set(
-        &mut x,
-        CodeCall,
-        (v.contains('(') && v.contains(')')) || v.ends_with("()"),
-    );
+    set(&mut x, CodeCall, s.open_paren && s.close_paren);
     set(&mut x, CodeOperator, s.operator);
     set(
         &mut x,
@@ -759,19 +622,9 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
             || v.starts_with("self.")
             || (b.first() == Some(&b'@') && b.get(1).is_some_and(|c| c.is_ascii_alphabetic())),
     );
-    set(
-        &mut x,
-        Concatenation,
-        ["\" +", "+ \"", "' +", "+ '", "\" .", ". \"", " + "]
-            .iter()
-            .any(|p| v.contains(p)),
-    );
+    set(&mut x, Concatenation, concatenation(v, &s));
     set(&mut x, FormatString, s.format);
-    set(
-        &mut x,
-        Markup,
-        (v.contains('<') && v.contains('>')) || v.contains("&amp") || v.contains("&quot"),
-    );
+    set(&mut x, Markup, markup(v, &s));
     set(
         &mut x,
         HexOnly,
@@ -790,15 +643,9 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
     set(
         &mut x,
         PathShaped,
-        !s.url && s.spaces == 0 && b.iter().filter(|c| **c == b'/').count() >= 2 && letters,
+        !s.url && s.spaces == 0 && s.slashes >= 2 && letters,
     );
-    set(
-        &mut x,
-        EmailShaped,
-        s.spaces == 0
-            && v.split_once('@')
-                .is_some_and(|(u, d)| !u.is_empty() && d.contains('.') && !d.ends_with('.')),
-    );
+    set(&mut x, EmailShaped, email_shaped(v, &s));
     set(&mut x, UpperAndLower, s.upper > 0 && s.lower > 0);
     set(&mut x, AllUpper, s.upper > 0 && s.lower == 0);
     x[LengthLog as usize] = ((f64::from(len.max(1))).log2() / 6.0).min(1.5) as f32;
@@ -824,11 +671,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         Unpronounceable,
         letters_n >= 4 && (s.vowels * 5 < letters_n || s.max_consonants >= 4),
     );
-    set(
-        &mut x,
-        InnerAssignment,
-        v.trim_end_matches('=').contains('=') || v.contains(": "),
-    );
+    set(&mut x, InnerAssignment, s.inner_assignment());
     // The key.
     let mut key_words = 0;
     let mut test_word = false;
@@ -848,7 +691,6 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_'),
     );
     set(&mut x, KeyManyWords, key_words >= 3);
-    set(&mut x, InComment, in_comment(ctx.line_before));
     set(
         &mut x,
         KeyQuoted,
@@ -899,7 +741,6 @@ mod tests {
             class: KeyClass::Credential,
             key: "password",
             syntax: Syntax::Config,
-            line_before: "",
         };
         let z = m.score(&features(&ctx, "qzva"));
         assert!((z - PRIOR_SCALE * 0.5).abs() < 1e-9, "{z}");
@@ -912,5 +753,90 @@ mod tests {
         assert!(s.operator && s.credential_words);
         let s = value_shape("aaaa1234");
         assert_eq!((s.max_run, s.max_sequence, s.turns), (4, 4, 1));
+    }
+
+    /// camelCase, PascalCase, snake_case read off the text (the definition the one-pass
+    /// shape must agree with).
+    fn identifier_shaped_by_text(v: &str) -> bool {
+        let b = v.as_bytes();
+        if b.is_empty()
+            || b[0].is_ascii_digit()
+            || !b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        {
+            return false;
+        }
+        let lower_then_upper = b
+            .windows(2)
+            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+        let humps = b.iter().filter(|c| c.is_ascii_uppercase()).count();
+        let camel = b[0].is_ascii_lowercase() && lower_then_upper;
+        let pascal =
+            b[0].is_ascii_uppercase() && lower_then_upper && humps >= 2 && humps * 3 <= b.len();
+        let snake = v.contains('_') && v.bytes().any(|c| c.is_ascii_alphabetic());
+        let turns = b
+            .windows(2)
+            .filter(|w| {
+                (w[0].is_ascii_alphabetic() && w[1].is_ascii_digit())
+                    || (w[0].is_ascii_digit() && w[1].is_ascii_alphabetic())
+            })
+            .count();
+        (camel || pascal || snake) && turns < 2
+    }
+
+    proptest::proptest! {
+        /// What the one pass counts agrees with the same facts read off the text, on strings
+        /// dense in the characters that decide them.
+        #[test]
+        fn the_one_pass_shape_agrees_with_the_text(
+            chars in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    'a', 'B', 'q', 'Z', 'e', '0', '7', '_', '-', '.', ' ', '\t', '\n', '\u{b}',
+                    '=', ':', '/', '(', ')', '<', '>', '&', ';', '+', '"', '\'', '@', '$', '%',
+                    '{', '}', 'é', '\u{a0}', '語',
+                ]),
+                1..24,
+            )
+        ) {
+            let v: String = chars.into_iter().collect();
+            let s = value_shape(&v);
+            let b = v.as_bytes();
+            proptest::prop_assert_eq!(
+                s.marks > 0,
+                b.iter().any(|c| !c.is_ascii_alphanumeric() && !b"_-. ".contains(c))
+            );
+            if s.non_ascii == 0 {
+                proptest::prop_assert_eq!(s.blank_words as usize, v.split_whitespace().count());
+            }
+            proptest::prop_assert_eq!(
+                s.open_paren && s.close_paren,
+                (v.contains('(') && v.contains(')')) || v.ends_with("()")
+            );
+            proptest::prop_assert_eq!(
+                concatenation(&v, &s),
+                ["\" +", "+ \"", "' +", "+ '", "\" .", ". \"", " + "]
+                    .iter()
+                    .any(|p| v.contains(p))
+            );
+            proptest::prop_assert_eq!(
+                markup(&v, &s),
+                (v.contains('<') && v.contains('>')) || v.contains("&amp") || v.contains("&quot")
+            );
+            proptest::prop_assert_eq!(
+                s.inner_assignment(),
+                v.trim_end_matches('=').contains('=') || v.contains(": ")
+            );
+            proptest::prop_assert_eq!(s.slashes as usize, v.matches('/').count());
+            proptest::prop_assert_eq!(
+                email_shaped(&v, &s),
+                s.spaces == 0
+                    && v.split_once('@').is_some_and(|(u, d)| {
+                        !u.is_empty() && d.contains('.') && !d.ends_with('.')
+                    })
+            );
+            proptest::prop_assert_eq!(
+                b.first().is_some_and(|f| s.identifier_shaped(*f, b.len() as u32)),
+                identifier_shaped_by_text(&v)
+            );
+        }
     }
 }

@@ -691,19 +691,6 @@ const AUTH_SCHEMES: &[&str] = &[
 /// Judges `value` under a key of class `class` (named `key`) written in `syntax`; `next` is
 /// the text right after a bare value (a `(` makes it a call).
 pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str) -> Judgment {
-    judge_in_line(class, key, value, syntax, next, "")
-}
-
-/// [`judge`], knowing the line's text before the key (`line_before`: a comment marker there
-/// says the line is commented out).
-pub fn judge_in_line(
-    class: KeyClass,
-    key: &str,
-    value: &str,
-    syntax: Syntax,
-    next: &str,
-    line_before: &str,
-) -> Judgment {
     if class == KeyClass::Other {
         return Judgment::kept("the key names no credential");
     }
@@ -739,12 +726,7 @@ pub fn judge_in_line(
             "a placeholder (filler, a bracketed name, or words like your-password-here)",
         );
     }
-    let ctx = judgment::Context {
-        class,
-        key,
-        syntax,
-        line_before,
-    };
+    let ctx = judgment::Context { class, key, syntax };
     let features = judgment::features(&ctx, v);
     // Relative to the threshold: 0 or more is removed.
     let score = MODEL.score(&features) - MODEL.threshold;

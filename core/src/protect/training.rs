@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::judgment::{Feature, FeatureVector, JudgmentModel, FEATURE_COUNT};
+use super::judgment::{FeatureVector, JudgmentModel, FEATURE_COUNT};
 use super::key_context::{candidates, keyword_hits};
 
 /// Where a training example comes from.
@@ -107,54 +107,73 @@ fn overlaps(value: &str, secret: &str) -> bool {
     value.contains(secret) || (value.len() >= 6 && secret.contains(value))
 }
 
-/// The labeled candidates of the corpora's tuning halves in `corpora`.
-pub fn corpus_examples(corpora: &Path) -> Result<Vec<Example>, TrainingError> {
+/// The tuning half of a JSON-lines corpus: each row's `field` and the row.
+fn tuning_rows(
+    path: &Path,
+    field: &str,
+) -> Result<Vec<(String, serde_json::Value)>, TrainingError> {
     let mut out = Vec::new();
-    let row_error = |path: &Path, line: usize, message: &str| TrainingError::Row {
-        path: path.to_path_buf(),
-        line,
-        message: message.to_string(),
-    };
-    let path = corpora.join("gitleaks_labeled.jsonl");
-    for (i, row) in read(&path)?.lines().enumerate() {
+    for (i, row) in read(path)?.lines().enumerate() {
         if !is_tuning_row(row) {
             continue;
         }
-        let d: serde_json::Value =
-            serde_json::from_str(row).map_err(|e| row_error(&path, i + 1, &e.to_string()))?;
-        let sample = d["sample"]
+        let error = |message: String| TrainingError::Row {
+            path: path.to_path_buf(),
+            line: i + 1,
+            message,
+        };
+        let d: serde_json::Value = serde_json::from_str(row).map_err(|e| error(e.to_string()))?;
+        let text = d[field]
             .as_str()
-            .ok_or_else(|| row_error(&path, i + 1, "no sample"))?;
+            .ok_or_else(|| error(format!("no {field}")))?
+            .to_string();
+        out.push((text, d));
+    }
+    Ok(out)
+}
+
+/// The candidates of `line` labeled by `secrets` (the values the row says must go): a
+/// candidate that holds one is a credential; in a row labeled true (`true_row`), the others
+/// say nothing and are left out.
+fn push_labeled(
+    out: &mut Vec<Example>,
+    source: Source,
+    line: &str,
+    true_row: bool,
+    secrets: &[&str],
+) {
+    for (features, value) in judged(line) {
+        let secret = secrets.iter().any(|s| overlaps(&value, s));
+        if true_row && !secret {
+            continue;
+        }
+        out.push(Example {
+            features,
+            secret,
+            source,
+            line: line.to_string(),
+            value,
+        });
+    }
+}
+
+/// The labeled candidates of the corpora's tuning halves in `corpora`.
+pub fn corpus_examples(corpora: &Path) -> Result<Vec<Example>, TrainingError> {
+    let mut out = Vec::new();
+    for (sample, d) in tuning_rows(&corpora.join("gitleaks_labeled.jsonl"), "sample")? {
         let secrets: Vec<&str> = d["expected_secrets"]
             .as_array()
             .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
             .unwrap_or_default();
-        let tp = d["label"] == "tp";
-        for (features, value) in judged(sample) {
-            let secret = secrets.iter().any(|s| overlaps(&value, s));
-            // In a true sample, a candidate that is not the labeled secret says nothing.
-            if tp && !secret {
-                continue;
-            }
-            out.push(Example {
-                features,
-                secret,
-                source: Source::Gitleaks,
-                line: sample.to_string(),
-                value,
-            });
-        }
+        push_labeled(
+            &mut out,
+            Source::Gitleaks,
+            &sample,
+            d["label"] == "tp",
+            &secrets,
+        );
     }
-    let path = corpora.join("credsweeper_samples.jsonl");
-    for (i, row) in read(&path)?.lines().enumerate() {
-        if !is_tuning_row(row) {
-            continue;
-        }
-        let d: serde_json::Value =
-            serde_json::from_str(row).map_err(|e| row_error(&path, i + 1, &e.to_string()))?;
-        let text = d["text"]
-            .as_str()
-            .ok_or_else(|| row_error(&path, i + 1, "no text"))?;
+    for (text, d) in tuning_rows(&corpora.join("credsweeper_samples.jsonl"), "text")? {
         let t = d["label"] == "T";
         // The scanner's own ML verdicts are no labels (the corpus README: half look real).
         if !t
@@ -165,20 +184,8 @@ pub fn corpus_examples(corpora: &Path) -> Result<Vec<Example>, TrainingError> {
         {
             continue;
         }
-        let labeled = d["value"].as_str().unwrap_or_default();
-        for (features, value) in judged(text) {
-            let secret = t && !labeled.is_empty() && overlaps(&value, labeled);
-            if t && !secret {
-                continue;
-            }
-            out.push(Example {
-                features,
-                secret,
-                source: Source::CredSweeper,
-                line: text.to_string(),
-                value,
-            });
-        }
+        let labeled = d["value"].as_str().filter(|v| t && !v.is_empty());
+        push_labeled(&mut out, Source::CredSweeper, &text, t, labeled.as_slice());
     }
     Ok(out)
 }
@@ -1063,11 +1070,6 @@ pub fn agreement(model: &JudgmentModel, examples: &[Example]) -> BTreeMap<Source
         }
     }
     out
-}
-
-/// The features' names, for reports.
-pub fn feature_names() -> Vec<&'static str> {
-    Feature::ALL.iter().map(|f| f.id()).collect()
 }
 
 #[cfg(test)]

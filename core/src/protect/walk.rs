@@ -575,8 +575,7 @@ fn json_unescaped(s: &str) -> Option<Layers> {
 /// One layer of JSON escapes undone; `None` when there is none to undo.
 fn unescape_once(s: &str) -> Option<Decoded> {
     let b = s.as_bytes();
-    let mut text = String::with_capacity(s.len());
-    let mut escapes = Vec::new();
+    let mut d = Decoded::with_capacity(s.len());
     let mut plain_from = 0;
     let mut i = 0;
     while let Some(p) = b[i..].iter().position(|&c| c == b'\\') {
@@ -603,22 +602,15 @@ fn unescape_once(s: &str) -> Option<Decoded> {
                 continue;
             }
         };
-        text.push_str(&s[plain_from..at]);
-        escapes.push(Escape {
-            decoded: text.len(),
-            decoded_len: ch.len_utf8(),
-            raw: at,
-            raw_len: len,
-        });
-        text.push(ch);
+        d.push_escape(s, plain_from, at, len, ch);
         i = at + len;
         plain_from = i;
     }
-    if escapes.is_empty() {
+    if d.escapes.is_empty() {
         return None;
     }
-    text.push_str(&s[plain_from..]);
-    Some(Decoded { text, escapes })
+    d.text.push_str(&s[plain_from..]);
+    Some(d)
 }
 
 /// Decodes `%XX` escapes; `None` if there are none or the result is not UTF-8.
