@@ -164,6 +164,10 @@ pub struct Redactor {
     every_text_may_hold_rule_key: bool,
     /// Some detector runs only under certain keys.
     key_scoped_detectors: bool,
+    /// Every detector either has keywords or a shape gate, and none is scoped to keys: then
+    /// one pass over a whole document says which of its strings a scan can find anything
+    /// in ([`Redactor::scan_document`]).
+    localizable: bool,
     /// Some detector runs only under certain keys or not under some: only then does a scan
     /// need the key (lowercased, once per string).
     detectors_read_keys: bool,
@@ -173,6 +177,58 @@ pub struct Redactor {
     judged_detector: Option<usize>,
     /// The judged key rules: for credential names, and for secret material and plain keys.
     judged_rules: [Option<usize>; 2],
+}
+
+/// What one pass over a whole JSON document says ([`Redactor::scan_document`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentScan {
+    /// No value of the document can hold a finding of the detectors or a learned value.
+    pub clean: bool,
+    /// Where a value's own scan could find something: every keyword hit, every learned
+    /// value, and every place a shape gate opens ([`Shapes::marks`]). A value that none of
+    /// them overlaps, written between quotes and with no escape, holds no finding of a
+    /// detector or learned value.
+    pub marks: Vec<Range<usize>>,
+}
+
+/// What the flagged detectors of one text read besides the text ([`Redactor::run_flagged`]).
+struct Flagged<'a> {
+    /// ASCII digits in the text.
+    digits: usize,
+    /// The key the text is the value of, lowercased, where some detector reads keys.
+    lower_key: Option<&'a str>,
+    /// Where the key-context keywords start.
+    judged_hits: &'a [usize],
+}
+
+/// One bit per detector, on the stack for any realistic rule count.
+struct DetectorBits {
+    stack: [u64; 4],
+    heap: Vec<u64>,
+    words: usize,
+}
+
+impl DetectorBits {
+    fn new(detectors: usize) -> DetectorBits {
+        let words = detectors.div_ceil(64);
+        DetectorBits {
+            stack: [0; 4],
+            heap: if words > 4 {
+                vec![0; words]
+            } else {
+                Vec::new()
+            },
+            words,
+        }
+    }
+
+    fn as_mut(&mut self) -> &mut [u64] {
+        if self.words <= self.stack.len() {
+            &mut self.stack[..self.words]
+        } else {
+            &mut self.heap
+        }
+    }
 }
 
 /// What the key rules say about one key.
@@ -280,6 +336,8 @@ impl Redactor {
             every_text_may_hold_rule_key: key_literals.is_none()
                 && key_rules.iter().any(|r| !r.globs.is_empty()),
             key_scoped_detectors: detectors.iter().any(|d| !d.keys.is_empty()),
+            localizable: detectors.iter().all(|d| d.keys.is_empty())
+                && unfiltered.iter().all(|&i| detectors[i].gate.is_some()),
             detectors_read_keys: detectors
                 .iter()
                 .any(|d| !d.keys.is_empty() || !d.except_keys.is_empty()),
@@ -437,40 +495,22 @@ impl Redactor {
         if text.len() < MIN_FINDING_BYTES {
             return Some(Vec::new());
         }
-        // A bitset of the detectors to run, on the stack for any realistic rule count.
-        let words = self.detectors.len().div_ceil(64);
-        let mut stack = [0u64; 4];
-        let mut heap = Vec::new();
-        let run: &mut [u64] = if words <= stack.len() {
-            &mut stack[..words]
-        } else {
-            heap.resize(words, 0);
-            &mut heap
-        };
+        let mut bits = DetectorBits::new(self.detectors.len());
+        let run = bits.as_mut();
         for &i in &self.unfiltered {
             run[i / 64] |= 1 << (i % 64);
         }
         // Where the key-context keywords start: the judgment reads the text around them.
         let mut judged_hits: Vec<usize> = Vec::new();
         let judged_keys = self.judged_rules.iter().any(Option::is_some);
-        if let Some(ac) = &self.prefilter {
-            for m in ac.find_overlapping_iter(text) {
-                let i = self.keyword_owner[m.pattern().as_usize()];
-                if i == KEY_LITERAL {
-                    if stop_on_rule_key {
-                        return None;
-                    }
-                    continue;
-                }
-                if Some(i) == self.judged_detector {
-                    // Such a word may be a key the judged key rules cover: JSON must be parsed.
-                    if stop_on_rule_key && judged_keys {
-                        return None;
-                    }
-                    judged_hits.push(m.start());
-                }
-                run[i / 64] |= 1 << (i % 64);
-            }
+        let went_through = self.keyword_pass(text, run, &mut judged_hits, |owner, _| {
+            // A key-rule literal, or a word that may be a key the judged key rules cover:
+            // JSON must be parsed.
+            !(stop_on_rule_key
+                && (owner == KEY_LITERAL || (Some(owner) == self.judged_detector && judged_keys)))
+        });
+        if !went_through {
+            return None;
         }
         // Values the item's tenant learned (none outside the daemon's protect), after the
         // keyword pass: JSON that pass sends to be parsed is matched leaf by leaf instead.
@@ -485,13 +525,111 @@ impl Redactor {
                 rank: LEARNED_RANK,
             })
             .collect();
-        if run.iter().all(|&w| w == 0) {
-            return Some(merged(found));
+        if run.iter().any(|&w| w != 0) {
+            let digits = text.bytes().filter(u8::is_ascii_digit).count();
+            let lower_key = key.filter(|_| self.detectors_read_keys).map(lowercase);
+            let mut shapes = None;
+            let flagged = Flagged {
+                digits,
+                lower_key: lower_key.as_deref(),
+                judged_hits: &judged_hits,
+            };
+            self.run_flagged(text, run, &flagged, &mut shapes, &mut found);
         }
-        let digits = text.bytes().filter(u8::is_ascii_digit).count();
-        let lower_key = key.filter(|_| self.detectors_read_keys).map(lowercase);
-        // Found on the first gated candidate, once per string.
-        let mut shapes: Option<Shapes> = None;
+        Some(merged(self.without_straddling_personal_data(found)))
+    }
+
+    /// One pass over a whole JSON document whose values would otherwise each be scanned on
+    /// their own: whether none of them can hold a finding (no key-rule literal or word a
+    /// judged key rule reads, no learned value, no detector's finding in the document, as
+    /// the clean-JSON test always asked), and the marks of [`DocumentScan::marks`]. `None`
+    /// when the rules cannot say where (some detector runs under certain keys only, or on
+    /// every string without a shape gate).
+    pub fn scan_document(&self, text: &str) -> Option<DocumentScan> {
+        if !self.localizable {
+            return None;
+        }
+        let mut marks = Vec::new();
+        let mut clean = !self.every_text_may_hold_rule_key;
+        let mut bits = DetectorBits::new(self.detectors.len());
+        let run = bits.as_mut();
+        let mut judged_hits: Vec<usize> = Vec::new();
+        let judged_keys = self.judged_rules.iter().any(Option::is_some);
+        self.keyword_pass(text, run, &mut judged_hits, |owner, at| {
+            if owner == KEY_LITERAL || (Some(owner) == self.judged_detector && judged_keys) {
+                clean = false;
+            }
+            if owner != KEY_LITERAL {
+                marks.push(at);
+            }
+            true
+        });
+        let mut learned_hits = Vec::new();
+        learned::find_in_scope(text, &mut learned_hits);
+        clean &= learned_hits.is_empty();
+        marks.extend(learned_hits.into_iter().map(|h| h.range));
+        // The detectors without keywords each have a shape gate: where their shapes are
+        // completed is where they can find something.
+        let mut shapes = (!self.unfiltered.is_empty()).then(|| Shapes::marks(text, &mut marks));
+        // Whether the document is clean, as the clean-JSON test always told: every detector
+        // a keyword flagged, and every gated one, over the whole text (no need once a key
+        // word or learned value said it is not).
+        if clean {
+            for &i in &self.unfiltered {
+                run[i / 64] |= 1 << (i % 64);
+            }
+            let flagged = Flagged {
+                digits: text.bytes().filter(u8::is_ascii_digit).count(),
+                lower_key: None,
+                judged_hits: &judged_hits,
+            };
+            let mut found = Vec::new();
+            self.run_flagged(text, run, &flagged, &mut shapes, &mut found);
+            clean = found.is_empty();
+        }
+        Some(DocumentScan { clean, marks })
+    }
+
+    /// The keyword pass over `text`: sets in `run` each detector a keyword flags, notes in
+    /// `judged_hits` where the key-context keywords start, and calls `on_hit` with each hit's
+    /// owner (`KEY_LITERAL` for a key-rule literal) and range first; false, and the pass
+    /// stopped, as soon as `on_hit` says false.
+    fn keyword_pass(
+        &self,
+        text: &str,
+        run: &mut [u64],
+        judged_hits: &mut Vec<usize>,
+        mut on_hit: impl FnMut(usize, Range<usize>) -> bool,
+    ) -> bool {
+        let Some(ac) = &self.prefilter else {
+            return true;
+        };
+        for m in ac.find_overlapping_iter(text) {
+            let i = self.keyword_owner[m.pattern().as_usize()];
+            if !on_hit(i, m.range()) {
+                return false;
+            }
+            if i == KEY_LITERAL {
+                continue;
+            }
+            if Some(i) == self.judged_detector {
+                judged_hits.push(m.start());
+            }
+            run[i / 64] |= 1 << (i % 64);
+        }
+        true
+    }
+
+    /// Runs the detectors set in `run` that `text` can hold a finding of (enough digits, a
+    /// key they apply under, their shape gate open), adding what they find to `found`.
+    fn run_flagged(
+        &self,
+        text: &str,
+        run: &mut [u64],
+        flagged: &Flagged<'_>,
+        shapes: &mut Option<Shapes>,
+        found: &mut Vec<Finding>,
+    ) {
         // Only the flagged detectors are visited (a few of ~95 for most strings): walking the
         // whole catalogue per string was 5% of the daemon's CPU under load. The candidates
         // stay in the bitset (cleared where they drop out): no allocation per string.
@@ -502,8 +640,8 @@ impl Redactor {
                 let bit = bits.trailing_zeros();
                 bits &= bits - 1;
                 let d = &self.detectors[w * 64 + bit as usize];
-                if digits >= d.min_digits
-                    && d.applies_under(lower_key.as_deref())
+                if flagged.digits >= d.min_digits
+                    && d.applies_under(flagged.lower_key)
                     && d.gate
                         .is_none_or(|g| shapes.get_or_insert_with(|| Shapes::of(text)).has(g))
                 {
@@ -514,7 +652,7 @@ impl Redactor {
             }
         }
         if candidates == 0 {
-            return Some(merged(self.without_straddling_personal_data(found)));
+            return;
         }
         // Each candidate's own regex, one after the other. One pass of all detectors combined
         // (a `RegexSet`) was tried first and dropped: on high-entropy text (base64, encrypted
@@ -534,12 +672,11 @@ impl Redactor {
         for i in chosen {
             let d = &self.detectors[i];
             if d.judged {
-                d.find_judged(text, &judged_hits, &self.allow_values, &mut found);
+                d.find_judged(text, flagged.judged_hits, &self.allow_values, found);
             } else {
-                d.find_all(text, &self.allow_values, &mut found);
+                d.find_all(text, &self.allow_values, found);
             }
         }
-        Some(merged(self.without_straddling_personal_data(found)))
     }
 
     /// `found` less the personal-data findings that begin inside a secret's finding and end
@@ -705,16 +842,39 @@ impl Detector {
                 accept(m.start(), m.end());
             }
         } else {
-            for caps in self.regex.captures_iter(text) {
+            // The next match is looked for from the end of the group, not of the whole
+            // match: the context after one value (`,` in `a@x.io,b@y.io`) is the context
+            // before the next, and a search from the match's end skipped every second value
+            // of a list.
+            // One set of group locations for every match (a set per match was an allocation
+            // each).
+            let mut caps = self.regex.capture_locations();
+            let mut from = 0;
+            while let Some(all) = self.regex.captures_read_at(&mut caps, text, from) {
                 // A group left out of an alternation gives way to its configured stand-ins.
                 let m = caps
                     .get(self.group)
                     .or_else(|| self.alternate_groups.iter().find_map(|&g| caps.get(g)));
-                let (Some(all), Some(m)) = (caps.get(0), m) else {
-                    continue;
-                };
-                if !self.context_excepted(&text[all.start()..m.start()]) {
-                    accept(m.start(), m.end());
+                // Only a few bytes of context after the group are read again: a rule whose
+                // match runs on long after its group (a user's `(key)[^\n]*`) resumes after
+                // the whole match, so no text is searched more than twice.
+                let next = match m {
+                    Some((_, end)) if all.end() - end <= CONTEXT_AFTER_GROUP => end,
+                    _ => all.end(),
+                }
+                .max(all.start() + 1);
+                if let Some((start, end)) = m {
+                    if !self.context_excepted(&text[all.start()..start]) {
+                        accept(start, end);
+                    }
+                }
+                // Past the start of this match at least, on a character boundary.
+                from = next;
+                while from < text.len() && !text.is_char_boundary(from) {
+                    from += 1;
+                }
+                if from > text.len() {
+                    break;
                 }
             }
         }
@@ -748,6 +908,9 @@ fn key_literals(rules: &[KeyRule]) -> Option<Vec<String>> {
     }
     Some(literals)
 }
+
+/// Most bytes after a detector's group that the next search reads again as its context.
+const CONTEXT_AFTER_GROUP: usize = 4;
 
 /// Owner of a keyword-automaton pattern that is a key-rule literal, not a detector keyword.
 const KEY_LITERAL: usize = usize::MAX;

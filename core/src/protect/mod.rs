@@ -8,6 +8,7 @@
 //! and link attributes, log bodies, the free-text typed fields, and JSON inside strings. Each
 //! item records which rules fired and how often, never what they removed.
 
+pub mod attention;
 pub mod catalogue;
 pub mod confirmation;
 pub mod engine;

@@ -6,11 +6,12 @@
 //! `:`), so the keyword pass flagged them on almost every string and the combined regex set
 //! then ran over it. One pass over the bytes here finds, for each of them, the smallest shape
 //! its regex cannot match without (three digits, a separator and four digits for a North
-//! American number; thirteen digits joined by single spaces or dashes for a card; ...), and
-//! a detector runs only where its shape is. Each gate is a necessary condition of its
-//! detector's regex, never a sufficient one: a property test checks, for every gated
-//! detector, that no string its regex matches is turned away. Text that is not ASCII passes
-//! every gate (the regexes' `\d` and `\s` are Unicode classes; the byte tests here are not).
+//! American number; thirteen digits from a 2-6, joined by single spaces or dashes, for a
+//! card; ...), and a detector runs only where its shape is. Each gate is a necessary
+//! condition of its detector's regex, never a sufficient one: a property test checks, for
+//! every gated detector, that no string its regex matches is turned away. Text that is not
+//! ASCII passes every gate (the regexes' `\d` and `\s` are Unicode classes; the byte tests
+//! here are not).
 
 /// A shape some detector's match cannot do without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +23,8 @@ pub enum ShapeGate {
     DigitsSeparatorDigits,
     /// `ddd-dd-dddd`: a US social security number.
     SocialSecurity,
-    /// Thirteen digits in a run where single spaces or dashes may join digits: a card.
+    /// Thirteen digits in a run where single spaces or dashes may join digits, counted from
+    /// a 2-6 with no digit before it: a card.
     CardDigits,
     /// Two capital letters and two digits: the start of an IBAN.
     CountryAndCheckDigits,
@@ -65,102 +67,151 @@ impl Shapes {
         if !text.is_ascii() {
             return Shapes::ALL;
         }
-        let b = text.as_bytes();
-        let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
-        let digits = |from: usize, n: usize| (from..from + n).all(digit);
         let mut found = 0u8;
-        // Runs: digits joined by single spaces or dashes (cards), digits and dots (IPv4), hex
-        // digits and colons (IPv6). Most bytes of most strings are letters and punctuation
-        // of no shape (`OTHER`): they end every run and cost one table look-up.
-        let (mut card, mut dots, mut colons, mut double_colon) = (0usize, 0usize, 0usize, false);
-        let mut i = 0;
-        while i < b.len() {
-            // Eight bytes with no digit, `:` or `+` hold no part of any shape worth keeping
-            // a run across (every shape has a digit or a colon within any eight bytes of it,
-            // and every check at a separator looks at digits beside it): skip them at once.
-            if let Some(chunk) = b.get(i..i + 8) {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(chunk);
-                let x = u64::from_le_bytes(word);
-                if !has_digit_or_colon(x) && !has_byte(x, b'+') {
-                    (card, dots, colons, double_colon) = (0, 0, 0, false);
-                    i += 8;
+        each_shape(text.as_bytes(), |gate, _| found |= gate.bit());
+        Shapes(found)
+    }
+
+    /// The shapes `text` holds, and in `out` where some string of it may pass a gate: the
+    /// byte at which each shape is completed, and every run of bytes that are not ASCII (a
+    /// string holding one passes every gate). A string of `text` bounded by bytes of no
+    /// shape (a JSON string's quotes) that holds none of these passes no gate on its own.
+    pub fn marks(text: &str, out: &mut Vec<std::ops::Range<usize>>) -> Shapes {
+        let b = text.as_bytes();
+        let mut push = |at: std::ops::Range<usize>| match out.last_mut() {
+            Some(last) if last.end >= at.start && last.start <= at.start => {
+                last.end = last.end.max(at.end);
+            }
+            _ => out.push(at),
+        };
+        let ascii = text.is_ascii();
+        if !ascii {
+            let mut i = 0;
+            while i < b.len() {
+                if b[i].is_ascii() {
+                    i += 1;
                     continue;
                 }
-            }
-            let c = b[i];
-            i += 1;
-            // The body below reads `i` as the byte's own position.
-            let i = i - 1;
-            let class = BYTE_CLASS[usize::from(c)];
-            if class == OTHER {
-                (card, dots, colons, double_colon) = (0, 0, 0, false);
-                continue;
-            }
-            if class == DIGIT {
-                card += 1;
-                if card >= 13 {
-                    found |= ShapeGate::CardDigits.bit();
+                let start = i;
+                while i < b.len() && !b[i].is_ascii() {
+                    i += 1;
                 }
-                // Two capitals before two digits: an IBAN's country and check digits.
-                if i >= 2
-                    && digit(i + 1)
-                    && b[i - 1].is_ascii_uppercase()
-                    && b[i - 2].is_ascii_uppercase()
-                {
-                    found |= ShapeGate::CountryAndCheckDigits.bit();
-                }
-                continue;
-            }
-            // Not a digit: the card run goes on only over one space or dash between digits.
-            let between_digits = i >= 1 && digit(i - 1) && digit(i + 1);
-            if !(matches!(c, b' ' | b'-') && between_digits) {
-                card = 0;
-            }
-            if c == b'.' {
-                dots += 1;
-                if dots >= 3 {
-                    found |= ShapeGate::DottedQuad.bit();
-                }
-            } else {
-                dots = 0;
-            }
-            if c == b':' {
-                colons += 1;
-                double_colon |= i >= 1 && b[i - 1] == b':';
-                if colons >= 7 || double_colon {
-                    found |= ShapeGate::HexColons.bit();
-                }
-            } else if class != HEX_LETTER {
-                (colons, double_colon) = (0, false);
-            }
-            match c {
-                b'+' if matches!(b.get(i + 1), Some(b'1'..=b'9')) => {
-                    found |= ShapeGate::PlusDigit.bit();
-                }
-                b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | b'.' | b'-'
-                    if i >= 3 && digits(i - 3, 3) && digits(i + 1, 4) =>
-                {
-                    found |= ShapeGate::DigitsSeparatorDigits.bit();
-                }
-                _ => {}
-            }
-            if c == b'-'
-                && i >= 3
-                && digits(i - 3, 3)
-                && digits(i + 1, 2)
-                && b.get(i + 3) == Some(&b'-')
-                && digits(i + 4, 4)
-            {
-                found |= ShapeGate::SocialSecurity.bit();
+                push(start..i);
             }
         }
-        Shapes(found)
+        let mut found = 0u8;
+        each_shape(b, |gate, i| {
+            found |= gate.bit();
+            push(i..i + 1);
+        });
+        if ascii {
+            Shapes(found)
+        } else {
+            Shapes::ALL
+        }
     }
 
     /// True when the text holds `gate`'s shape.
     pub fn has(self, gate: ShapeGate) -> bool {
         self.0 & gate.bit() != 0
+    }
+}
+
+/// Calls `found` with each gate's shape and the byte at which it is completed, in one pass
+/// over `b` (bytes that are not ASCII end every run).
+fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let digits = |from: usize, n: usize| (from..from + n).all(digit);
+    // Runs: digits joined by single spaces or dashes (cards), digits and dots (IPv4), hex
+    // digits and colons (IPv6). Most bytes of most strings are letters and punctuation
+    // of no shape (`OTHER`): they end every run and cost one table look-up.
+    let (mut card, mut dots, mut colons, mut double_colon) = (0usize, 0usize, 0usize, false);
+    let mut i = 0;
+    while i < b.len() {
+        // Eight bytes with no digit, `:` or `+` hold no part of any shape worth keeping
+        // a run across (every shape has a digit or a colon within any eight bytes of it,
+        // and every check at a separator looks at digits beside it): skip them at once.
+        if let Some(chunk) = b.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let x = u64::from_le_bytes(word);
+            if !has_digit_or_colon(x) && !has_byte(x, b'+') {
+                (card, dots, colons, double_colon) = (0, 0, 0, false);
+                i += 8;
+                continue;
+            }
+        }
+        let c = b[i];
+        i += 1;
+        // The body below reads `i` as the byte's own position.
+        let i = i - 1;
+        let class = BYTE_CLASS[usize::from(c)];
+        if class == OTHER {
+            (card, dots, colons, double_colon) = (0, 0, 0, false);
+            continue;
+        }
+        if class == DIGIT {
+            // A card number begins with 2-6 where no digit is before it (its regex reads
+            // a byte that is not one there): the run counts from its first such digit,
+            // so long ids of zeros and epoch milliseconds (`1733385600000`) stay shut.
+            if card > 0 || (matches!(c, b'2'..=b'6') && !(i >= 1 && digit(i - 1))) {
+                card += 1;
+            }
+            if card >= 13 {
+                found(ShapeGate::CardDigits, i);
+            }
+            // Two capitals before two digits: an IBAN's country and check digits.
+            if i >= 2
+                && digit(i + 1)
+                && b[i - 1].is_ascii_uppercase()
+                && b[i - 2].is_ascii_uppercase()
+            {
+                found(ShapeGate::CountryAndCheckDigits, i);
+            }
+            continue;
+        }
+        // Not a digit: the card run goes on only over one space or dash between digits.
+        let between_digits = i >= 1 && digit(i - 1) && digit(i + 1);
+        if !(matches!(c, b' ' | b'-') && between_digits) {
+            card = 0;
+        }
+        if c == b'.' {
+            dots += 1;
+            if dots >= 3 {
+                found(ShapeGate::DottedQuad, i);
+            }
+        } else {
+            dots = 0;
+        }
+        if c == b':' {
+            colons += 1;
+            double_colon |= i >= 1 && b[i - 1] == b':';
+            if colons >= 7 || double_colon {
+                found(ShapeGate::HexColons, i);
+            }
+        } else if class != HEX_LETTER {
+            (colons, double_colon) = (0, false);
+        }
+        match c {
+            b'+' if matches!(b.get(i + 1), Some(b'1'..=b'9')) => {
+                found(ShapeGate::PlusDigit, i);
+            }
+            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | b'.' | b'-'
+                if i >= 3 && digits(i - 3, 3) && digits(i + 1, 4) =>
+            {
+                found(ShapeGate::DigitsSeparatorDigits, i);
+            }
+            _ => {}
+        }
+        if c == b'-'
+            && i >= 3
+            && digits(i - 3, 3)
+            && digits(i + 1, 2)
+            && b.get(i + 3) == Some(&b'-')
+            && digits(i + 4, 4)
+        {
+            found(ShapeGate::SocialSecurity, i);
+        }
     }
 }
 

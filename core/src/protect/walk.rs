@@ -10,6 +10,7 @@
 
 use serde_json::Value;
 
+use super::attention::Attention;
 use super::engine::{KeyRuleDecision, Redactor};
 use super::json_text::{self, Decoded, Escape};
 use super::rules::Action;
@@ -240,19 +241,28 @@ const BASE64_BYTES: [u8; 256] = {
 
 /// True when some base64 token in `s` decodes to text holding a finding.
 fn base64_hides_finding(r: &Redactor, s: &str, key: Option<&str>) -> bool {
-    base64_tokens(s).any(|m| {
-        !atlassian_dc_pats(s, m.clone()).is_empty()
-            || base64_text(&s[m]).is_some_and(|mut text| {
-                redact_layer(
-                    r,
-                    &mut text,
-                    &mut Redactions::new(),
-                    1,
-                    key,
-                    BASE64_LAYERS - 1,
-                )
-            })
-    })
+    base64_tokens(s).any(|m| base64_token_hides_finding(r, s, &m, key))
+}
+
+/// True when the base64 token `m` of `s` is an Atlassian token or decodes to text holding a
+/// finding.
+fn base64_token_hides_finding(
+    r: &Redactor,
+    s: &str,
+    m: &std::ops::Range<usize>,
+    key: Option<&str>,
+) -> bool {
+    !atlassian_dc_pats(s, m.clone()).is_empty()
+        || base64_text(&s[m.clone()]).is_some_and(|mut text| {
+            redact_layer(
+                r,
+                &mut text,
+                &mut Redactions::new(),
+                1,
+                key,
+                BASE64_LAYERS - 1,
+            )
+        })
 }
 
 /// Redacts a string in place; true if it changed.
@@ -317,22 +327,12 @@ fn redact_plain_and_structured(
 ) -> Pass {
     let trimmed = s.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        // Most payloads hold nothing to remove: when no key in the text can be a key-rule key
-        // and the detectors find nothing in the text (nor in its unescaped form, which also
-        // covers JSON nested in JSON), the parse and re-serialization are skipped.
-        if !r.has_key_scoped_detectors()
-            && r.scan_unless_rule_key(s, key).is_some_and(|f| f.is_empty())
-            // Keys can hide behind escapes too (`"p\u0061ssword"`): the unescaped text must
-            // hold no key-rule literal either.
-            && json_unescaped(s).is_none_or(|u| {
-                r.scan_unless_rule_key(u.text(), key)
-                    .is_some_and(|f| f.is_empty())
-            })
-            && !base64_hides_finding(r, s, key)
-        {
+        // Most payloads hold nothing to remove: then the document is not read value by
+        // value. When it holds something, the survey says which values to scan.
+        let Survey::Scan(attention) = survey(r, s, key) else {
             return Pass::Clean;
-        }
-        if let Ok(protected) = json_in_place(r, s, hits, depth + 1) {
+        };
+        if let Ok(protected) = json_in_place(r, s, hits, depth + 1, &attention) {
             let Some(new) = protected else {
                 return Pass::Unchanged;
             };
@@ -377,22 +377,80 @@ fn json_in_place(
     text: &str,
     hits: &mut Redactions,
     depth: usize,
+    attention: &Attention,
 ) -> Result<Option<String>, json_text::JsonTextError> {
     let doc = json_text::read(text, usize::MAX)?;
-    let edits = json_edits(r, text, &doc, hits, depth);
+    let edits = json_edits(r, text, &doc, hits, depth, attention);
     Ok((!edits.is_empty()).then(|| json_text::splice(text, edits)))
+}
+
+/// True when the key or value at `range` of `text` must be scanned on its own: the survey's
+/// marks say so, or it holds an escape or a `%` (it is scanned decoded, where the marks of
+/// the text as written say nothing).
+fn needs_scan(attention: &Attention, text: &str, range: std::ops::Range<usize>) -> bool {
+    memchr::memchr2(b'\\', b'%', &text.as_bytes()[range.clone()]).is_some()
+        || attention.needs_scan(text, range)
+}
+
+/// What one pass over a JSON document (the value of `key`) says before it is read value by
+/// value.
+enum Survey {
+    /// Nothing in it to remove: no value of it holds a finding, decoded or not, and no key
+    /// of it can be one a key rule covers.
+    Clean,
+    /// Read it, scanning the values `Attention` points at.
+    Scan(Attention),
+}
+
+/// The survey of `text`: the detectors and learned values over the whole text (and over
+/// its unescaped form, which also covers JSON nested in JSON, and its percent-decoded
+/// form), its base64 tokens decoded, and where its values need their own scan: the rules'
+/// marks and every base64 token whose text holds a finding (a value with an escape or a `%`
+/// is scanned decoded whatever the marks say: [`needs_scan`]).
+fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
+    // The base64 test first: what it learns, the learned values' marks then show.
+    let mut marks: Vec<_> = base64_tokens(text)
+        .filter(|m| base64_token_hides_finding(r, text, m, key))
+        .collect();
+    let learned_at = super::learned::learned_in_scope();
+    // Keys can hide behind escapes too (`"p\u0061ssword"`): the unescaped text must hold no
+    // key-rule literal either.
+    // So can findings behind percent-encoding (`jane.doe%40example.com`), which a value's
+    // own scan decodes.
+    let clean_text = |t: &str| r.scan_unless_rule_key(t, key).is_some_and(|f| f.is_empty());
+    let unescaped_clean = || {
+        json_unescaped(text).is_none_or(|u| clean_text(u.text()))
+            && (!text.contains('%') || percent_decoded(text).is_none_or(|d| clean_text(&d.text)))
+    };
+    let Some(scan) = r.scan_document(text) else {
+        let clean = !r.has_key_scoped_detectors()
+            && marks.is_empty()
+            && clean_text(text)
+            && unescaped_clean();
+        return match clean {
+            true => Survey::Clean,
+            false => Survey::Scan(Attention::everywhere()),
+        };
+    };
+    if scan.clean && marks.is_empty() && unescaped_clean() {
+        return Survey::Clean;
+    }
+    marks.extend(scan.marks);
+    Survey::Scan(Attention::from_marks(marks, learned_at))
 }
 
 /// The edits that protect a JSON document read in place (`doc`, of `text`) whose root
 /// stands at `depth`, as byte ranges of the text and what replaces them: key rules and JSON
 /// Web Key members by their key, values (strings, numbers) under their innermost key,
-/// object keys as text, anything past the depth limit whole.
+/// object keys as text, anything past the depth limit whole. Keys and values are scanned
+/// where `attention` says a scan could find something.
 fn json_edits(
     r: &Redactor,
     text: &str,
     doc: &json_text::Document,
     hits: &mut Redactions,
     depth: usize,
+    attention: &Attention,
 ) -> Vec<(std::ops::Range<usize>, String)> {
     use json_text::Kind;
     let values = &doc.values;
@@ -437,7 +495,12 @@ fn json_edits(
         // then anyway, so the set lets no new text through.)
         if let (Some(range), Some(k)) = (&v.key, own_key[i].as_deref()) {
             if !clean_keys.contains(k) {
-                match r.redact_text_under(k, None, hits) {
+                let found = if needs_scan(attention, text, range.clone()) {
+                    r.redact_text_under(k, None, hits)
+                } else {
+                    None
+                };
+                match found {
                     Some(name) => {
                         let written = json_text::replace_string(&text[range.clone()], &name);
                         key_edits.push((i, range.clone(), written));
@@ -504,6 +567,16 @@ fn json_edits(
         let key = from.and_then(|f| own_key[f].as_deref());
         match v.kind {
             Kind::String => {
+                // Nested JSON and text near the depth limit (where base64 inside fails
+                // closed) are scanned whatever the marks say.
+                let must_scan = at + BASE64_LAYERS + 2 >= r.max_depth
+                    || string.as_deref().is_some_and(|t| {
+                        let t = t.trim_start();
+                        t.starts_with('{') || t.starts_with('[')
+                    });
+                if !must_scan && !needs_scan(attention, text, v.range.clone()) {
+                    continue;
+                }
                 let mut t = string.map(std::borrow::Cow::into_owned).unwrap_or_default();
                 if redact_string_under(r, &mut t, hits, at, key) {
                     edits.push((v.range.clone(), json_text::replace_string(raw, &t)));
@@ -512,6 +585,7 @@ fn json_edits(
             // Five characters at most (`-9999`): shorter than anything a rule or learned value
             // finds.
             Kind::Number if raw.len() <= 5 => {}
+            Kind::Number if !attention.needs_scan(text, v.range.clone()) => {}
             Kind::Number => {
                 if let Some(new) = r.redact_text_under(raw, key, hits) {
                     edits.push((v.range.clone(), json_text::encode_string(&new)));
@@ -1056,7 +1130,11 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
 pub fn redact_document(r: &Redactor, text: &str, hits: &mut Redactions) -> String {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        if let Ok(protected) = json_in_place(r, text, hits, 0) {
+        let attention = match survey(r, text, None) {
+            Survey::Clean => return text.to_string(),
+            Survey::Scan(attention) => attention,
+        };
+        if let Ok(protected) = json_in_place(r, text, hits, 0, &attention) {
             return protected.unwrap_or_else(|| text.to_string());
         }
     }
@@ -1511,6 +1589,85 @@ mod tests {
         redact_value(&r, &mut text, &mut hits, 0);
         assert_eq!(text, AttrValue::Str("mail [REDACTED:email_address]".into()));
     }
+
+    #[test]
+    fn every_value_of_a_list_goes_not_every_second_one() {
+        // The byte after one value is the byte before the next: each detector whose regex
+        // reads it on both sides kept the second value of `a,b` (and of every pair after).
+        let r = redactor(4096);
+        let lists = [
+            ("jane@example.com", "bob@example.org", "email_address"),
+            (
+                "AKIAZ3KQ9MX2PL7VR4TY",
+                "AKIAQW7RT2YU4IO6PA3S",
+                "aws_access_key_id",
+            ),
+            (
+                "4111 1111 1111 1111",
+                "5500 0000 0000 0004",
+                "payment_card_number",
+            ),
+            ("10.20.30.40", "10.20.30.41", "ipv4_address"),
+            (
+                "415-555-0132",
+                "415-555-0199",
+                "phone_number_north_american",
+            ),
+            (
+                "+44 20 7946 0958",
+                "+44 20 7946 0959",
+                "phone_number_international",
+            ),
+            ("536-22-8741", "536-22-8742", "us_social_security_number"),
+            ("GB82WEST12345698765432", "DE89370400440532013000", "iban"),
+        ];
+        for (a, b, rule) in lists {
+            for sep in [",", ";", "|"] {
+                let mut hits = Redactions::new();
+                let mut s = format!("{a}{sep}{b}{sep}{a}");
+                redact_string(&r, &mut s, &mut hits, 0);
+                let gone = format!("[REDACTED:{rule}]");
+                assert_eq!(s, [gone.as_str(); 3].join(sep), "{a}{sep}{b}");
+                assert_eq!(hits.get(rule), Some(&3), "{a}{sep}{b}");
+            }
+        }
+        // Numbers in a JSON array are separated by a comma alone.
+        let mut hits = Redactions::new();
+        let doc = "[4111111111111111,5500000000000004]";
+        assert_eq!(
+            redact_document(&r, doc, &mut hits),
+            "[\"[REDACTED:payment_card_number]\",\"[REDACTED:payment_card_number]\"]"
+        );
+    }
+
+    #[test]
+    fn a_document_whose_only_finding_ends_a_sentence_or_is_percent_encoded_is_not_clean() {
+        // The survey that finds a document clean reads the same findings as a scan of each
+        // string: a dotted quad or phone number before the closing quote (as at the end of
+        // the string), and what percent-encoding hides. Both were kept when alone.
+        let r = redactor(4096);
+        let cases = [
+            (
+                r#"{"ip": "at 10.20.30.40."}"#,
+                r#"{"ip": "at [REDACTED:ipv4_address]."}"#,
+            ),
+            (
+                r#"{"call": "415-555-0132."}"#,
+                r#"{"call": "[REDACTED:phone_number_north_american]."}"#,
+            ),
+            (
+                r#"{"to": "jane.doe%40example.com"}"#,
+                r#"{"to": "[REDACTED:email_address]"}"#,
+            ),
+        ];
+        for (doc, want) in cases {
+            let mut hits = Redactions::new();
+            assert_eq!(redact_document(&r, doc, &mut hits), want);
+            let mut s = doc.to_string();
+            assert!(redact_string(&r, &mut s, &mut Redactions::new(), 0));
+            assert_eq!(s, want);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1561,6 +1718,113 @@ mod json_in_place_properties {
                 )),
             ]
         })
+    }
+
+    /// Text of every kind a value's scan acts on: secrets with and without keywords,
+    /// personal data of every gated shape (a dotted quad ending a sentence, digits that are
+    /// not ASCII, separators that are), assignments the key-context judgment reads, a password seen bare again,
+    /// base64 and percent-encoded findings, harmless ids, dates and hex.
+    const FRAGMENTS: &[&str] = &[
+        "order",
+        "status ok",
+        "2026-11-30T05:17:14.133Z",
+        "ORD-00012345",
+        "9e3779b97f4a7c15f39cc0605cedc834",
+        "v1.2.3",
+        "12:30:45",
+        "AKIAZ3KQ9MX2PL7VR4TY",
+        "ghp_T3stOnlyT0ken7f3a9c2e1d5b8a4c6e0f2d9",
+        "sk-proj-T3stOnlyN0tAR3alK3yAbCdEfGhIjKlMnOpQrStUvWxYz012345",
+        "jane.doe@example.com",
+        "jane.doe%40example.com",
+        "+1 415 555 0132",
+        "415-555-0132",
+        "4111 1111 1111 1111",
+        "DE89 3704 0044 0532 0130 00",
+        "536-22-8741",
+        "10.20.30.40.",
+        "fe80::1ff:fe23:4567:890a",
+        "+١ ٤١٥ ٥٥٥ ٠١٣٢",
+        "415\u{2009}555\u{2009}0132",
+        "password=Zx9qLm2Vb7wQ",
+        "Zx9qLm2Vb7wQ",
+        "token: Rt5yU8iO1pA3sD6fG7hJ",
+        "cGFzc3dvcmQ9Wng5cUxtMlZiN3dRIGFuZCBtb3Jl",
+        "Authorization: Bearer abcDEF123456ghiJKL789mno",
+        "tel",
+        "é ü",
+    ];
+
+    /// Documents whose strings join one to three [`FRAGMENTS`], under harmless, credential
+    /// and secret keys, with long numbers (a card number) among them.
+    fn busy_document() -> impl Strategy<Value = serde_json::Value> {
+        let fragment = proptest::sample::select(FRAGMENTS);
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            prop_oneof![
+                Just(4111111111111111i64),
+                Just(5360000),
+                Just(-12),
+                Just(4_155_550_132)
+            ]
+            .prop_map(|n| serde_json::json!(n)),
+            (
+                proptest::collection::vec(fragment, 1..4),
+                prop_oneof![Just(" "), Just(""), Just("="), Just(": "), Just(",")]
+            )
+                .prop_map(|(parts, sep)| serde_json::Value::String(parts.join(sep))),
+        ];
+        leaf.prop_recursive(3, 40, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("note"),
+                        Just("n"),
+                        Just("token"),
+                        Just("password"),
+                        Just("data"),
+                        Just("AKIAQW7RT2YU4IO6PA3S"),
+                        Just("jane.doe@example.com"),
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| serde_json::Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    /// `text` protected in place with a fresh learning scope, as the survey says (`marked`:
+    /// not at all when clean, else the values its marks overlap) or scanning every value: the
+    /// text out, the counts, how many values were learned.
+    fn protect_with(r: &Redactor, text: &str, marked: bool) -> (String, Redactions, u64) {
+        use crate::protect::learned::{self, LearnedConfig, LearnedValues};
+        let store = LearnedValues::new(LearnedConfig::default());
+        let ((out, hits, learned), _) = learned::with_scope(store.scope("t"), || {
+            let mut hits = Redactions::new();
+            let Ok(doc) = json_text::read(text, usize::MAX) else {
+                return (String::new(), hits, 0);
+            };
+            // Both ways survey the document: what the base64 test learns, both have learned.
+            // Marked, a document the survey finds clean is not read at all.
+            let attention = match survey(r, text, None) {
+                Survey::Clean if marked => {
+                    return (text.to_string(), hits, learned::learned_in_scope());
+                }
+                Survey::Scan(a) if marked => a,
+                _ => Attention::everywhere(),
+            };
+            let edits = json_edits(r, text, &doc, &mut hits, 1, &attention);
+            (
+                json_text::splice(text, edits),
+                hits,
+                learned::learned_in_scope(),
+            )
+        });
+        (out, hits, learned)
     }
 
     /// One redactor for every case: building the catalogue is most of a case's time.
@@ -1639,6 +1903,29 @@ mod json_in_place_properties {
             prop_assert_eq!(changed, !secrets.is_empty());
             prop_assert_eq!(&out, &want);
             prop_assert!(serde_json::from_str::<serde_json::Value>(&out).is_ok());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// Leaving a document the survey finds clean as it is, and else scanning only the
+        /// values its marks overlap, protects every document exactly as scanning every
+        /// value: the same bytes out, the same counts, the same
+        /// values learned (a secret removed early in the document and seen bare later in it
+        /// included), whatever the fragments, keys, escapes and layout.
+        #[test]
+        fn values_left_unmarked_hold_nothing_a_scan_would_find(
+            v in busy_document(),
+            style in 0u8..6,
+        ) {
+            let r = &*REDACTOR;
+            let text = written(&v, style);
+            let (marked, marked_hits, marked_learned) = protect_with(r, &text, true);
+            let (every, every_hits, every_learned) = protect_with(r, &text, false);
+            prop_assert_eq!(&marked, &every, "{}", text);
+            prop_assert_eq!(marked_hits, every_hits);
+            prop_assert_eq!(marked_learned, every_learned);
         }
     }
 }

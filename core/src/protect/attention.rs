@@ -1,0 +1,95 @@
+//! Which values of a JSON document, read in place, need a scan of their own.
+//!
+//! A document with something to remove has each string and long number scanned on its own
+//! (under its key, decoded, with its base64 and nested JSON), which cost three times the
+//! one pass that finds a document clean. One pass over the whole document marks the places
+//! where such a scan could find anything: keyword hits, learned values and the findings of
+//! the detectors without keywords
+//! ([`Redactor::scan_document`](super::engine::Redactor::scan_document)), escapes, percent
+//! signs, and base64 tokens whose text holds a finding. A value that no mark
+//! overlaps is left as it was sent, unscanned. The marks are a necessary condition for a
+//! finding, never a sufficient one: a marked value is scanned exactly as before.
+
+use std::ops::Range;
+
+use super::learned;
+
+/// The places of one document where a value's scan could find something.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attention {
+    /// Sorted, apart; `None` when the rules cannot say (every value is scanned).
+    marks: Option<Vec<Range<usize>>>,
+    /// How many values the learning scope held when the marks were made.
+    learned_at: u64,
+}
+
+impl Attention {
+    /// Every value needs its scan.
+    pub fn everywhere() -> Attention {
+        Attention {
+            marks: None,
+            learned_at: 0,
+        }
+    }
+
+    /// The marks `marks` (in any order, overlapping or not), made while the learning scope
+    /// held `learned_at` values ([`learned::learned_in_scope`]).
+    pub fn from_marks(mut marks: Vec<Range<usize>>, learned_at: u64) -> Attention {
+        marks.sort_unstable_by_key(|m| m.start);
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(marks.len());
+        for m in marks {
+            match merged.last_mut() {
+                Some(last) if m.start <= last.end => last.end = last.end.max(m.end),
+                _ => merged.push(m),
+            }
+        }
+        Attention {
+            marks: Some(merged),
+            learned_at,
+        }
+    }
+
+    /// True when the value at `range` of `text` must be scanned: a mark overlaps it, or a
+    /// value learned after the marks were made (a secret removed earlier in the same
+    /// document) stands in it.
+    pub fn needs_scan(&self, text: &str, range: Range<usize>) -> bool {
+        let Some(marks) = &self.marks else {
+            return true;
+        };
+        let i = marks.partition_point(|m| m.end <= range.start);
+        if marks.get(i).is_some_and(|m| m.start < range.end) {
+            return true;
+        }
+        if learned::learned_in_scope() == self.learned_at {
+            return false;
+        }
+        let mut hits = Vec::new();
+        text.get(range).is_none_or(|t| {
+            learned::find_in_scope(t, &mut hits);
+            !hits.is_empty()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_is_scanned_where_a_mark_overlaps_it_and_only_there() {
+        let a = Attention::from_marks(vec![30..31, 10..12, 11..15, 15..16], 0);
+        assert_eq!(a.marks, Some(vec![10..16, 30..31]));
+        let text = "x".repeat(40);
+        let scanned: Vec<bool> = [0..10, 9..11, 16..30, 15..17, 29..31, 31..40, 12..13]
+            .into_iter()
+            .map(|r| a.needs_scan(&text, r))
+            .collect();
+        assert_eq!(
+            scanned,
+            [false, true, false, true, true, false, true],
+            "touching is not overlapping"
+        );
+        assert!(Attention::everywhere().needs_scan(&text, 0..1));
+        assert!(!Attention::from_marks(vec![], 0).needs_scan(&text, 0..40));
+    }
+}
