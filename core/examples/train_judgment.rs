@@ -58,8 +58,8 @@ fn main() -> anyhow::Result<()> {
                 return Ok(());
             }
             for e in &examples {
-                let t = trained.score(&e.features) >= trained.threshold;
-                let p = prior.score(&e.features) >= prior.threshold;
+                let t = trained.margin(&e.features) >= 0.0;
+                let p = prior.margin(&e.features) >= 0.0;
                 if t != p || (verbose.as_deref() == Some("all") && t != e.secret) {
                     println!(
                         "{}\t{:?}\t{}\ttrained {t} prior {p}\t{}\t{:?}\t{:?}",

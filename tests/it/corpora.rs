@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use toolwatch::event::Redactions;
 use toolwatch::protect::engine::Redactor;
 use toolwatch::protect::rules::RedactionConfig;
@@ -49,7 +48,7 @@ enum Part {
 /// The part of the row whose text (its whole line in the corpus file) is `row`: fixed, so the
 /// split never moves between runs or builds.
 fn part_of(row: &str) -> Part {
-    if Sha256::digest(row.as_bytes())[0] & 1 == 0 {
+    if toolwatch::protect::training::is_tuning_row(row) {
         Part::Tuning
     } else {
         Part::HeldOut

@@ -36,26 +36,34 @@ impl Attention {
     /// held `learned_at` values ([`learned::learned_in_scope`]).
     pub fn from_marks(mut marks: Vec<Range<usize>>, learned_at: u64) -> Attention {
         marks.sort_unstable_by_key(|m| m.start);
-        let mut merged: Vec<Range<usize>> = Vec::with_capacity(marks.len());
-        for m in marks {
-            match merged.last_mut() {
-                Some(last) if m.start <= last.end => last.end = last.end.max(m.end),
-                _ => merged.push(m),
+        // Overlapping or touching marks become one.
+        marks.dedup_by(|next, last| {
+            let joined = next.start <= last.end;
+            if joined {
+                last.end = last.end.max(next.end);
             }
-        }
+            joined
+        });
         Attention {
-            marks: Some(merged),
+            marks: Some(marks),
             learned_at,
         }
     }
 
-    /// True when the value at `range` of `text` must be scanned: a mark overlaps it, or a
-    /// value learned after the marks were made (a secret removed earlier in the same
-    /// document) stands in it.
+    /// True when the key or value at `range` of `text` must be scanned: it holds an escape or
+    /// a `%` (it is scanned decoded, where marks on the text as written say nothing), a mark
+    /// overlaps it, or a value learned after the marks were made (a secret removed earlier in
+    /// the same document) stands in it.
     pub fn needs_scan(&self, text: &str, range: Range<usize>) -> bool {
         let Some(marks) = &self.marks else {
             return true;
         };
+        let Some(raw) = text.get(range.clone()) else {
+            return true;
+        };
+        if memchr::memchr2(b'\\', b'%', raw.as_bytes()).is_some() {
+            return true;
+        }
         let i = marks.partition_point(|m| m.end <= range.start);
         if marks.get(i).is_some_and(|m| m.start < range.end) {
             return true;
@@ -64,10 +72,8 @@ impl Attention {
             return false;
         }
         let mut hits = Vec::new();
-        text.get(range).is_none_or(|t| {
-            learned::find_in_scope(t, &mut hits);
-            !hits.is_empty()
-        })
+        learned::find_in_scope(raw, &mut hits);
+        !hits.is_empty()
     }
 }
 

@@ -324,6 +324,7 @@ impl Redactor {
             )
         };
         let judged_detector = detector_specs.iter().position(|d| d.judged);
+        let key_scoped_detectors = detectors.iter().any(|d| !d.keys.is_empty());
         let judged_rule = |class: KeyClass| key_specs.iter().position(|k| k.judged == Some(class));
         let judged_rules = [
             judged_rule(KeyClass::Credential),
@@ -335,8 +336,8 @@ impl Redactor {
             // No literal for some glob (`*`): any text may hold a key that rule covers.
             every_text_may_hold_rule_key: key_literals.is_none()
                 && key_rules.iter().any(|r| !r.globs.is_empty()),
-            key_scoped_detectors: detectors.iter().any(|d| !d.keys.is_empty()),
-            localizable: detectors.iter().all(|d| d.keys.is_empty())
+            key_scoped_detectors,
+            localizable: !key_scoped_detectors
                 && unfiltered.iter().all(|&i| detectors[i].gate.is_some()),
             detectors_read_keys: detectors
                 .iter()
@@ -497,17 +498,11 @@ impl Redactor {
         }
         let mut bits = DetectorBits::new(self.detectors.len());
         let run = bits.as_mut();
-        for &i in &self.unfiltered {
-            run[i / 64] |= 1 << (i % 64);
-        }
+        self.flag_unfiltered(run);
         // Where the key-context keywords start: the judgment reads the text around them.
         let mut judged_hits: Vec<usize> = Vec::new();
-        let judged_keys = self.judged_rules.iter().any(Option::is_some);
         let went_through = self.keyword_pass(text, run, &mut judged_hits, |owner, _| {
-            // A key-rule literal, or a word that may be a key the judged key rules cover:
-            // JSON must be parsed.
-            !(stop_on_rule_key
-                && (owner == KEY_LITERAL || (Some(owner) == self.judged_detector && judged_keys)))
+            !(stop_on_rule_key && self.hit_may_be_rule_key(owner))
         });
         if !went_through {
             return None;
@@ -554,9 +549,8 @@ impl Redactor {
         let mut bits = DetectorBits::new(self.detectors.len());
         let run = bits.as_mut();
         let mut judged_hits: Vec<usize> = Vec::new();
-        let judged_keys = self.judged_rules.iter().any(Option::is_some);
         self.keyword_pass(text, run, &mut judged_hits, |owner, at| {
-            if owner == KEY_LITERAL || (Some(owner) == self.judged_detector && judged_keys) {
+            if self.hit_may_be_rule_key(owner) {
                 clean = false;
             }
             if owner != KEY_LITERAL {
@@ -575,9 +569,7 @@ impl Redactor {
         // a keyword flagged, and every gated one, over the whole text (no need once a key
         // word or learned value said it is not).
         if clean {
-            for &i in &self.unfiltered {
-                run[i / 64] |= 1 << (i % 64);
-            }
+            self.flag_unfiltered(run);
             let flagged = Flagged {
                 digits: text.bytes().filter(u8::is_ascii_digit).count(),
                 lower_key: None,
@@ -588,6 +580,22 @@ impl Redactor {
             clean = found.is_empty();
         }
         Some(DocumentScan { clean, marks })
+    }
+
+    /// True when the keyword hit of `owner` is a key-rule literal, or a word that may be a
+    /// key the judged key rules cover: JSON holding it must be read key by key.
+    fn hit_may_be_rule_key(&self, owner: usize) -> bool {
+        owner == KEY_LITERAL
+            || (Some(owner) == self.judged_detector
+                && self.judged_rules.iter().any(Option::is_some))
+    }
+
+    /// Sets in `run` the detectors without keywords: they run on every text their gate lets
+    /// through.
+    fn flag_unfiltered(&self, run: &mut [u64]) {
+        for &i in &self.unfiltered {
+            run[i / 64] |= 1 << (i % 64);
+        }
     }
 
     /// The keyword pass over `text`: sets in `run` each detector a keyword flags, notes in
@@ -845,9 +853,7 @@ impl Detector {
             // The next match is looked for from the end of the group, not of the whole
             // match: the context after one value (`,` in `a@x.io,b@y.io`) is the context
             // before the next, and a search from the match's end skipped every second value
-            // of a list.
-            // One set of group locations for every match (a set per match was an allocation
-            // each).
+            // of a list. One set of group locations serves every match.
             let mut caps = self.regex.capture_locations();
             let mut from = 0;
             while let Some(all) = self.regex.captures_read_at(&mut caps, text, from) {

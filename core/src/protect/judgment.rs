@@ -232,6 +232,11 @@ impl JudgmentModel {
         z
     }
 
+    /// The logit less the threshold: a value is removed at 0 or more.
+    pub fn margin(&self, x: &FeatureVector) -> f64 {
+        self.score(x) - self.threshold
+    }
+
     /// Each present feature's contribution to the logit, largest first.
     pub fn contributions(&self, x: &FeatureVector) -> Vec<(Feature, f64)> {
         let mut out: Vec<(Feature, f64)> = Feature::ALL
@@ -327,25 +332,14 @@ struct ValueShape {
     entropy: f64,
 }
 
-/// The value's shape: counts, runs, words and code marks in one pass (plus a histogram pass
-/// for the entropy, over the bytes counted).
+/// The value's shape: counts, runs, words and code marks in one pass (plus the entropy's).
 fn value_shape(v: &str) -> ValueShape {
     let b = v.as_bytes();
     let mut s = ValueShape::default();
-    let mut counts = [0u16; 256];
-    // The distinct bytes, as first seen.
-    let mut distinct = [0u8; 256];
-    let mut n_distinct = 0;
     let (mut run, mut seq, mut consonants) = (0u32, 0u32, 0u32);
     let mut word_start: Option<usize> = None;
     let mut in_blank_word = false;
     for (i, &c) in b.iter().enumerate() {
-        let count = &mut counts[usize::from(c)];
-        if *count == 0 {
-            distinct[n_distinct] = c;
-            n_distinct += 1;
-        }
-        *count = count.saturating_add(1);
         match c {
             b'a'..=b'z' => s.lower += 1,
             b'A'..=b'Z' => s.upper += 1,
@@ -447,20 +441,7 @@ fn value_shape(v: &str) -> ValueShape {
     if let Some(ws) = word_start {
         s.count_word(&b[ws..]);
     }
-    // Summed over the distinct bytes in byte order (the order a scan of all 256 counts would
-    // take, so the sum is the same to the last bit), without visiting the other counts.
-    let n = b.len() as f64;
-    if n > 0.0 {
-        let distinct = &mut distinct[..n_distinct];
-        distinct.sort_unstable();
-        s.entropy = distinct
-            .iter()
-            .map(|&c| {
-                let p = f64::from(counts[usize::from(c)]) / n;
-                -p * p.log2()
-            })
-            .sum();
-    }
+    s.entropy = super::validators::shannon_entropy(v);
     s
 }
 
@@ -556,7 +537,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
     let len = b.len() as u32;
     let class = ctx.class;
     let syntax = ctx.syntax;
-    let bare = matches!(syntax, Syntax::Config | Syntax::Flag | Syntax::Code);
+    let bare = syntax.is_bare();
     set(&mut x, ClassCredential, class == KeyClass::Credential);
     set(&mut x, ClassMaterial, class == KeyClass::Material);
     set(&mut x, ClassKey, class == KeyClass::Key);
@@ -575,7 +556,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
     set(
         &mut x,
         IdentifierNamed,
-        identifier && syntax != Syntax::Code && !bare && class < KeyClass::Credential,
+        identifier && !bare && class < KeyClass::Credential,
     );
     let symbols = s.marks > 0;
     set(&mut x, Symbols, symbols);

@@ -53,6 +53,13 @@ pub enum Syntax {
     Argument,
 }
 
+impl Syntax {
+    /// True for a value written bare (not quoted): in configuration, after a flag, in code.
+    pub fn is_bare(self) -> bool {
+        matches!(self, Syntax::Config | Syntax::Flag | Syntax::Code)
+    }
+}
+
 /// The outcome for one candidate value.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Judgment {
@@ -702,7 +709,7 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     if v.len() < 12 && v.chars().nth(2).is_none() {
         return Judgment::kept("too short to be a credential");
     }
-    let bare = matches!(syntax, Syntax::Config | Syntax::Flag | Syntax::Code);
+    let bare = syntax.is_bare();
     if let Some(reason) = reference(v, bare, next) {
         return Judgment::kept(reason);
     }
@@ -728,8 +735,7 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     }
     let ctx = judgment::Context { class, key, syntax };
     let features = judgment::features(&ctx, v);
-    // Relative to the threshold: 0 or more is removed.
-    let score = MODEL.score(&features) - MODEL.threshold;
+    let score = MODEL.margin(&features);
     Judgment {
         removed: score >= 0.0,
         score,

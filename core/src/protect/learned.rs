@@ -242,9 +242,6 @@ pub struct TenantScope {
     max_fresh: (usize, usize),
     ttl: Duration,
     enabled: bool,
-    /// Values learned into `fresh` so far: a reader that looked for learned values knows
-    /// whether any came since.
-    learned: u64,
 }
 
 impl TenantScope {
@@ -327,7 +324,6 @@ impl TenantScope {
             rule: Arc::from(format!("{LEARNED_PREFIX}{rule}")),
             at: Instant::now(),
         }));
-        self.learned += 1;
     }
 }
 
@@ -405,7 +401,6 @@ impl LearnedValues {
             ),
             ttl: self.config.ttl.0,
             enabled: self.config.enabled,
-            learned: 0,
         }
     }
 
@@ -539,13 +534,14 @@ pub fn find_in_scope(text: &str, out: &mut Vec<Hit>) {
     });
 }
 
-/// How many values the current scope has learned so far (0 when no scope is set): when it
-/// has not moved, [`find_in_scope`] finds what it found before.
+/// How many values the current scope has learned so far (0 when no scope is set; a batch
+/// never lets go of what it learned): when it has not moved, [`find_in_scope`] finds what it
+/// found before.
 pub fn learned_in_scope() -> u64 {
     SCOPE.with(|s| {
         s.try_borrow()
             .ok()
-            .and_then(|s| s.as_ref().map(|scope| scope.learned))
+            .and_then(|s| s.as_ref().map(|scope| scope.fresh.len() as u64))
             .unwrap_or(0)
     })
 }

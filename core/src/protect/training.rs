@@ -693,35 +693,39 @@ fn excluded_values() -> std::collections::BTreeSet<&'static str> {
         .collect()
 }
 
+/// The text of every code file under `roots`, in order (files that are not UTF-8 left out).
+fn code_texts(roots: &[PathBuf]) -> impl Iterator<Item = String> + '_ {
+    roots.iter().flat_map(|root| {
+        let mut files = Vec::new();
+        code_files(root, &mut files);
+        files
+            .into_iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok())
+    })
+}
+
 /// The candidates of real code under `roots`, labeled harmless.
 pub fn code_examples(roots: &[PathBuf]) -> Vec<Example> {
     let excluded = excluded_values();
     let mut out = Vec::new();
-    for root in roots {
-        let mut files = Vec::new();
-        code_files(root, &mut files);
-        for f in files {
-            let Ok(text) = std::fs::read_to_string(&f) else {
-                continue;
-            };
-            let mut taken = 0;
-            for line in text.lines().filter(|l| l.len() <= 400) {
-                if taken >= CODE_PER_FILE {
-                    break;
+    for text in code_texts(roots) {
+        let mut taken = 0;
+        for line in text.lines().filter(|l| l.len() <= 400) {
+            if taken >= CODE_PER_FILE {
+                break;
+            }
+            for (features, value) in judged(line) {
+                if excluded.contains(value_digest(&value).as_str()) {
+                    continue;
                 }
-                for (features, value) in judged(line) {
-                    if excluded.contains(value_digest(&value).as_str()) {
-                        continue;
-                    }
-                    taken += 1;
-                    out.push(Example {
-                        features,
-                        secret: false,
-                        source: Source::Code,
-                        line: line.to_string(),
-                        value,
-                    });
-                }
+                taken += 1;
+                out.push(Example {
+                    features,
+                    secret: false,
+                    source: Source::Code,
+                    line: line.to_string(),
+                    value,
+                });
             }
         }
     }
@@ -732,27 +736,20 @@ pub fn code_examples(roots: &[PathBuf]) -> Vec<Example> {
 /// comments of at least `min_files` files, the `max` most widespread.
 pub fn dictionary(roots: &[PathBuf], min_files: usize, max: usize) -> Vec<String> {
     let mut files_with: BTreeMap<String, usize> = BTreeMap::new();
-    for root in roots {
-        let mut files = Vec::new();
-        code_files(root, &mut files);
-        for f in files {
-            let Ok(text) = std::fs::read_to_string(&f) else {
-                continue;
-            };
-            let mut seen = std::collections::BTreeSet::new();
-            for line in text.lines() {
-                let t = line.trim_start();
-                let comment = t.strip_prefix("//").or_else(|| t.strip_prefix('#'));
-                let Some(c) = comment else { continue };
-                for w in c.split(|ch: char| !ch.is_ascii_alphabetic()) {
-                    if (3..=14).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_lowercase()) {
-                        seen.insert(w.to_string());
-                    }
+    for text in code_texts(roots) {
+        let mut seen = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let t = line.trim_start();
+            let comment = t.strip_prefix("//").or_else(|| t.strip_prefix('#'));
+            let Some(c) = comment else { continue };
+            for w in c.split(|ch: char| !ch.is_ascii_alphabetic()) {
+                if (3..=14).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_lowercase()) {
+                    seen.insert(w.to_string());
                 }
             }
-            for w in seen {
-                *files_with.entry(w).or_default() += 1;
-            }
+        }
+        for w in seen {
+            *files_with.entry(w).or_default() += 1;
         }
     }
     let mut words: Vec<(usize, String)> = files_with
@@ -796,10 +793,7 @@ const TOTAL_WEIGHT: f64 = 1000.0;
 /// distance to the prior.
 pub fn train(examples: &[Example]) -> JudgmentModel {
     let prior = JudgmentModel::prior();
-    let mut counts: BTreeMap<(Source, bool), usize> = BTreeMap::new();
-    for e in examples {
-        *counts.entry((e.source, e.secret)).or_default() += 1;
-    }
+    let counts = group_counts(examples);
     let share_total: f64 = counts.keys().map(|(s, l)| group_share(*s, *l)).sum();
     let weight_of = |e: &Example| {
         let n = counts[&(e.source, e.secret)] as f64;
@@ -807,11 +801,10 @@ pub fn train(examples: &[Example]) -> JudgmentModel {
     };
     // Parameters: the weights, then the bias.
     const D: usize = FEATURE_COUNT + 1;
-    let mut theta = [0f64; D];
     let mut theta0 = [0f64; D];
     theta0[..FEATURE_COUNT].copy_from_slice(&prior.weights);
     theta0[FEATURE_COUNT] = prior.bias;
-    theta.copy_from_slice(&theta0);
+    let mut theta = theta0;
     let pull = |i: usize| if i == FEATURE_COUNT { 0.01 } else { PRIOR_PULL };
     // Each example's non-zero inputs, the bias last.
     let rows: Vec<Row> = examples
@@ -1023,12 +1016,18 @@ pub fn dictionary_file(words: &[String]) -> String {
     s
 }
 
-/// The weights file's text for `model`.
-pub fn weights_file(model: &JudgmentModel, examples: &[Example]) -> String {
-    let mut counts: BTreeMap<(Source, bool), usize> = BTreeMap::new();
+/// How many examples each (source, label) group holds.
+fn group_counts(examples: &[Example]) -> BTreeMap<(Source, bool), usize> {
+    let mut counts = BTreeMap::new();
     for e in examples {
         *counts.entry((e.source, e.secret)).or_default() += 1;
     }
+    counts
+}
+
+/// The weights file's text for `model`.
+pub fn weights_file(model: &JudgmentModel, examples: &[Example]) -> String {
+    let counts = group_counts(examples);
     let about = format!(
         "written by scripts/train-judgment from {}",
         counts
@@ -1059,7 +1058,7 @@ pub struct Agreement {
 pub fn agreement(model: &JudgmentModel, examples: &[Example]) -> BTreeMap<Source, Agreement> {
     let mut out: BTreeMap<Source, Agreement> = BTreeMap::new();
     for e in examples {
-        let removed = model.score(&e.features) >= model.threshold;
+        let removed = model.margin(&e.features) >= 0.0;
         let a = out.entry(e.source).or_default();
         if e.secret {
             a.secrets += 1;
@@ -1078,12 +1077,10 @@ mod tests {
 
     #[test]
     fn the_generator_is_fixed() {
+        // SplitMix64's first output from state 7, worked out by its reference algorithm: the
+        // generated training data (and so the weights) hang on it.
         let mut d = Draw::new(7);
-        // SplitMix64's published first output for seed 7 + one increment.
-        let a = d.next();
-        let mut e = Draw::new(7);
-        assert_eq!(a, e.next());
-        assert_ne!(a, d.next());
+        assert_eq!(d.next(), 0x63cb_e1e4_5932_0dd7);
     }
 
     #[test]

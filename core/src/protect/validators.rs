@@ -145,21 +145,31 @@ pub fn iban_mod97(text: &str) -> bool {
 
 /// Shannon entropy in bits per character.
 pub fn shannon_entropy(text: &str) -> f64 {
-    let mut counts = [0u32; 256];
-    let mut n = 0u32;
-    for b in text.bytes() {
-        counts[b as usize] += 1;
-        n += 1;
-    }
-    if n == 0 {
+    let b = text.as_bytes();
+    if b.is_empty() {
         return 0.0;
     }
-    let n = f64::from(n);
-    counts
+    let mut counts = [0usize; 256];
+    // The distinct bytes, as first seen: a short value visits its few bytes, not 256 counts
+    // (a third of the judgment's time per candidate, when it did).
+    let mut distinct = [0u8; 256];
+    let mut n_distinct = 0;
+    for &c in b {
+        let count = &mut counts[usize::from(c)];
+        if *count == 0 {
+            distinct[n_distinct] = c;
+            n_distinct += 1;
+        }
+        *count += 1;
+    }
+    // Summed in byte order, as a scan of all 256 counts would: the same sum to the last bit.
+    let distinct = &mut distinct[..n_distinct];
+    distinct.sort_unstable();
+    let n = b.len() as f64;
+    distinct
         .iter()
-        .filter(|&&c| c > 0)
         .map(|&c| {
-            let p = f64::from(c) / n;
+            let p = counts[usize::from(c)] as f64 / n;
             -p * p.log2()
         })
         .sum()

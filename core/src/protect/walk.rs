@@ -384,14 +384,6 @@ fn json_in_place(
     Ok((!edits.is_empty()).then(|| json_text::splice(text, edits)))
 }
 
-/// True when the key or value at `range` of `text` must be scanned on its own: the survey's
-/// marks say so, or it holds an escape or a `%` (it is scanned decoded, where the marks of
-/// the text as written say nothing).
-fn needs_scan(attention: &Attention, text: &str, range: std::ops::Range<usize>) -> bool {
-    memchr::memchr2(b'\\', b'%', &text.as_bytes()[range.clone()]).is_some()
-        || attention.needs_scan(text, range)
-}
-
 /// What one pass over a JSON document (the value of `key`) says before it is read value by
 /// value.
 enum Survey {
@@ -406,7 +398,7 @@ enum Survey {
 /// its unescaped form, which also covers JSON nested in JSON, and its percent-decoded
 /// form), its base64 tokens decoded, and where its values need their own scan: the rules'
 /// marks and every base64 token whose text holds a finding (a value with an escape or a `%`
-/// is scanned decoded whatever the marks say: [`needs_scan`]).
+/// is scanned decoded whatever the marks say: [`Attention::needs_scan`]).
 fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
     // The base64 test first: what it learns, the learned values' marks then show.
     let mut marks: Vec<_> = base64_tokens(text)
@@ -495,7 +487,7 @@ fn json_edits(
         // then anyway, so the set lets no new text through.)
         if let (Some(range), Some(k)) = (&v.key, own_key[i].as_deref()) {
             if !clean_keys.contains(k) {
-                let found = if needs_scan(attention, text, range.clone()) {
+                let found = if attention.needs_scan(text, range.clone()) {
                     r.redact_text_under(k, None, hits)
                 } else {
                     None
@@ -574,7 +566,7 @@ fn json_edits(
                         let t = t.trim_start();
                         t.starts_with('{') || t.starts_with('[')
                     });
-                if !must_scan && !needs_scan(attention, text, v.range.clone()) {
+                if !must_scan && !attention.needs_scan(text, v.range.clone()) {
                     continue;
                 }
                 let mut t = string.map(std::borrow::Cow::into_owned).unwrap_or_default();
@@ -1641,6 +1633,23 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_learned_in_a_document_goes_where_it_is_seen_bare_later_in_it() {
+        // The survey's marks are made before the first value is read: a value learned while
+        // reading (the password of the first member) is looked up in every later value.
+        use crate::protect::learned::{self, LearnedConfig, LearnedValues};
+        let r = redactor(4096);
+        let store = LearnedValues::new(LearnedConfig::default());
+        let doc = r#"{"cmd": "login password=Zx9qLm2Vb7wQ", "note": "it was Zx9qLm2Vb7wQ"}"#;
+        let (out, _) = learned::with_scope(store.scope("t"), || {
+            redact_document(&r, doc, &mut Redactions::new())
+        });
+        assert_eq!(
+            out,
+            r#"{"cmd": "login password=[REDACTED:secret_key_assignment]", "note": "it was [REDACTED:learned:secret_key_assignment]"}"#
+        );
+    }
+
+    #[test]
     fn a_document_whose_only_finding_ends_a_sentence_or_is_percent_encoded_is_not_clean() {
         // The survey that finds a document clean reads the same findings as a scan of each
         // string: a dotted quad or phone number before the closing quote (as at the end of
@@ -1722,8 +1731,9 @@ mod json_in_place_properties {
 
     /// Text of every kind a value's scan acts on: secrets with and without keywords,
     /// personal data of every gated shape (a dotted quad ending a sentence, digits that are
-    /// not ASCII, separators that are), assignments the key-context judgment reads, a password seen bare again,
-    /// base64 and percent-encoded findings, harmless ids, dates and hex.
+    /// not ASCII, separators that are), assignments the key-context judgment reads, a
+    /// password seen bare again, base64 and percent-encoded findings, harmless ids, dates
+    /// and hex.
     const FRAGMENTS: &[&str] = &[
         "order",
         "status ok",
@@ -1911,9 +1921,9 @@ mod json_in_place_properties {
 
         /// Leaving a document the survey finds clean as it is, and else scanning only the
         /// values its marks overlap, protects every document exactly as scanning every
-        /// value: the same bytes out, the same counts, the same
-        /// values learned (a secret removed early in the document and seen bare later in it
-        /// included), whatever the fragments, keys, escapes and layout.
+        /// value: the same bytes out, the same counts, the same values learned (a secret
+        /// removed early in the document and seen bare later in it included), whatever the
+        /// fragments, keys, escapes and layout.
         #[test]
         fn values_left_unmarked_hold_nothing_a_scan_would_find(
             v in busy_document(),
