@@ -21,6 +21,9 @@ pub struct Attention {
     marks: Option<Vec<Range<usize>>>,
     /// How many values the learning scope held when the marks were made.
     learned_at: u64,
+    /// Base64 tokens that decode to readable text holding no finding when the marks were
+    /// made: one may once a value it holds is learned. Sorted, apart.
+    readable: Vec<Range<usize>>,
 }
 
 impl Attention {
@@ -29,12 +32,23 @@ impl Attention {
         Attention {
             marks: None,
             learned_at: 0,
+            readable: Vec::new(),
         }
     }
 
     /// The marks `marks` (in any order, overlapping or not), made while the learning scope
     /// held `learned_at` values ([`learned::learned_in_scope`]).
-    pub fn from_marks(mut marks: Vec<Range<usize>>, learned_at: u64) -> Attention {
+    pub fn from_marks(marks: Vec<Range<usize>>, learned_at: u64) -> Attention {
+        Attention::with_readable_base64(marks, learned_at, Vec::new())
+    }
+
+    /// As [`Attention::from_marks`], with the base64 tokens `readable` (in order, apart)
+    /// that decode to readable text holding no finding yet.
+    pub fn with_readable_base64(
+        mut marks: Vec<Range<usize>>,
+        learned_at: u64,
+        readable: Vec<Range<usize>>,
+    ) -> Attention {
         marks.sort_unstable_by_key(|m| m.start);
         // Overlapping or touching marks become one.
         marks.dedup_by(|next, last| {
@@ -47,13 +61,14 @@ impl Attention {
         Attention {
             marks: Some(marks),
             learned_at,
+            readable,
         }
     }
 
     /// True when the key or value at `range` of `text` must be scanned: it holds an escape or
     /// a `%` (it is scanned decoded, where marks on the text as written say nothing), a mark
     /// overlaps it, or a value learned after the marks were made (a secret removed earlier in
-    /// the same document) stands in it.
+    /// the same document) stands in it or may stand behind a readable base64 token of it.
     pub fn needs_scan(&self, text: &str, range: Range<usize>) -> bool {
         let Some(marks) = &self.marks else {
             return true;
@@ -70,6 +85,10 @@ impl Attention {
         }
         if learned::learned_in_scope() == self.learned_at {
             return false;
+        }
+        let i = self.readable.partition_point(|m| m.end <= range.start);
+        if self.readable.get(i).is_some_and(|m| m.start < range.end) {
+            return true;
         }
         let mut hits = Vec::new();
         learned::find_in_scope(raw, &mut hits);

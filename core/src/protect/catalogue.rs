@@ -42,6 +42,9 @@ const DETECTORS: &[D] = &[
     D { id: "azure_storage_account_key", description: "Azure storage AccountKey in a connection string",
         keywords: &["accountkey"],
         regex: r"(?i)AccountKey=([A-Za-z0-9+/]{86}==)", group: 1, validator: None },
+    D { id: "azure_identifiable_key", description: "Microsoft identifiable key (84 or 88 base64 characters, JQQJ9 at offset 52)",
+        keywords: &["jqqj9"],
+        regex: r"(?:^|[^A-Za-z0-9+/])([A-Za-z0-9+/]{52}JQQJ9[A-Za-z0-9+/]{27}(?:[A-Za-z0-9+/]{2}==)?)(?:[^A-Za-z0-9+/=]|$)", group: 1, validator: None },
     D { id: "azure_ad_client_secret", description: "Azure AD (Entra) client secret (…Q~…)",
         keywords: &["q~"],
         regex: r"(?:^|[^A-Za-z0-9_~.\-])([A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34})(?:[^A-Za-z0-9_~.\-]|$)", group: 1, validator: None },
@@ -362,6 +365,12 @@ const DETECTORS: &[D] = &[
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
         regex: r"(?i)\bbearer\s+([A-Za-z0-9_\-.~+/]{12,}=*)", group: 1, validator: None },
+    // A JSON Web Key written as code (`{kty: 'oct', k: '…'}`, a Python dict, a log line):
+    // its private members, in text that names a key type. JSON documents are read member by
+    // member instead (`walk`), where the object, not the text, must name it.
+    D { id: "jwk_private_key", description: "Private member of a JSON Web Key (k, d, p, q, dp, dq, qi) in text naming a key type (kty)",
+        keywords: &["kty"],
+        regex: r#"(?:^|[^A-Za-z0-9_$.\-])["']?(?:k|d|p|q|dp|dq|qi)["']?\s*(?::|=>?)\s*["'`]([A-Za-z0-9_\-]{16,})["'`]"#, group: 1, validator: None },
     D { id: "basic_auth_credentials", description: "Basic credential that decodes to user:password",
         keywords: &["basic"],
         regex: r"(?i)\bbasic\s+([A-Za-z0-9+/]{6,}={0,2})", group: 1, validator: Some(Validator::BasicAuth) },
@@ -569,6 +578,34 @@ mod tests {
         tp("gcp_service_account_private_key_id", s("{\"type\":\"service_account\",\"private_key_id\": \"3f1e5c7a9b2d4f6e8a0c1b3d5f7e9a2c4b6d8f0e\"}"), s("3f1e5c7a9b2d4f6e8a0c1b3d5f7e9a2c4b6d8f0e"));
         let azkey = format!("{}==", cycle("Zm9vYmFyYmF6cXV4", 86));
         tp("azure_storage_account_key", format!("DefaultEndpointsProtocol=https;AccountName=x;AccountKey={azkey};EndpointSuffix=core.windows.net"), azkey);
+        let identifiable = format!(
+            "{}JQQJ99{}AZDO{}",
+            cycle("7q4Xb2Lm9KpR3tVw", 52),
+            cycle("ALACAAAAAAAAAAAAAS", 18),
+            cycle("Hd8k", 4)
+        );
+        tp(
+            "azure_identifiable_key",
+            format!("devops {identifiable} expires"),
+            identifiable.clone(),
+        );
+        let storage = format!(
+            "{}JQQJ99{}+ASt{}==",
+            cycle("Zm9vYmFy", 52),
+            cycle("Ab3", 18),
+            cycle("q8", 6)
+        );
+        tp("azure_identifiable_key", format!("key1={storage}"), storage);
+        tp(
+            "jwk_private_key",
+            s("const jwk = { kty: 'oct', alg: 'HS256', k: 'GawgguFyGrWKav7AX4VKUg' };"),
+            s("GawgguFyGrWKav7AX4VKUg"),
+        );
+        tp(
+            "jwk_private_key",
+            s("key = {'kty': 'EC', 'crv': 'P-256', 'x': 'f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU', 'd': 'jpsQnnGQmL-YBIffH1136cLyG7rk8W0xZD3Y5nM0a1Y'}"),
+            s("jpsQnnGQmL-YBIffH1136cLyG7rk8W0xZD3Y5nM0a1Y"),
+        );
         tp(
             "azure_ad_client_secret",
             s("client secret: abc8Q~Zk3q9XbT2mLw8RvNc1dF5gH0jKaZ3kQ9m"),
@@ -1418,6 +1455,14 @@ mod tests {
             ),
             ("azure_storage_account_key", "AccountKey=short=="),
             ("azure_ad_client_secret", "Q~ alone is nothing"),
+            (
+                "azure_identifiable_key",
+                "JQQJ99 alone, and 7q4Xb2Lm9KpR3tVw7q4Xb2Lm9KpR3tVwJQQJ99ALACAAAAAAAAAAAAASAZDO too short",
+            ),
+            (
+                "jwk_private_key",
+                "{kty: 'RSA', e: 'AQAB', n: 'sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1Wl'} and {d: 'not a key value', p: 'short'}",
+            ),
             ("digitalocean_token", "dop_v1_notahexstring"),
             ("heroku_api_key", "HRKU-short"),
             ("cloudflare_origin_ca_key", "v1.0-release notes"),
@@ -1436,6 +1481,11 @@ mod tests {
                 "sk-learn is a library; task-1234 is a ticket",
             ),
             ("anthropic_api_key", "sk-ant-api03-short"),
+            // Counting up (`klmnopqrstuvwx`): documentation's, not a key's.
+            (
+                "anthropic_api_key",
+                "sk-ant-api03-abc123xyz-456def789ghij-klmnopqrstuvwx-3456yza789bcde-1234fghijklmnopby56aaaogaopaaaabc123xyzAA",
+            ),
             ("huggingface_token", "hf_hub_download(repo)"),
             ("groq_api_key", "gsk_short"),
             ("perplexity_api_key", "pplx-short"),

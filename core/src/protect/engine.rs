@@ -191,6 +191,15 @@ pub struct DocumentScan {
     pub marks: Vec<Range<usize>>,
 }
 
+/// How far a detector pass goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// Every finding.
+    All,
+    /// The first finding (whether there is one is the question).
+    First,
+}
+
 /// What the flagged detectors of one text read besides the text ([`Redactor::run_flagged`]).
 struct Flagged<'a> {
     /// ASCII digits in the text.
@@ -408,12 +417,13 @@ impl Redactor {
     }
 
     /// For the clean-JSON test: `None` when `text` may hold a key a key rule covers (it must
-    /// be parsed), else every finding — one keyword pass answers both.
-    pub fn scan_unless_rule_key(&self, text: &str, key: Option<&str>) -> Option<Vec<Finding>> {
+    /// be parsed), else whether it holds a finding — one keyword pass answers both.
+    pub fn finds_unless_rule_key(&self, text: &str, key: Option<&str>) -> Option<bool> {
         if self.every_text_may_hold_rule_key {
             return None;
         }
-        self.scan_impl(text, key, true)
+        self.scan_impl(text, key, true, Until::First)
+            .map(|found| !found.is_empty())
     }
 
     /// True when some detector runs only under certain keys (then JSON text must be parsed
@@ -482,7 +492,8 @@ impl Redactor {
     /// Every finding in `text`, the value of attribute or JSON key `key` (`None` for free
     /// text), non-overlapping, in order. Detectors scoped to other keys do not run.
     pub fn scan_under(&self, text: &str, key: Option<&str>) -> Vec<Finding> {
-        self.scan_impl(text, key, false).unwrap_or_default()
+        self.scan_impl(text, key, false, Until::All)
+            .unwrap_or_default()
     }
 
     /// The scan; with `stop_on_rule_key`, `None` as soon as a key-rule literal shows up.
@@ -491,6 +502,7 @@ impl Redactor {
         text: &str,
         key: Option<&str>,
         stop_on_rule_key: bool,
+        until: Until,
     ) -> Option<Vec<Finding>> {
         // Nothing any rule looks for fits in fewer bytes (the shortest is an e-mail address).
         if text.len() < MIN_FINDING_BYTES {
@@ -520,6 +532,9 @@ impl Redactor {
                 rank: LEARNED_RANK,
             })
             .collect();
+        if until == Until::First && !found.is_empty() {
+            return Some(found);
+        }
         if run.iter().any(|&w| w != 0) {
             let digits = text.bytes().filter(u8::is_ascii_digit).count();
             let lower_key = key.filter(|_| self.detectors_read_keys).map(lowercase);
@@ -529,7 +544,7 @@ impl Redactor {
                 lower_key: lower_key.as_deref(),
                 judged_hits: &judged_hits,
             };
-            self.run_flagged(text, run, &flagged, &mut shapes, &mut found);
+            self.run_flagged(text, run, &flagged, &mut shapes, &mut found, until);
         }
         Some(merged(self.without_straddling_personal_data(found)))
     }
@@ -576,7 +591,8 @@ impl Redactor {
                 judged_hits: &judged_hits,
             };
             let mut found = Vec::new();
-            self.run_flagged(text, run, &flagged, &mut shapes, &mut found);
+            // Clean or not is all it asks: the first finding answers.
+            self.run_flagged(text, run, &flagged, &mut shapes, &mut found, Until::First);
             clean = found.is_empty();
         }
         Some(DocumentScan { clean, marks })
@@ -637,6 +653,7 @@ impl Redactor {
         flagged: &Flagged<'_>,
         shapes: &mut Option<Shapes>,
         found: &mut Vec<Finding>,
+        until: Until,
     ) {
         // Only the flagged detectors are visited (a few of ~95 for most strings): walking the
         // whole catalogue per string was 5% of the daemon's CPU under load. The candidates
@@ -682,7 +699,10 @@ impl Redactor {
             if d.judged {
                 d.find_judged(text, flagged.judged_hits, &self.allow_values, found);
             } else {
-                d.find_all(text, &self.allow_values, found);
+                d.find_all(text, &self.allow_values, found, until);
+            }
+            if until == Until::First && !found.is_empty() {
+                return;
             }
         }
     }
@@ -830,13 +850,14 @@ impl Detector {
         }
     }
 
-    fn find_all(&self, text: &str, allow: &HashSet<String>, out: &mut Vec<Finding>) {
+    fn find_all(&self, text: &str, allow: &HashSet<String>, out: &mut Vec<Finding>, until: Until) {
+        // True when the pass has gone far enough.
         let mut accept = |start: usize, end: usize| {
             let m = &text[start..end];
-            if self.validator.is_none_or(|v| v.accepts(m))
+            let found = self.validator.is_none_or(|v| v.accepts(m))
                 && !allow.contains(m)
-                && !(self.skip_placeholders && super::validators::is_placeholder(m))
-            {
+                && !(self.skip_placeholders && super::validators::is_placeholder(m));
+            if found {
                 out.push(Finding {
                     rule: Arc::clone(&self.id),
                     start,
@@ -844,10 +865,13 @@ impl Detector {
                     rank: self.rank,
                 });
             }
+            found && until == Until::First
         };
         if self.group == 0 {
             for m in self.regex.find_iter(text) {
-                accept(m.start(), m.end());
+                if accept(m.start(), m.end()) {
+                    return;
+                }
             }
         } else {
             // The next match is looked for from the end of the group, not of the whole
@@ -870,8 +894,8 @@ impl Detector {
                 }
                 .max(all.start() + 1);
                 if let Some((start, end)) = m {
-                    if !self.context_excepted(&text[all.start()..start]) {
-                        accept(start, end);
+                    if !self.context_excepted(&text[all.start()..start]) && accept(start, end) {
+                        return;
                     }
                 }
                 // Past the start of this match at least, on a character boundary.

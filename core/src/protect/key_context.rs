@@ -885,16 +885,54 @@ fn is_placeholder(v: &str, key: &str) -> bool {
     {
         return true;
     }
-    let mut any_word = false;
-    let all_placeholder_words = each_key_word(v, |w| {
+    // Every word read (no early stop): words among others can say it too. `your … here`
+    // (`sha256~XXXX_PUT_YOUR_TOKEN_HERE_XXXX`) asks for a value; `redacted` says one was
+    // taken out (`ops_eyJzaWdu..[Redacted]`).
+    let (mut any_word, mut all_placeholder_words) = (false, true);
+    let (mut your, mut here, mut redacted) = (false, false, false);
+    each_key_word(v, |w| {
         any_word = true;
-        PLACEHOLDER_WORD_SET.contains(w)
+        all_placeholder_words &= PLACEHOLDER_WORD_SET.contains(w);
+        your |= w == "your";
+        here |= w == "here";
+        redacted |= w == "redacted";
+        true
     });
-    if any_word && all_placeholder_words {
+    if (any_word && all_placeholder_words) || (your && here) || redacted {
+        return true;
+    }
+    if documented_or_counting(v) {
         return true;
     }
     // Compared as they are read: no copy, and most values differ from their key at once.
     !key.is_empty() && squashed(v).eq(squashed(key))
+}
+
+/// A key documentation prints (AWS's `AKIAIOSFODNN7EXAMPLE`: the capitalized word `EXAMPLE`
+/// in a long value), or a long value that is mostly one character repeated (`AIzaaaa…`,
+/// `glc_1111…`) or counting (`sk_abcdefghijklmnopqrstuvwxyz123`). Random key material holds
+/// none of these; a password a person chose may hold a short count (`Summer1234567890`), so
+/// the run must be long and most of the value.
+fn documented_or_counting(v: &str) -> bool {
+    const LONG: usize = 16;
+    let b = v.as_bytes();
+    if b.len() < LONG {
+        return false;
+    }
+    if b.windows(7).any(|w| w == b"EXAMPLE") && b.iter().any(u8::is_ascii_digit) {
+        return true;
+    }
+    let (mut same, mut counting, mut longest_same, mut longest_counting) = (1, 1, 1, 1);
+    for w in b.windows(2) {
+        same = if w[1] == w[0] { same + 1 } else { 1 };
+        let next = w[1].is_ascii_alphanumeric() && w[1] == w[0].wrapping_add(1);
+        counting = if next { counting + 1 } else { 1 };
+        longest_same = longest_same.max(same);
+        longest_counting = longest_counting.max(counting);
+    }
+    // Most of the value: three fifths of it, and a long run.
+    let most = |run: usize, least: usize| run >= least && run * 5 >= b.len() * 3;
+    most(longest_same, 8) || most(longest_counting, 12)
 }
 
 /// The ASCII letters and digits of `s`, lowercased.
@@ -1931,6 +1969,16 @@ mod tests {
                 "token = ENV.fetch(\"GH_TOKEN\", \"ghx8831kq\")",
                 "ghx8831kq",
             ),
+            // A short count or run in a password a person chose is still the password; only
+            // a long one that is most of the value makes a placeholder.
+            ("password: \"Summer1234567890\"", "Summer1234567890"),
+            ("DB_PASSWORD=abcdefghijk9Q!zx", "abcdefghijk9Q!zx"),
+            ("secret = \"q8Zr0000000x2LmX4vT9\"", "q8Zr0000000x2LmX4vT9"),
+            ("token: \"Example-Q8zr2LmX4vT9\"", "Example-Q8zr2LmX4vT9"),
+            (
+                "api_key = \"here-q8Zr2LmX4vT9wK1p\"",
+                "here-q8Zr2LmX4vT9wK1p",
+            ),
         ];
         for (text, secret) in gone {
             let r = removed(text);
@@ -1990,6 +2038,14 @@ mod tests {
             "{\"secretKey\": \"ENC(2dfRFqV/cS6TzRd+JyO=)\"}",
             "spring.datasource.password=ENC(G6N718UuyPE5bHyWKyuLQSm02auQPUtm)",
             "headers[\"Authorization\"] = \"Bearer \" + token",
+            // Documented, counting, repeated, asking for a value, or already taken out.
+            "aws_access_key: AKIAIOSFODNN7EXAMPLE",
+            "aws_secret_access_key = \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"",
+            "secret_key => \"sk_abcdefghijklmnopqrstuvwxyz123\",",
+            "apiKey: \"AIzaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+            "API_KEY=\"glc_111111111111111111111111111111111111111111=\"",
+            "--set kubeconfig.token=\"sha256~XXXXXXXXXX_PUT_YOUR_TOKEN_HERE_XXXXXXXXXXXX\"",
+            "serviceAccountToken: ops_eyJzaWduSW5B..[Redacted]",
         ];
         for text in kept {
             assert_eq!(removed(text), Vec::<String>::new(), "{text}");

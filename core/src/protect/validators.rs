@@ -271,13 +271,10 @@ pub fn pem_body(text: &str) -> bool {
     body >= 16
 }
 
-/// Runs that random key material essentially never contains but documentation does: counting
-/// sequences, the `EXAMPLE` that marks AWS's documented keys (`AKIAIOSFODNN7EXAMPLE`), and
-/// masking runs (`sk_live_********…`).
+/// Runs that random key material essentially never contains but documentation does: a count
+/// that wraps (`1234567890`; [`counts_up`] finds the others), the `EXAMPLE` that marks AWS's
+/// documented keys (`AKIAIOSFODNN7EXAMPLE`), and masking runs (`sk_live_********…`).
 const SEQUENCES: &[&str] = &[
-    "abcdefghij",
-    "ABCDEFGHIJ",
-    "0123456789",
     "1234567890",
     "EXAMPLE",
     "########",
@@ -286,12 +283,27 @@ const SEQUENCES: &[&str] = &[
     "xxxxxxxx",
 ];
 
-/// A placeholder rather than a value: mostly one repeated character (`xxxx…`, `****`,
+/// A placeholder rather than a value: a documentation run ([`SEQUENCES`]), ten characters
+/// counting up, mostly one repeated character (`xxxx…`, `****`,
 /// `AIzaaaaa…`), a template reference (`${X}`, `$1`, `{{x}}`), or an angle- or square-
 /// bracketed name (`<password>`, `[TOKEN]`).
 pub fn is_placeholder(text: &str) -> bool {
     let t = text.trim_matches(|c| c == '"' || c == '\'' || c == '`');
-    SEQUENCES.iter().any(|s| t.contains(s)) || is_reference_or_filler(t)
+    SEQUENCES.iter().any(|s| t.contains(s)) || counts_up(t, 10) || is_reference_or_filler(t)
+}
+
+/// True when `t` holds `n` letters or digits counting up (`klmnopqrst`, `0123456789`): one
+/// position in a random token does with odds of one in 62 to the power `n - 1`.
+fn counts_up(t: &str, n: usize) -> bool {
+    let mut run = 1;
+    t.as_bytes().windows(2).any(|w| {
+        run = if w[1].is_ascii_alphanumeric() && w[1] == w[0].wrapping_add(1) {
+            run + 1
+        } else {
+            1
+        };
+        run >= n
+    })
 }
 
 /// A template reference, a bracketed or constant name, or mostly one repeated character.

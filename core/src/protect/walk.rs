@@ -241,28 +241,39 @@ const BASE64_BYTES: [u8; 256] = {
 
 /// True when some base64 token in `s` decodes to text holding a finding.
 fn base64_hides_finding(r: &Redactor, s: &str, key: Option<&str>) -> bool {
-    base64_tokens(s).any(|m| base64_token_hides_finding(r, s, &m, key))
+    base64_tokens(s).any(|m| base64_token_reading(r, s, &m, key) == TokenReading::HidesFinding)
 }
 
-/// True when the base64 token `m` of `s` is an Atlassian token or decodes to text holding a
-/// finding.
-fn base64_token_hides_finding(
+/// What a base64 token is, read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenReading {
+    /// It decodes to nothing readable and is no Atlassian token: nothing can hide behind it.
+    Opaque,
+    /// It decodes to readable text that holds no finding (now: a value learned later may).
+    Text,
+    /// An Atlassian token, or readable text that holds a finding.
+    HidesFinding,
+}
+
+/// What the base64 token `m` of `s` is: an Atlassian token, or readable text holding a
+/// finding or not, or opaque.
+fn base64_token_reading(
     r: &Redactor,
     s: &str,
     m: &std::ops::Range<usize>,
     key: Option<&str>,
-) -> bool {
-    !atlassian_dc_pats(s, m.clone()).is_empty()
-        || base64_text(&s[m.clone()]).is_some_and(|mut text| {
-            redact_layer(
-                r,
-                &mut text,
-                &mut Redactions::new(),
-                1,
-                key,
-                BASE64_LAYERS - 1,
-            )
-        })
+) -> TokenReading {
+    if !atlassian_dc_pats(s, m.clone()).is_empty() {
+        return TokenReading::HidesFinding;
+    }
+    let Some(mut text) = base64_text(&s[m.clone()]) else {
+        return TokenReading::Opaque;
+    };
+    let layers = BASE64_LAYERS - 1;
+    match redact_layer(r, &mut text, &mut Redactions::new(), 1, key, layers) {
+        true => TokenReading::HidesFinding,
+        false => TokenReading::Text,
+    }
 }
 
 /// Redacts a string in place; true if it changed.
@@ -300,11 +311,19 @@ fn redact_layer(
         // The clean-JSON test already found no base64 token worth removing (it decodes them
         // one level down; at the depth limit, decoding fails closed, which it does not model).
         Pass::Clean if depth < r.max_depth => false,
-        Pass::Changed => {
+        // The survey found no token that decodes to anything: none can hide a finding
+        // whatever is learned since, and the values scanned decoded their own.
+        Pass::Surveyed {
+            changed,
+            base64_text: false,
+        } if depth < r.max_depth => changed,
+        Pass::Changed | Pass::Surveyed { changed: true, .. } => {
             redact_base64(r, s, hits, depth, key, base64_layers);
             true
         }
-        Pass::Clean | Pass::Unchanged => redact_base64(r, s, hits, depth, key, base64_layers),
+        Pass::Clean | Pass::Unchanged | Pass::Surveyed { changed: false, .. } => {
+            redact_base64(r, s, hits, depth, key, base64_layers)
+        }
     }
 }
 
@@ -316,6 +335,9 @@ enum Pass {
     Changed,
     /// Nothing removed; base64 tokens not examined yet.
     Unchanged,
+    /// A JSON document surveyed and read value by value: whether anything was removed, and
+    /// whether the survey met a base64 token that decodes to text (or is an Atlassian token).
+    Surveyed { changed: bool, base64_text: bool },
 }
 
 fn redact_plain_and_structured(
@@ -329,15 +351,22 @@ fn redact_plain_and_structured(
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         // Most payloads hold nothing to remove: then the document is not read value by
         // value. When it holds something, the survey says which values to scan.
-        let Survey::Scan(attention) = survey(r, s, key) else {
+        let Survey::Scan {
+            attention,
+            base64_text,
+        } = survey(r, s, key)
+        else {
             return Pass::Clean;
         };
         if let Ok(protected) = json_in_place(r, s, hits, depth + 1, &attention) {
-            let Some(new) = protected else {
-                return Pass::Unchanged;
+            let changed = protected.is_some();
+            if let Some(new) = protected {
+                *s = new;
+            }
+            return Pass::Surveyed {
+                changed,
+                base64_text,
             };
-            *s = new;
-            return Pass::Changed;
         }
     }
     // JSON escaped into plain text (a log line quoting tool arguments): match the unescaped
@@ -391,7 +420,13 @@ enum Survey {
     /// of it can be one a key rule covers.
     Clean,
     /// Read it, scanning the values `Attention` points at.
-    Scan(Attention),
+    Scan {
+        /// Where values need their own scan.
+        attention: Attention,
+        /// Some base64 token of it is an Atlassian token or decodes to readable text (when
+        /// none does, no token of it can hide a finding, whatever is learned later).
+        base64_text: bool,
+    },
 }
 
 /// The survey of `text`: the detectors and learned values over the whole text (and over
@@ -401,15 +436,17 @@ enum Survey {
 /// is scanned decoded whatever the marks say: [`Attention::needs_scan`]).
 fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
     // The base64 test first: what it learns, the learned values' marks then show.
-    let mut marks: Vec<_> = base64_tokens(text)
-        .filter(|m| base64_token_hides_finding(r, text, m, key))
-        .collect();
+    let Base64Survey {
+        mut marks,
+        readable,
+    } = base64_marks(r, text, key);
+    let base64_text = !(marks.is_empty() && readable.is_empty());
     let learned_at = super::learned::learned_in_scope();
     // Keys can hide behind escapes too (`"p\u0061ssword"`): the unescaped text must hold no
     // key-rule literal either.
     // So can findings behind percent-encoding (`jane.doe%40example.com`), which a value's
     // own scan decodes.
-    let clean_text = |t: &str| r.scan_unless_rule_key(t, key).is_some_and(|f| f.is_empty());
+    let clean_text = |t: &str| r.finds_unless_rule_key(t, key) == Some(false);
     let unescaped_clean = || {
         json_unescaped(text).is_none_or(|u| clean_text(u.text()))
             && (!text.contains('%') || percent_decoded(text).is_none_or(|d| clean_text(&d.text)))
@@ -421,14 +458,56 @@ fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
             && unescaped_clean();
         return match clean {
             true => Survey::Clean,
-            false => Survey::Scan(Attention::everywhere()),
+            false => Survey::Scan {
+                attention: Attention::everywhere(),
+                base64_text,
+            },
         };
     };
     if scan.clean && marks.is_empty() && unescaped_clean() {
         return Survey::Clean;
     }
     marks.extend(scan.marks);
-    Survey::Scan(Attention::from_marks(marks, learned_at))
+    Survey::Scan {
+        attention: Attention::with_readable_base64(marks, learned_at, readable),
+        base64_text,
+    }
+}
+
+/// What the base64 tokens of a document say before its values are read.
+struct Base64Survey {
+    /// Tokens whose decoded text holds a finding.
+    marks: Vec<std::ops::Range<usize>>,
+    /// Tokens that decode to readable text holding none (yet), in order.
+    readable: Vec<std::ops::Range<usize>>,
+}
+
+/// The base64 tokens of `text`, read. A token read before a later one taught the value it
+/// holds is read again (until nothing more is learned): its value's own scan would find it,
+/// so it is marked.
+fn base64_marks(r: &Redactor, text: &str, key: Option<&str>) -> Base64Survey {
+    use super::learned::learned_in_scope;
+    let mut marks = Vec::new();
+    let mut readable = Vec::new();
+    let mut seen = learned_in_scope();
+    for m in base64_tokens(text) {
+        match base64_token_reading(r, text, &m, key) {
+            TokenReading::Opaque => {}
+            TokenReading::Text => readable.push(m),
+            TokenReading::HidesFinding => marks.push(m),
+        }
+    }
+    while !readable.is_empty() && learned_in_scope() != seen {
+        seen = learned_in_scope();
+        readable.retain(|m| {
+            let hides = base64_token_reading(r, text, m, key) == TokenReading::HidesFinding;
+            if hides {
+                marks.push(m.clone());
+            }
+            !hides
+        });
+    }
+    Base64Survey { marks, readable }
 }
 
 /// The edits that protect a JSON document read in place (`doc`, of `text`) whose root
@@ -1124,7 +1203,7 @@ pub fn redact_document(r: &Redactor, text: &str, hits: &mut Redactions) -> Strin
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let attention = match survey(r, text, None) {
             Survey::Clean => return text.to_string(),
-            Survey::Scan(attention) => attention,
+            Survey::Scan { attention, .. } => attention,
         };
         if let Ok(protected) = json_in_place(r, text, hits, 0, &attention) {
             return protected.unwrap_or_else(|| text.to_string());
@@ -1650,6 +1729,26 @@ mod tests {
     }
 
     #[test]
+    fn base64_text_of_a_secret_learned_after_it_goes_too() {
+        // The first value is base64 of readable text that holds the password only once the
+        // second value has taught it: no survey mark points at it, and the second base64
+        // pass over the document (kept because the survey met readable base64) removes it.
+        use crate::protect::learned::{self, LearnedConfig, LearnedValues};
+        let r = redactor(4096);
+        let store = LearnedValues::new(LearnedConfig::default());
+        let doc = r#"{"a": "dGhlIHZhbHVlIGlzIFp4OXFMbTJWYjd3UQ", "b": "password=Zx9qLm2Vb7wQ"}"#;
+        let (out, _) = learned::with_scope(store.scope("t"), || {
+            let mut s = doc.to_string();
+            redact_string(&r, &mut s, &mut Redactions::new(), 0);
+            s
+        });
+        assert_eq!(
+            out,
+            r#"{"a": "[REDACTED:base64_encoded]", "b": "password=[REDACTED:secret_key_assignment]"}"#
+        );
+    }
+
+    #[test]
     fn a_document_whose_only_finding_ends_a_sentence_or_is_percent_encoded_is_not_clean() {
         // The survey that finds a document clean reads the same findings as a scan of each
         // string: a dotted quad or phone number before the closing quote (as at the end of
@@ -1760,6 +1859,9 @@ mod json_in_place_properties {
         "Zx9qLm2Vb7wQ",
         "token: Rt5yU8iO1pA3sD6fG7hJ",
         "cGFzc3dvcmQ9Wng5cUxtMlZiN3dRIGFuZCBtb3Jl",
+        // Readable text holding the password above bare: a finding only once it is learned.
+        "dGhlIHZhbHVlIGlzIFp4OXFMbTJWYjd3UQ",
+        "q8Zr2LmX4vT9wK1pq8Zr2LmX4vT9wK1p",
         "Authorization: Bearer abcDEF123456ghiJKL789mno",
         "tel",
         "é ü",
@@ -1824,7 +1926,7 @@ mod json_in_place_properties {
                 Survey::Clean if marked => {
                     return (text.to_string(), hits, learned::learned_in_scope());
                 }
-                Survey::Scan(a) if marked => a,
+                Survey::Scan { attention: a, .. } if marked => a,
                 _ => Attention::everywhere(),
             };
             let edits = json_edits(r, text, &doc, &mut hits, 1, &attention);
@@ -1936,6 +2038,46 @@ mod json_in_place_properties {
             prop_assert_eq!(&marked, &every, "{}", text);
             prop_assert_eq!(marked_hits, every_hits);
             prop_assert_eq!(marked_learned, every_learned);
+        }
+    }
+
+    /// `text` protected whole with a fresh learning scope: by [`redact_string`], or (`always`)
+    /// with the document's base64 tokens read again after its values, as before the survey
+    /// said when none can hide anything.
+    fn protect_whole(r: &Redactor, text: &str, always: bool) -> (String, Redactions, u64) {
+        use crate::protect::learned::{self, LearnedConfig, LearnedValues};
+        let store = LearnedValues::new(LearnedConfig::default());
+        let (out, _) = learned::with_scope(store.scope("t"), || {
+            let mut hits = Redactions::new();
+            let mut s = text.to_string();
+            if always {
+                redact_plain_and_structured(r, &mut s, &mut hits, 0, None);
+                redact_base64(r, &mut s, &mut hits, 0, None, BASE64_LAYERS);
+            } else {
+                redact_string(r, &mut s, &mut hits, 0);
+            }
+            (s, hits, learned::learned_in_scope())
+        });
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Skipping the document's second base64 pass when its survey met no token that
+        /// decodes to anything changes nothing: the same bytes, counts and learned values.
+        #[test]
+        fn a_document_without_readable_base64_needs_no_second_base64_pass(
+            v in busy_document(),
+            style in 0u8..6,
+        ) {
+            let r = &*REDACTOR;
+            let text = written(&v, style);
+            let (skipped, skipped_hits, skipped_learned) = protect_whole(r, &text, false);
+            let (read, read_hits, read_learned) = protect_whole(r, &text, true);
+            prop_assert_eq!(&skipped, &read, "{}", text);
+            prop_assert_eq!(skipped_hits, read_hits);
+            prop_assert_eq!(skipped_learned, read_learned);
         }
     }
 }
