@@ -1471,7 +1471,7 @@ fn redact(args: RedactArgs) -> ExitCode {
         // Silence would leave the user guessing whether --explain ran at all.
         if explained.is_empty() {
             println!(
-                "kept\t-\t$\t0..{}\tnothing to judge: no rule's keyword or shape is in the text, and no key names a credential",
+                "kept\t-\t$\t0..{}\tnothing to judge: no rule matched, and no credential name has a value after it",
                 input.len()
             );
         }

@@ -388,7 +388,7 @@ fn a_secret_seen_in_context_is_removed_bare_in_later_batches_of_its_tenant_only(
     );
     assert_eq!(
         span["status_message"],
-        "retry with key [REDACTED:learned:idempotency_key] failed"
+        "retry of [REDACTED:learned:idempotency_key] failed"
     );
     let attributes = span["attributes"].as_str().expect("attributes");
     assert!(

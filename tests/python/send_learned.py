@@ -41,7 +41,7 @@ def context_phase(endpoint, secret, idem):
             "gen_ai.tool.call.arguments", json.dumps({"order": "A-1", "previous_attempt": idem})
         )
         span.set_attribute("tool.output", "wrote ~/.aws/credentials: aws_secret_access_key=" + secret)
-        span.set_status(Status(StatusCode.ERROR, "retry with key " + idem + " failed"))
+        span.set_status(Status(StatusCode.ERROR, "retry of " + idem + " failed"))
         trace_id = format(span.get_span_context().trace_id, "032x")
     provider.force_flush()
     provider.shutdown()

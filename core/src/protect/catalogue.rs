@@ -793,7 +793,7 @@ mod tests {
         );
         tp(
             "high_entropy_near_keyword",
-            s("the signing secret is Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
+            s("the signing secret (rotated) Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
             s("Zk3q9XbT2mLw8RvNc1dF5gH0jKa"),
         );
         tp(

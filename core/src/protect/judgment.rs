@@ -51,6 +51,7 @@ features! {
     SyntaxFlag = "syntax_flag", "a bare value after a flag", 1;
     SyntaxArgument = "syntax_argument", "a literal argument of a credential-named call", 1;
     SyntaxCode = "syntax_code", "a bare word in code syntax", -1;
+    SyntaxProse = "syntax_prose", "a word in a sentence (the password is …)", 1;
     IdentifierInCode = "identifier_in_code", "shaped like an identifier, bare in code", -2;
     IdentifierNamed = "identifier_named", "a name (camelCase, PascalCase, snake_case) under a key that is not a credential name", -1;
     Symbols = "symbols", "mixes in symbols", 1;
@@ -495,6 +496,30 @@ impl ValueShape {
     }
 }
 
+/// Letters no language strings together: four or more with under a fifth vowels, or four
+/// consonants running.
+pub(crate) fn unpronounceable(letters: u32, vowels: u32, max_consonants: u32) -> bool {
+    letters >= 4 && (vowels * 5 < letters || max_consonants >= 4)
+}
+
+/// [`unpronounceable`] of the ASCII letters of `word` (other bytes end a consonant run).
+pub(crate) fn unpronounceable_word(word: &[u8]) -> bool {
+    let (mut letters, mut vowels, mut run, mut max_run) = (0, 0, 0, 0);
+    for c in word {
+        if matches!(c.to_ascii_lowercase(), b'a' | b'e' | b'i' | b'o' | b'u') {
+            vowels += 1;
+            run = 0;
+        } else if c.is_ascii_alphabetic() {
+            run += 1;
+            max_run = max_run.max(run);
+        } else {
+            run = 0;
+        }
+        letters += u32::from(c.is_ascii_alphabetic());
+    }
+    unpronounceable(letters, vowels, max_run)
+}
+
 fn uuid_shaped(v: &[u8]) -> bool {
     v.len() == 36
         && v.iter().enumerate().all(|(i, c)| match i {
@@ -547,6 +572,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
     set(&mut x, SyntaxFlag, syntax == Syntax::Flag);
     set(&mut x, SyntaxArgument, syntax == Syntax::Argument);
     set(&mut x, SyntaxCode, syntax == Syntax::Code);
+    set(&mut x, SyntaxProse, syntax == Syntax::Prose);
     let identifier = b.first().is_some_and(|f| s.identifier_shaped(*f, len));
     set(
         &mut x,
@@ -661,7 +687,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
     set(
         &mut x,
         Unpronounceable,
-        letters_n >= 4 && (s.vowels * 5 < letters_n || s.max_consonants >= 4),
+        unpronounceable(letters_n, s.vowels, s.max_consonants),
     );
     set(&mut x, InnerAssignment, s.inner_assignment());
     // The key.

@@ -51,12 +51,20 @@ pub enum Syntax {
     Code,
     /// A string literal passed to a function named for a credential (`db_password('u', 'p')`).
     Argument,
+    /// A bare word in a sentence: after `is`, `was` or `set to` (`your temporary password is
+    /// Xk9#mP2q`), or right after the key when it is long enough to be key material (`auth
+    /// token 3f78…`).
+    Prose,
 }
 
 impl Syntax {
-    /// True for a value written bare (not quoted): in configuration, after a flag, in code.
+    /// True for a value written bare (not quoted): in configuration, after a flag, in code,
+    /// in prose.
     pub fn is_bare(self) -> bool {
-        matches!(self, Syntax::Config | Syntax::Flag | Syntax::Code)
+        matches!(
+            self,
+            Syntax::Config | Syntax::Flag | Syntax::Code | Syntax::Prose
+        )
     }
 }
 
@@ -744,6 +752,18 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     }
 }
 
+/// What a format string interpolates between braces: a name, a path or call of names, maybe
+/// with a format spec (`name`, `self.tokens.access_token`, `self._resolve()`, `pw:?`).
+fn interpolated(inner: &str) -> bool {
+    let b = inner.as_bytes();
+    b.first()
+        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+        && b.iter().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, b'_' | b'.' | b'(' | b')' | b':' | b'?' | b'[' | b']')
+        })
+}
+
 /// Why `v` is a reference to a value held elsewhere, if it is one.
 fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     // `ENC(…)` (Jasypt, Spring) holds a value encrypted for a key kept elsewhere: written to
@@ -776,8 +796,8 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     if v.len() > 2 && v.starts_with('%') && v.ends_with('%') && ident(&v[1..v.len() - 1]) {
         return Some("a variable (%VAR%)");
     }
-    if v.starts_with('{') && v.ends_with('}') && ident(&v[1..v.len() - 1]) {
-        return Some("a format placeholder ({name})");
+    if v.starts_with('{') && v.ends_with('}') && interpolated(&v[1..v.len() - 1]) {
+        return Some("a format placeholder ({name}, {self.token}, {pw:?})");
     }
     if !bare {
         return None;
@@ -1232,10 +1252,10 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
     }
     // `#define TOKEN abc`, `%define token abc`: a macro's body is its value, quoted or not.
     let directive = sep == Separator::Blank && before_word_is(b, ks, b"define");
-    if sep == Separator::Blank && !(flag || sql || directive) {
-        // Blanks alone separate a key from a quoted value only (`SET password "…"`,
-        // `PASSWORD 'x'` in SQL, `#define TOKEN "…"`).
-        opening_quote(b, at)?;
+    if sep == Separator::Blank && !(flag || sql || directive) && opening_quote(b, at).is_none() {
+        // Blanks alone separate a key from a quoted value (`SET password "…"`, `PASSWORD
+        // 'x'` in SQL, `#define TOKEN "…"`), or from a word in a sentence.
+        return prose_candidate(text, ks, ke, at, class);
     }
     let mut at = skip_blanks(b, at);
     // `pkey = ("…"`: a literal in parentheses (Python's way to continue a string) is a
@@ -1414,6 +1434,123 @@ fn bare_syntax(sep: Separator, flag: bool, xml: bool, next: &str) -> Syntax {
         Separator::Colon { spaced: true } if !next.starts_with([',', ';', ')']) => Syntax::Config,
         _ => Syntax::Code,
     }
+}
+
+/// Verbs that join a key to its value in a sentence (`the password is …`), each with the
+/// blank after it.
+const COPULAS: &[&str] = &[
+    "is now ",
+    "is ",
+    "was ",
+    "are ",
+    "set to ",
+    "reset to ",
+    "changed to ",
+];
+
+/// Shortest value taken right after a key in a sentence with no verb between (`auth token
+/// 3f78…`): shorter words there name things (`token limit`, `password reset`).
+const PROSE_VALUE_WITHOUT_VERB: usize = 16;
+
+/// Right after a key with no verb between, only what looks like key material is a value: 16
+/// characters or more of a token alphabet, letters and digits both (`auth token 3f78…`, not
+/// `session events](https://…)` or `token AddressSanitizer`).
+fn key_material_shaped(v: &[u8]) -> bool {
+    v.len() >= PROSE_VALUE_WITHOUT_VERB
+        && v.iter().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=' | b'_' | b'-' | b'.' | b'~')
+        })
+        && v.iter().any(u8::is_ascii_digit)
+        && v.iter().any(u8::is_ascii_alphabetic)
+}
+
+/// `your temporary password is Xk9#mP2q`, `To set auth token <hex>`: a credential written in
+/// a sentence. The value is the word after the verb (a quoted one is a quoted literal), or
+/// after the key itself when it is long; sentence punctuation after it is not part of it.
+fn prose_candidate(
+    text: &str,
+    ks: usize,
+    ke: usize,
+    at: usize,
+    class: KeyClass,
+) -> Option<Candidate> {
+    // A plain key in a sentence (`the key is …`, `key rotation`) is too often a word of it.
+    if class == KeyClass::Key {
+        return None;
+    }
+    let b = text.as_bytes();
+    let rest = &text[at..];
+    let verb = COPULAS.iter().find(|c| {
+        rest.get(..c.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(c))
+    });
+    let start = match verb {
+        Some(v) => skip_blanks(b, at + v.len()),
+        None => at,
+    };
+    // `password is not set`, `token is a JWT`: what follows says what it is, not its value.
+    let after = &text[start..];
+    if ["not ", "a ", "an ", "the "].iter().any(|w| {
+        after
+            .get(..w.len())
+            .is_some_and(|x| x.eq_ignore_ascii_case(w))
+    }) {
+        return None;
+    }
+    let (value, syntax, next) = if let Some((open, close)) = opening_quote(b, start) {
+        let from = start + open;
+        let end = closing_quote(b, from, close)?;
+        // Backticks in a sentence mark code (Markdown), not a string literal: what they hold
+        // is read as a bare word is, references and calls kept.
+        let syntax = match close {
+            b"`" => Syntax::Prose,
+            _ => Syntax::Quoted,
+        };
+        (from..end, syntax, &text[end + close.len()..])
+    } else {
+        // A parenthesis or bracket opens an aside, not a value.
+        if matches!(b.get(start), Some(b'(' | b'[')) {
+            return None;
+        }
+        let mut end = start;
+        while end < b.len()
+            && !b[end].is_ascii_whitespace()
+            && !matches!(b[end], b'"' | b'\'' | b'`' | b'<' | b'\\')
+        {
+            end += 1;
+        }
+        // A sentence's `.` `,` `;` `:` `)` after the word.
+        while end > start && matches!(b[end - 1], b'.' | b',' | b';' | b':' | b')') {
+            end -= 1;
+        }
+        (start..end, Syntax::Prose, &text[end..])
+    };
+    // A word of a language or a name from code (`the token was issued`, `if token is
+    // resolved_token`, `the key is SigningKey`) says what the credential is or which
+    // variable holds it: a value has a digit or a symbol, or letters no language strings
+    // together (`xkcdqwrtzp`).
+    // Quotes around a word in a sentence (`the password is "sunshine"`) make it the value.
+    let word = &b[value.clone()];
+    let named = syntax == Syntax::Prose
+        && word
+            .iter()
+            .all(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'_'))
+        && !judgment::unpronounceable_word(word);
+    if named {
+        return None;
+    }
+    if value.is_empty() || (verb.is_none() && !key_material_shaped(&b[value.clone()])) {
+        return None;
+    }
+    let key = &text[ks..ke];
+    let judgment = judge(class, key, &text[value.clone()], syntax, next);
+    Some(Candidate {
+        key: ks..ke,
+        value,
+        class,
+        syntax,
+        judgment,
+    })
 }
 
 /// `db_password('user', 'p@ss9')`: the last string literal passed to a function named for a
@@ -1979,6 +2116,19 @@ mod tests {
                 "api_key = \"here-q8Zr2LmX4vT9wK1p\"",
                 "here-q8Zr2LmX4vT9wK1p",
             ),
+            // In a sentence, as an assistant or a tool's message writes it.
+            (
+                "Your temporary password is Xk9#mP2q, change it at first login.",
+                "Xk9#mP2q",
+            ),
+            ("The new API token is 8f3kQ9zLm2Vx7Rt4.", "8f3kQ9zLm2Vx7Rt4"),
+            ("db password was hunter2 until today", "hunter2"),
+            ("Your password is `Xk9#mP2q`", "Xk9#mP2q"),
+            (
+                "To set auth token 3f786850e387550fdab836ed7e6dc881de23001b3f786850e387550fdab836ed",
+                "3f786850e387550fdab836ed7e6dc881de23001b3f786850e387550fdab836ed",
+            ),
+            ("the admin password changed to Qw3rty!9x;", "Qw3rty!9x"),
         ];
         for (text, secret) in gone {
             let r = removed(text);
@@ -2046,9 +2196,57 @@ mod tests {
             "API_KEY=\"glc_111111111111111111111111111111111111111111=\"",
             "--set kubeconfig.token=\"sha256~XXXXXXXXXX_PUT_YOUR_TOKEN_HERE_XXXXXXXXXXXX\"",
             "serviceAccountToken: ops_eyJzaWduSW5B..[Redacted]",
+            // Sentences that say what a credential is, not which.
+            "the password is too short",
+            "The password is hashed with bcrypt before storage.",
+            "the token was issued for this server",
+            "password is required",
+            "if token is None:",
+            "if password is not None and token is not None:",
+            "the token is a JWT signed with RS256",
+            "secret key is `sk.to_scalar_bytes()`",
+            "token CancellationTokenSource is shared",
+            "the session is 2 hours long",
+            "max token limit 4096",
+            "see the session events](https://example.com/docs/sessions/events#x)",
+            "f\"Bearer token is {self.tokens.access_token}\"",
+            "assert_eq!(password, \"{expected_password:?}\")",
+            "sanitizer token AddressSanitizer and more",
+            "the token is (server-to-client) only",
         ];
         for text in kept {
             assert_eq!(removed(text), Vec::<String>::new(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_sentence_gives_its_value_as_a_candidate_and_words_of_a_language_none() {
+        let value_of = |text: &str| -> Vec<(String, Syntax)> {
+            candidates(text, &keyword_hits(text))
+                .into_iter()
+                .map(|c| (text[c.value].to_string(), c.syntax))
+                .collect()
+        };
+        let prose = |v: &str| vec![(v.to_string(), Syntax::Prose)];
+        assert_eq!(value_of("the password is Xk9#mP2q."), prose("Xk9#mP2q"));
+        assert_eq!(value_of("password was xkcdqwrtzp"), prose("xkcdqwrtzp"));
+        assert_eq!(value_of("the token is `a.b()`"), prose("a.b()"));
+        assert_eq!(
+            value_of("token is \"Zx9 qLm\" now"),
+            vec![("Zx9 qLm".to_string(), Syntax::Quoted)]
+        );
+        let long = "3f786850e387550f";
+        assert_eq!(value_of(&format!("auth token {long}")), prose(long));
+        for none in [
+            "the token was issued",
+            "the password is Hashed",
+            "password is well-known",
+            "password is not set",
+            "the token is a JWT",
+            "auth token 3f786850e387550",
+            "token limit",
+        ] {
+            assert_eq!(value_of(none), vec![], "{none}");
         }
     }
 

@@ -393,6 +393,13 @@ const LINES: &[&str] = &[
     "    \"{k}\" => \"{v}\",",
     "config.{k} = \"{v}\"",
     "os.environ[\"{k}\"] = \"{v}\"",
+    // Sentences: what an assistant or a tool's message says.
+    "Your temporary {k} is {v}, change it after the first login.",
+    "The new {k} is {v}.",
+    "{k} was {v} before the rotation",
+    "Login: admin, {k} is {v}",
+    "To set auth {k} {v}",
+    "Done. The {k} changed to {v} and the service restarted.",
 ];
 
 /// Harmless values written under credential names: labels and messages in several
@@ -491,6 +498,19 @@ fn harmless_value(d: &mut Draw) -> String {
         "vault",
         "keychain",
         "default",
+        // What sentences say a credential is.
+        "hashed",
+        "invalid",
+        "expired",
+        "incorrect",
+        "missing",
+        "rotated",
+        "encrypted",
+        "case-sensitive",
+        "valid",
+        "empty",
+        "wrong",
+        "unchanged",
     ];
     match d.below(3) {
         0 => d.pick(LABELS).to_string(),
