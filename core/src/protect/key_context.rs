@@ -741,6 +741,9 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
             "a placeholder (filler, a bracketed name, or words like your-password-here)",
         );
     }
+    if names_a_credential(v) {
+        return Judgment::kept("the name of a credential, not one (x-api-key, next_token)");
+    }
     let ctx = judgment::Context { class, key, syntax };
     let features = judgment::features(&ctx, v);
     let score = MODEL.margin(&features);
@@ -926,6 +929,32 @@ fn is_placeholder(v: &str, key: &str) -> bool {
     }
     // Compared as they are read: no copy, and most values differ from their key at once.
     !key.is_empty() && squashed(v).eq(squashed(key))
+}
+
+/// A name made of words, one of them naming a token, key or session (`x-api-key`,
+/// `next_token`, `SigningKey`, `session_id`): what code passes around as a header, a field
+/// or a type, not a value. Letters joined by `_`, `-` or camelCase humps only, and
+/// pronounceable: a random string with a word in it (`xQzTokenRw9`) is still judged. Not
+/// when a word says password or secret: a person's password may be words
+/// (`CompanyPassword`), a token never is.
+fn names_a_credential(v: &str) -> bool {
+    let b = v.as_bytes();
+    let mut chosen = false;
+    each_key_word(v, |w| {
+        chosen |= is_password_word(w) || w.starts_with("secret") || w == "passphrase";
+        !chosen
+    });
+    if chosen {
+        return false;
+    }
+    let joined = b.iter().any(|c| matches!(c, b'_' | b'-'))
+        || b.windows(2)
+            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    joined
+        && b.iter()
+            .all(|c| c.is_ascii_alphabetic() || matches!(c, b'_' | b'-'))
+        && !judgment::unpronounceable_word(b)
+        && classify_key(v) != KeyClass::Other
 }
 
 /// A key documentation prints (AWS's `AKIAIOSFODNN7EXAMPLE`: the capitalized word `EXAMPLE`
@@ -2129,6 +2158,12 @@ mod tests {
                 "3f786850e387550fdab836ed7e6dc881de23001b3f786850e387550fdab836ed",
             ),
             ("the admin password changed to Qw3rty!9x;", "Qw3rty!9x"),
+            // Words naming a password are a password's words, not a name.
+            (
+                "<add key=\"ClearTextPassword\" value=\"TestSource-Password\" />",
+                "TestSource-Password",
+            ),
+            ("password = \"CompanyPassword\"", "CompanyPassword"),
         ];
         for (text, secret) in gone {
             let r = removed(text);
@@ -2213,6 +2248,11 @@ mod tests {
             "assert_eq!(password, \"{expected_password:?}\")",
             "sanitizer token AddressSanitizer and more",
             "the token is (server-to-client) only",
+            // Names of credentials passed around as values.
+            "token=next_token,",
+            "\"input_token\": \"next_token\",",
+            "_REQUEST_DROP = frozenset({'authorization', 'x-api-key'})",
+            "PARAM_SESSION_ID = \"session_id\"",
         ];
         for text in kept {
             assert_eq!(removed(text), Vec::<String>::new(), "{text}");
