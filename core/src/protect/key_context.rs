@@ -939,22 +939,28 @@ fn is_placeholder(v: &str, key: &str) -> bool {
 /// (`CompanyPassword`), a token never is.
 fn names_a_credential(v: &str) -> bool {
     let b = v.as_bytes();
+    // The byte tests first: most values have a digit or a symbol, and the word look-ups
+    // below allocate.
+    let joined = b.iter().any(|c| matches!(c, b'_' | b'-'))
+        || b.windows(2)
+            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    if !(joined && spoken_words(b)) {
+        return false;
+    }
     let mut chosen = false;
     each_key_word(v, |w| {
         chosen |= is_password_word(w) || w.starts_with("secret") || w == "passphrase";
         !chosen
     });
-    if chosen {
-        return false;
-    }
-    let joined = b.iter().any(|c| matches!(c, b'_' | b'-'))
-        || b.windows(2)
-            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
-    joined
-        && b.iter()
-            .all(|c| c.is_ascii_alphabetic() || matches!(c, b'_' | b'-'))
+    !chosen && classify_key(v) != KeyClass::Other
+}
+
+/// Letters, maybe joined by `-` or `_`, that a language could say: a word or a name from
+/// code (`issued`, `resolved_token`), not a random string (`xkcdqwrtzp`).
+fn spoken_words(b: &[u8]) -> bool {
+    b.iter()
+        .all(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'_'))
         && !judgment::unpronounceable_word(b)
-        && classify_key(v) != KeyClass::Other
 }
 
 /// A key documentation prints (AWS's `AKIAIOSFODNN7EXAMPLE`: the capitalized word `EXAMPLE`
@@ -971,17 +977,10 @@ fn documented_or_counting(v: &str) -> bool {
     if b.windows(7).any(|w| w == b"EXAMPLE") && b.iter().any(u8::is_ascii_digit) {
         return true;
     }
-    let (mut same, mut counting, mut longest_same, mut longest_counting) = (1, 1, 1, 1);
-    for w in b.windows(2) {
-        same = if w[1] == w[0] { same + 1 } else { 1 };
-        let next = w[1].is_ascii_alphanumeric() && w[1] == w[0].wrapping_add(1);
-        counting = if next { counting + 1 } else { 1 };
-        longest_same = longest_same.max(same);
-        longest_counting = longest_counting.max(counting);
-    }
+    let runs = super::validators::longest_runs(b);
     // Most of the value: three fifths of it, and a long run.
     let most = |run: usize, least: usize| run >= least && run * 5 >= b.len() * 3;
-    most(longest_same, 8) || most(longest_counting, 12)
+    most(runs.same, 8) || most(runs.counting, 12)
 }
 
 /// The ASCII letters and digits of `s`, lowercased.
@@ -1031,6 +1030,34 @@ pub struct Candidate {
     pub syntax: Syntax,
     /// The decision.
     pub judgment: Judgment,
+}
+
+impl Candidate {
+    /// The candidate whose key is `key` and value `value` (byte ranges of `text`), judged:
+    /// `next` is the text after a bare value.
+    fn judged(
+        text: &str,
+        key: Range<usize>,
+        value: Range<usize>,
+        class: KeyClass,
+        syntax: Syntax,
+        next: &str,
+    ) -> Candidate {
+        let judgment = judge(
+            class,
+            &text[key.clone()],
+            &text[value.clone()],
+            syntax,
+            next,
+        );
+        Candidate {
+            key,
+            value,
+            class,
+            syntax,
+            judgment,
+        }
+    }
 }
 
 fn is_key_byte(b: u8) -> bool {
@@ -1240,7 +1267,7 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
     if words.last().is_some_and(|w| w == "identified") && sep == Separator::Blank {
         // SQL `IDENTIFIED BY <password>`.
         let rest = &text[at..];
-        if rest.get(..3).is_some_and(|w| w.eq_ignore_ascii_case("by ")) {
+        if starts_with_ignoring_case(rest, "by ") {
             at = skip_blanks(b, at + 3);
             sql = true;
             words = vec!["password".to_string()];
@@ -1340,14 +1367,7 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
     if value.is_empty() {
         return None;
     }
-    let judgment = judge(class, key, &text[value.clone()], syntax, next);
-    Some(Candidate {
-        key: ks..ke,
-        value,
-        class,
-        syntax,
-        judgment,
-    })
+    Some(Candidate::judged(text, ks..ke, value, class, syntax, next))
 }
 
 /// The `value="…"` of `key="Name" value="…"`, judged under `Name`; `ke` ends the word `key`.
@@ -1362,10 +1382,7 @@ fn named_value_pair(text: &str, ke: usize) -> Option<Candidate> {
     let name = at + q..closing_quote(b, at + q, close)?;
     let after = skip_blanks(b, name.end + close.len());
     let rest = &text[after..];
-    if !rest
-        .get(..5)
-        .is_some_and(|w| w.eq_ignore_ascii_case("value"))
-    {
+    if !starts_with_ignoring_case(rest, "value") {
         return None;
     }
     let at = skip_blanks(b, after + 5);
@@ -1375,16 +1392,15 @@ fn named_value_pair(text: &str, ke: usize) -> Option<Candidate> {
     let at = skip_blanks(b, at + 1);
     let (q, close) = opening_quote(b, at)?;
     let value = at + q..closing_quote(b, at + q, close)?;
-    let key = &text[name.clone()];
-    let class = classify_key(key);
-    let judgment = judge(class, key, &text[value.clone()], Syntax::Quoted, "");
-    Some(Candidate {
-        key: name,
+    let class = classify_key(&text[name.clone()]);
+    Some(Candidate::judged(
+        text,
+        name,
         value,
         class,
-        syntax: Syntax::Quoted,
-        judgment,
-    })
+        Syntax::Quoted,
+        "",
+    ))
 }
 
 /// True when the word right before the key starting at `ks` (blanks between) is `word`,
@@ -1481,6 +1497,12 @@ const COPULAS: &[&str] = &[
 /// 3f78…`): shorter words there name things (`token limit`, `password reset`).
 const PROSE_VALUE_WITHOUT_VERB: usize = 16;
 
+/// True when `s` starts with `prefix`, ASCII case ignored.
+fn starts_with_ignoring_case(s: &str, prefix: &str) -> bool {
+    s.get(..prefix.len())
+        .is_some_and(|w| w.eq_ignore_ascii_case(prefix))
+}
+
 /// Right after a key with no verb between, only what looks like key material is a value: 16
 /// characters or more of a token alphabet, letters and digits both (`auth token 3f78…`, not
 /// `session events](https://…)` or `token AddressSanitizer`).
@@ -1509,21 +1531,17 @@ fn prose_candidate(
     }
     let b = text.as_bytes();
     let rest = &text[at..];
-    let verb = COPULAS.iter().find(|c| {
-        rest.get(..c.len())
-            .is_some_and(|w| w.eq_ignore_ascii_case(c))
-    });
+    let verb = COPULAS.iter().find(|c| starts_with_ignoring_case(rest, c));
     let start = match verb {
         Some(v) => skip_blanks(b, at + v.len()),
         None => at,
     };
     // `password is not set`, `token is a JWT`: what follows says what it is, not its value.
     let after = &text[start..];
-    if ["not ", "a ", "an ", "the "].iter().any(|w| {
-        after
-            .get(..w.len())
-            .is_some_and(|x| x.eq_ignore_ascii_case(w))
-    }) {
+    if ["not ", "a ", "an ", "the "]
+        .iter()
+        .any(|w| starts_with_ignoring_case(after, w))
+    {
         return None;
     }
     let (value, syntax, next) = if let Some((open, close)) = opening_quote(b, start) {
@@ -1559,27 +1577,13 @@ fn prose_candidate(
     // variable holds it: a value has a digit or a symbol, or letters no language strings
     // together (`xkcdqwrtzp`).
     // Quotes around a word in a sentence (`the password is "sunshine"`) make it the value.
-    let word = &b[value.clone()];
-    let named = syntax == Syntax::Prose
-        && word
-            .iter()
-            .all(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'_'))
-        && !judgment::unpronounceable_word(word);
-    if named {
+    if syntax == Syntax::Prose && spoken_words(&b[value.clone()]) {
         return None;
     }
     if value.is_empty() || (verb.is_none() && !key_material_shaped(&b[value.clone()])) {
         return None;
     }
-    let key = &text[ks..ke];
-    let judgment = judge(class, key, &text[value.clone()], syntax, next);
-    Some(Candidate {
-        key: ks..ke,
-        value,
-        class,
-        syntax,
-        judgment,
-    })
+    Some(Candidate::judged(text, ks..ke, value, class, syntax, next))
 }
 
 /// `db_password('user', 'p@ss9')`: the last string literal passed to a function named for a
@@ -1600,20 +1604,14 @@ fn call_candidate(
         return None;
     }
     let value = literal_arguments(text.as_bytes(), open)?.pop()?;
-    let judgment = judge(
-        class,
-        &text[ks..ke],
-        &text[value.clone()],
-        Syntax::Argument,
-        "",
-    );
-    Some(Candidate {
-        key: ks..ke,
+    Some(Candidate::judged(
+        text,
+        ks..ke,
         value,
         class,
-        syntax: Syntax::Argument,
-        judgment,
-    })
+        Syntax::Argument,
+        "",
+    ))
 }
 
 /// The string literals passed to a call whose `(` ends at `open`, when every argument is one
@@ -1673,21 +1671,14 @@ fn env_default_candidate(
     let [_, .., value] = args.as_slice() else {
         return None;
     };
-    let value = value.clone();
-    let judgment = judge(
+    Some(Candidate::judged(
+        text,
+        ks..ke,
+        value.clone(),
         class,
-        &text[ks..ke],
-        &text[value.clone()],
         Syntax::Quoted,
         "",
-    );
-    Some(Candidate {
-        key: ks..ke,
-        value,
-        class,
-        syntax: Syntax::Quoted,
-        judgment,
-    })
+    ))
 }
 
 /// The byte offsets in `text` where a keyword starts (for callers without the engine's pass).

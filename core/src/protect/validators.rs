@@ -295,15 +295,34 @@ pub fn is_placeholder(text: &str) -> bool {
 /// True when `t` holds `n` letters or digits counting up (`klmnopqrst`, `0123456789`): one
 /// position in a random token does with odds of one in 62 to the power `n - 1`.
 fn counts_up(t: &str, n: usize) -> bool {
-    let mut run = 1;
-    t.as_bytes().windows(2).any(|w| {
-        run = if w[1].is_ascii_alphanumeric() && w[1] == w[0].wrapping_add(1) {
-            run + 1
-        } else {
-            1
-        };
-        run >= n
-    })
+    longest_runs(t.as_bytes()).counting >= n
+}
+
+/// The longest runs in a value (1 each for a one-byte value, 0 for an empty one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runs {
+    /// One byte repeated (`aaaa`).
+    pub same: usize,
+    /// Letters or digits counting up (`abcd`, `1234`).
+    pub counting: usize,
+}
+
+/// The longest runs of `b`, in one pass.
+pub fn longest_runs(b: &[u8]) -> Runs {
+    let start = usize::from(!b.is_empty());
+    let (mut same, mut counting) = (start, start);
+    let mut longest = Runs {
+        same: start,
+        counting: start,
+    };
+    for w in b.windows(2) {
+        same = if w[1] == w[0] { same + 1 } else { 1 };
+        let next = w[1].is_ascii_alphanumeric() && w[1] == w[0].wrapping_add(1);
+        counting = if next { counting + 1 } else { 1 };
+        longest.same = longest.same.max(same);
+        longest.counting = longest.counting.max(counting);
+    }
+    longest
 }
 
 /// A template reference, a bracketed or constant name, or mostly one repeated character.
@@ -473,6 +492,20 @@ pub fn secret_like(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn longest_runs_count_repeats_and_counting_up() {
+        let runs = |s: &str| {
+            let r = longest_runs(s.as_bytes());
+            (r.same, r.counting)
+        };
+        assert_eq!(runs(""), (0, 0));
+        assert_eq!(runs("x"), (1, 1));
+        assert_eq!(runs("AIzaaaaa9"), (5, 1));
+        assert_eq!(runs("sk_abcdef123"), (1, 6));
+        // `9` then `:` is no count (not a digit), nor `z` then `{`.
+        assert_eq!(runs("789:;xyz{"), (1, 3));
+    }
 
     #[test]
     fn luhn_accepts_test_cards_and_refuses_near_misses() {

@@ -1913,30 +1913,35 @@ mod json_in_place_properties {
     /// not at all when clean, else the values its marks overlap) or scanning every value: the
     /// text out, the counts, how many values were learned.
     fn protect_with(r: &Redactor, text: &str, marked: bool) -> (String, Redactions, u64) {
-        use crate::protect::learned::{self, LearnedConfig, LearnedValues};
-        let store = LearnedValues::new(LearnedConfig::default());
-        let ((out, hits, learned), _) = learned::with_scope(store.scope("t"), || {
-            let mut hits = Redactions::new();
+        in_fresh_scope(|hits| {
             let Ok(doc) = json_text::read(text, usize::MAX) else {
-                return (String::new(), hits, 0);
+                return String::new();
             };
             // Both ways survey the document: what the base64 test learns, both have learned.
             // Marked, a document the survey finds clean is not read at all.
             let attention = match survey(r, text, None) {
-                Survey::Clean if marked => {
-                    return (text.to_string(), hits, learned::learned_in_scope());
-                }
+                Survey::Clean if marked => return text.to_string(),
                 Survey::Scan { attention: a, .. } if marked => a,
                 _ => Attention::everywhere(),
             };
-            let edits = json_edits(r, text, &doc, &mut hits, 1, &attention);
-            (
-                json_text::splice(text, edits),
-                hits,
-                learned::learned_in_scope(),
-            )
+            let edits = json_edits(r, text, &doc, hits, 1, &attention);
+            json_text::splice(text, edits)
+        })
+    }
+
+    /// What `protect` makes of a text in a learning scope of its own: the text, the counts it
+    /// made, how many values the scope learned.
+    fn in_fresh_scope(
+        protect: impl FnOnce(&mut Redactions) -> String,
+    ) -> (String, Redactions, u64) {
+        use crate::protect::learned::{self, LearnedConfig, LearnedValues};
+        let store = LearnedValues::new(LearnedConfig::default());
+        let (out, _) = learned::with_scope(store.scope("t"), || {
+            let mut hits = Redactions::new();
+            let text = protect(&mut hits);
+            (text, hits, learned::learned_in_scope())
         });
-        (out, hits, learned)
+        out
     }
 
     /// One redactor for every case: building the catalogue is most of a case's time.
@@ -2045,20 +2050,16 @@ mod json_in_place_properties {
     /// with the document's base64 tokens read again after its values, as before the survey
     /// said when none can hide anything.
     fn protect_whole(r: &Redactor, text: &str, always: bool) -> (String, Redactions, u64) {
-        use crate::protect::learned::{self, LearnedConfig, LearnedValues};
-        let store = LearnedValues::new(LearnedConfig::default());
-        let (out, _) = learned::with_scope(store.scope("t"), || {
-            let mut hits = Redactions::new();
+        in_fresh_scope(|hits| {
             let mut s = text.to_string();
             if always {
-                redact_plain_and_structured(r, &mut s, &mut hits, 0, None);
-                redact_base64(r, &mut s, &mut hits, 0, None, BASE64_LAYERS);
+                redact_plain_and_structured(r, &mut s, hits, 0, None);
+                redact_base64(r, &mut s, hits, 0, None, BASE64_LAYERS);
             } else {
-                redact_string(r, &mut s, &mut hits, 0);
+                redact_string(r, &mut s, hits, 0);
             }
-            (s, hits, learned::learned_in_scope())
-        });
-        out
+            s
+        })
     }
 
     proptest! {
