@@ -1748,6 +1748,40 @@ mod tests {
     }
 
     #[test]
+    fn a_verified_rule_and_its_unverified_twin_share_one_search() {
+        let valid = valid_github("ghp_");
+        let shape = format!("ghp_{}", cycle(B62, 36));
+        let text = format!("a {valid} and {shape}.");
+        let named = |r: &Redactor| -> Vec<(String, String)> {
+            r.scan(&text)
+                .iter()
+                .map(|f| (f.rule.to_string(), text[f.start..f.end].to_string()))
+                .collect()
+        };
+        // One regex search names each match as the two rules did apart.
+        assert_eq!(
+            named(&redactor()),
+            [
+                ("github_token".to_string(), valid.clone()),
+                ("github_token_unverified".to_string(), shape.clone()),
+            ]
+        );
+        // With the verified rule switched off, the twin searches on its own.
+        let config = RedactionConfig {
+            disabled_rules: vec!["github_token".into()],
+            ..RedactionConfig::default()
+        };
+        let r = Redactor::new(&config, KeyedHasher::new(b"test")).expect("compiles");
+        assert_eq!(
+            named(&r),
+            [
+                ("github_token_unverified".to_string(), valid),
+                ("github_token_unverified".to_string(), shape),
+            ]
+        );
+    }
+
+    #[test]
     fn true_positives_are_found_under_their_rule() {
         let r = redactor();
         for (rule, text, secret) in true_positives() {

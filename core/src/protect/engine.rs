@@ -85,6 +85,13 @@ struct Detector {
     gate: Option<ShapeGate>,
     /// What it removes is a secret worth learning (not personal data).
     learnable: bool,
+    /// The rule (id, rank) that its matches the validator turns down are found under: a
+    /// later detector the same in all but its id and validator, which has none (a token's
+    /// shape without its checksum). That twin is not run on its own ([`Detector::shadowed`]):
+    /// one regex search serves both.
+    unverified_twin: Option<(Arc<str>, usize)>,
+    /// An earlier detector finds this one's matches as its unverified twin.
+    shadowed: bool,
 }
 
 /// A key rule, compiled.
@@ -295,7 +302,15 @@ impl Redactor {
         let mut keyword_owner = Vec::new();
         let mut unfiltered = Vec::new();
         for (i, spec) in detector_specs.iter().enumerate() {
-            detectors.push(compile_detector(spec, i)?);
+            let mut d = compile_detector(spec, i)?;
+            d.shadowed = detector_specs[..i]
+                .iter()
+                .any(|v| unverified_twins(v, spec));
+            d.unverified_twin = detector_specs[i + 1..]
+                .iter()
+                .position(|u| unverified_twins(spec, u))
+                .map(|k| (Arc::from(detector_specs[i + 1 + k].id.as_str()), i + 1 + k));
+            detectors.push(d);
             if spec.keywords.is_empty() {
                 unfiltered.push(i);
             }
@@ -328,6 +343,10 @@ impl Redactor {
                     // A full DFA: the keyword pass runs on every string, and the automaton
                     // for a few hundred short keywords is small.
                     .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+                    // No prefilter: the keywords start with most letters, so in text it
+                    // stopped at nearly every byte to look ahead and skipped little (off,
+                    // payloads with no finding protect 13% faster: BENCHMARKS.md).
+                    .prefilter(false)
                     .build(&keywords)
                     .map_err(|e| RuleError::Keywords(e.to_string()))?,
             )
@@ -696,6 +715,9 @@ impl Redactor {
         });
         for i in chosen {
             let d = &self.detectors[i];
+            if d.shadowed {
+                continue;
+            }
             if d.judged {
                 d.find_judged(text, flagged.judged_hits, &self.allow_values, found);
             } else {
@@ -838,7 +860,13 @@ impl Detector {
         allow: &HashSet<String>,
         out: &mut Vec<Finding>,
     ) {
-        for r in key_context::removals(text, hits) {
+        // What a format rule ranked before the judgment already found is not judged again.
+        let settled: Vec<Range<usize>> = out
+            .iter()
+            .filter(|f| f.rank < self.rank)
+            .map(|f| f.start..f.end)
+            .collect();
+        for r in key_context::removals_outside(text, hits, key_context::Settled(&settled)) {
             if !allow.contains(&text[r.clone()]) {
                 out.push(Finding {
                     rule: Arc::clone(&self.id),
@@ -854,18 +882,24 @@ impl Detector {
         // True when the pass has gone far enough.
         let mut accept = |start: usize, end: usize| {
             let m = &text[start..end];
-            let found = self.validator.is_none_or(|v| v.accepts(m))
-                && !allow.contains(m)
-                && !(self.skip_placeholders && super::validators::is_placeholder(m));
-            if found {
-                out.push(Finding {
-                    rule: Arc::clone(&self.id),
-                    start,
-                    end,
-                    rank: self.rank,
-                });
+            if allow.contains(m) || (self.skip_placeholders && super::validators::is_placeholder(m))
+            {
+                return false;
             }
-            found && until == Until::First
+            let (rule, rank) = if self.validator.is_none_or(|v| v.accepts(m)) {
+                (&self.id, self.rank)
+            } else if let Some((id, rank)) = &self.unverified_twin {
+                (id, *rank)
+            } else {
+                return false;
+            };
+            out.push(Finding {
+                rule: Arc::clone(rule),
+                start,
+                end,
+                rank,
+            });
+            until == Until::First
         };
         if self.group == 0 {
             for m in self.regex.find_iter(text) {
@@ -1012,7 +1046,29 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         judged: spec.judged,
         gate: spec.gate,
         learnable: !catalogue::PERSONAL_DATA.contains(&spec.id.as_str()),
+        unverified_twin: None,
+        shadowed: false,
     })
+}
+
+/// True when `unverified` finds what `verified` does, less its validator: every field that
+/// decides a match the same, `verified` validated and `unverified` not.
+fn unverified_twins(verified: &DetectorSpec, unverified: &DetectorSpec) -> bool {
+    verified.validator.is_some()
+        && unverified.validator.is_none()
+        && !verified.judged
+        && !unverified.judged
+        && verified.regex == unverified.regex
+        && verified.keywords == unverified.keywords
+        && verified.group == unverified.group
+        && verified.alternate_groups == unverified.alternate_groups
+        && verified.skip_placeholders == unverified.skip_placeholders
+        && verified.min_digits == unverified.min_digits
+        && verified.keys == unverified.keys
+        && verified.except_keys == unverified.except_keys
+        && verified.except_context == unverified.except_context
+        && verified.gate == unverified.gate
+        && verified.action == unverified.action
 }
 
 fn compile_key_rule(spec: &KeyRuleSpec) -> KeyRule {

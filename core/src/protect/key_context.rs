@@ -1034,22 +1034,27 @@ pub struct Candidate {
 
 impl Candidate {
     /// The candidate whose key is `key` and value `value` (byte ranges of `text`), judged:
-    /// `next` is the text after a bare value.
+    /// `next` is the text after a bare value. A value `settled` already covers is not judged.
     fn judged(
         text: &str,
+        settled: Settled<'_>,
         key: Range<usize>,
         value: Range<usize>,
         class: KeyClass,
         syntax: Syntax,
         next: &str,
     ) -> Candidate {
-        let judgment = judge(
-            class,
-            &text[key.clone()],
-            &text[value.clone()],
-            syntax,
-            next,
-        );
+        let judgment = if settled.covers(text, &value) {
+            Judgment::kept(SETTLED)
+        } else {
+            judge(
+                class,
+                &text[key.clone()],
+                &text[value.clone()],
+                syntax,
+                next,
+            )
+        };
         Candidate {
             key,
             value,
@@ -1064,8 +1069,40 @@ fn is_key_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'$' | b'@')
 }
 
+/// Why a candidate was not judged: a rule that outranks the judgment removes its value.
+pub const SETTLED: &str = "inside a finding of a format rule, which removes it";
+
+/// Ranges of a text that rules ranked before the judgment already remove. A candidate whose
+/// value lies inside one need not be judged: whatever the verdict, the finding around it
+/// removes the same bytes under its own name. It is judged still when its value stands
+/// again elsewhere in the text, since a value judged removed is looked for there too
+/// ([`removals`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settled<'a>(pub &'a [Range<usize>]);
+
+impl Settled<'_> {
+    /// True when `value` of `text` lies inside a settled range and stands nowhere else.
+    fn covers(&self, text: &str, value: &Range<usize>) -> bool {
+        self.0
+            .iter()
+            .any(|s| s.start <= value.start && value.end <= s.end)
+            && !(value.len() >= REPEAT_MIN_BYTES && stands_elsewhere(text, value))
+    }
+}
+
+/// True when the bytes of `value` appear in `text` anywhere but at `value`.
+fn stands_elsewhere(text: &str, value: &Range<usize>) -> bool {
+    memchr::memmem::find_iter(text.as_bytes(), &text.as_bytes()[value.clone()])
+        .any(|at| at != value.start)
+}
+
 /// Every candidate in `text` around the keyword hits at byte offsets `hits` (sorted or not).
 pub fn candidates(text: &str, hits: &[usize]) -> Vec<Candidate> {
+    candidates_outside(text, hits, Settled::default())
+}
+
+/// As [`candidates`], leaving unjudged those whose value `settled` covers.
+fn candidates_outside(text: &str, hits: &[usize], settled: Settled<'_>) -> Vec<Candidate> {
     let b = text.as_bytes();
     let mut out: Vec<Candidate> = Vec::new();
     let mut last_key_end = 0;
@@ -1094,7 +1131,7 @@ pub fn candidates(text: &str, hits: &[usize]) -> Vec<Candidate> {
         if ks >= ke {
             continue;
         }
-        if let Some(c) = candidate_at(text, ks, ke) {
+        if let Some(c) = candidate_at(text, settled, ks, ke) {
             out.push(c);
         }
     }
@@ -1237,7 +1274,7 @@ const LOOKUP_VERBS: &[&str] = &[
     "matches", "test", "assert", "expect", "mock", "use", "with", "ensure", "random",
 ];
 
-fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
+fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Option<Candidate> {
     let b = text.as_bytes();
     let key = &text[ks..ke];
     // A quoted key: the quote must close right after it.
@@ -1282,7 +1319,7 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
     }
     // `<add key="SmtpPassword" value="…"/>`: the quoted name is the key, `value=` the value.
     if matches!(words.as_slice(), [w] if w == "key" || w == "name") {
-        if let Some(c) = named_value_pair(text, ke) {
+        if let Some(c) = named_value_pair(text, settled, ke) {
             return Some(c);
         }
     }
@@ -1304,14 +1341,14 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
         return None;
     }
     if sep == Separator::Call {
-        return call_candidate(text, ks, ke, at, &words, class);
+        return call_candidate(text, settled, ks, ke, at, &words, class);
     }
     // `#define TOKEN abc`, `%define token abc`: a macro's body is its value, quoted or not.
     let directive = sep == Separator::Blank && before_word_is(b, ks, b"define");
     if sep == Separator::Blank && !(flag || sql || directive) && opening_quote(b, at).is_none() {
         // Blanks alone separate a key from a quoted value (`SET password "…"`, `PASSWORD
         // 'x'` in SQL, `#define TOKEN "…"`), or from a word in a sentence.
-        return prose_candidate(text, ks, ke, at, class);
+        return prose_candidate(text, settled, ks, ke, at, class);
     }
     let mut at = skip_blanks(b, at);
     // `pkey = ("…"`: a literal in parentheses (Python's way to continue a string) is a
@@ -1356,7 +1393,7 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
             (start, end) = bare_value(b, end + 1);
         }
         if b.get(end) != Some(&b'(') && b[start..end].ends_with(b"(") {
-            if let Some(c) = env_default_candidate(text, ks, ke, start..end, class) {
+            if let Some(c) = env_default_candidate(text, settled, ks, ke, start..end, class) {
                 return Some(c);
             }
         }
@@ -1367,11 +1404,19 @@ fn candidate_at(text: &str, ks: usize, ke: usize) -> Option<Candidate> {
     if value.is_empty() {
         return None;
     }
-    Some(Candidate::judged(text, ks..ke, value, class, syntax, next))
+    Some(Candidate::judged(
+        text,
+        settled,
+        ks..ke,
+        value,
+        class,
+        syntax,
+        next,
+    ))
 }
 
 /// The `value="…"` of `key="Name" value="…"`, judged under `Name`; `ke` ends the word `key`.
-fn named_value_pair(text: &str, ke: usize) -> Option<Candidate> {
+fn named_value_pair(text: &str, settled: Settled<'_>, ke: usize) -> Option<Candidate> {
     let b = text.as_bytes();
     let at = skip_blanks(b, ke);
     if b.get(at) != Some(&b'=') {
@@ -1395,6 +1440,7 @@ fn named_value_pair(text: &str, ke: usize) -> Option<Candidate> {
     let class = classify_key(&text[name.clone()]);
     Some(Candidate::judged(
         text,
+        settled,
         name,
         value,
         class,
@@ -1520,6 +1566,7 @@ fn key_material_shaped(v: &[u8]) -> bool {
 /// after the key itself when it is long; sentence punctuation after it is not part of it.
 fn prose_candidate(
     text: &str,
+    settled: Settled<'_>,
     ks: usize,
     ke: usize,
     at: usize,
@@ -1583,13 +1630,22 @@ fn prose_candidate(
     if value.is_empty() || (verb.is_none() && !key_material_shaped(&b[value.clone()])) {
         return None;
     }
-    Some(Candidate::judged(text, ks..ke, value, class, syntax, next))
+    Some(Candidate::judged(
+        text,
+        settled,
+        ks..ke,
+        value,
+        class,
+        syntax,
+        next,
+    ))
 }
 
 /// `db_password('user', 'p@ss9')`: the last string literal passed to a function named for a
 /// credential, unless the name starts with a verb that takes a name (`get_secret("db")`).
 fn call_candidate(
     text: &str,
+    settled: Settled<'_>,
     ks: usize,
     ke: usize,
     open: usize,
@@ -1606,6 +1662,7 @@ fn call_candidate(
     let value = literal_arguments(text.as_bytes(), open)?.pop()?;
     Some(Candidate::judged(
         text,
+        settled,
         ks..ke,
         value,
         class,
@@ -1646,6 +1703,7 @@ fn literal_arguments(b: &[u8], open: usize) -> Option<Vec<Range<usize>>> {
 /// lookup is a literal written into the code, judged like any quoted literal.
 fn env_default_candidate(
     text: &str,
+    settled: Settled<'_>,
     ks: usize,
     ke: usize,
     call: Range<usize>,
@@ -1673,6 +1731,7 @@ fn env_default_candidate(
     };
     Some(Candidate::judged(
         text,
+        settled,
         ks..ke,
         value.clone(),
         class,
@@ -1708,7 +1767,13 @@ pub fn keyword_hits(text: &str) -> Vec<usize> {
 /// than [`REPEAT_MATCH_BUDGET`] matches per byte (long periodic runs that many removed values
 /// repeat in, overlapping themselves) is removed whole: cut, never kept unprotected.
 pub fn removals(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
-    let mut out: Vec<Range<usize>> = candidates(text, hits)
+    removals_outside(text, hits, Settled::default())
+}
+
+/// As [`removals`], not judging the candidates whose value `settled` covers (their ranges
+/// are removed by the findings that settled them).
+pub fn removals_outside(text: &str, hits: &[usize], settled: Settled<'_>) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = candidates_outside(text, hits, settled)
         .into_iter()
         .filter(|c| c.judgment.removed)
         .map(|c| c.value)
@@ -2538,6 +2603,49 @@ mod tests {
                 distinct(removals_before(&text, &hits)),
                 "{:?}", text
             );
+        }
+
+        /// Candidates inside ranges a format rule found are not judged, and nothing is
+        /// lost by it: with those ranges, every byte removed before is removed still, and
+        /// what more is removed is where a value removed before stands again (a repeat that
+        /// a settled value, removed before, no longer hides).
+        #[test]
+        fn settled_candidates_lose_no_removal(
+            text in dense_text(),
+            picks in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), 0usize..3, 0usize..3), 0..4),
+        ) {
+            let hits = keyword_hits(&text);
+            let found = candidates(&text, &hits);
+            let settled: Vec<Range<usize>> = match found.is_empty() {
+                true => Vec::new(),
+                false => picks
+                    .iter()
+                    .map(|(i, before, after)| {
+                        let v = &found[i.index(found.len())].value;
+                        v.start.saturating_sub(*before)..(v.end + after).min(text.len())
+                    })
+                    .collect(),
+            };
+            let bytes = |ranges: &[Range<usize>]| {
+                let mut set = vec![false; text.len()];
+                for r in ranges.iter().chain(&settled) {
+                    set[r.clone()].iter_mut().for_each(|b| *b = true);
+                }
+                set
+            };
+            let before = removals(&text, &hits);
+            let after = removals_outside(&text, &hits, Settled(&settled));
+            let (was, is) = (bytes(&before), bytes(&after));
+            let mut again = vec![false; text.len()];
+            for r in &before {
+                for (at, v) in text.match_indices(&text[r.clone()]) {
+                    again[at..at + v.len()].iter_mut().for_each(|b| *b = true);
+                }
+            }
+            for i in 0..text.len() {
+                proptest::prop_assert!(!was[i] || is[i], "byte {} no longer removed in {:?}", i, text);
+                proptest::prop_assert!(was[i] || !is[i] || again[i], "byte {} removed anew in {:?}", i, text);
+            }
         }
 
         /// The look-up by prefix finds what the automaton finds, on texts where values

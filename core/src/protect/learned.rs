@@ -97,29 +97,46 @@ struct Entry {
 }
 
 /// Values by their first eight bytes, in the order they were learned.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Index {
     by_prefix: FastMap<u64, Vec<Arc<Entry>>>,
     order: VecDeque<Arc<Entry>>,
     bytes: usize,
-    /// One bit per hash of the first two bytes of a value: most word starts are ruled out by
-    /// one bit test before any hashing (512 bytes inline: an empty index allocates nothing).
-    starts: [u64; 64],
+    /// Where its values may start: most word starts are ruled out by one bit test before
+    /// any hashing (512 bytes inline: an empty index allocates nothing).
+    starts: StartBits,
 }
 
-impl Default for Index {
+/// One bit per hash of the first two bytes of a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StartBits([u64; 64]);
+
+impl Default for StartBits {
     fn default() -> Self {
-        Index {
-            by_prefix: FastMap::default(),
-            order: VecDeque::new(),
-            bytes: 0,
-            starts: [0; 64],
-        }
+        StartBits([0; 64])
     }
 }
 
-fn start_bit(b: &[u8]) -> usize {
-    ((usize::from(b[0]) << 5) ^ usize::from(b[1])) & 4095
+impl StartBits {
+    fn bit(b: &[u8]) -> usize {
+        ((usize::from(b[0]) << 5) ^ usize::from(b[1])) & 4095
+    }
+
+    fn set(&mut self, b: &[u8]) {
+        let bit = StartBits::bit(b);
+        self.0[bit / 64] |= 1 << (bit % 64);
+    }
+
+    /// False when no value whose first two bytes are `b`'s was set (`b` holds two or more).
+    fn may_start(&self, b: &[u8]) -> bool {
+        let bit = StartBits::bit(b);
+        self.0[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// The bits of both.
+    fn union(&self, other: &StartBits) -> StartBits {
+        StartBits(std::array::from_fn(|i| self.0[i] | other.0[i]))
+    }
 }
 
 fn prefix_key(b: &[u8]) -> Option<u64> {
@@ -148,8 +165,7 @@ impl Index {
             return;
         };
         self.bytes += e.text.len();
-        let bit = start_bit(e.text.as_bytes());
-        self.starts[bit / 64] |= 1 << (bit % 64);
+        self.starts.set(e.text.as_bytes());
         self.by_prefix.entry(k).or_default().push(Arc::clone(&e));
         self.order.push_back(e);
     }
@@ -169,8 +185,7 @@ impl Index {
     }
 
     fn may_start(&self, b: &[u8]) -> bool {
-        let bit = start_bit(b);
-        self.starts[bit / 64] & (1 << (bit % 64)) != 0
+        self.starts.may_start(b)
     }
 
     /// The values of this index that stand at `b[i..]`.
@@ -235,6 +250,8 @@ impl TenantValues {
 pub struct TenantScope {
     tenant: String,
     snapshot: TenantValues,
+    /// Where the snapshot's values may start: both of its indexes' bits.
+    snapshot_starts: StartBits,
     fresh: Index,
     min_bytes: usize,
     /// Most values (and their bytes) one batch learns: what a tenant keeps at most, since
@@ -264,16 +281,26 @@ impl TenantScope {
             return;
         }
         let mut now = None;
-        let mut prev_word = false;
-        for (i, c) in b[..=b.len() - PREFIX_BYTES].iter().enumerate() {
-            let word = c.is_ascii_alphanumeric();
-            let starts_word = word && !prev_word;
-            prev_word = word;
-            if starts_word {
+        // Two bit tests rule out most word starts for all three indexes at once.
+        let (snapshot, fresh) = (&self.snapshot_starts, &self.fresh.starts);
+        let last = b.len() - PREFIX_BYTES;
+        let mut i = 0;
+        while i <= last {
+            if !b[i].is_ascii_alphanumeric() {
+                i += 1;
+                continue;
+            }
+            let pair = &b[i..i + 2];
+            if snapshot.may_start(pair) || fresh.may_start(pair) {
                 for x in indexes {
                     x.find_at(text, i, self.ttl, &mut now, out);
                 }
             }
+            // The rest of the word starts nothing.
+            i += 1 + b[i + 1..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .count();
         }
     }
 
@@ -392,6 +419,7 @@ impl LearnedValues {
             .unwrap_or_default();
         TenantScope {
             tenant: tenant.to_string(),
+            snapshot_starts: snapshot.base.starts.union(&snapshot.recent.starts),
             snapshot,
             fresh: Index::default(),
             min_bytes: self.config.min_bytes.max(PREFIX_BYTES),
@@ -573,6 +601,54 @@ mod tests {
         out.iter()
             .map(|h| text[h.range.clone()].to_string())
             .collect()
+    }
+
+    proptest::proptest! {
+        /// Every word start where a value learned earlier (folded into the tenant's
+        /// indexes) or in this batch stands is found, and nothing else: the word-skipping
+        /// pass and its two bit tests against a look at every byte.
+        #[test]
+        fn the_pass_finds_each_value_at_each_word_start_it_stands_at(
+            earlier in proptest::collection::vec("[a-c0-2]{8,11}", 0..6),
+            now in proptest::collection::vec("[a-c0-2]{8,11}", 0..6),
+            parts in proptest::collection::vec("([a-c0-2]{1,6}|[ ._=\"-]|[a-c0-2]{8,11})", 0..30),
+        ) {
+            let s = store(LearnedConfig::default());
+            let mut before = s.scope("t");
+            for v in &earlier {
+                before.learn("r", v);
+            }
+            s.merge(before);
+            let mut scope = s.scope("t");
+            for v in &now {
+                scope.learn("r", v);
+            }
+            let mut text: String = parts.concat();
+            // Some of the values themselves, where words start and where they do not.
+            for (i, v) in earlier.iter().chain(&now).enumerate() {
+                text.push_str(if i % 2 == 0 { " " } else { "x" });
+                text.push_str(v);
+            }
+            let mut hits = Vec::new();
+            scope.find(&text, &mut hits);
+            let mut got: Vec<std::ops::Range<usize>> = hits.into_iter().map(|h| h.range).collect();
+            got.sort_by_key(|r| (r.start, r.end));
+            let b = text.as_bytes();
+            let mut values: Vec<&String> = earlier.iter().chain(&now).collect();
+            values.sort();
+            values.dedup();
+            let mut want = Vec::new();
+            for i in 0..b.len() {
+                let starts_word = b[i].is_ascii_alphanumeric() && (i == 0 || !b[i - 1].is_ascii_alphanumeric());
+                for v in values.iter().filter(|_| starts_word) {
+                    if text[i..].starts_with(v.as_str()) {
+                        want.push(i..i + v.len());
+                    }
+                }
+            }
+            want.sort_by_key(|r| (r.start, r.end));
+            proptest::prop_assert_eq!(got, want, "{:?}", text);
+        }
     }
 
     #[test]

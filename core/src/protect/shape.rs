@@ -142,32 +142,44 @@ fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
             }
         }
         let c = b[i];
+        let class = BYTE_CLASS[usize::from(c)];
+        if class == DIGIT {
+            // A run of digits at once (ids, amounts and timestamps are full of them). No
+            // digit is before `i`: runs are taken whole, and eight bytes skipped hold none.
+            let start = i;
+            i += 1 + b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            // A card number begins with 2-6 where no digit is before it (its regex reads
+            // a byte that is not one there): the run counts from its first such digit,
+            // so long ids of zeros and epoch milliseconds (`1733385600000`) stay shut.
+            // Two capitals before two digits: an IBAN's country and check digits.
+            if start >= 2
+                && i - start >= 2
+                && b[start - 1].is_ascii_uppercase()
+                && b[start - 2].is_ascii_uppercase()
+            {
+                found(ShapeGate::CountryAndCheckDigits, start);
+            }
+            if card > 0 || matches!(c, b'2'..=b'6') {
+                // Each digit that makes the count 13 or more completes the shape.
+                let from = start + 12_usize.saturating_sub(card);
+                card += i - start;
+                for at in from..i {
+                    found(ShapeGate::CardDigits, at);
+                }
+            }
+            continue;
+        }
         i += 1;
         // The body below reads `i` as the byte's own position.
         let i = i - 1;
-        let class = BYTE_CLASS[usize::from(c)];
         if class == OTHER {
             (card, dots, colons, double_colon) = (0, 0, 0, false);
             continue;
         }
-        if class == DIGIT {
-            // A card number begins with 2-6 where no digit is before it (its regex reads
-            // a byte that is not one there): the run counts from its first such digit,
-            // so long ids of zeros and epoch milliseconds (`1733385600000`) stay shut.
-            if card > 0 || (matches!(c, b'2'..=b'6') && !(i >= 1 && digit(i - 1))) {
-                card += 1;
-            }
-            if card >= 13 {
-                found(ShapeGate::CardDigits, i);
-            }
-            // Two capitals before two digits: an IBAN's country and check digits.
-            if i >= 2
-                && digit(i + 1)
-                && b[i - 1].is_ascii_uppercase()
-                && b[i - 2].is_ascii_uppercase()
-            {
-                found(ShapeGate::CountryAndCheckDigits, i);
-            }
+        if class == HEX_LETTER {
+            // Inside an IPv6 run only: it ends a card's and a dotted quad's run, and no check
+            // below looks at a letter (hex ids and digests are mostly these and digits).
+            (card, dots) = (0, 0);
             continue;
         }
         // Not a digit: the card run goes on only over one space or dash between digits.
@@ -189,7 +201,7 @@ fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
             if colons >= 7 || double_colon {
                 found(ShapeGate::HexColons, i);
             }
-        } else if class != HEX_LETTER {
+        } else {
             (colons, double_colon) = (0, false);
         }
         match c {
@@ -362,8 +374,98 @@ mod tests {
         assert_eq!(gated().len(), 7);
     }
 
+    /// The gates one byte at a time, as the definitions read (eight bytes without a digit,
+    /// `:` or `+` end every run; no run taken whole, no class table): what `each_shape` must
+    /// report exactly.
+    fn each_shape_bytewise(b: &[u8]) -> Vec<(ShapeGate, usize)> {
+        let mut out = Vec::new();
+        let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+        let digits = |from: usize, n: usize| (from..from + n).all(digit);
+        let (mut card, mut dots, mut colons, mut double_colon) = (0usize, 0usize, 0usize, false);
+        let mut next = 0;
+        while next < b.len() {
+            let i = next;
+            next += 1;
+            let plain = |c: &u8| !(c.is_ascii_digit() || matches!(c, b':' | b'+'));
+            if b.get(i..i + 8).is_some_and(|w| w.iter().all(plain)) {
+                (card, dots, colons, double_colon) = (0, 0, 0, false);
+                next = i + 8;
+                continue;
+            }
+            let c = b[i];
+            if c.is_ascii_digit() {
+                if card > 0 || (matches!(c, b'2'..=b'6') && !(i >= 1 && digit(i - 1))) {
+                    card += 1;
+                }
+                if i >= 2
+                    && digit(i + 1)
+                    && b[i - 1].is_ascii_uppercase()
+                    && b[i - 2].is_ascii_uppercase()
+                {
+                    out.push((ShapeGate::CountryAndCheckDigits, i));
+                }
+                if card >= 13 {
+                    out.push((ShapeGate::CardDigits, i));
+                }
+                continue;
+            }
+            let between_digits = i >= 1 && digit(i - 1) && digit(i + 1);
+            if !(matches!(c, b' ' | b'-') && between_digits) {
+                card = 0;
+            }
+            dots = if c == b'.' { dots + 1 } else { 0 };
+            if dots >= 3 {
+                out.push((ShapeGate::DottedQuad, i));
+            }
+            if c == b':' {
+                colons += 1;
+                double_colon |= i >= 1 && b[i - 1] == b':';
+                if colons >= 7 || double_colon {
+                    out.push((ShapeGate::HexColons, i));
+                }
+            } else if !c.is_ascii_hexdigit() {
+                (colons, double_colon) = (0, false);
+            }
+            match c {
+                b'+' if matches!(b.get(i + 1), Some(b'1'..=b'9')) => {
+                    out.push((ShapeGate::PlusDigit, i));
+                }
+                b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | b'.' | b'-'
+                    if i >= 3 && digits(i - 3, 3) && digits(i + 1, 4) =>
+                {
+                    out.push((ShapeGate::DigitsSeparatorDigits, i));
+                }
+                _ => {}
+            }
+            if c == b'-'
+                && i >= 3
+                && digits(i - 3, 3)
+                && digits(i + 1, 2)
+                && b.get(i + 3) == Some(&b'-')
+                && digits(i + 4, 4)
+            {
+                out.push((ShapeGate::SocialSecurity, i));
+            }
+        }
+        out
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
+        /// Each shape is reported where it is completed, exactly as the byte-at-a-time
+        /// definitions say, whatever runs of digits, hex letters and other bytes hold it.
+        #[test]
+        fn the_one_pass_reports_what_the_byte_at_a_time_definitions_do(
+            text in "([0-9]{1,16}|[a-fA-F]{1,6}|[g-zG-Z\"{},_]{1,12}|[ .:+\\-]|:[0-9a-fA-F]{1,4}){0,24}"
+        ) {
+            let mut fast = Vec::new();
+            each_shape(text.as_bytes(), |g, i| fast.push((g, i)));
+            fast.sort_by_key(|&(g, i)| (i, g as u8));
+            let mut slow = each_shape_bytewise(text.as_bytes());
+            slow.sort_by_key(|&(g, i)| (i, g as u8));
+            prop_assert_eq!(fast, slow, "{:?}", text);
+        }
+
         /// No string a gated detector's regex matches is turned away by its gate: strings of
         /// the characters these shapes are made of, in any order.
         #[test]
