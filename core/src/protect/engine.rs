@@ -861,12 +861,13 @@ impl Detector {
         out: &mut Vec<Finding>,
     ) {
         // What a format rule ranked before the judgment already found is not judged again.
-        let settled: Vec<Range<usize>> = out
+        let mut settled: Vec<Range<usize>> = out
             .iter()
             .filter(|f| f.rank < self.rank)
             .map(|f| f.start..f.end)
             .collect();
-        for r in key_context::removals_outside(text, hits, key_context::Settled(&settled)) {
+        let settled = key_context::Settled::merge(&mut settled);
+        for r in key_context::removals_outside(text, hits, settled) {
             if !allow.contains(&text[r.clone()]) {
                 out.push(Finding {
                     rule: Arc::clone(&self.id),

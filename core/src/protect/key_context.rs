@@ -565,6 +565,11 @@ fn head_class(head: &str, prev: Option<&str>) -> KeyClass {
     if MATERIAL_WORDS.contains(&head) {
         return KeyClass::Material;
     }
+    // An OAuth 1.0 request's signature (an HMAC under the consumer's and the token's
+    // secrets), as a query parameter or in an `Authorization: OAuth …` header.
+    if head == "signature" && prev == Some("oauth") {
+        return KeyClass::Material;
+    }
     if head == "key" {
         return match prev {
             Some(q) => key_qualified_by(q).unwrap_or(KeyClass::Key),
@@ -701,6 +706,8 @@ const AUTH_SCHEMES: &[&str] = &[
     "digest",
     "token",
     "apikey",
+    // OAuth 1.0: the parameters after it are judged one by one (`oauth_token="…"`).
+    "oauth",
 ];
 
 /// Judges `value` under a key of class `class` (named `key`) written in `syntax`; `next` is
@@ -1044,7 +1051,7 @@ impl Candidate {
         syntax: Syntax,
         next: &str,
     ) -> Candidate {
-        let judgment = if settled.covers(text, &value) {
+        let judgment = if settled.covers(&value) {
             Judgment::kept(SETTLED)
         } else {
             judge(
@@ -1072,28 +1079,35 @@ fn is_key_byte(b: u8) -> bool {
 /// Why a candidate was not judged: a rule that outranks the judgment removes its value.
 pub const SETTLED: &str = "inside a finding of a format rule, which removes it";
 
-/// Ranges of a text that rules ranked before the judgment already remove. A candidate whose
-/// value lies inside one need not be judged: whatever the verdict, the finding around it
-/// removes the same bytes under its own name. It is judged still when its value stands
-/// again elsewhere in the text, since a value judged removed is looked for there too
-/// ([`removals`]).
+/// Ranges of a text that rules ranked before the judgment already remove, sorted and apart
+/// ([`Settled::merge`]). A candidate whose value lies inside one is not judged: whatever the
+/// verdict, the finding around it removes the same bytes under its own name. Its value is
+/// looked for again elsewhere in the text as a removed value's is ([`removals_outside`]):
+/// a format rule found it part of a secret.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Settled<'a>(pub &'a [Range<usize>]);
+pub struct Settled<'a>(&'a [Range<usize>]);
 
-impl Settled<'_> {
-    /// True when `value` of `text` lies inside a settled range and stands nowhere else.
-    fn covers(&self, text: &str, value: &Range<usize>) -> bool {
-        self.0
-            .iter()
-            .any(|s| s.start <= value.start && value.end <= s.end)
-            && !(value.len() >= REPEAT_MIN_BYTES && stands_elsewhere(text, value))
+impl<'a> Settled<'a> {
+    /// `ranges` sorted and merged where they overlap or touch, ready to settle candidates.
+    pub fn merge(ranges: &'a mut Vec<Range<usize>>) -> Settled<'a> {
+        ranges.sort_unstable_by_key(|r| r.start);
+        ranges.dedup_by(|next, last| {
+            let joined = next.start <= last.end;
+            if joined {
+                last.end = last.end.max(next.end);
+            }
+            joined
+        });
+        Settled(ranges)
     }
-}
 
-/// True when the bytes of `value` appear in `text` anywhere but at `value`.
-fn stands_elsewhere(text: &str, value: &Range<usize>) -> bool {
-    memchr::memmem::find_iter(text.as_bytes(), &text.as_bytes()[value.clone()])
-        .any(|at| at != value.start)
+    /// True when `value` lies inside a settled range.
+    fn covers(&self, value: &Range<usize>) -> bool {
+        let i = self.0.partition_point(|s| s.end < value.end);
+        self.0
+            .get(i)
+            .is_some_and(|s| s.start <= value.start && value.end <= s.end)
+    }
 }
 
 /// Every candidate in `text` around the keyword hits at byte offsets `hits` (sorted or not).
@@ -1391,6 +1405,17 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         if AUTH_SCHEMES.iter().any(|s| scheme.eq_ignore_ascii_case(s)) && b.get(end) == Some(&b' ')
         {
             (start, end) = bare_value(b, end + 1);
+            // `OAuth oauth_token="…", …`, `Digest username="…", …`: parameters, each a
+            // candidate of its own. Their names are lower-case words; a token with base64
+            // padding before a closing quote (`"Basic dXNlcjpwYXNz="`) mixes cases and digits.
+            if let Some(name) = b[start..end].strip_suffix(b"=") {
+                let parameter = !name.is_empty()
+                    && name.len() <= 32
+                    && name.iter().all(|c| c.is_ascii_lowercase() || *c == b'_');
+                if parameter && matches!(b.get(end), Some(b'"' | b'\'')) {
+                    return None;
+                }
+            }
         }
         if b.get(end) != Some(&b'(') && b[start..end].ends_with(b"(") {
             if let Some(c) = env_default_candidate(text, settled, ks, ke, start..end, class) {
@@ -1770,15 +1795,19 @@ pub fn removals(text: &str, hits: &[usize]) -> Vec<Range<usize>> {
     removals_outside(text, hits, Settled::default())
 }
 
-/// As [`removals`], not judging the candidates whose value `settled` covers (their ranges
-/// are removed by the findings that settled them).
+/// As [`removals`], not judging the candidates whose value `settled` covers: their ranges are
+/// removed by the findings that settled them, and their values looked for again as removed
+/// values are (where they stand again outside every removed value).
 pub fn removals_outside(text: &str, hits: &[usize], settled: Settled<'_>) -> Vec<Range<usize>> {
-    let mut out: Vec<Range<usize>> = candidates_outside(text, hits, settled)
-        .into_iter()
-        .filter(|c| c.judgment.removed)
-        .map(|c| c.value)
-        .collect();
-    match repeats(text, &out) {
+    let (mut out, mut covered) = (Vec::new(), Vec::new());
+    for c in candidates_outside(text, hits, settled) {
+        if c.judgment.removed {
+            out.push(c.value);
+        } else if c.judgment.kept_because == Some(SETTLED) {
+            covered.push(c.value);
+        }
+    }
+    match repeats(text, &out, &covered) {
         Some(repeats) => out.extend(repeats),
         None => return std::iter::once(0..text.len()).collect(),
     }
@@ -1792,18 +1821,31 @@ pub const REPEAT_MATCH_BUDGET: usize = 8;
 /// Removed values shorter than this are not looked for again (too many false repeats).
 const REPEAT_MIN_BYTES: usize = 6;
 
-/// Every place a removed value of 6 bytes or more appears again in `text` outside the removed
-/// ranges `removed`. Occurrences are looked for where they start outside every removed range;
+/// Every place a removed value of 6 bytes or more (or a value of `also`) appears again in
+/// `text` outside the removed ranges `removed`. Occurrences are looked for where they start
+/// outside every removed range;
 /// for each value, left to right without overlapping one another (as `str::match_indices`
 /// finds them); one that runs into a removed range is left to that range. `None` when
 /// finding them would take more matches than the budget allows.
-fn repeats(text: &str, removed: &[Range<usize>]) -> Option<Vec<Range<usize>>> {
-    if !removed.iter().any(|r| r.len() >= REPEAT_MIN_BYTES) {
+fn repeats(
+    text: &str,
+    removed: &[Range<usize>],
+    also: &[Range<usize>],
+) -> Option<Vec<Range<usize>>> {
+    if !removed
+        .iter()
+        .chain(also)
+        .any(|r| r.len() >= REPEAT_MIN_BYTES)
+    {
         return Some(Vec::new());
     }
     // The look-up by prefix is the fast way (building an automaton over thousands of values
     // costs more than the search); the automaton bounds the adversarial cases.
-    let values = ValuesByPrefix::of(text, removed)?;
+    let values = if also.is_empty() {
+        ValuesByPrefix::of(text, removed)?
+    } else {
+        ValuesByPrefix::of(text, &[removed, also].concat())?
+    };
     let removed = RemovedRanges::merged(removed);
     let budget = text
         .len()
@@ -2161,6 +2203,14 @@ mod tests {
                 "Authorization: NTLM TlRMTVNTUAABAAAAB4IIog",
                 "TlRMTVNTUAABAAAAB4IIog",
             ),
+            (
+                "Authorization: NTLM TlRMTUAAABABoITVNIAAZI1AQBuOh4cSAQ8B1A=",
+                "TlRMTUAAABABoITVNIAAZI1AQBuOh4cSAQ8B1A=",
+            ),
+            (
+                r#"curl -H "Authorization: Negotiate YIIBhwYGKwYBBQUCoIIBezCCAXegGDAW=" https://x"#,
+                "YIIBhwYGKwYBBQUCoIIBezCCAXegGDAW=",
+            ),
             ("setenv(\"API_TOKEN\", \"a8Fk2Lq9\")", "a8Fk2Lq9"),
             (
                 "<add key=\"SmtpPassword\" value=\"Hunter2Winter!\" />",
@@ -2220,6 +2270,19 @@ mod tests {
                 "TestSource-Password",
             ),
             ("password = \"CompanyPassword\"", "CompanyPassword"),
+            // OAuth 1.0: each credential parameter of the header, and the signature.
+            (
+                "Authorization: OAuth oauth_consumer_key=\"xvz1evFS4wEEPTGEFPHBog\", oauth_signature=\"tnnArxj06cWHq44gCs1OSKk%2FjY%3D\"",
+                "xvz1evFS4wEEPTGEFPHBog",
+            ),
+            (
+                "Authorization: OAuth oauth_consumer_key=\"xvz1evFS4wEEPTGEFPHBog\", oauth_signature=\"tnnArxj06cWHq44gCs1OSKk%2FjY%3D\"",
+                "tnnArxj06cWHq44gCs1OSKk%2FjY%3D",
+            ),
+            (
+                "oauth_signature=JgEWaL6V6eM%2FFb9wuXG4I3IB6wY%3D&oauth_token=370773112-GmHxMAgY",
+                "JgEWaL6V6eM%2FFb9wuXG4I3IB6wY%3D",
+            ),
         ];
         for (text, secret) in gone {
             let r = removed(text);
@@ -2228,6 +2291,12 @@ mod tests {
                 "{text}: removed {r:?}, wanted {secret}"
             );
         }
+        // The scheme stays: it names how the parameters after it are read.
+        let oauth =
+            "Authorization: OAuth oauth_nonce=\"kYjzVBB8Y0ZFabxSWbWovY3uYSQ2pTgmZeNu2VS4cg\"";
+        let mut r = removed(oauth);
+        r.dedup();
+        assert_eq!(r, ["kYjzVBB8Y0ZFabxSWbWovY3uYSQ2pTgmZeNu2VS4cg"]);
         let kept: &[&str] = &[
             "token = Expect(Token::LBRACKET);",
             "match t { Token::SEMICOLON => 1 }",
@@ -2253,6 +2322,7 @@ mod tests {
             "if (password != other.password) return;",
             "auth: true",
             "the token is invalid",
+            "email_signature = \"Best regards, Jane\"",
             "pwd = os.getcwd()",
             "PWD=/home/app",
             "PWD=/tmp",
@@ -2607,8 +2677,8 @@ mod tests {
 
         /// Candidates inside ranges a format rule found are not judged, and nothing is
         /// lost by it: with those ranges, every byte removed before is removed still, and
-        /// what more is removed is where a value removed before stands again (a repeat that
-        /// a settled value, removed before, no longer hides).
+        /// what more is removed is where a value removed before, or a settled one, stands
+        /// again.
         #[test]
         fn settled_candidates_lose_no_removal(
             text in dense_text(),
@@ -2634,11 +2704,14 @@ mod tests {
                 set
             };
             let before = removals(&text, &hits);
-            let after = removals_outside(&text, &hits, Settled(&settled));
+            let mut merged = settled.clone();
+            let after = removals_outside(&text, &hits, Settled::merge(&mut merged));
             let (was, is) = (bytes(&before), bytes(&after));
             let mut again = vec![false; text.len()];
-            for r in &before {
-                for (at, v) in text.match_indices(&text[r.clone()]) {
+            let inside = |v: &Range<usize>| merged.iter().any(|s| s.start <= v.start && v.end <= s.end);
+            let covered = found.iter().map(|c| c.value.clone()).filter(|v| inside(v));
+            for r in before.iter().cloned().chain(covered) {
+                for (at, v) in text.match_indices(&text[r]) {
                     again[at..at + v.len()].iter_mut().for_each(|b| *b = true);
                 }
             }
