@@ -1079,8 +1079,8 @@ fn is_key_byte(b: u8) -> bool {
 /// Why a candidate was not judged: a rule that outranks the judgment removes its value.
 pub const SETTLED: &str = "inside a finding of a format rule, which removes it";
 
-/// Ranges of a text that rules ranked before the judgment already remove, sorted and apart
-/// ([`Settled::merge`]). A candidate whose value lies inside one is not judged: whatever the
+/// Ranges of a text that rules ranked before the judgment already remove, sorted and not
+/// overlapping ([`Settled::merge`]). A candidate whose value lies inside one is not judged: whatever the
 /// verdict, the finding around it removes the same bytes under its own name. Its value is
 /// looked for again elsewhere in the text as a removed value's is ([`removals_outside`]):
 /// a format rule found it part of a secret.
@@ -1088,11 +1088,13 @@ pub const SETTLED: &str = "inside a finding of a format rule, which removes it";
 pub struct Settled<'a>(&'a [Range<usize>]);
 
 impl<'a> Settled<'a> {
-    /// `ranges` sorted and merged where they overlap or touch, ready to settle candidates.
+    /// `ranges` sorted and merged where they overlap, ready to settle candidates. Touching
+    /// ones stay apart, as the findings stay apart in the output: a value across two of them
+    /// is judged, as it joins them into one replacement.
     pub fn merge(ranges: &'a mut Vec<Range<usize>>) -> Settled<'a> {
         ranges.sort_unstable_by_key(|r| r.start);
         ranges.dedup_by(|next, last| {
-            let joined = next.start <= last.end;
+            let joined = next.start < last.end;
             if joined {
                 last.end = last.end.max(next.end);
             }
@@ -2110,6 +2112,33 @@ mod tests {
             .into_iter()
             .map(|r| text[r].to_string())
             .collect()
+    }
+
+    #[test]
+    fn settled_ranges_merge_where_they_overlap_and_cover_what_lies_inside_one() {
+        let mut ranges = vec![20..30, 0..5, 5..10, 22..35, 40..41];
+        let settled = Settled::merge(&mut ranges);
+        assert_eq!(settled.0, [0..5, 5..10, 20..35, 40..41]);
+        let covered: Vec<bool> = [
+            0..5,
+            1..4,
+            3..7,
+            5..10,
+            21..35,
+            19..25,
+            30..36,
+            40..41,
+            41..42,
+        ]
+        .iter()
+        .map(|v| settled.covers(v))
+        .collect();
+        assert_eq!(
+            covered,
+            [true, true, false, true, true, false, false, true, false],
+            "a value across two touching findings is not covered"
+        );
+        assert!(!Settled::default().covers(&(0..1)));
     }
 
     #[test]
