@@ -454,6 +454,19 @@ pub const PERSONAL_DATA: &[&str] = &[
 /// The detector that is the key-context judgment.
 const JUDGED_DETECTOR: &str = "secret_key_assignment";
 
+/// The run of token characters the built-in detector `id` cannot match without, when its
+/// regex is still the catalogue's: `high_entropy_near_keyword` takes 24 or more
+/// (`[A-Za-z0-9+/_\-]{24,}`), and the keywords it waits for (`token`, `secret`) are common
+/// words of model text that holds no such run.
+pub fn min_token_run(id: &str, regex: &str) -> usize {
+    match id {
+        "high_entropy_near_keyword" if DETECTORS.iter().any(|d| d.id == id && d.regex == regex) => {
+            24
+        }
+        _ => 0,
+    }
+}
+
 /// The default detectors as specs.
 pub fn default_detectors() -> Vec<DetectorSpec> {
     DETECTORS
@@ -1745,6 +1758,42 @@ mod tests {
             default_key_rules().len()
         );
         assert!(doc.contains(&count), "the count line should read {count:?}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        /// `high_entropy_near_keyword` never matches a text without the run of token
+        /// characters its gate asks for: text around its keywords, runs of token characters
+        /// short and long, breaks, and letters outside ASCII.
+        #[test]
+        fn the_token_run_gate_never_turns_away_a_match(
+            parts in proptest::collection::vec(
+                "(secret|TOKEN|api_key|Access-Key|privatekey|credential|[A-Za-z0-9+/_-]{1,30}|[ :=\"'.,\n]{1,3}|ſ|\u{212A}|é|={1,2})",
+                0..12,
+            )
+        ) {
+            let text: String = parts.concat();
+            let d = DETECTORS
+                .iter()
+                .find(|d| d.id == "high_entropy_near_keyword")
+                .expect("in the catalogue");
+            let need = min_token_run(d.id, d.regex);
+            proptest::prop_assert_eq!(need, 24);
+            let matched = regex::Regex::new(d.regex).expect("compiles").is_match(&text);
+            proptest::prop_assert!(
+                !matched || crate::protect::validators::longest_token_run(&text) >= need,
+                "{:?}", text
+            );
+        }
+    }
+
+    #[test]
+    fn a_changed_regex_keeps_no_token_run_gate() {
+        assert_eq!(
+            min_token_run("high_entropy_near_keyword", "(?i)token(.+)"),
+            0
+        );
+        assert_eq!(min_token_run("email_address", "@"), 0);
     }
 
     #[test]

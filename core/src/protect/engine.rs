@@ -65,6 +65,9 @@ pub enum RuleError {
 struct Detector {
     /// Digits the text must hold before this detector is worth running (cards, phones…).
     min_digits: usize,
+    /// The run of token characters the text must hold before its regex runs (0: none;
+    /// [`catalogue::min_token_run`]).
+    min_token_run: usize,
     rank: usize,
     id: Arc<str>,
     regex: Regex,
@@ -679,6 +682,7 @@ impl Redactor {
         // whole catalogue per string was 5% of the daemon's CPU under load. The candidates
         // stay in the bitset (cleared where they drop out): no allocation per string.
         let mut candidates = 0usize;
+        let mut token_run = None;
         for (w, word) in run.iter_mut().enumerate() {
             let mut bits = *word;
             while bits != 0 {
@@ -686,6 +690,10 @@ impl Redactor {
                 bits &= bits - 1;
                 let d = &self.detectors[w * 64 + bit as usize];
                 if flagged.digits >= d.min_digits
+                    && (d.min_token_run == 0
+                        || *token_run
+                            .get_or_insert_with(|| super::validators::longest_token_run(text))
+                            >= d.min_token_run)
                     && d.applies_under(flagged.lower_key)
                     && d.gate
                         .is_none_or(|g| shapes.get_or_insert_with(|| Shapes::of(text)).has(g))
@@ -1034,6 +1042,7 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
     }
     Ok(Detector {
         min_digits: spec.min_digits,
+        min_token_run: catalogue::min_token_run(&spec.id, &spec.regex),
         rank,
         id: Arc::from(spec.id.as_str()),
         regex,

@@ -298,6 +298,24 @@ fn counts_up(t: &str, n: usize) -> bool {
     longest_runs(t.as_bytes()).counting >= n
 }
 
+/// The longest run of token characters (`A-Z a-z 0-9 + / _ -`, the base64 alphabets) in
+/// `text`, in bytes; `usize::MAX` when `text` is not ASCII (a case-insensitive regex's letter
+/// classes hold `ſ` and the Kelvin sign too, which this does not count).
+pub fn longest_token_run(text: &str) -> usize {
+    if !text.is_ascii() {
+        return usize::MAX;
+    }
+    let (mut run, mut longest) = (0usize, 0usize);
+    for &c in text.as_bytes() {
+        run = match c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'-') {
+            true => run + 1,
+            false => 0,
+        };
+        longest = longest.max(run);
+    }
+    longest
+}
+
 /// The longest runs in a value (1 each for a one-byte value, 0 for an empty one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Runs {
