@@ -1092,14 +1092,7 @@ impl<'a> Settled<'a> {
     /// ones stay apart, as the findings stay apart in the output: a value across two of them
     /// is judged, as it joins them into one replacement.
     pub fn merge(ranges: &'a mut Vec<Range<usize>>) -> Settled<'a> {
-        ranges.sort_unstable_by_key(|r| r.start);
-        ranges.dedup_by(|next, last| {
-            let joined = next.start < last.end;
-            if joined {
-                last.end = last.end.max(next.end);
-            }
-            joined
-        });
+        *ranges = merged_where_overlapping(std::mem::take(ranges));
         Settled(ranges)
     }
 
@@ -1858,6 +1851,19 @@ fn repeats(
         .or_else(|| occurrences_by_automaton(text, &values.values, &removed, budget))
 }
 
+/// `ranges` sorted by start and merged where they overlap (touching ones stay apart).
+fn merged_where_overlapping(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    ranges.sort_unstable_by_key(|r| r.start);
+    ranges.dedup_by(|next, last| {
+        let joined = next.start < last.end;
+        if joined {
+            last.end = last.end.max(next.end);
+        }
+        joined
+    });
+    ranges
+}
+
 /// Removed ranges, sorted and merged where they overlap.
 struct RemovedRanges {
     ranges: Vec<Range<usize>>,
@@ -1865,16 +1871,9 @@ struct RemovedRanges {
 
 impl RemovedRanges {
     fn merged(sources: &[Range<usize>]) -> Self {
-        let mut taken: Vec<Range<usize>> = sources.to_vec();
-        taken.sort_unstable_by_key(|r| r.start);
-        let mut ranges: Vec<Range<usize>> = Vec::with_capacity(taken.len());
-        for r in taken {
-            match ranges.last_mut() {
-                Some(last) if r.start < last.end => last.end = last.end.max(r.end),
-                _ => ranges.push(r),
-            }
+        RemovedRanges {
+            ranges: merged_where_overlapping(sources.to_vec()),
         }
-        RemovedRanges { ranges }
     }
 
     /// The first merged range that ends after `at`.
