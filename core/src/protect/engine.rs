@@ -7,11 +7,11 @@ use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
 
 use super::catalogue;
 use super::key_context::{self, Judgment, KeyClass, Syntax};
+use super::keywords::KeywordSearch;
 use super::learned;
 use super::rules::{Action, DetectorSpec, KeyGlob, KeyRuleSpec, RedactionConfig};
 use super::shape::{ShapeGate, Shapes};
@@ -46,7 +46,7 @@ pub enum RuleError {
     /// `drop` and `truncate` are for key rules.
     #[error("redaction rule {0}: a detector can mask or hash its match; drop and truncate are for key rules")]
     DropOnDetector(String),
-    /// The keyword prefilter could not be built.
+    /// The keyword search could not be built.
     #[error("redaction keywords: {0}")]
     Keywords(String),
     /// A tenant's override does not compile.
@@ -157,7 +157,7 @@ pub struct Finding {
 /// The compiled redaction rules.
 pub struct Redactor {
     detectors: Vec<Detector>,
-    prefilter: Option<AhoCorasick>,
+    keywords: Option<KeywordSearch>,
     /// Prefilter pattern index to detector index.
     keyword_owner: Vec<usize>,
     /// Detectors without keywords: they run on every string.
@@ -250,13 +250,17 @@ impl DetectorBits {
     }
 }
 
-/// What the key rules say about one key.
-#[derive(Clone, Copy)]
-enum KeyVerdict {
+/// What the key rules say about one key, whatever its value (see
+/// [`Redactor::key_verdict`]).
+#[derive(Debug, Clone, Copy)]
+pub enum KeyVerdict {
+    /// On the allowlist: the value is never touched.
     Allowed,
+    /// A configured key rule covers it (by index).
     Rule(usize),
     /// A judged rule covers the key, which is of this class.
     Judged(usize, KeyClass),
+    /// No key rule covers it.
     Free,
 }
 
@@ -314,8 +318,10 @@ impl Redactor {
                 .position(|u| unverified_twins(spec, u))
                 .map(|k| (Arc::from(detector_specs[i + 1 + k].id.as_str()), i + 1 + k));
             detectors.push(d);
-            if spec.keywords.is_empty() {
+            // An empty keyword stands in every text: the detector runs on every one.
+            if spec.keywords.is_empty() || spec.keywords.iter().any(String::is_empty) {
                 unfiltered.push(i);
+                continue;
             }
             for k in &spec.keywords {
                 keywords.push(k.to_ascii_lowercase());
@@ -336,24 +342,10 @@ impl Redactor {
                 keyword_owner.push(KEY_LITERAL);
             }
         }
-        let prefilter = if keywords.is_empty() {
+        let keyword_search = if keywords.is_empty() {
             None
         } else {
-            Some(
-                AhoCorasickBuilder::new()
-                    .ascii_case_insensitive(true)
-                    .match_kind(MatchKind::Standard)
-                    // A full DFA: the keyword pass runs on every string, and the automaton
-                    // for a few hundred short keywords is small.
-                    .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-                    // No prefilter: the keywords start with most letters, so in text it
-                    // stopped at nearly every byte to look ahead and skipped little (off,
-                    // together with a lighter learned-values pass, payloads with no finding
-                    // protected 13% faster).
-                    .prefilter(false)
-                    .build(&keywords)
-                    .map_err(|e| RuleError::Keywords(e.to_string()))?,
-            )
+            Some(KeywordSearch::new(&keywords).map_err(|e| RuleError::Keywords(e.to_string()))?)
         };
         let judged_detector = detector_specs.iter().position(|d| d.judged);
         let key_scoped_detectors = detectors.iter().any(|d| !d.keys.is_empty());
@@ -375,7 +367,7 @@ impl Redactor {
                 .iter()
                 .any(|d| !d.keys.is_empty() || !d.except_keys.is_empty()),
             detectors,
-            prefilter,
+            keywords: keyword_search,
             keyword_owner,
             unfiltered,
             key_rules,
@@ -465,7 +457,23 @@ impl Redactor {
     /// key-context judgment removes (and, for credential names, on any value that is not a
     /// string: a map or list under `credentials` goes whole).
     pub fn key_rule_decision(&self, key: &str, value: Option<&str>) -> KeyRuleDecision<'_> {
-        match self.verdict(key) {
+        self.key_rule_decision_under(self.verdict(key), key, value)
+    }
+
+    /// What the key rules say about `key` whatever its value: a document whose records
+    /// repeat their keys asks once per key, not through the shared cache per member.
+    pub fn key_verdict(&self, key: &str) -> KeyVerdict {
+        self.verdict(key)
+    }
+
+    /// [`Redactor::key_rule_decision`] given the key's verdict.
+    pub fn key_rule_decision_under(
+        &self,
+        verdict: KeyVerdict,
+        key: &str,
+        value: Option<&str>,
+    ) -> KeyRuleDecision<'_> {
+        match verdict {
             KeyVerdict::Rule(i) => match self.key_rules.get(i) {
                 Some(rule) if rule.fires_on(value) => KeyRuleDecision::Fires(rule, None),
                 _ => KeyRuleDecision::None,
@@ -559,7 +567,7 @@ impl Redactor {
             return Some(found);
         }
         if run.iter().any(|&w| w != 0) {
-            let digits = text.bytes().filter(u8::is_ascii_digit).count();
+            let digits = super::validators::ascii_digits(text);
             let lower_key = key.filter(|_| self.detectors_read_keys).map(lowercase);
             let mut shapes = None;
             let flagged = Flagged {
@@ -609,7 +617,7 @@ impl Redactor {
         if clean {
             self.flag_unfiltered(run);
             let flagged = Flagged {
-                digits: text.bytes().filter(u8::is_ascii_digit).count(),
+                digits: super::validators::ascii_digits(text),
                 lower_key: None,
                 judged_hits: &judged_hits,
             };
@@ -648,23 +656,22 @@ impl Redactor {
         judged_hits: &mut Vec<usize>,
         mut on_hit: impl FnMut(usize, Range<usize>) -> bool,
     ) -> bool {
-        let Some(ac) = &self.prefilter else {
+        let Some(keywords) = &self.keywords else {
             return true;
         };
-        for m in ac.find_overlapping_iter(text) {
-            let i = self.keyword_owner[m.pattern().as_usize()];
-            if !on_hit(i, m.range()) {
+        keywords.each(text, |p, range| {
+            let i = self.keyword_owner[p];
+            if !on_hit(i, range.clone()) {
                 return false;
             }
-            if i == KEY_LITERAL {
-                continue;
+            if i != KEY_LITERAL {
+                if Some(i) == self.judged_detector {
+                    judged_hits.push(range.start);
+                }
+                run[i / 64] |= 1 << (i % 64);
             }
-            if Some(i) == self.judged_detector {
-                judged_hits.push(m.start());
-            }
-            run[i / 64] |= 1 << (i % 64);
-        }
-        true
+            true
+        })
     }
 
     /// Runs the detectors set in `run` that `text` can hold a finding of (enough digits, a
@@ -724,7 +731,7 @@ impl Redactor {
         });
         for i in chosen {
             let d = &self.detectors[i];
-            if d.shadowed {
+            if d.shadowed || (d.min_token_run > 0 && !self.token_run_unsettled(text, d, found)) {
                 continue;
             }
             if d.judged {
@@ -736,6 +743,22 @@ impl Redactor {
                 return;
             }
         }
+    }
+
+    /// False when every run of token characters long enough for `d` lies inside one secret
+    /// an earlier rule found (`token ghp_…`, which the GitHub rule removes): whatever `d`
+    /// finds there merges into that finding, under that rule's name, so it need not run.
+    fn token_run_unsettled(&self, text: &str, d: &Detector, found: &[Finding]) -> bool {
+        let mut earlier: Vec<Range<usize>> = found
+            .iter()
+            .filter(|f| f.rank < d.rank && self.detectors.get(f.rank).is_some_and(|e| e.learnable))
+            .map(|f| f.start..f.end)
+            .collect();
+        if earlier.is_empty() {
+            return true;
+        }
+        let settled = key_context::Settled::merge(&mut earlier);
+        super::validators::token_run_outside(text, d.min_token_run, |r| settled.covers(r))
     }
 
     /// `found` less the personal-data findings that begin inside a secret's finding and end
@@ -978,7 +1001,12 @@ impl Detector {
 fn key_literals(rules: &[KeyRule]) -> Option<Vec<String>> {
     let mut literals = Vec::new();
     for g in rules.iter().flat_map(|r| &r.globs) {
-        literals.push(g.literals().iter().max_by_key(|l| l.len())?.clone());
+        let longest = g.literals().iter().max_by_key(|l| l.len())?;
+        // A glob with no literal (`*`) may cover any key.
+        if longest.is_empty() {
+            return None;
+        }
+        literals.push(longest.clone());
     }
     Some(literals)
 }
@@ -1095,4 +1123,69 @@ fn compile_key_rule(spec: &KeyRuleSpec) -> KeyRule {
 
 fn globs(patterns: &[String]) -> Vec<KeyGlob> {
     patterns.iter().map(|k| KeyGlob::new(k)).collect()
+}
+
+#[cfg(test)]
+mod token_run_gate {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Built once: compiling the catalogue is most of a case's time.
+    static REDACTORS: std::sync::LazyLock<(Redactor, Redactor)> =
+        std::sync::LazyLock::new(redactors);
+
+    fn redactors() -> (Redactor, Redactor) {
+        let config = RedactionConfig::default();
+        let gated = Redactor::new(&config, KeyedHasher::new(b"k")).expect("compiles");
+        let mut ungated = Redactor::new(&config, KeyedHasher::new(b"k")).expect("compiles");
+        for d in &mut ungated.detectors {
+            d.min_token_run = 0;
+        }
+        assert!(gated.detectors.iter().any(|d| d.min_token_run > 0));
+        (gated, ungated)
+    }
+
+    fn scanned(r: &Redactor, text: &str) -> Vec<(String, Range<usize>)> {
+        r.scan(text)
+            .into_iter()
+            .map(|f| (f.rule.to_string(), f.start..f.end))
+            .collect()
+    }
+
+    #[test]
+    fn a_token_inside_a_format_finding_is_not_looked_at_again() {
+        let (gated, ungated) = &*REDACTORS;
+        let token = "ghp_T3stOnlyT0ken7f3a9c2e1d5b8a4c6e0f2d9";
+        for text in [
+            format!("card 4111 1111 1111 1111, token {token}"),
+            format!("token {token}=="),
+            format!("token {token}Zq9xW2vB7nK4mL8pR3tY6uI1oE5aS0dF"),
+            format!("token {token} and secret Zq9xW2vB7nK4mL8pR3tY6uI1oE5aS0dF"),
+        ] {
+            assert_eq!(scanned(gated, &text), scanned(ungated, &text), "{text}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        /// Skipping the detector where every long run is inside an earlier secret finding
+        /// changes no scan.
+        #[test]
+        fn the_settled_run_gate_changes_no_scan(
+            parts in proptest::collection::vec(prop_oneof![
+                Just("token ".to_string()),
+                Just("secret=".to_string()),
+                Just("ghp_T3stOnlyT0ken7f3a9c2e1d5b8a4c6e0f2d9".to_string()),
+                Just("sk-proj-T3stOnlyN0tAR3alK3yAbCdEfGhIjKlMnOpQrStUvWxYz012345".to_string()),
+                Just("AKIAIOSFODNN7EXAMPLE".to_string()),
+                Just("=".to_string()),
+                "[A-Za-z0-9+/_-]{1,30}",
+                "[ ,.:\"é]{1,2}",
+            ], 0..10),
+        ) {
+            let (gated, ungated) = &*REDACTORS;
+            let text = parts.concat();
+            prop_assert_eq!(scanned(gated, &text), scanned(ungated, &text), "{:?}", text);
+        }
+    }
 }

@@ -1097,7 +1097,7 @@ impl<'a> Settled<'a> {
     }
 
     /// True when `value` lies inside a settled range.
-    fn covers(&self, value: &Range<usize>) -> bool {
+    pub fn covers(&self, value: &Range<usize>) -> bool {
         let i = self.0.partition_point(|s| s.end < value.end);
         self.0
             .get(i)

@@ -139,6 +139,34 @@ impl StartBits {
     }
 }
 
+/// Calls `at` with each word start of `b` but its last byte: an ASCII letter or digit with
+/// none before it. Eight bytes at a time: a branch per word, each time mispredicted where it
+/// ended, was most of the pass.
+fn each_word_start(b: &[u8], mut at: impl FnMut(usize)) {
+    use super::lanes;
+    let end = b.len().saturating_sub(1);
+    // The high bit of the byte before the word, where it is a letter or digit.
+    let mut before = 0u64;
+    let mut i = 0;
+    while let Some(x) = lanes::load(b, i) {
+        let alnum = lanes::alphanumeric(x);
+        let starts = alnum & !((alnum << 8) | before);
+        before = alnum >> 56;
+        for k in lanes::positions(starts).map(|k| i + k) {
+            if k < end {
+                at(k);
+            }
+        }
+        i += 8;
+    }
+    for k in i..end {
+        let starts = b[k].is_ascii_alphanumeric() && (k == 0 || !b[k - 1].is_ascii_alphanumeric());
+        if starts {
+            at(k);
+        }
+    }
+}
+
 fn prefix_key(b: &[u8]) -> Option<u64> {
     let p: [u8; PREFIX_BYTES] = b.get(..PREFIX_BYTES)?.try_into().ok()?;
     Some(u64::from_le_bytes(p))
@@ -284,24 +312,14 @@ impl TenantScope {
         // Two bit tests rule out most word starts for all three indexes at once.
         let (snapshot, fresh) = (&self.snapshot_starts, &self.fresh.starts);
         let last = b.len() - PREFIX_BYTES;
-        let mut i = 0;
-        while i <= last {
-            if !b[i].is_ascii_alphanumeric() {
-                i += 1;
-                continue;
-            }
+        each_word_start(&b[..last + 2], |i| {
             let pair = &b[i..i + 2];
             if snapshot.may_start(pair) || fresh.may_start(pair) {
                 for x in indexes {
                     x.find_at(text, i, self.ttl, &mut now, out);
                 }
             }
-            // The rest of the word starts nothing.
-            i += 1 + b[i + 1..]
-                .iter()
-                .take_while(|c| c.is_ascii_alphanumeric())
-                .count();
-        }
+        });
     }
 
     /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is
@@ -611,7 +629,7 @@ mod tests {
         fn the_pass_finds_each_value_at_each_word_start_it_stands_at(
             earlier in proptest::collection::vec("[a-c0-2]{8,11}", 0..6),
             now in proptest::collection::vec("[a-c0-2]{8,11}", 0..6),
-            parts in proptest::collection::vec("([a-c0-2]{1,6}|[ ._=\"-]|[a-c0-2]{8,11})", 0..30),
+            parts in proptest::collection::vec("([a-c0-2]{1,6}|[ ._=\"-]|[A-Cé]|[a-c0-2]{8,11})", 0..30),
         ) {
             let s = store(LearnedConfig::default());
             let mut before = s.scope("t");

@@ -15,6 +15,8 @@ pub mod engine;
 pub mod json_text;
 pub mod judgment;
 pub mod key_context;
+pub mod keywords;
+pub mod lanes;
 pub mod learned;
 pub mod rules;
 pub mod shape;

@@ -5,6 +5,7 @@
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// A validator a detector can name in its configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -298,6 +299,19 @@ fn counts_up(t: &str, n: usize) -> bool {
     longest_runs(t.as_bytes()).counting >= n
 }
 
+/// The ASCII digits in `text`, eight bytes at a time (the byte-by-byte count was a tenth of
+/// surveying a clean document: the compiler widens each byte to a 64-bit lane).
+pub fn ascii_digits(text: &str) -> usize {
+    let b = text.as_bytes();
+    let mut n = 0;
+    let mut i = 0;
+    while let Some(x) = super::lanes::load(b, i) {
+        n += super::lanes::within(x, b'0', b'9').count_ones() as usize;
+        i += 8;
+    }
+    n + b[i..].iter().filter(|c| c.is_ascii_digit()).count()
+}
+
 /// The longest run of token characters (`A-Z a-z 0-9 + / _ -`, the base64 alphabets) in
 /// `text`, in bytes; `usize::MAX` when `text` is not ASCII (a case-insensitive regex's letter
 /// classes hold `ſ` and the Kelvin sign too, which this does not count).
@@ -314,6 +328,35 @@ pub fn longest_token_run(text: &str) -> usize {
         longest = longest.max(run);
     }
     longest
+}
+
+/// True when `text` holds a run of `min` or more token characters (as
+/// [`longest_token_run`] counts them) that `covered`, given the run with the `=` (two at
+/// most) after it, does not hold; always true for text that is not ASCII.
+pub fn token_run_outside(text: &str, min: usize, covered: impl Fn(&Range<usize>) -> bool) -> bool {
+    if !text.is_ascii() {
+        return true;
+    }
+    let b = text.as_bytes();
+    let token = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'-');
+    let mut i = 0;
+    while i < b.len() {
+        if !token(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && token(b[i]) {
+            i += 1;
+        }
+        if i - start >= min {
+            let padding = b[i..].iter().take(2).take_while(|&&c| c == b'=').count();
+            if !covered(&(start..i + padding)) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The longest runs in a value (1 each for a one-byte value, 0 for an empty one).
@@ -587,5 +630,21 @@ mod tests {
         assert!(!not_trivial("00000000"));
         assert!(!not_trivial("abcdefgh"));
         assert!(not_trivial("a8Fk2Lq9"));
+    }
+
+    #[test]
+    fn ascii_digits_counts_each_digit_once() {
+        assert_eq!(ascii_digits(""), 0);
+        assert_eq!(ascii_digits("/09:"), 2);
+        assert_eq!(ascii_digits("ORD-00023757 é٣ 2026-11-30T05:17:14.133Z"), 25);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Eight bytes at a time count what one byte at a time counts.
+        #[test]
+        fn ascii_digits_is_the_bytewise_count(t in "[0-9/:a\\x00-\\x7fé٣\\u{80}-\\u{ff}]{0,40}") {
+            proptest::prop_assert_eq!(ascii_digits(&t), t.bytes().filter(u8::is_ascii_digit).count());
+        }
     }
 }

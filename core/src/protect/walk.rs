@@ -544,6 +544,9 @@ fn json_edits(
     let mut key_edits = Vec::new();
     let mut dropped = Vec::new();
     let mut clean_keys: crate::maps::FastSet<&str> = crate::maps::FastSet::default();
+    // Each distinct key's verdict, asked once per document (records repeat their keys).
+    let mut verdicts: crate::maps::FastMap<&str, super::engine::KeyVerdict> =
+        crate::maps::FastMap::default();
     // Values before this byte are inside a value already replaced, dropped or kept whole.
     let mut skip_until = 0;
     for (i, v) in values.iter().enumerate() {
@@ -618,7 +621,18 @@ fn json_edits(
             };
             // Key rules read at the depth of the object that holds the member.
             let object_at = depth + values[p].depth;
-            match key_rule_outcome(r, k, string.as_deref(), empty, original, hits, object_at) {
+            let verdict = *verdicts.entry(k).or_insert_with(|| r.key_verdict(k));
+            let decision = r.key_rule_decision_under(verdict, k, string.as_deref());
+            match key_rule_outcome(
+                r,
+                decision,
+                k,
+                string.as_deref(),
+                empty,
+                original,
+                hits,
+                object_at,
+            ) {
                 KeyRuleOutcome::Scan => {}
                 KeyRuleOutcome::Keep => {
                     skip_until = v.range.end;
@@ -801,10 +815,12 @@ enum KeyRuleOutcome {
     Replace(String),
 }
 
-/// Applies the key rule that covers `key`, if one fires on `value` (its text, when it is a
-/// string); `original` renders the whole value for rules that replace it.
+/// Applies the key rule that covers `key`, if `decision` says one fires on `value` (its
+/// text, when it is a string); `original` renders the whole value for rules that replace it.
+#[allow(clippy::too_many_arguments)]
 fn key_rule_outcome(
     r: &Redactor,
+    decision: KeyRuleDecision<'_>,
     key: &str,
     value: Option<&str>,
     empty: bool,
@@ -812,8 +828,7 @@ fn key_rule_outcome(
     hits: &mut Redactions,
     depth: usize,
 ) -> KeyRuleOutcome {
-    // One look-up says both whether the key is allowed and which rule covers it.
-    let rule = match r.key_rule_decision(key, value) {
+    let rule = match decision {
         // An allowed key's value is never touched.
         KeyRuleDecision::Allowed => return KeyRuleOutcome::Keep,
         KeyRuleDecision::Fires(rule, _) => rule,
@@ -876,7 +891,18 @@ pub fn redact_attributes(
                 .collect(),
             _ => Vec::new(),
         };
-        let outcome = key_rule_outcome(r, key, value.as_str(), empty, original, hits, depth);
+        // One look-up says both whether the key is allowed and which rule covers it.
+        let decision = r.key_rule_decision(key, value.as_str());
+        let outcome = key_rule_outcome(
+            r,
+            decision,
+            key,
+            value.as_str(),
+            empty,
+            original,
+            hits,
+            depth,
+        );
         if matches!(outcome, KeyRuleOutcome::Drop | KeyRuleOutcome::Replace(_)) {
             for item in &items {
                 super::trail::scanning_under(Some(key));
