@@ -13,6 +13,8 @@
 //! ASCII passes every gate (the regexes' `\d` and `\s` are Unicode classes; the byte tests
 //! here are not).
 
+use super::lanes;
+
 /// A shape some detector's match cannot do without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShapeGate {
@@ -131,11 +133,8 @@ fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
         // Eight bytes with no digit, `:` or `+` hold no part of any shape worth keeping
         // a run across (every shape has a digit or a colon within any eight bytes of it,
         // and every check at a separator looks at digits beside it): skip them at once.
-        if let Some(chunk) = b.get(i..i + 8) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            let x = u64::from_le_bytes(word);
-            if !has_digit_or_colon(x) && !has_byte(x, b'+') {
+        if let Some(x) = lanes::load(b, i) {
+            if lanes::within(x, b'0', b':') | lanes::equal(x, b'+') == 0 {
                 (card, dots, colons, double_colon) = (0, 0, 0, false);
                 i += 8;
                 continue;
@@ -227,23 +226,6 @@ fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
     }
 }
 
-const LOW: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
-
-/// True when some byte of `x` (all ASCII) is a digit or `:` (0x30 to 0x3a): the bit trick for
-/// "a byte strictly between 0x2f and 0x3b", eight bytes at once.
-fn has_digit_or_colon(x: u64) -> bool {
-    let (m, n) = (0x2f_u64, 0x3b_u64);
-    let low7 = x & (LOW * 127);
-    ((LOW * (127 + n)).wrapping_sub(low7) & !x & low7.wrapping_add(LOW * (127 - m)) & HIGH) != 0
-}
-
-/// True when some byte of `x` is `v`.
-fn has_byte(x: u64, v: u8) -> bool {
-    let y = x ^ (LOW * u64::from(v));
-    (y.wrapping_sub(LOW) & !y & HIGH) != 0
-}
-
 /// Bytes of no shape: letters other than hex digits and capitals before digits, quotes,
 /// brackets, ... (an IBAN's capitals are looked at from its digits).
 const OTHER: u8 = 0;
@@ -280,28 +262,6 @@ const BYTE_CLASS: [u8; 256] = {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn the_eight_byte_tests_agree_with_the_byte_tests() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
-        for _ in 0..200_000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            // ASCII only, as Shapes::of sees it; bias toward the bytes that matter.
-            let bytes: [u8; 8] = std::array::from_fn(|k| {
-                let r = (rng >> (k * 8)) as u8;
-                match r % 4 {
-                    0 => b"+:/;09.-"[usize::from(r / 4) % 8],
-                    _ => r & 0x7f,
-                }
-            });
-            let x = u64::from_le_bytes(bytes);
-            let digit_or_colon = bytes.iter().any(|c| (0x30..=0x3a).contains(c));
-            assert_eq!(has_digit_or_colon(x), digit_or_colon, "{bytes:?}");
-            assert_eq!(has_byte(x, b'+'), bytes.contains(&b'+'), "{bytes:?}");
-        }
-    }
 
     #[test]
     fn each_gate_opens_on_its_shape_and_stays_shut_on_look_alikes() {
