@@ -543,10 +543,9 @@ fn json_edits(
     let mut edits = Vec::new();
     let mut key_edits = Vec::new();
     let mut dropped = Vec::new();
-    let mut clean_keys: crate::maps::FastSet<&str> = crate::maps::FastSet::default();
-    // Each distinct key's verdict, asked once per document (records repeat their keys).
-    let mut verdicts: crate::maps::FastMap<&str, super::engine::KeyVerdict> =
-        crate::maps::FastMap::default();
+    // What is known of each distinct key of the document (records repeat their keys): one
+    // look-up per member.
+    let mut keys: crate::maps::FastMap<&str, KeySeen> = crate::maps::FastMap::default();
     // Values before this byte are inside a value already replaced, dropped or kept whole.
     let mut skip_until = 0;
     for (i, v) in values.iter().enumerate() {
@@ -567,8 +566,10 @@ fn json_edits(
         // one found clean is not scanned again in this document. (A value learned later in
         // the document could match a key seen clean before it; its first sighting was kept
         // then anyway, so the set lets no new text through.)
+        let mut seen = None;
         if let (Some(range), Some(k)) = (&v.key, own_key[i].as_deref()) {
-            if !clean_keys.contains(k) {
+            let facts = keys.entry(k).or_default();
+            if !facts.clean {
                 let found = if attention.needs_scan(text, range.clone()) {
                     r.redact_text_under(k, None, hits)
                 } else {
@@ -579,11 +580,10 @@ fn json_edits(
                         let written = json_text::replace_string(&text[range.clone()], &name);
                         key_edits.push((i, range.clone(), written));
                     }
-                    None => {
-                        clean_keys.insert(k);
-                    }
+                    None => facts.clean = true,
                 }
             }
+            seen = Some(facts);
         }
         let raw = &text[v.range.clone()];
         let replace_whole = |edits: &mut Vec<_>, with: String, skip_until: &mut usize| {
@@ -621,7 +621,10 @@ fn json_edits(
             };
             // Key rules read at the depth of the object that holds the member.
             let object_at = depth + values[p].depth;
-            let verdict = *verdicts.entry(k).or_insert_with(|| r.key_verdict(k));
+            let verdict = match seen {
+                Some(facts) => *facts.verdict.get_or_insert_with(|| r.key_verdict(k)),
+                None => r.key_verdict(k),
+            };
             let decision = r.key_rule_decision_under(verdict, k, string.as_deref());
             match key_rule_outcome(
                 r,
@@ -693,6 +696,15 @@ fn json_edits(
             .map(|r| (r, String::new())),
     );
     edits
+}
+
+/// What a document's walk knows of one of its keys.
+#[derive(Default)]
+struct KeySeen {
+    /// Scanned as text and found clean: not scanned again.
+    clean: bool,
+    /// What the key rules say of it, once asked.
+    verdict: Option<super::engine::KeyVerdict>,
 }
 
 /// Text decoded in one or more layers (JSON escaped more than once), innermost last.
