@@ -542,7 +542,7 @@ pub fn default_key_rules() -> Vec<KeyRuleSpec> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protect::engine::Redactor;
     use crate::protect::rules::RedactionConfig;
@@ -560,7 +560,7 @@ mod tests {
     const B62: &str = "aZ3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jK";
 
     /// (rule, text, the substring that must be found under that rule)
-    fn true_positives() -> Vec<(&'static str, String, String)> {
+    pub(crate) fn true_positives() -> Vec<(&'static str, String, String)> {
         let mut v: Vec<(&'static str, String, String)> = Vec::new();
         let mut tp =
             |rule: &'static str, text: String, secret: String| v.push((rule, text, secret));

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use regex::Regex;
 
 use super::catalogue;
+use super::group_place::GroupPlace;
 use super::key_context::{self, Judgment, KeyClass, Syntax};
 use super::keywords::KeywordSearch;
 use super::learned;
@@ -95,6 +96,8 @@ struct Detector {
     unverified_twin: Option<(Arc<str>, usize)>,
     /// An earlier detector finds this one's matches as its unverified twin.
     shadowed: bool,
+    /// How the group is found in a match (without the capture pass where the shape allows).
+    place: GroupPlace,
 }
 
 /// A key rule, compiled.
@@ -945,23 +948,19 @@ impl Detector {
             // match: the context after one value (`,` in `a@x.io,b@y.io`) is the context
             // before the next, and a search from the match's end skipped every second value
             // of a list. One set of group locations serves every match.
-            let mut caps = self.regex.capture_locations();
+            let mut caps = None;
             let mut from = 0;
-            while let Some(all) = self.regex.captures_read_at(&mut caps, text, from) {
-                // A group left out of an alternation gives way to its configured stand-ins.
-                let m = caps
-                    .get(self.group)
-                    .or_else(|| self.alternate_groups.iter().find_map(|&g| caps.get(g)));
+            while let Some((all, m)) = self.next_match(text, from, &mut caps) {
                 // Only a few bytes of context after the group are read again: a rule whose
                 // match runs on long after its group (a user's `(key)[^\n]*`) resumes after
                 // the whole match, so no text is searched more than twice.
                 let next = match m {
-                    Some((_, end)) if all.end() - end <= CONTEXT_AFTER_GROUP => end,
-                    _ => all.end(),
+                    Some((_, end)) if all.end - end <= CONTEXT_AFTER_GROUP => end,
+                    _ => all.end,
                 }
-                .max(all.start() + 1);
+                .max(all.start + 1);
                 if let Some((start, end)) = m {
-                    if !self.context_excepted(&text[all.start()..start]) && accept(start, end) {
+                    if !self.context_excepted(&text[all.start..start]) && accept(start, end) {
                         return;
                     }
                 }
@@ -974,6 +973,47 @@ impl Detector {
                     break;
                 }
             }
+        }
+    }
+
+    /// The next match from `from` and its group's bytes: placed from the match alone where the
+    /// rule's shape allows ([`GroupPlace`]), else by the capture pass (`caps`, made once).
+    fn next_match(
+        &self,
+        text: &str,
+        from: usize,
+        caps: &mut Option<regex::CaptureLocations>,
+    ) -> Option<MatchAndGroup> {
+        if self.place != GroupPlace::Captured {
+            let all = self.regex.find_at(text, from)?.range();
+            let group = self
+                .place
+                .group(text, all.clone())
+                .map(|g| (g.start, g.end));
+            return Some((all, group));
+        }
+        let caps = caps.get_or_insert_with(|| self.regex.capture_locations());
+        let all = self.regex.captures_read_at(caps, text, from)?.range();
+        // A group left out of an alternation gives way to its configured stand-ins.
+        let group = caps
+            .get(self.group)
+            .or_else(|| self.alternate_groups.iter().find_map(|&g| caps.get(g)));
+        Some((all, group))
+    }
+
+    /// A copy placing its group as `place` says (for tests comparing the two ways).
+    #[cfg(test)]
+    fn clone_with_place(&self, place: GroupPlace) -> Detector {
+        Detector {
+            regex: self.regex.clone(),
+            id: Arc::clone(&self.id),
+            alternate_groups: self.alternate_groups.clone(),
+            keys: self.keys.clone(),
+            except_keys: self.except_keys.clone(),
+            except_context: self.except_context.clone(),
+            unverified_twin: self.unverified_twin.clone(),
+            place,
+            ..*self
         }
     }
 
@@ -1010,6 +1050,9 @@ fn key_literals(rules: &[KeyRule]) -> Option<Vec<String>> {
     }
     Some(literals)
 }
+
+/// A match's bytes and its group's (start, end), when the group took part.
+type MatchAndGroup = (Range<usize>, Option<(usize, usize)>);
 
 /// Most bytes after a detector's group that the next search reads again as its context.
 const CONTEXT_AFTER_GROUP: usize = 4;
@@ -1087,6 +1130,10 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         learnable: !catalogue::PERSONAL_DATA.contains(&spec.id.as_str()),
         unverified_twin: None,
         shadowed: false,
+        place: match spec.alternate_groups.is_empty() {
+            true => GroupPlace::of(&spec.regex, spec.group),
+            false => GroupPlace::Captured,
+        },
     })
 }
 
@@ -1186,6 +1233,83 @@ mod token_run_gate {
             let (gated, ungated) = &*REDACTORS;
             let text = parts.concat();
             prop_assert_eq!(scanned(gated, &text), scanned(ungated, &text), "{:?}", text);
+        }
+    }
+}
+
+#[cfg(test)]
+mod group_place_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Each detector's true positives: rule, line, secret.
+    type Positives = Vec<(&'static str, String, String)>;
+
+    /// The catalogue compiled, and each detector's true positives.
+    static CATALOGUE: std::sync::LazyLock<(Redactor, Positives)> = std::sync::LazyLock::new(|| {
+        let r =
+            Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"k")).expect("compiles");
+        (r, super::super::catalogue::tests::true_positives())
+    });
+
+    /// What `d` finds in `text`, its group placed as `place` says.
+    fn found(d: &Detector, place: GroupPlace, text: &str) -> Vec<(usize, usize)> {
+        let mut d = d.clone_with_place(place);
+        d.skip_placeholders = false;
+        let mut out = Vec::new();
+        d.find_all(text, &HashSet::new(), &mut out, Until::All);
+        out.into_iter().map(|f| (f.start, f.end)).collect()
+    }
+
+    #[test]
+    fn most_catalogue_rules_need_no_capture_pass() {
+        let (r, _) = &*CATALOGUE;
+        let placed = r
+            .detectors
+            .iter()
+            .filter(|d| d.place != GroupPlace::Captured)
+            .count();
+        let grouped = r.detectors.iter().filter(|d| d.group != 0).count();
+        // Exact, so that a rule changed to a shape the placement cannot read is noticed.
+        assert_eq!((placed, grouped), (90, 127));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+        /// Placed from the match alone, each rule's group is where the capture pass puts it:
+        /// on its own true positives cut, joined and wrapped in context characters.
+        #[test]
+        fn a_placed_group_is_the_captured_group(
+            pick in 0usize..1000,
+            parts in proptest::collection::vec(prop_oneof![
+                Just(0usize), Just(1), Just(2), Just(3),
+            ], 1..6),
+            context in proptest::collection::vec("[ a-zA-Z0-9_\\-.:/=+@é\"'\n]{0,3}", 6),
+            cut in 0usize..8,
+        ) {
+            let (r, positives) = &*CATALOGUE;
+            let placed: Vec<&Detector> = r.detectors.iter().filter(|d| d.place != GroupPlace::Captured).collect();
+            let d = placed[pick % placed.len()];
+            let own: Vec<&(&str, String, String)> = positives.iter().filter(|(id, _, _)| *id == &*d.id).collect();
+            prop_assume!(!own.is_empty());
+            let (_, line, secret) = own[pick % own.len()];
+            let mut text = String::new();
+            for (n, p) in parts.iter().enumerate() {
+                text.push_str(&context[n % context.len()]);
+                let piece: &str = match p {
+                    0 => line,
+                    1 => secret,
+                    2 => secret.get(cut.min(secret.len())..).unwrap_or(secret),
+                    _ => secret.get(..secret.len().saturating_sub(cut)).unwrap_or(secret),
+                };
+                text.push_str(piece);
+            }
+            text.push_str(&context[parts.len() % context.len()]);
+            prop_assert_eq!(
+                found(d, d.place.clone(), &text),
+                found(d, GroupPlace::Captured, &text),
+                "{} on {:?}", d.id, text
+            );
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod attention;
 pub mod catalogue;
 pub mod confirmation;
 pub mod engine;
+pub mod group_place;
 pub mod json_text;
 pub mod judgment;
 pub mod key_context;
