@@ -1,8 +1,8 @@
 //! Protect on the worst inputs we can construct: dense `key=value` credentials (one value
 //! repeated, or all distinct), URLs with passwords, closers after a key, long base64 runs,
-//! values of one stem written again, JSON nested in strings, each as one tool result of
-//! 64 KiB to 4 MiB. Throughput must stay flat as the size grows (linear time) and above
-//! 20 MiB/s per core.
+//! values of one stem written again, JSON nested in strings, keywords run together, each as
+//! one tool result of 64 KiB to 4 MiB. Throughput must stay flat as the size grows (linear
+//! time) and above 20 MiB/s per core.
 //!
 //! Run with `cargo bench -p toolwatch-core --bench protect_worst`; figures go into
 //! BENCHMARKS.md ("Protect on adversarial inputs"). Under `cargo test` each case runs once,
@@ -108,6 +108,12 @@ pub fn shapes(size: usize) -> Vec<(&'static str, String)> {
             }),
         ),
         ("json_nested_in_strings", nested_doc),
+        // Keyword starts at nearly every byte: the keyword filter passes everywhere and the
+        // automaton walks from each place.
+        (
+            "keyword_soup",
+            repeated("secrettokenpasswordapi_keysk-ghp_bearer@kty", size),
+        ),
     ]
 }
 
