@@ -63,6 +63,7 @@ pub enum RuleError {
     UnknownDisabled(String),
 }
 
+#[derive(Clone)]
 struct Detector {
     /// Digits the text must hold before this detector is worth running (cards, phones…).
     min_digits: usize,
@@ -253,17 +254,13 @@ impl DetectorBits {
     }
 }
 
-/// What the key rules say about one key, whatever its value (see
-/// [`Redactor::key_verdict`]).
-#[derive(Debug, Clone, Copy)]
-pub enum KeyVerdict {
-    /// On the allowlist: the value is never touched.
+/// What the key rules say about one key.
+#[derive(Clone, Copy)]
+enum KeyVerdict {
     Allowed,
-    /// A configured key rule covers it (by index).
     Rule(usize),
     /// A judged rule covers the key, which is of this class.
     Judged(usize, KeyClass),
-    /// No key rule covers it.
     Free,
 }
 
@@ -460,23 +457,7 @@ impl Redactor {
     /// key-context judgment removes (and, for credential names, on any value that is not a
     /// string: a map or list under `credentials` goes whole).
     pub fn key_rule_decision(&self, key: &str, value: Option<&str>) -> KeyRuleDecision<'_> {
-        self.key_rule_decision_under(self.verdict(key), key, value)
-    }
-
-    /// What the key rules say about `key` whatever its value: a document whose records
-    /// repeat their keys asks once per key, not through the shared cache per member.
-    pub fn key_verdict(&self, key: &str) -> KeyVerdict {
-        self.verdict(key)
-    }
-
-    /// [`Redactor::key_rule_decision`] given the key's verdict.
-    pub fn key_rule_decision_under(
-        &self,
-        verdict: KeyVerdict,
-        key: &str,
-        value: Option<&str>,
-    ) -> KeyRuleDecision<'_> {
-        match verdict {
+        match self.verdict(key) {
             KeyVerdict::Rule(i) => match self.key_rules.get(i) {
                 Some(rule) if rule.fires_on(value) => KeyRuleDecision::Fires(rule, None),
                 _ => KeyRuleDecision::None,
@@ -692,7 +673,6 @@ impl Redactor {
         // whole catalogue per string was 5% of the daemon's CPU under load. The candidates
         // stay in the bitset (cleared where they drop out): no allocation per string.
         let mut candidates = 0usize;
-        let mut token_run = None;
         for (w, word) in run.iter_mut().enumerate() {
             let mut bits = *word;
             while bits != 0 {
@@ -700,10 +680,6 @@ impl Redactor {
                 bits &= bits - 1;
                 let d = &self.detectors[w * 64 + bit as usize];
                 if flagged.digits >= d.min_digits
-                    && (d.min_token_run == 0
-                        || *token_run
-                            .get_or_insert_with(|| super::validators::longest_token_run(text))
-                            >= d.min_token_run)
                     && d.applies_under(flagged.lower_key)
                     && d.gate
                         .is_none_or(|g| shapes.get_or_insert_with(|| Shapes::of(text)).has(g))
@@ -748,18 +724,16 @@ impl Redactor {
         }
     }
 
-    /// False when every run of token characters long enough for `d` lies inside one secret
-    /// an earlier rule found (`token ghp_…`, which the GitHub rule removes): whatever `d`
-    /// finds there merges into that finding, under that rule's name, so it need not run.
+    /// True when `text` holds a run of token characters long enough for `d`
+    /// ([`Detector::min_token_run`]) outside every secret an earlier rule found. A run inside
+    /// one (`token ghp_…`, which the GitHub rule removes) would give a finding that merges
+    /// into that one, under that rule's name: with no other run, `d` need not run.
     fn token_run_unsettled(&self, text: &str, d: &Detector, found: &[Finding]) -> bool {
         let mut earlier: Vec<Range<usize>> = found
             .iter()
             .filter(|f| f.rank < d.rank && self.detectors.get(f.rank).is_some_and(|e| e.learnable))
             .map(|f| f.start..f.end)
             .collect();
-        if earlier.is_empty() {
-            return true;
-        }
         let settled = key_context::Settled::merge(&mut earlier);
         super::validators::token_run_outside(text, d.min_token_run, |r| settled.covers(r))
     }
@@ -1001,22 +975,6 @@ impl Detector {
         Some((all, group))
     }
 
-    /// A copy placing its group as `place` says (for tests comparing the two ways).
-    #[cfg(test)]
-    fn clone_with_place(&self, place: GroupPlace) -> Detector {
-        Detector {
-            regex: self.regex.clone(),
-            id: Arc::clone(&self.id),
-            alternate_groups: self.alternate_groups.clone(),
-            keys: self.keys.clone(),
-            except_keys: self.except_keys.clone(),
-            except_context: self.except_context.clone(),
-            unverified_twin: self.unverified_twin.clone(),
-            place,
-            ..*self
-        }
-    }
-
     /// True when the text before the group (trimmed of quotes, spaces and operators) matches
     /// an `except_context` glob.
     fn context_excepted(&self, before: &str) -> bool {
@@ -1254,7 +1212,8 @@ mod group_place_properties {
 
     /// What `d` finds in `text`, its group placed as `place` says.
     fn found(d: &Detector, place: GroupPlace, text: &str) -> Vec<(usize, usize)> {
-        let mut d = d.clone_with_place(place);
+        let mut d = d.clone();
+        d.place = place;
         d.skip_placeholders = false;
         let mut out = Vec::new();
         d.find_all(text, &HashSet::new(), &mut out, Until::All);

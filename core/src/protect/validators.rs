@@ -312,41 +312,29 @@ pub fn ascii_digits(text: &str) -> usize {
     n + b[i..].iter().filter(|c| c.is_ascii_digit()).count()
 }
 
-/// The longest run of token characters (`A-Z a-z 0-9 + / _ -`, the base64 alphabets) in
-/// `text`, in bytes; `usize::MAX` when `text` is not ASCII (a case-insensitive regex's letter
-/// classes hold `ſ` and the Kelvin sign too, which this does not count).
-pub fn longest_token_run(text: &str) -> usize {
-    if !text.is_ascii() {
-        return usize::MAX;
-    }
-    let (mut run, mut longest) = (0usize, 0usize);
-    for &c in text.as_bytes() {
-        run = match c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'-') {
-            true => run + 1,
-            false => 0,
-        };
-        longest = longest.max(run);
-    }
-    longest
+/// A token character: the standard and URL-safe base64 alphabets (`A-Z a-z 0-9 + / _ -`),
+/// what API keys and tokens are written in.
+pub const fn is_token_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'-')
 }
 
-/// True when `text` holds a run of `min` or more token characters (as
-/// [`longest_token_run`] counts them) that `covered`, given the run with the `=` (two at
-/// most) after it, does not hold; always true for text that is not ASCII.
+/// True when `text` holds a run of `min` or more token characters ([`is_token_byte`]) that
+/// `covered`, given the run with the `=` (two at most) after it, does not hold; always true
+/// for text that is not ASCII (a case-insensitive regex's letter classes hold `ſ` and the
+/// Kelvin sign too, which this does not count).
 pub fn token_run_outside(text: &str, min: usize, covered: impl Fn(&Range<usize>) -> bool) -> bool {
     if !text.is_ascii() {
         return true;
     }
     let b = text.as_bytes();
-    let token = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'-');
     let mut i = 0;
     while i < b.len() {
-        if !token(b[i]) {
+        if !is_token_byte(b[i]) {
             i += 1;
             continue;
         }
         let start = i;
-        while i < b.len() && token(b[i]) {
+        while i < b.len() && is_token_byte(b[i]) {
             i += 1;
         }
         if i - start >= min {

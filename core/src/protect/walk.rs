@@ -230,8 +230,7 @@ const BASE64_BYTES: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut i = 0;
     while i < 256 {
-        let b = i as u8;
-        if b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'_' || b == b'-' {
+        if super::validators::is_token_byte(i as u8) {
             t[i] = 1;
         }
         i += 1;
@@ -543,9 +542,7 @@ fn json_edits(
     let mut edits = Vec::new();
     let mut key_edits = Vec::new();
     let mut dropped = Vec::new();
-    // What is known of each distinct key of the document (records repeat their keys): one
-    // look-up per member.
-    let mut keys: crate::maps::FastMap<&str, KeySeen> = crate::maps::FastMap::default();
+    let mut clean_keys: crate::maps::FastSet<&str> = crate::maps::FastSet::default();
     // Values before this byte are inside a value already replaced, dropped or kept whole.
     let mut skip_until = 0;
     for (i, v) in values.iter().enumerate() {
@@ -566,10 +563,8 @@ fn json_edits(
         // one found clean is not scanned again in this document. (A value learned later in
         // the document could match a key seen clean before it; its first sighting was kept
         // then anyway, so the set lets no new text through.)
-        let mut seen = None;
         if let (Some(range), Some(k)) = (&v.key, own_key[i].as_deref()) {
-            let facts = keys.entry(k).or_default();
-            if !facts.clean {
+            if !clean_keys.contains(k) {
                 let found = if attention.needs_scan(text, range.clone()) {
                     r.redact_text_under(k, None, hits)
                 } else {
@@ -580,10 +575,11 @@ fn json_edits(
                         let written = json_text::replace_string(&text[range.clone()], &name);
                         key_edits.push((i, range.clone(), written));
                     }
-                    None => facts.clean = true,
+                    None => {
+                        clean_keys.insert(k);
+                    }
                 }
             }
-            seen = Some(facts);
         }
         let raw = &text[v.range.clone()];
         let replace_whole = |edits: &mut Vec<_>, with: String, skip_until: &mut usize| {
@@ -621,21 +617,7 @@ fn json_edits(
             };
             // Key rules read at the depth of the object that holds the member.
             let object_at = depth + values[p].depth;
-            let verdict = match seen {
-                Some(facts) => *facts.verdict.get_or_insert_with(|| r.key_verdict(k)),
-                None => r.key_verdict(k),
-            };
-            let decision = r.key_rule_decision_under(verdict, k, string.as_deref());
-            match key_rule_outcome(
-                r,
-                decision,
-                k,
-                string.as_deref(),
-                empty,
-                original,
-                hits,
-                object_at,
-            ) {
+            match key_rule_outcome(r, k, string.as_deref(), empty, original, hits, object_at) {
                 KeyRuleOutcome::Scan => {}
                 KeyRuleOutcome::Keep => {
                     skip_until = v.range.end;
@@ -696,15 +678,6 @@ fn json_edits(
             .map(|r| (r, String::new())),
     );
     edits
-}
-
-/// What a document's walk knows of one of its keys.
-#[derive(Default)]
-struct KeySeen {
-    /// Scanned as text and found clean: not scanned again.
-    clean: bool,
-    /// What the key rules say of it, once asked.
-    verdict: Option<super::engine::KeyVerdict>,
 }
 
 /// Text decoded in one or more layers (JSON escaped more than once), innermost last.
@@ -827,12 +800,10 @@ enum KeyRuleOutcome {
     Replace(String),
 }
 
-/// Applies the key rule that covers `key`, if `decision` says one fires on `value` (its
-/// text, when it is a string); `original` renders the whole value for rules that replace it.
-#[allow(clippy::too_many_arguments)]
+/// Applies the key rule that covers `key`, if one fires on `value` (its text, when it is a
+/// string); `original` renders the whole value for rules that replace it.
 fn key_rule_outcome(
     r: &Redactor,
-    decision: KeyRuleDecision<'_>,
     key: &str,
     value: Option<&str>,
     empty: bool,
@@ -840,7 +811,8 @@ fn key_rule_outcome(
     hits: &mut Redactions,
     depth: usize,
 ) -> KeyRuleOutcome {
-    let rule = match decision {
+    // One look-up says both whether the key is allowed and which rule covers it.
+    let rule = match r.key_rule_decision(key, value) {
         // An allowed key's value is never touched.
         KeyRuleDecision::Allowed => return KeyRuleOutcome::Keep,
         KeyRuleDecision::Fires(rule, _) => rule,
@@ -903,18 +875,7 @@ pub fn redact_attributes(
                 .collect(),
             _ => Vec::new(),
         };
-        // One look-up says both whether the key is allowed and which rule covers it.
-        let decision = r.key_rule_decision(key, value.as_str());
-        let outcome = key_rule_outcome(
-            r,
-            decision,
-            key,
-            value.as_str(),
-            empty,
-            original,
-            hits,
-            depth,
-        );
+        let outcome = key_rule_outcome(r, key, value.as_str(), empty, original, hits, depth);
         if matches!(outcome, KeyRuleOutcome::Drop | KeyRuleOutcome::Replace(_)) {
             for item in &items {
                 super::trail::scanning_under(Some(key));
