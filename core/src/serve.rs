@@ -145,6 +145,12 @@ pub async fn run(
     stop: impl Future<Output = ()> + Send + 'static,
     reload: ConfigSource,
 ) -> Result<ArchiveTotals, ServeError> {
+    // Polled once now: a stop signal's handlers are installed on its first poll, and until
+    // then SIGTERM kills the process outright. A SIGTERM soon after "ready" (a supervisor, a
+    // test) must find them installed.
+    let mut stop = Box::pin(stop);
+    let stopped_early =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(stop.as_mut().poll(cx).is_ready())).await;
     let data_dir = config.storage.data_dir.clone();
     let archive_dir = config.storage.archive_root();
     for dir in [&data_dir, &archive_dir] {
@@ -493,7 +499,9 @@ pub async fn run(
         "toolwatch ready"
     );
 
-    stop.await;
+    if !stopped_early {
+        stop.await;
+    }
     reloader.abort();
     tracing::info!("stopping: refusing new data, finishing what was accepted");
     metrics.set_ready(false);
