@@ -11,7 +11,7 @@
 pub const ONES: u64 = 0x0101_0101_0101_0101;
 
 /// The high bit of every byte.
-const HIGH: u64 = 0x80 * ONES;
+pub const HIGH: u64 = 0x80 * ONES;
 
 /// The eight bytes of `b` from `at`, the first lowest; `None` past the end.
 pub fn load(b: &[u8], at: usize) -> Option<u64> {

@@ -142,6 +142,7 @@ impl StartBits {
 /// Calls `at` with each word start of `b` but its last byte: an ASCII letter or digit with
 /// none before it. Eight bytes at a time: a branch per word, each time mispredicted where it
 /// ended, was most of the pass.
+#[inline]
 fn each_word_start(b: &[u8], mut at: impl FnMut(usize)) {
     use super::lanes;
     let end = b.len().saturating_sub(1);
@@ -309,17 +310,30 @@ impl TenantScope {
             return;
         }
         let mut now = None;
-        // Two bit tests rule out most word starts for all three indexes at once.
-        let (snapshot, fresh) = (&self.snapshot_starts, &self.fresh.starts);
+        // One bit test rules out most word starts for all three indexes at once; the few
+        // left are looked up out of line, so the loop over word starts stays small.
+        let starts = self.snapshot_starts.union(&self.fresh.starts);
         let last = b.len() - PREFIX_BYTES;
         each_word_start(&b[..last + 2], |i| {
-            let pair = &b[i..i + 2];
-            if snapshot.may_start(pair) || fresh.may_start(pair) {
-                for x in indexes {
-                    x.find_at(text, i, self.ttl, &mut now, out);
-                }
+            if starts.may_start(&b[i..]) {
+                self.find_at(indexes, text, i, &mut now, out);
             }
         });
+    }
+
+    /// The values of `indexes` that stand at `text[i..]`.
+    #[inline(never)]
+    fn find_at(
+        &self,
+        indexes: &[&Index],
+        text: &str,
+        i: usize,
+        now: &mut Option<Instant>,
+        out: &mut Vec<Hit>,
+    ) {
+        for x in indexes {
+            x.find_at(text, i, self.ttl, now, out);
+        }
     }
 
     /// Learns `value`, removed by `rule`, for the rest of the batch and (when the batch is

@@ -14,6 +14,7 @@ use super::attention::Attention;
 use super::engine::{KeyRuleDecision, Redactor};
 use super::json_text::{self, Decoded, Escape};
 use super::rules::Action;
+use super::{lanes, validators};
 use crate::event::{AttrValue, Attributes, Redactions};
 
 /// Rule id recorded when a structure is deeper than `redaction.max_depth`.
@@ -128,31 +129,54 @@ const BASE64_LAYERS: usize = 2;
 
 /// The base64 tokens of `s`: each maximal run of 24 or more bytes of the standard or URL-safe
 /// base64 alphabet (shorter ones decode to too little), with up to two `=` after it, in
-/// order. The same matches as the regex `[A-Za-z0-9+/_\-]{24,}={0,2}`, found by a byte loop:
-/// the regex's lazy DFA over every string with a long hex id in it was 12% of protect's time.
-fn base64_tokens(s: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+/// order. The same matches as the regex `[A-Za-z0-9+/_\-]{24,}={0,2}`, found eight bytes at a
+/// time: the regex's lazy DFA over every string with a long hex id in it was 12% of protect's
+/// time, and a byte loop's branch at every end of a word 6%.
+fn base64_tokens(s: &str) -> impl Iterator<Item = std::ops::Range<usize>> {
     let b = s.as_bytes();
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        while i < b.len() {
-            let start = i;
-            while i < b.len() && BASE64_BYTES[usize::from(b[i])] == 1 {
-                i += 1;
-            }
-            if i - start >= 24 {
-                let mut end = i;
-                while end < b.len() && end - i < 2 && b[end] == b'=' {
-                    end += 1;
-                }
-                i = end;
-                return Some(start..end);
-            }
-            if i == start {
-                i += 1;
-            }
+    let full = |at: usize| lanes::load(b, at).is_some_and(|x| base64_alphabet(x) == lanes::HIGH);
+    let mut out = Vec::new();
+    // No run begins before `from`; `c` steps eight bytes at a time from it. A run of 24 bytes
+    // or more holds two whole steps, one after the other, wherever it begins: only where two
+    // follow each other is a run looked for, byte by byte at its ends.
+    let (mut from, mut c) = (0, 0);
+    while c + 16 <= b.len() {
+        if !full(c + 8) {
+            // Neither this step and the next nor the next and the one after.
+            c += 16;
+            continue;
         }
-        None
-    })
+        if !full(c) {
+            c += 8;
+            continue;
+        }
+        let mut start = c;
+        while start > from && validators::is_token_byte(b[start - 1]) {
+            start -= 1;
+        }
+        let mut end = c + 16;
+        while full(end) {
+            end += 8;
+        }
+        while end < b.len() && validators::is_token_byte(b[end]) {
+            end += 1;
+        }
+        if end - start >= 24 {
+            end += b[end..].iter().take(2).take_while(|&&c| c == b'=').count();
+            out.push(start..end);
+        }
+        (from, c) = (end, end);
+    }
+    out.into_iter()
+}
+
+/// The high bit of each byte of `x` in the standard or URL-safe base64 alphabet.
+fn base64_alphabet(x: u64) -> u64 {
+    lanes::alphanumeric(x)
+        | lanes::equal(x, b'+')
+        | lanes::equal(x, b'/')
+        | lanes::equal(x, b'_')
+        | lanes::equal(x, b'-')
 }
 
 /// Decodes a base64 token (standard or URL-safe, padded or not) that holds readable text.
@@ -224,19 +248,6 @@ fn redact_base64(
     *s = out;
     true
 }
-
-/// 1 for the bytes of the standard and URL-safe base64 alphabets.
-const BASE64_BYTES: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut i = 0;
-    while i < 256 {
-        if super::validators::is_token_byte(i as u8) {
-            t[i] = 1;
-        }
-        i += 1;
-    }
-    t
-};
 
 /// True when some base64 token in `s` decodes to text holding a finding.
 fn base64_hides_finding(r: &Redactor, s: &str, key: Option<&str>) -> bool {
