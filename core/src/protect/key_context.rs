@@ -1834,6 +1834,15 @@ fn repeats(
     {
         return Some(Vec::new());
     }
+    // A few values (a string's one or two secrets) are looked for one by one: building the
+    // look-up by prefix cost more than the search.
+    if let Some(values) = few_distinct_values(text, removed.iter().chain(also)) {
+        return Some(occurrences_one_by_one(
+            text,
+            &values,
+            &RemovedRanges::merged(removed),
+        ));
+    }
     // The look-up by prefix is the fast way (building an automaton over thousands of values
     // costs more than the search); the automaton bounds the adversarial cases.
     let values = if also.is_empty() {
@@ -2043,6 +2052,90 @@ impl<'t> ValuesByPrefix<'t> {
         }
         Some(out)
     }
+}
+
+/// Distinct values looked for one by one at most.
+const REPEAT_FEW_VALUES: usize = 4;
+
+/// The distinct values of `ranges` in `text` that are looked for again, in order; `None` when
+/// there are more than [`REPEAT_FEW_VALUES`].
+fn few_distinct_values<'t, 'r>(
+    text: &'t str,
+    ranges: impl Iterator<Item = &'r Range<usize>>,
+) -> Option<Vec<&'t str>> {
+    let mut values: Vec<&str> = Vec::new();
+    for r in ranges.filter(|r| r.len() >= REPEAT_MIN_BYTES) {
+        let value = &text[r.clone()];
+        if !values.contains(&value) {
+            if values.len() == REPEAT_FEW_VALUES {
+                return None;
+            }
+            values.push(value);
+        }
+    }
+    Some(values)
+}
+
+/// Each value's occurrences as [`repeats`] counts them (and in the order the look-up by
+/// prefix gives them: by start, the value listed later first), each value found by its own
+/// substring search. Linear in the text per value: a search that finds one inside a removed
+/// range goes on past that range.
+fn occurrences_one_by_one(
+    text: &str,
+    values: &[&str],
+    removed: &RemovedRanges,
+) -> Vec<Range<usize>> {
+    let b = text.as_bytes();
+    let mut found = Vec::new();
+    for (n, v) in values.iter().enumerate() {
+        let v = v.as_bytes();
+        // Building a substring searcher costs more than a short string's naive search, which
+        // is kept to few comparisons at worst.
+        let finder = (b.len().saturating_mul(v.len()) > NAIVE_SEARCH_STEPS)
+            .then(|| memchr::memmem::Finder::new(v));
+        let find = |rest: &[u8]| match &finder {
+            Some(f) => f.find(rest),
+            None => naive_find(rest, v),
+        };
+        let mut from = 0;
+        while let Some(at) = b.get(from..).and_then(find) {
+            let i = from + at;
+            // One that starts inside a removed range is not counted.
+            if let Some(r) = removed.next_after(i).filter(|r| r.start <= i) {
+                from = r.end;
+                continue;
+            }
+            let r = i..i + v.len();
+            from = r.end;
+            if !removed.overlaps(&r) {
+                found.push((i, std::cmp::Reverse(n), r));
+            }
+        }
+    }
+    found.sort_unstable_by_key(|(i, n, _)| (*i, *n));
+    found.into_iter().map(|(_, _, r)| r).collect()
+}
+
+/// Byte comparisons a naive substring search may take at most (text length times needle
+/// length).
+const NAIVE_SEARCH_STEPS: usize = 1 << 14;
+
+/// Where `needle` (not empty) first stands in `hay`: each place its first byte does, compared.
+fn naive_find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let (&first, rest) = needle.split_first()?;
+    let last_start = hay.len().checked_sub(needle.len())?;
+    let mut from = 0;
+    while let Some(at) = memchr::memchr(first, &hay[from..=last_start]) {
+        let i = from + at;
+        if hay[i + 1..].starts_with(rest) {
+            return Some(i);
+        }
+        from = i + 1;
+        if from > last_start {
+            return None;
+        }
+    }
+    None
 }
 
 /// Each value's occurrences as [`repeats`] counts them, found in one pass of one automaton
@@ -2790,6 +2883,40 @@ mod tests {
                 proptest::prop_assert_eq!(bare_value(b, at), bare_value_before(b, at), "{:?} at {}", text, at);
             }
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+
+        /// A few values looked for one by one: the look-up by prefix's occurrences, in its
+        /// order, where values overlap themselves, one another and the removed ranges.
+        #[test]
+        fn a_few_values_one_by_one_are_the_look_up_s(
+            text in "[ab]{0,80}",
+            shortest in 6usize..9,
+            cuts in proptest::collection::vec((0usize..80, 0usize..4), 1..5),
+        ) {
+            let sources: Vec<Range<usize>> = cuts
+                .into_iter()
+                .map(|(at, extra)| at..at + shortest + extra)
+                .filter(|r| r.end <= text.len())
+                .collect();
+            let removed = RemovedRanges::merged(&sources);
+            let few = few_distinct_values(&text, sources.iter()).expect("four values at most");
+            let by_prefix = ValuesByPrefix::of(&text, &sources)
+                .and_then(|v| v.occurrences(&text, &removed, usize::MAX));
+            proptest::prop_assert_eq!(Some(occurrences_one_by_one(&text, &few, &removed)), by_prefix);
+        }
+
+        /// The naive search finds what the substring searcher finds.
+        #[test]
+        fn the_naive_search_is_the_searcher_s(hay in "[ab]{0,40}", needle in "[ab]{1,6}") {
+            proptest::prop_assert_eq!(
+                naive_find(hay.as_bytes(), needle.as_bytes()),
+                memchr::memmem::find(hay.as_bytes(), needle.as_bytes())
+            );
+        }
+
     }
 
     #[test]
