@@ -168,19 +168,33 @@ fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
             }
             continue;
         }
+        if class == OTHER || class == HEX_LETTER {
+            // Letters and bytes of no shape up to the next digit or separator, in one step:
+            // any of no shape ends every run; hex letters alone (inside an IPv6 run) end a
+            // card's and a dotted quad's run, and no check looks at a letter (hex ids and
+            // digests are mostly these and digits). No eight bytes from one of them are
+            // skipped whole: the eight from `i` hold a digit, `:` or `+`, at or after the
+            // next digit or separator.
+            let mut no_shape = class == OTHER;
+            i += 1;
+            while let Some(&c) = b.get(i) {
+                match BYTE_CLASS[usize::from(c)] {
+                    OTHER => no_shape = true,
+                    HEX_LETTER => {}
+                    _ => break,
+                }
+                i += 1;
+            }
+            if no_shape {
+                (card, dots, colons, double_colon) = (0, 0, 0, false);
+            } else {
+                (card, dots) = (0, 0);
+            }
+            continue;
+        }
         i += 1;
         // The body below reads `i` as the byte's own position.
         let i = i - 1;
-        if class == OTHER {
-            (card, dots, colons, double_colon) = (0, 0, 0, false);
-            continue;
-        }
-        if class == HEX_LETTER {
-            // Inside an IPv6 run only: it ends a card's and a dotted quad's run, and no check
-            // below looks at a letter (hex ids and digests are mostly these and digits).
-            (card, dots) = (0, 0);
-            continue;
-        }
         // Not a digit: the card run goes on only over one space or dash between digits.
         let between_digits = i >= 1 && digit(i - 1) && digit(i + 1);
         if !(matches!(c, b' ' | b'-') && between_digits) {
