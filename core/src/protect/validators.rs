@@ -290,7 +290,20 @@ const SEQUENCES: &[&str] = &[
 /// bracketed name (`<password>`, `[TOKEN]`).
 pub fn is_placeholder(text: &str) -> bool {
     let t = text.trim_matches(|c| c == '"' || c == '\'' || c == '`');
-    SEQUENCES.iter().any(|s| t.contains(s)) || counts_up(t, 10) || is_reference_or_filler(t)
+    holds_sequence(t) || counts_up(t, 10) || is_reference_or_filler(t)
+}
+
+/// True when `t` holds one of [`SEQUENCES`]: one packed (SIMD) search for all six, built once
+/// (a substring searcher built for each, at every match of every rule, was 2% of protect with
+/// secrets; an OpenAI key's checks 529 -> 408 ns).
+fn holds_sequence(t: &str) -> bool {
+    static SEARCH: std::sync::LazyLock<Option<aho_corasick::packed::Searcher>> =
+        std::sync::LazyLock::new(|| aho_corasick::packed::Searcher::new(SEQUENCES));
+    match &*SEARCH {
+        Some(search) => search.find(t).is_some(),
+        // Six fixed patterns always build; were it not so, the searches one by one.
+        None => SEQUENCES.iter().any(|s| t.contains(s)),
+    }
 }
 
 /// True when `t` holds `n` letters or digits counting up (`klmnopqrst`, `0123456789`): one
@@ -536,6 +549,30 @@ pub fn secret_like(text: &str) -> bool {
         return false;
     }
     not_trivial(t)
+}
+
+#[cfg(test)]
+mod sequence_properties {
+    use super::{holds_sequence, SEQUENCES};
+    use proptest::prelude::*;
+
+    #[test]
+    fn each_sequence_is_held_and_its_near_misses_are_not() {
+        for s in SEQUENCES {
+            assert!(holds_sequence(&format!("sk_live_{s}_x")), "{s}");
+            assert!(!holds_sequence(&s[1..]), "{s}");
+        }
+        assert!(!holds_sequence("example"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// One search for all the sequences finds what a search for each finds.
+        #[test]
+        fn one_search_is_each_sequence_s(t in "[0-9EXAMPLx#*a-c]{0,40}") {
+            prop_assert_eq!(holds_sequence(&t), SEQUENCES.iter().any(|s| t.contains(s)));
+        }
+    }
 }
 
 #[cfg(test)]
