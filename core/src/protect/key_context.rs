@@ -2749,6 +2749,15 @@ mod tests {
     }
 
     /// Distinct ranges in order: what the findings merge into, whatever the repeats.
+    /// The removed ranges of a property test: one at each cut's start, `shortest` bytes and
+    /// the cut's extra long, those that fit in `text`.
+    fn cut_ranges(text: &str, shortest: usize, cuts: Vec<(usize, usize)>) -> Vec<Range<usize>> {
+        cuts.into_iter()
+            .map(|(at, extra)| at..at + shortest + extra)
+            .filter(|r| r.end <= text.len())
+            .collect()
+    }
+
     fn distinct(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
         ranges.sort_unstable_by_key(|r| (r.start, r.end));
         ranges.dedup();
@@ -2852,11 +2861,7 @@ mod tests {
         ) {
             // Shortest values of 6 to 19 bytes: chains keyed by the bytes themselves and by
             // a hash of more than eight.
-            let sources: Vec<Range<usize>> = cuts
-                .into_iter()
-                .map(|(at, extra)| at..at + shortest + extra)
-                .filter(|r| r.end <= text.len())
-                .collect();
+            let sources = cut_ranges(&text, shortest, cuts);
             let removed = RemovedRanges::merged(&sources);
             let mut values: Vec<&str> = sources.iter().map(|r| &text[r.clone()]).collect();
             values.sort_unstable();
@@ -2896,11 +2901,7 @@ mod tests {
             shortest in 6usize..9,
             cuts in proptest::collection::vec((0usize..80, 0usize..4), 1..5),
         ) {
-            let sources: Vec<Range<usize>> = cuts
-                .into_iter()
-                .map(|(at, extra)| at..at + shortest + extra)
-                .filter(|r| r.end <= text.len())
-                .collect();
+            let sources = cut_ranges(&text, shortest, cuts);
             let removed = RemovedRanges::merged(&sources);
             let few = few_distinct_values(&text, sources.iter()).expect("four values at most");
             let by_prefix = ValuesByPrefix::of(&text, &sources)
