@@ -461,7 +461,7 @@ const JUDGED_DETECTOR: &str = "secret_key_assignment";
 pub fn min_token_run(id: &str, regex: &str) -> usize {
     match id {
         "high_entropy_near_keyword" if DETECTORS.iter().any(|d| d.id == id && d.regex == regex) => {
-            24
+            super::validators::TOKEN_RUN_BYTES
         }
         _ => 0,
     }
@@ -1781,7 +1781,7 @@ pub(crate) mod tests {
             proptest::prop_assert_eq!(need, 24);
             let matched = regex::Regex::new(d.regex).expect("compiles").is_match(&text);
             proptest::prop_assert!(
-                !matched || crate::protect::validators::token_run_outside(&text, need, |_| false),
+                !matched || crate::protect::validators::token_run_outside(&text, |_| false),
                 "{:?}", text
             );
         }

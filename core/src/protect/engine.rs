@@ -67,7 +67,8 @@ pub enum RuleError {
 struct Detector {
     /// Digits the text must hold before this detector is worth running (cards, phones…).
     min_digits: usize,
-    /// The run of token characters the text must hold before its regex runs (0: none;
+    /// The run of token characters the text must hold before its regex runs (0: none; else
+    /// [`super::validators::TOKEN_RUN_BYTES`], a run [`super::validators::token_runs`] finds;
     /// [`catalogue::min_token_run`]).
     min_token_run: usize,
     rank: usize,
@@ -257,10 +258,13 @@ impl DetectorBits {
 /// What the key rules say about one key.
 #[derive(Clone, Copy)]
 enum KeyVerdict {
+    /// On the allowlist: the value is never touched.
     Allowed,
+    /// A configured key rule covers it (by index).
     Rule(usize),
     /// A judged rule covers the key, which is of this class.
     Judged(usize, KeyClass),
+    /// No key rule covers it.
     Free,
 }
 
@@ -735,7 +739,7 @@ impl Redactor {
             .map(|f| f.start..f.end)
             .collect();
         let settled = key_context::Settled::merge(&mut earlier);
-        super::validators::token_run_outside(text, d.min_token_run, |r| settled.covers(r))
+        super::validators::token_run_outside(text, |r| settled.covers(r))
     }
 
     /// `found` less the personal-data findings that begin inside a secret's finding and end
@@ -1088,9 +1092,11 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         learnable: !catalogue::PERSONAL_DATA.contains(&spec.id.as_str()),
         unverified_twin: None,
         shadowed: false,
-        place: match spec.alternate_groups.is_empty() {
-            true => GroupPlace::of(&spec.regex, spec.group),
-            false => GroupPlace::Captured,
+        // A rule with stand-in groups needs the capture pass to know which took part.
+        place: if spec.alternate_groups.is_empty() {
+            GroupPlace::of(&spec.regex, spec.group)
+        } else {
+            GroupPlace::Captured
         },
     })
 }
