@@ -264,23 +264,43 @@ fn protect_payloads(c: &mut Criterion) {
 }
 
 /// Counts live heap bytes, so the assembly bench can report memory held per open request.
+/// Forwards to mimalloc, the daemon's own allocator (`src/main.rs`), so that every stage is
+/// timed with the allocator it runs with; `realloc` is forwarded too, so that a growing
+/// `Vec` is grown in place as in the daemon, not copied.
 struct CountingAllocator;
 
 static LIVE_BYTES: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
 
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is only
-// arithmetic on the sizes it was given.
+static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+// SAFETY: every call is forwarded unchanged to mimalloc; the counter is only arithmetic on
+// the sizes it was given.
 unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: same layout as given to us.
-        unsafe { std::alloc::System.alloc(layout) }
+        unsafe { INNER.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same layout as given to us.
+        unsafe { INNER.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
         LIVE_BYTES.fetch_sub(layout.size() as isize, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: ptr came from alloc with this layout.
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
+        unsafe { INNER.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(
+            new_size as isize - layout.size() as isize,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // SAFETY: ptr came from alloc with this layout; the caller upholds new_size's rules.
+        unsafe { INNER.realloc(ptr, layout, new_size) }
     }
 }
 
