@@ -100,6 +100,9 @@ struct Detector {
     shadowed: bool,
     /// How the group is found in a match (without the capture pass where the shape allows).
     place: GroupPlace,
+    /// A byte every match holds and some keyword of the detector may lack: a text without it
+    /// is not searched ([`super::required_byte`]).
+    required_byte: Option<u8>,
 }
 
 /// A key rule, compiled.
@@ -684,6 +687,8 @@ impl Redactor {
                 bits &= bits - 1;
                 let d = &self.detectors[w * 64 + bit as usize];
                 if flagged.digits >= d.min_digits
+                    && d.required_byte
+                        .is_none_or(|b| memchr::memchr(b, text.as_bytes()).is_some())
                     && d.applies_under(flagged.lower_key)
                     && d.gate
                         .is_none_or(|g| shapes.get_or_insert_with(|| Shapes::of(text)).has(g))
@@ -1098,6 +1103,10 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
         } else {
             GroupPlace::Captured
         },
+        // The judgment does not search with the regex. A byte each keyword holds is there
+        // whenever the detector is flagged: no need to look for it again.
+        required_byte: super::required_byte::of(&spec.regex)
+            .filter(|&b| !spec.judged && !spec.keywords.iter().all(|k| k.as_bytes().contains(&b))),
     })
 }
 

@@ -19,6 +19,7 @@ pub mod key_context;
 pub mod keywords;
 pub mod lanes;
 pub mod learned;
+pub mod required_byte;
 pub mod rules;
 pub mod shape;
 pub mod trail;
