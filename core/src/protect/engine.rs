@@ -189,8 +189,8 @@ pub struct Redactor {
     /// Some detector runs only under certain keys or not under some: only then does a scan
     /// need the key (lowercased, once per string).
     detectors_read_keys: bool,
-    /// Verdicts for keys seen before (keys repeat across items; globs are costly per key).
-    key_cache: std::sync::RwLock<crate::maps::FastMap<String, KeyVerdict>>,
+    /// Names this redactor's verdicts in each thread's [`KeyVerdicts`] (never reused).
+    generation: u64,
     /// The key-context detector, whose keyword hits it reads.
     judged_detector: Option<usize>,
     /// The judged key rules: for credential names, and for secret material and plain keys.
@@ -274,8 +274,59 @@ enum KeyVerdict {
 /// Shorter strings are not scanned: `a@b.io` and `1.1.1.1` are the shortest findings.
 const MIN_FINDING_BYTES: usize = 6;
 
-/// Most distinct keys cached; beyond this, keys are matched without caching.
+/// Most distinct keys cached per redactor and thread; beyond this, keys are matched
+/// without caching.
 const KEY_CACHE_LIMIT: usize = 8192;
+
+/// Redactors whose verdicts one thread keeps at once (the daemon has two: traces, logs).
+const KEY_VERDICT_SLOTS: usize = 4;
+
+/// The generation of the next redactor built.
+static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// Verdicts for keys seen before (keys repeat across items; globs are costly per key),
+    /// per thread: a cache shared by all threads behind a lock cost a lock per JSON member,
+    /// and the lock's line moving between cores.
+    static KEY_VERDICTS: std::cell::RefCell<KeyVerdicts> = const {
+        std::cell::RefCell::new(KeyVerdicts {
+            slots: [const { (None, None) }; KEY_VERDICT_SLOTS],
+            last: 0,
+        })
+    };
+}
+
+/// One redactor's verdicts by key.
+type VerdictMap = crate::maps::FastMap<Box<str>, KeyVerdict>;
+
+/// One thread's cached key verdicts, for the few redactors it used last.
+struct KeyVerdicts {
+    /// Each slot's redactor generation and verdicts (made on first use).
+    slots: [(Option<u64>, Option<VerdictMap>); KEY_VERDICT_SLOTS],
+    /// The slot used last: asked first, and the one after it is the next taken.
+    last: usize,
+}
+
+impl KeyVerdicts {
+    /// The verdicts of the redactor of `generation`, empty where it has no slot yet.
+    fn of(&mut self, generation: u64) -> &mut VerdictMap {
+        let at = if self.slots[self.last].0 == Some(generation) {
+            self.last
+        } else if let Some(at) = self.slots.iter().position(|(g, _)| *g == Some(generation)) {
+            at
+        } else {
+            // Taken over: the slot after the last one used.
+            let at = (self.last + 1) % KEY_VERDICT_SLOTS;
+            self.slots[at].0 = Some(generation);
+            if let Some(map) = &mut self.slots[at].1 {
+                map.clear();
+            }
+            at
+        };
+        self.last = at;
+        self.slots[at].1.get_or_insert_with(crate::maps::map)
+    }
+}
 
 impl Redactor {
     /// Compiles the configured rules (plus the catalogue unless switched off).
@@ -383,7 +434,7 @@ impl Redactor {
             hasher,
             max_depth: config.max_depth,
             max_value_bytes: config.max_value_bytes.max(64),
-            key_cache: Default::default(),
+            generation: NEXT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -402,11 +453,24 @@ impl Redactor {
     }
 
     fn verdict(&self, key: &str) -> KeyVerdict {
-        if let Ok(cache) = self.key_cache.read() {
-            if let Some(v) = cache.get(key) {
+        KEY_VERDICTS.with(|cache| {
+            let Ok(mut cache) = cache.try_borrow_mut() else {
+                return self.verdict_uncached(key);
+            };
+            let map = cache.of(self.generation);
+            if let Some(v) = map.get(key) {
                 return *v;
             }
-        }
+            let verdict = self.verdict_uncached(key);
+            if map.len() < KEY_CACHE_LIMIT {
+                map.insert(key.into(), verdict);
+            }
+            verdict
+        })
+    }
+
+    /// What the rules say of `key`, without the cache.
+    fn verdict_uncached(&self, key: &str) -> KeyVerdict {
         let lower = lowercase(key);
         let verdict = if self.allow_keys.iter().any(|g| g.matches_lowercase(&lower)) {
             KeyVerdict::Allowed
@@ -416,11 +480,6 @@ impl Redactor {
                 None => self.judged_verdict(key),
             }
         };
-        if let Ok(mut cache) = self.key_cache.write() {
-            if cache.len() < KEY_CACHE_LIMIT {
-                cache.insert(key.to_string(), verdict);
-            }
-        }
         verdict
     }
 
@@ -1285,5 +1344,61 @@ mod group_place_properties {
                 "{} on {:?}", d.id, text
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod key_verdict_cache {
+    use super::*;
+
+    /// Redactor `i` allows key `k{i}` only.
+    fn redactors(n: usize) -> Vec<Redactor> {
+        (0..n)
+            .map(|i| {
+                let config = RedactionConfig {
+                    allow_keys: vec![format!("k{i}")],
+                    ..Default::default()
+                };
+                Redactor::new(&config, KeyedHasher::new(b"k")).expect("compiles")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_redactor_keeps_its_own_verdicts_on_one_thread() {
+        // More redactors than a thread keeps slots for, used in turn: each is evicted and
+        // comes back, and must never read another's verdicts.
+        let redactors = redactors(KEY_VERDICT_SLOTS + 2);
+        for _round in 0..3 {
+            for (i, r) in redactors.iter().enumerate() {
+                for j in 0..redactors.len() {
+                    let key = format!("k{j}");
+                    let allowed = matches!(r.verdict(&key), KeyVerdict::Allowed);
+                    assert_eq!(allowed, i == j, "redactor {i}, key {key}");
+                    assert_eq!(
+                        std::mem::discriminant(&r.verdict(&key)),
+                        std::mem::discriminant(&r.verdict_uncached(&key))
+                    );
+                }
+                assert!(matches!(r.verdict("password"), KeyVerdict::Judged(..)));
+            }
+        }
+    }
+
+    #[test]
+    fn each_thread_keeps_its_own_verdicts() {
+        let redactors = redactors(2);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let redactors = &redactors;
+                s.spawn(move || {
+                    for n in 0..200 {
+                        let i = (n + t) % 2;
+                        let allowed = matches!(redactors[i].verdict("k0"), KeyVerdict::Allowed);
+                        assert_eq!(allowed, i == 0);
+                    }
+                });
+            }
+        });
     }
 }
