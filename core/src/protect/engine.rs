@@ -258,9 +258,9 @@ impl DetectorBits {
     }
 }
 
-/// What the key rules say about one key.
+/// What the key rules say about one key, whatever its value ([`Redactor::key_verdict`]).
 #[derive(Clone, Copy)]
-enum KeyVerdict {
+pub enum KeyVerdict {
     /// On the allowlist: the value is never touched.
     Allowed,
     /// A configured key rule covers it (by index).
@@ -523,7 +523,24 @@ impl Redactor {
     /// key-context judgment removes (and, for credential names, on any value that is not a
     /// string: a map or list under `credentials` goes whole).
     pub fn key_rule_decision(&self, key: &str, value: Option<&str>) -> KeyRuleDecision<'_> {
-        match self.verdict(key) {
+        self.key_rule_decision_given(self.verdict(key), key, value)
+    }
+
+    /// What the rules say of `key` alone: for a caller that meets one key many times (a
+    /// JSON document's records) and asks [`Redactor::key_rule_decision_given`] with it.
+    pub fn key_verdict(&self, key: &str) -> KeyVerdict {
+        self.verdict(key)
+    }
+
+    /// As [`Redactor::key_rule_decision`], with `verdict`, what
+    /// [`Redactor::key_verdict`] said of `key`.
+    pub fn key_rule_decision_given(
+        &self,
+        verdict: KeyVerdict,
+        key: &str,
+        value: Option<&str>,
+    ) -> KeyRuleDecision<'_> {
+        match verdict {
             KeyVerdict::Rule(i) => match self.key_rules.get(i) {
                 Some(rule) if rule.fires_on(value) => KeyRuleDecision::Fires(rule, None),
                 _ => KeyRuleDecision::None,

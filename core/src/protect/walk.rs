@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::attention::Attention;
-use super::engine::{KeyRuleDecision, Redactor};
+use super::engine::{KeyRuleDecision, KeyVerdict, Redactor};
 use super::json_text::{self, Decoded, Escape};
 use super::rules::Action;
 use super::{lanes, validators};
@@ -489,6 +489,51 @@ fn base64_marks(r: &Redactor, text: &str, key: Option<&str>) -> Base64Survey {
     Base64Survey { marks, readable }
 }
 
+/// Distinct keys of a document kept in a list before the rest go to a map.
+const FEW_KEYS: usize = 16;
+
+/// What one document's keys were found to be, by their text. Keys repeat (every record of a
+/// list has the same ones): each distinct key's verdict is asked of the rules once, and one
+/// found clean is not scanned again. (A value learned later in the document could match a
+/// key seen clean before it; its first sighting was kept then anyway, so no new text gets
+/// through.)
+#[derive(Default)]
+struct DocumentKeys<'k> {
+    /// The first few distinct keys, compared in turn: cheaper than hashing for the handful
+    /// most documents have.
+    few: Vec<(&'k str, KeyFacts)>,
+    /// The keys past those (a map keyed by ids), by hash: the walk stays linear in the
+    /// document's size.
+    many: crate::maps::FastMap<&'k str, KeyFacts>,
+}
+
+/// What is known of one key of a document.
+struct KeyFacts {
+    /// What the key rules say of the key.
+    verdict: KeyVerdict,
+    /// The key's own text was found to hold nothing.
+    clean: bool,
+}
+
+impl<'k> DocumentKeys<'k> {
+    /// The facts of `key`, its verdict asked of `r` the first time.
+    fn facts(&mut self, r: &Redactor, key: &'k str) -> &mut KeyFacts {
+        let fresh = || KeyFacts {
+            verdict: r.key_verdict(key),
+            clean: false,
+        };
+        if let Some(at) = self.few.iter().position(|(k, _)| *k == key) {
+            return &mut self.few[at].1;
+        }
+        if self.few.len() < FEW_KEYS {
+            self.few.push((key, fresh()));
+            let last = self.few.len() - 1;
+            return &mut self.few[last].1;
+        }
+        self.many.entry(key).or_insert_with(fresh)
+    }
+}
+
 /// The edits that protect a JSON document read in place (`doc`, of `text`) whose root
 /// stands at `depth`, as byte ranges of the text and what replaces them: key rules and JSON
 /// Web Key members by their key, values (strings, numbers) under their innermost key,
@@ -522,7 +567,7 @@ fn json_edits(
     let mut edits = Vec::new();
     let mut key_edits = Vec::new();
     let mut dropped = Vec::new();
-    let mut clean_keys: crate::maps::FastSet<&str> = crate::maps::FastSet::default();
+    let mut keys = DocumentKeys::default();
     // Values before this byte are inside a value already replaced, dropped or kept whole.
     let mut skip_until = 0;
     for (i, v) in values.iter().enumerate() {
@@ -543,24 +588,27 @@ fn json_edits(
         // one found clean is not scanned again in this document. (A value learned later in
         // the document could match a key seen clean before it; its first sighting was kept
         // then anyway, so the set lets no new text through.)
-        if let (Some(range), Some(k)) = (&v.key, own_key[i].as_deref()) {
-            if !clean_keys.contains(k) {
-                let found = if attention.needs_scan(text, range.clone()) {
-                    r.redact_text_under(k, None, hits)
-                } else {
-                    None
-                };
-                match found {
-                    Some(name) => {
-                        let written = json_text::replace_string(&text[range.clone()], &name);
-                        key_edits.push((i, range.clone(), written));
-                    }
-                    None => {
-                        clean_keys.insert(k);
+        let verdict = match (&v.key, own_key[i].as_deref()) {
+            (Some(range), Some(k)) => {
+                let facts = keys.facts(r, k);
+                if !facts.clean {
+                    let found = if attention.needs_scan(text, range.clone()) {
+                        r.redact_text_under(k, None, hits)
+                    } else {
+                        None
+                    };
+                    match found {
+                        Some(name) => {
+                            let written = json_text::replace_string(&text[range.clone()], &name);
+                            key_edits.push((i, range.clone(), written));
+                        }
+                        None => facts.clean = true,
                     }
                 }
+                Some(facts.verdict)
             }
-        }
+            _ => None,
+        };
         let raw = &text[v.range.clone()];
         let replace_whole = |edits: &mut Vec<_>, with: String, skip_until: &mut usize| {
             edits.push((v.range.clone(), json_text::encode_string(&with)));
@@ -597,7 +645,9 @@ fn json_edits(
             };
             // Key rules read at the depth of the object that holds the member.
             let object_at = depth + values[p].depth;
-            match key_rule_outcome(r, k, string.as_deref(), empty, original, hits, object_at) {
+            let verdict = verdict.unwrap_or_else(|| r.key_verdict(k));
+            let value = string.as_deref();
+            match key_rule_outcome(r, (k, verdict), value, empty, original, hits, object_at) {
                 KeyRuleOutcome::Scan => {}
                 KeyRuleOutcome::Keep => {
                     skip_until = v.range.end;
@@ -784,15 +834,15 @@ enum KeyRuleOutcome {
 /// string); `original` renders the whole value for rules that replace it.
 fn key_rule_outcome(
     r: &Redactor,
-    key: &str,
+    (key, verdict): (&str, KeyVerdict),
     value: Option<&str>,
     empty: bool,
     original: impl FnOnce() -> String,
     hits: &mut Redactions,
     depth: usize,
 ) -> KeyRuleOutcome {
-    // One look-up says both whether the key is allowed and which rule covers it.
-    let rule = match r.key_rule_decision(key, value) {
+    // One verdict says both whether the key is allowed and which rule covers it.
+    let rule = match r.key_rule_decision_given(verdict, key, value) {
         // An allowed key's value is never touched.
         KeyRuleDecision::Allowed => return KeyRuleOutcome::Keep,
         KeyRuleDecision::Fires(rule, _) => rule,
@@ -855,7 +905,16 @@ pub fn redact_attributes(
                 .collect(),
             _ => Vec::new(),
         };
-        let outcome = key_rule_outcome(r, key, value.as_str(), empty, original, hits, depth);
+        let verdict = r.key_verdict(key);
+        let outcome = key_rule_outcome(
+            r,
+            (key, verdict),
+            value.as_str(),
+            empty,
+            original,
+            hits,
+            depth,
+        );
         if matches!(outcome, KeyRuleOutcome::Drop | KeyRuleOutcome::Replace(_)) {
             for item in &items {
                 super::trail::scanning_under(Some(key));
@@ -1378,6 +1437,31 @@ mod tests {
         let mut clean = "{\"user\": \"a\",  \"n\": [1, 2]}".to_string();
         assert!(!redact_string(&r, &mut clean, &mut hits, 0));
         assert_eq!(clean, "{\"user\": \"a\",  \"n\": [1, 2]}");
+    }
+
+    #[test]
+    fn keys_past_the_first_few_are_judged_and_scanned_as_the_first_are() {
+        // Records of more distinct keys than the walk keeps in its list: a key rule's key, a
+        // key that is an e-mail address and a clean key come past them, in every record.
+        let r = redactor(65536);
+        let record = |secret: &str| {
+            let mut members: Vec<String> = (0..FEW_KEYS + 2)
+                .map(|k| format!("\"k{k}\": \"v{k}\""))
+                .collect();
+            members.push("\"jane.doe@example.com\": 1".to_string());
+            members.push(format!("\"api_key\": \"{secret}\""));
+            members.push("\"note\": \"plain\"".to_string());
+            format!("{{{}}}", members.join(", "))
+        };
+        let records = |secret: &str| (0..3).map(|_| record(secret)).collect::<Vec<_>>();
+        let mut s = format!("[{}]", records("abc").join(","));
+        let expected = format!("[{}]", records("[REDACTED:credential_key]").join(","))
+            .replace("jane.doe@example.com", "[REDACTED:email_address]");
+        let mut hits = Redactions::new();
+        assert!(redact_string(&r, &mut s, &mut hits, 0));
+        assert_eq!(s, expected);
+        assert_eq!(hits.get("credential_key"), Some(&3));
+        assert_eq!(hits.get("email_address"), Some(&3));
     }
 
     #[test]
