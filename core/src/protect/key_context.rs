@@ -136,6 +136,49 @@ const MATERIAL_WORDS: &[&str] = &[
     "nonce", "salt", "seed", "verifier", "session", "cookie", "auth", "hmac", "jwt", "pin",
 ];
 
+/// Words that qualify a credential by where or when it is used (`DB_PASSWORD_PROD`,
+/// `client_secret_dev`, `API_KEY_V2`, `password_old`): after the words that name the
+/// credential, they name a copy of it, so the key is read as if they were not there.
+const QUALIFIER_WORDS: &[&str] = &[
+    "prod",
+    "production",
+    "preprod",
+    "dev",
+    "development",
+    "devel",
+    "stage",
+    "staging",
+    "stg",
+    "test",
+    "testing",
+    "qa",
+    "uat",
+    "sandbox",
+    "live",
+    "local",
+    "ci",
+    "old",
+    "new",
+    "prev",
+    "previous",
+    "next",
+    "current",
+    "curr",
+    "backup",
+    "bak",
+    "primary",
+    "secondary",
+    "alt",
+    "default",
+    "tmp",
+    "temp",
+    "v",
+];
+
+/// Qualifier words taken off a key's end at most: `secret_prod_v2`, not a key of nothing but
+/// qualifiers.
+const MAX_QUALIFIERS: usize = 2;
+
 /// Heads that say a key holds its earlier credential word's value in some form
 /// (`password_hash`, `token_value`, `secret_b64`).
 const VALUE_HEADS: &[&str] = &[
@@ -525,6 +568,7 @@ pub fn classify_key(key: &str) -> KeyClass {
 }
 
 fn classify_words(words: &[String]) -> KeyClass {
+    let words = without_qualifiers(words);
     let Some(head) = words.last().map(String::as_str) else {
         return KeyClass::Other;
     };
@@ -556,6 +600,19 @@ fn classify_words(words: &[String]) -> KeyClass {
         }
         class => class,
     }
+}
+
+/// `words` less the qualifier words at its end ([`QUALIFIER_WORDS`], two at most), where a
+/// word other than a qualifier is left before them.
+fn without_qualifiers(words: &[String]) -> &[String] {
+    let mut n = words.len();
+    while n > 1
+        && words.len() - n < MAX_QUALIFIERS
+        && QUALIFIER_WORDS.contains(&words[n - 1].as_str())
+    {
+        n -= 1;
+    }
+    &words[..n]
 }
 
 fn head_class(head: &str, prev: Option<&str>) -> KeyClass {
@@ -2273,8 +2330,48 @@ mod tests {
             ("APIkey", Credential),
             ("SSHkey", Material),
             ("MONkey", Other),
+            // Qualified by where or when the credential is used: still the credential.
+            ("DB_PASSWORD_PROD", Credential),
+            ("client_secret_dev", Credential),
+            ("DB_SECRET_V2", Credential),
+            ("API_KEY_V2", Credential),
+            ("password_old", Credential),
+            ("auth_token_staging_backup", Credential),
+            ("salt_new", Material),
+            ("key_prod", Key),
+            // Not qualifiers: what the words after name is not the credential.
+            ("PASSWORD_DIR_PROD", Other),
+            ("token_count_v2", Other),
+            ("password_policy", Other),
+            ("secret_name", Other),
+            // A key of qualifiers alone, or past two of them, is nothing.
+            ("prod", Other),
+            ("dev_v2", Other),
+            ("password_prod_dev_v2", Other),
         ] {
             assert_eq!(classify_key(key), class, "{key}");
+        }
+    }
+
+    #[test]
+    fn qualified_credential_names_have_their_values_removed() {
+        for (text, removed_value) in [
+            ("DB_PASSWORD_PROD=q7Rr2mXk9Lp", Some("q7Rr2mXk9Lp")),
+            (
+                "client_secret_dev: \"AIhq5Xyb1Gga9Q30\"",
+                Some("AIhq5Xyb1Gga9Q30"),
+            ),
+            (
+                "export API_KEY_V2=Zt8vKq2LmW4xN7pR",
+                Some("Zt8vKq2LmW4xN7pR"),
+            ),
+            ("password_new: Summer2024!", Some("Summer2024!")),
+            ("password_hint: my dog", None),
+            ("secret_name: prod-db", None),
+            ("token_count_v2: 42", None),
+        ] {
+            let expected: Vec<String> = removed_value.into_iter().map(str::to_string).collect();
+            assert_eq!(removed(text), expected, "{text}");
         }
     }
 
