@@ -1358,6 +1358,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     if quoted_key && b.get(after_key) == Some(&b']') {
         after_key += 1;
     }
+    if spelled_like_a_secret(key) {
+        return Some(secret_spelled_as_key(text, settled, ks, ke, quoted_key));
+    }
     let xml = before.ends_with(b"<");
     let (sep, mut at) = separator(b, after_key)?;
     let flag = key.starts_with('-');
@@ -1641,6 +1644,103 @@ fn key_material_shaped(v: &[u8]) -> bool {
 /// `your temporary password is Xk9#mP2q`, `To set auth token <hex>`: a credential written in
 /// a sentence. The value is the word after the verb (a quoted one is a quoted literal), or
 /// after the key itself when it is long; sentence punctuation after it is not part of it.
+/// Single digits between letters a key may hold before it reads as a password, not a name
+/// (`k8s_token`, `oauth2Token` hold one; `P4ssw0rd`, `S3cr3tPass1` two).
+const LEET_DIGITS_IN_A_NAME: usize = 1;
+
+/// Longest word read as a password spelled with a credential word in it.
+const LEET_PASSWORD_MAX_BYTES: usize = 40;
+
+/// True when `key`, a word holding a credential word, is spelled the way passwords are: more
+/// than [`LEET_DIGITS_IN_A_NAME`] single digits between letters (`-pS3cr3tPass1`,
+/// `"P4ssw0rd!"`). Names do not do that; passwords made of a word do.
+fn spelled_like_a_secret(key: &str) -> bool {
+    let b = key.as_bytes();
+    // A password's length, holding a whole credential word: a long random token holds two
+    // or three letters of one (`pw`, `sid`) by chance, and is no password made of a word.
+    if b.len() > LEET_PASSWORD_MAX_BYTES
+        || !key_words(key)
+            .iter()
+            .any(|w| w.len() >= 4 && head_class(w, None) == KeyClass::Credential)
+    {
+        return false;
+    }
+    let leet = (1..b.len().saturating_sub(1))
+        .filter(|&i| {
+            b[i].is_ascii_digit()
+                && b[i - 1].is_ascii_alphabetic()
+                && b[i + 1].is_ascii_alphabetic()
+        })
+        .count();
+    leet > LEET_DIGITS_IN_A_NAME
+}
+
+/// The candidate where the word read as a key is the secret itself (`mysql -pS3cr3tPass1
+/// orders`, `connect("db", "bob", "S3cr3tPass1", "shop")`): what follows it is not its
+/// value, so the word is judged as a credential's value, less a one-letter flag before it
+/// (`-p`).
+fn secret_spelled_as_key(
+    text: &str,
+    settled: Settled<'_>,
+    ks: usize,
+    ke: usize,
+    quoted: bool,
+) -> Candidate {
+    let b = text.as_bytes();
+    let flag_letter = b[ks] == b'-' && b.get(ks + 1).is_some_and(u8::is_ascii_alphabetic);
+    let start = if flag_letter { ks + 2 } else { ks };
+    let syntax = match (quoted, flag_letter) {
+        (true, _) => Syntax::Quoted,
+        (false, true) => Syntax::Flag,
+        (false, false) => Syntax::Code,
+    };
+    Candidate::judged(
+        text,
+        settled,
+        ks..start,
+        start..ke,
+        KeyClass::Credential,
+        syntax,
+        &text[ke..],
+    )
+}
+
+/// Words naming whose credential it is, read past between a key and its copula.
+const WHOSE_WORDS_MAX: usize = 4;
+
+/// Where the copula stands after `for`/`of` and up to [`WHOSE_WORDS_MAX`] words naming whose
+/// credential it is (`the password for bob is …`, `the token of the staging bot was …`);
+/// `at` itself where no copula follows them.
+fn past_whose(text: &str, at: usize) -> usize {
+    let b = text.as_bytes();
+    let Some(prep) = ["for ", "of "]
+        .iter()
+        .find(|p| starts_with_ignoring_case(&text[at..], p))
+    else {
+        return at;
+    };
+    let mut i = at + prep.len();
+    for _ in 0..WHOSE_WORDS_MAX {
+        let start = i;
+        while i < b.len()
+            && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'@' | b'.' | b'_' | b'-'))
+        {
+            i += 1;
+        }
+        if i == start || b.get(i) != Some(&b' ') {
+            return at;
+        }
+        i += 1;
+        if COPULAS
+            .iter()
+            .any(|c| starts_with_ignoring_case(&text[i..], c))
+        {
+            return i;
+        }
+    }
+    at
+}
+
 fn prose_candidate(
     text: &str,
     settled: Settled<'_>,
@@ -1654,6 +1754,7 @@ fn prose_candidate(
         return None;
     }
     let b = text.as_bytes();
+    let at = past_whose(text, at);
     let rest = &text[at..];
     let verb = COPULAS.iter().find(|c| starts_with_ignoring_case(rest, c));
     let start = match verb {
@@ -2350,6 +2451,56 @@ mod tests {
             ("password_prod_dev_v2", Other),
         ] {
             assert_eq!(classify_key(key), class, "{key}");
+        }
+    }
+
+    #[test]
+    fn a_password_spelled_with_a_credential_word_is_not_read_as_a_key() {
+        // The word that holds `pass` is the secret; what follows it is not its value.
+        for (text, removed_value) in [
+            ("mysql -u root -pS3cr3tPass1 orders", "S3cr3tPass1"),
+            (
+                r#"mysqli_connect("db", "bob", "S3cr3tPass1", "shop");"#,
+                "S3cr3tPass1",
+            ),
+        ] {
+            assert_eq!(removed(text), [removed_value], "{text}");
+        }
+        // One digit between letters is a name's (`k8s`, `oauth2`): the value after it goes.
+        assert_eq!(
+            removed("k8s_token: Zt8vKq2LmW4xN7pR9s"),
+            ["Zt8vKq2LmW4xN7pR9s"]
+        );
+        assert_eq!(
+            removed("oauth2Token = 'Zt8vKq2LmW4xN7pR9s'"),
+            ["Zt8vKq2LmW4xN7pR9s"]
+        );
+    }
+
+    #[test]
+    fn whose_credential_it_is_may_stand_between_the_key_and_its_value() {
+        for (text, removed_value) in [
+            ("the password for bob is Xk9mQ2vL7w", Some("Xk9mQ2vL7w")),
+            (
+                "The token of the staging bot was Zt8vKq2LmW4xN7pR9s",
+                Some("Zt8vKq2LmW4xN7pR9s"),
+            ),
+            (
+                "password for the admin account is Xk9mQ2vL7w",
+                Some("Xk9mQ2vL7w"),
+            ),
+            ("password for bob is not set", None),
+            ("the password for bob is a secret", None),
+            ("reset the password for bob", None),
+            ("the password of this form is hidden", None),
+            // More words than name an owner: not read past.
+            (
+                "password for the one admin account here is Xk9mQ2vL7w",
+                None,
+            ),
+        ] {
+            let expected: Vec<String> = removed_value.into_iter().map(str::to_string).collect();
+            assert_eq!(removed(text), expected, "{text}");
         }
     }
 
