@@ -376,8 +376,9 @@ const DETECTORS: &[D] = &[
         regex: r"(?i)\bbasic\s+([A-Za-z0-9+/]{6,}={0,2})", group: 1, validator: Some(Validator::BasicAuth) },
     D { id: "url_userinfo_password", description: "Password in a URL's userinfo (scheme://user:password@host)",
         keywords: &["://"],
-        // The user may be an e-mail address with its `@` unescaped (`smtps://me@mail.example:pw@smtp…`).
-        regex: r#"(?i)\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]+(?:@[^\s:/@"'<>]+)?:([^\s/@"'<>]+)@"#, group: 1, validator: None },
+        // The user may be an e-mail address with its `@` unescaped (`smtps://me@mail.example:pw@smtp…`),
+        // or empty: Redis's password alone (`redis://:pw@host`).
+        regex: r#"(?i)\b[a-z][a-z0-9+.\-]*://(?:[^\s:/@"'<>]+(?:@[^\s:/@"'<>]+)?)?:([^\s/@"'<>]+)@"#, group: 1, validator: None },
     D { id: "connection_string_password", description: "Password in a key=value connection string (Password=…;)",
         keywords: &["password=", "pwd=", "password =", "pwd ="],
         // Either after a `;` (one pair of several), or unspaced and ended by `;`: code's
@@ -396,6 +397,12 @@ const DETECTORS: &[D] = &[
     D { id: "cli_secret_flag", description: "Secret passed as a command-line flag (--password=, --token …)",
         keywords: &["-pass", "-pwd", "-token", "-secret", "-api-key", "-apikey", "-access-key", "-auth"],
         regex: r#"(?i)(?:^|\s)--?(?:password|passwd|pass|pwd|token|secret|client-secret|api-key|apikey|access-key|auth-token)(?:=|\s+)["']?([^\s"']{3,})"#, group: 1, validator: None },
+    // `-p` is a port or a path to most commands: only after the clients that read a password
+    // there. mysql's takes it attached (`-p` alone prompts); a login's and sshpass's after a
+    // blank too.
+    D { id: "cli_password_short_flag", description: "Password after the -p flag of mysql, mariadb, docker/podman/nerdctl login or sshpass",
+        keywords: &["mysql", "mariadb", "login", "sshpass"],
+        regex: r#"(?:\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s["']?-p|\b(?:docker|podman|nerdctl)\s+login\b[^\n|;&]*?\s-p\s+|\bsshpass\s+-p\s*)["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: None },
     D { id: "url_secret_query_param", description: "Secret in a URL query parameter (token=, sig=, code=, key=, …)",
         keywords: &["token=", "sig=", "signature=", "code=", "key=", "secret=", "password=", "auth=", "credential="],
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
@@ -744,6 +751,12 @@ pub(crate) mod tests {
             s("postgres://app:S3cr3tPw@db.internal:5432/orders"),
             s("S3cr3tPw"),
         );
+        // Redis: the password alone, no user.
+        tp(
+            "url_userinfo_password",
+            s("REDIS_URL=redis://:Xk9mQ2vL7w@cache.internal:6379/0"),
+            s("Xk9mQ2vL7w"),
+        );
         tp(
             "connection_string_password",
             s("Server=db;Database=x;User Id=sa;Password=Tr0ub4dor&3;"),
@@ -759,6 +772,25 @@ pub(crate) mod tests {
             s("curl -u admin:hunter22 https://api.example.com"),
             s("hunter22"),
         );
+        for (line, secret) in [
+            ("mysql -u root -pXk9mQ2vL7w orders", "Xk9mQ2vL7w"),
+            (
+                "mysqldump -h db -u app '-pXk9mQ2vL7w' shop > shop.sql",
+                "Xk9mQ2vL7w",
+            ),
+            (
+                "docker login -u bob -p Xk9mQ2vL7w registry.example.com",
+                "Xk9mQ2vL7w",
+            ),
+            (
+                "podman login registry.example.com -u bob -p 'Xk9mQ2vL7w'",
+                "Xk9mQ2vL7w",
+            ),
+            ("sshpass -p 'Xk9mQ2vL7w' ssh bob@host", "Xk9mQ2vL7w"),
+            ("sshpass -pXk9mQ2vL7w scp a bob@host:", "Xk9mQ2vL7w"),
+        ] {
+            tp("cli_password_short_flag", s(line), s(secret));
+        }
         tp(
             "powershell_plaintext_secure_string",
             s("$pw = ConvertTo-SecureString 'Winter2026!' -AsPlainText -Force"),
@@ -1637,6 +1669,12 @@ pub(crate) mod tests {
                 "$pw = ConvertTo-SecureString $env:SVC_PASSWORD -AsPlainText -Force",
             ),
             ("cli_secret_flag", "--password-file /run/secrets/db"),
+            // -p alone prompts; elsewhere it is a port or a path.
+            ("cli_password_short_flag", "mysql -u root -p orders"),
+            ("cli_password_short_flag", "docker run -p 8080:80 nginx"),
+            ("cli_password_short_flag", "ssh -p 2222 bob@host"),
+            ("cli_password_short_flag", "mkdir -p /var/lib/mysql"),
+            ("cli_password_short_flag", "docker login -u bob --password-stdin registry.example.com"),
             ("secret_key_assignment", "TOKEN_COUNT is an integer"),
             (
                 "url_secret_query_param",
