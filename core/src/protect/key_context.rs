@@ -1656,13 +1656,7 @@ const LEET_PASSWORD_MAX_BYTES: usize = 40;
 /// `"P4ssw0rd!"`). Names do not do that; passwords made of a word do.
 fn spelled_like_a_secret(key: &str) -> bool {
     let b = key.as_bytes();
-    // A password's length, holding a whole credential word: a long random token holds two
-    // or three letters of one (`pw`, `sid`) by chance, and is no password made of a word.
-    if b.len() > LEET_PASSWORD_MAX_BYTES
-        || !key_words(key)
-            .iter()
-            .any(|w| w.len() >= 4 && head_class(w, None) == KeyClass::Credential)
-    {
+    if b.len() > LEET_PASSWORD_MAX_BYTES {
         return false;
     }
     let leet = (1..b.len().saturating_sub(1))
@@ -1672,7 +1666,12 @@ fn spelled_like_a_secret(key: &str) -> bool {
                 && b[i + 1].is_ascii_alphabetic()
         })
         .count();
+    // A password's length, holding a whole credential word: a long random token holds two
+    // or three letters of one (`pw`, `sid`) by chance, and is no password made of a word.
     leet > LEET_DIGITS_IN_A_NAME
+        && key_words(key)
+            .iter()
+            .any(|w| w.len() >= 4 && head_class(w, None) == KeyClass::Credential)
 }
 
 /// The candidate where the word read as a key is the secret itself (`mysql -pS3cr3tPass1
