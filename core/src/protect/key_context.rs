@@ -2363,6 +2363,17 @@ mod tests {
             .collect()
     }
 
+    /// Each text's removal is exactly the value given, or nothing.
+    fn removes_each(cases: &[(&str, Option<&str>)]) {
+        for &(text, value) in cases {
+            assert_eq!(
+                removed(text),
+                Vec::from_iter(value.map(str::to_string)),
+                "{text}"
+            );
+        }
+    }
+
     #[test]
     fn settled_ranges_merge_where_they_overlap_and_cover_what_lies_inside_one() {
         let mut ranges = vec![20..30, 0..5, 5..10, 22..35, 40..41];
@@ -2478,7 +2489,7 @@ mod tests {
 
     #[test]
     fn whose_credential_it_is_may_stand_between_the_key_and_its_value() {
-        for (text, removed_value) in [
+        removes_each(&[
             ("the password for bob is Xk9mQ2vL7w", Some("Xk9mQ2vL7w")),
             (
                 "The token of the staging bot was Zt8vKq2LmW4xN7pR9s",
@@ -2497,15 +2508,12 @@ mod tests {
                 "password for the one admin account here is Xk9mQ2vL7w",
                 None,
             ),
-        ] {
-            let expected: Vec<String> = removed_value.into_iter().map(str::to_string).collect();
-            assert_eq!(removed(text), expected, "{text}");
-        }
+        ]);
     }
 
     #[test]
     fn qualified_credential_names_have_their_values_removed() {
-        for (text, removed_value) in [
+        removes_each(&[
             ("DB_PASSWORD_PROD=q7Rr2mXk9Lp", Some("q7Rr2mXk9Lp")),
             (
                 "client_secret_dev: \"AIhq5Xyb1Gga9Q30\"",
@@ -2519,10 +2527,7 @@ mod tests {
             ("password_hint: my dog", None),
             ("secret_name: prod-db", None),
             ("token_count_v2: 42", None),
-        ] {
-            let expected: Vec<String> = removed_value.into_iter().map(str::to_string).collect();
-            assert_eq!(removed(text), expected, "{text}");
-        }
+        ]);
     }
 
     /// Literals under credential names go, whatever their shape; code and references stay.
