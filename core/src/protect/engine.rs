@@ -452,7 +452,10 @@ impl Redactor {
             .collect()
     }
 
-    fn verdict(&self, key: &str) -> KeyVerdict {
+    /// What the rules say of `key` alone, cached per thread: for a caller that meets one key
+    /// many times (a JSON document's records) and asks [`Redactor::key_rule_decision_given`]
+    /// with it.
+    pub fn key_verdict(&self, key: &str) -> KeyVerdict {
         KEY_VERDICTS.with(|cache| {
             let Ok(mut cache) = cache.try_borrow_mut() else {
                 return self.verdict_uncached(key);
@@ -515,7 +518,7 @@ impl Redactor {
 
     /// True when the key is on the allowlist and its value is never touched.
     pub fn is_allowed_key(&self, key: &str) -> bool {
-        matches!(self.verdict(key), KeyVerdict::Allowed)
+        matches!(self.key_verdict(key), KeyVerdict::Allowed)
     }
 
     /// What the key rules do with `value` (its text, when it is a string) under `key`: a
@@ -523,13 +526,7 @@ impl Redactor {
     /// key-context judgment removes (and, for credential names, on any value that is not a
     /// string: a map or list under `credentials` goes whole).
     pub fn key_rule_decision(&self, key: &str, value: Option<&str>) -> KeyRuleDecision<'_> {
-        self.key_rule_decision_given(self.verdict(key), key, value)
-    }
-
-    /// What the rules say of `key` alone: for a caller that meets one key many times (a
-    /// JSON document's records) and asks [`Redactor::key_rule_decision_given`] with it.
-    pub fn key_verdict(&self, key: &str) -> KeyVerdict {
-        self.verdict(key)
+        self.key_rule_decision_given(self.key_verdict(key), key, value)
     }
 
     /// As [`Redactor::key_rule_decision`], with `verdict`, what
@@ -1180,7 +1177,8 @@ fn compile_detector(spec: &DetectorSpec, rank: usize) -> Result<Detector, RuleEr
             GroupPlace::Captured
         },
         // The judgment does not search with the regex. A byte each keyword holds is there
-        // whenever the detector is flagged: no need to look for it again.
+        // whenever the detector is flagged: no need to look for it again. (A detector without
+        // keywords keeps none either: the catalogue's all have shape gates that read it.)
         required_byte: super::required_byte::of(&spec.regex)
             .filter(|&b| !spec.judged && !spec.keywords.iter().all(|k| k.as_bytes().contains(&b))),
     })
@@ -1390,14 +1388,14 @@ mod key_verdict_cache {
             for (i, r) in redactors.iter().enumerate() {
                 for j in 0..redactors.len() {
                     let key = format!("k{j}");
-                    let allowed = matches!(r.verdict(&key), KeyVerdict::Allowed);
+                    let allowed = matches!(r.key_verdict(&key), KeyVerdict::Allowed);
                     assert_eq!(allowed, i == j, "redactor {i}, key {key}");
                     assert_eq!(
-                        std::mem::discriminant(&r.verdict(&key)),
+                        std::mem::discriminant(&r.key_verdict(&key)),
                         std::mem::discriminant(&r.verdict_uncached(&key))
                     );
                 }
-                assert!(matches!(r.verdict("password"), KeyVerdict::Judged(..)));
+                assert!(matches!(r.key_verdict("password"), KeyVerdict::Judged(..)));
             }
         }
     }
@@ -1411,7 +1409,7 @@ mod key_verdict_cache {
                 s.spawn(move || {
                     for n in 0..200 {
                         let i = (n + t) % 2;
-                        let allowed = matches!(redactors[i].verdict("k0"), KeyVerdict::Allowed);
+                        let allowed = matches!(redactors[i].key_verdict("k0"), KeyVerdict::Allowed);
                         assert_eq!(allowed, i == 0);
                     }
                 });

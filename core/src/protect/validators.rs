@@ -624,7 +624,6 @@ mod search_properties {
             let got: Vec<_> = token_runs(&s);
             prop_assert_eq!(got, expected, "{:?}", s);
         }
-
     }
 }
 

@@ -584,10 +584,7 @@ fn json_edits(
         // A key is text too: a secret written as a key (`{"AKIA…": 1}`, an e-mail address
         // naming a map entry) goes as one in a value would.
         // The detectors and learned values only: a key holds no nested document or base64
-        // worth a pass of its own. Keys repeat (every record of a list has the same ones):
-        // one found clean is not scanned again in this document. (A value learned later in
-        // the document could match a key seen clean before it; its first sighting was kept
-        // then anyway, so the set lets no new text through.)
+        // worth a pass of its own. One found clean is not scanned again ([`DocumentKeys`]).
         let verdict = match (&v.key, own_key[i].as_deref()) {
             (Some(range), Some(k)) => {
                 let facts = keys.facts(r, k);
@@ -624,7 +621,8 @@ fn json_edits(
             continue;
         }
         let string = (v.kind == Kind::String).then(|| json_text::decode_string(raw));
-        if let (Some(k), Some(p)) = (&own_key[i], v.parent) {
+        // A value with its own key has its key's verdict from above.
+        if let (Some(k), Some(p), Some(verdict)) = (&own_key[i], v.parent, verdict) {
             let empty = v.kind == Kind::Literal && raw == "null"
                 || string.as_deref().is_some_and(str::is_empty);
             if jwk[p] && JWK_PRIVATE_MEMBERS.contains(&k.as_ref()) && !empty {
@@ -645,7 +643,6 @@ fn json_edits(
             };
             // Key rules read at the depth of the object that holds the member.
             let object_at = depth + values[p].depth;
-            let verdict = verdict.unwrap_or_else(|| r.key_verdict(k));
             let value = string.as_deref();
             match key_rule_outcome(r, (k, verdict), value, empty, original, hits, object_at) {
                 KeyRuleOutcome::Scan => {}
