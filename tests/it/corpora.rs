@@ -1,6 +1,6 @@
 //! Recall and false positives of the default catalogue on the labeled corpora in
 //! `../shared/corpora/` (read at test time, never copied in). Prints the tables that
-//! BENCHMARKS.md records:
+//! BENCHMARKS.md records ("Protect: redaction quality on the shared corpora"):
 //!
 //!     cargo test --test it corpora -- --nocapture --test-threads 1
 //!
@@ -434,7 +434,8 @@ fn credsweeper_corpus_recall_and_false_positives() {
             println!("  {rule}: {:.0}% of {}", t.pct(), t.total);
         }
     }
-    // Floors just under the figures of 2026-12-02 (BENCHMARKS.md, "Nine more formats, ...").
+    // Floors just under the figures of 2026-12-02 (in `git log -- BENCHMARKS.md`; the current
+    // figures: BENCHMARKS.md, "Protect: redaction quality on the shared corpora").
     let floor = |part: Part| recall.get(&part).copied().unwrap_or_default()[0].pct();
     assert!(
         floor(Part::Tuning) >= TUNING_RECALL_FLOOR,
