@@ -2,7 +2,7 @@
 # Blast benchmark (issue 12): whole-process CPU of `toolwatch serve` per span WRITTEN, under the
 # pre-serialized blast load of `toolwatch loadgen --blast`. Usage:
 #   benches/blast.sh [--duration SECS] [--tenants N] [--tenant-on root|every] [--connections N]
-#                    [--requests-per-batch N] [--threads] [--keep] [-- extra loadgen flags]
+#                    [--requests-per-batch N] [--cores N] [--threads] [--keep] [-- extra loadgen flags]
 #   LOAD_BIN=/path/to/toolwatch benches/blast.sh ...   another build [default:
 #                                  ${CARGO_TARGET_DIR:-target}/release/toolwatch; not built here]
 #   LOADGEN_BIN=/path/to/toolwatch benches/blast.sh ...  the load client from another build (to
@@ -15,8 +15,11 @@
 # Starts `serve` under `/usr/bin/time -v` (start to exit) on free ports with a fresh data
 # directory, waits for "toolwatch ready", runs the blast (a separate process, its CPU reported
 # apart), sends SIGTERM, times SIGTERM -> exit, then counts the span rows in the archive
-# (`toolwatch query`) and the Parquet files under spans/. --threads also samples the daemon's
-# per-thread CPU (/proc/PID/task/*/stat, by thread name) just before SIGTERM. --keep keeps the
+# (`toolwatch query`) and the Parquet files under spans/. --cores N pins the daemon to cores
+# 0..N-1 (taskset) and the load client to the others (where there are none, it shares them);
+# `[pipeline] workers` then defaults to N. --threads also samples the daemon's per-thread CPU
+# (/proc/PID/task/*/stat, by thread name) just before SIGTERM, and the busiest single thread
+# other than the receivers' (tokio-*) as a share of the daemon's CPU then. --keep keeps the
 # work directory (data, logs, reports) and prints its path.
 # Prints a readable summary on stderr and one JSON line on stdout. Each run also times a fixed
 # CPU-bound task that does not depend on toolwatch (SHA-256 of 1 GiB of zeros, `sha256sum`,
@@ -25,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=15 tenants=20 tenant_on=root connections=2 per_batch=40 threads=0 keep=0
+duration=15 tenants=20 tenant_on=root connections=2 per_batch=40 threads=0 keep=0 cores=
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,9 +38,10 @@ while [ $# -gt 0 ]; do
     --connections) connections=$2; shift 2 ;;
     --requests-per-batch) per_batch=$2; shift 2 ;;
     --threads) threads=1; shift ;;
+    --cores) cores=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "blast.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,9 +58,22 @@ else
   trap 'rm -rf "$work"' EXIT
 fi
 
+# --cores N: the daemon on cores 0..N-1, the load client on the rest (or the same, if none).
+daemon_pin=() load_pin=()
+if [ -n "$cores" ]; then
+  all=$(nproc --all)
+  if [ "$cores" -lt 1 ] || [ "$cores" -gt "$all" ]; then
+    echo "blast.sh: --cores must be 1..$all" >&2; exit 2
+  fi
+  daemon_pin=(taskset -c "0-$((cores - 1))")
+  if [ "$cores" -lt "$all" ]; then
+    load_pin=(taskset -c "$cores-$((all - 1))")
+  fi
+fi
+
 head -c 1G /dev/zero | /usr/bin/time -f "%U %S" -o "$work/calibration.time" sha256sum > /dev/null
 
-TOOLWATCH_LOG__FORMAT=json /usr/bin/time -v -o "$work/serve.time" \
+TOOLWATCH_LOG__FORMAT=json ${daemon_pin[@]+"${daemon_pin[@]}"} /usr/bin/time -v -o "$work/serve.time" \
   "$bin" serve ${LOAD_CONFIG:+--config "$LOAD_CONFIG"} --data-dir "$work/data" \
   --otlp-grpc 127.0.0.1:0 --otlp-http 127.0.0.1:0 --admin 127.0.0.1:0 2> "$work/serve.log" &
 time_pid=$!
@@ -81,7 +98,7 @@ if [ -n "${PERF_OUT:-}" ]; then
 fi
 
 rc=0
-/usr/bin/time -v -o "$work/loadgen.time" "${LOADGEN_BIN:-$bin}" loadgen --blast --json --target "http://$http" \
+${load_pin[@]+"${load_pin[@]}"} /usr/bin/time -v -o "$work/loadgen.time" "${LOADGEN_BIN:-$bin}" loadgen --blast --json --target "http://$http" \
   --duration "$duration" --tenants "$tenants" --tenant-on "$tenant_on" \
   --connections "$connections" --requests-per-batch "$per_batch" ${extra[@]+"${extra[@]}"} \
   > "$work/report.json" || rc=$?
@@ -116,9 +133,9 @@ fi
   > "$work/written.json" 2> "$work/query.err" || echo '[]' > "$work/written.json"
 files=$(find "$work/data/spans" -name '*.parquet' 2>/dev/null | wc -l)
 
-python3 - "$work" "$t0" "$t1" "$files" "$threads" "$(getconf CLK_TCK)" "$serve_rc" <<'PY'
+python3 - "$work" "$t0" "$t1" "$files" "$threads" "$(getconf CLK_TCK)" "$serve_rc" "$cores" <<'PY'
 import json, re, sys
-work, t0, t1, files, threads, tck, serve_rc = sys.argv[1:]
+work, t0, t1, files, threads, tck, serve_rc, cores = sys.argv[1:]
 def time_v(path):
     t = open(path).read()
     f = lambda k: float(re.search(re.escape(k) + r":\s*([\d.:]+)", t).group(1))
@@ -150,6 +167,8 @@ out = {
     "daemon_user_s": user,
     "daemon_sys_s": sys_s,
     "cpu_s_per_million_written": round(cpu / written * 1e6, 1) if written else None,
+    "written_spans_per_s_load_and_exit": round(written / (report["seconds"] + float(t1) - float(t0))),
+    "daemon_cores": int(cores) if cores else None,
     "peak_rss_mib": round(rss / 1024),
     "calibration_cpu_s": round(calibration, 2),
     "acked_spans_per_s": report["spans_per_s"],
@@ -166,11 +185,18 @@ out = {
     "requests_per_batch": report["requests_per_batch"],
 }
 if threads == "1":
-    per = {}
+    per, single = {}, []
     for line in open(f"{work}/threads.tsv"):
         name, ticks = line.rstrip("\n").rsplit("\t", 1)
         per[name] = per.get(name, 0) + int(ticks) / int(tck)
+        single.append((int(ticks) / int(tck), name))
     out["threads_cpu_s_before_sigterm"] = {k: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])}
+    # The receivers (tokio runtime threads) are many and spread; the question is whether one
+    # pipeline thread is the ceiling.
+    total = sum(t for t, _ in single)
+    busy, name = max(((t, n) for t, n in single if not n.startswith("tokio-")), default=(0, ""))
+    out["busiest_thread"] = name
+    out["busiest_thread_share"] = round(busy / total, 3) if total else None
 e = sys.stderr
 print(f"acked {acked:,} spans ({report['spans_per_s']:,.0f}/s over {report['seconds']:.1f} s, "
       f"{report['bytes_per_span']} bytes a span, {report['refused']} refusals); written {written:,} "
@@ -182,5 +208,7 @@ print(f"daemon CPU {cpu:.1f} s = {per_m if per_m is not None else '-'} CPU s per
       f"loadgen CPU {out['loadgen_cpu_s']} s (not counted); calibration {out['calibration_cpu_s']} CPU s", file=e)
 if threads == "1":
     print("threads before SIGTERM: " + ", ".join(f"{k} {v}" for k, v in out["threads_cpu_s_before_sigterm"].items()), file=e)
+    print(f"busiest thread besides the receivers: {out['busiest_thread']}, {out['busiest_thread_share']:.1%} of the daemon's CPU", file=e)
+print(f"written per second, load and exit: {out['written_spans_per_s_load_and_exit']:,}", file=e)
 print(json.dumps(out))
 PY

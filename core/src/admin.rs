@@ -47,14 +47,24 @@ pub struct AdminState {
 /// The flush points of the daemon's archive writers.
 #[derive(Clone)]
 pub struct FlushPoints {
-    /// Spans and logs.
-    pub archive: Arc<FlushPoint>,
+    /// Spans and logs: one per archive writer thread.
+    pub archive: Vec<Arc<FlushPoint>>,
     /// Request summaries.
     pub requests: Arc<FlushPoint>,
     /// Alarms.
     pub alarms: Arc<FlushPoint>,
     /// The journal, for the records committed when a flush is asked.
     pub head: Arc<JournalHead>,
+}
+
+impl FlushPoints {
+    /// Every writer's point.
+    fn all(&self) -> Vec<&Arc<FlushPoint>> {
+        self.archive
+            .iter()
+            .chain([&self.requests, &self.alarms])
+            .collect()
+    }
 }
 
 /// How long a flush request waits for the writers.
@@ -69,7 +79,7 @@ async fn flush(State(state): State<AdminState>) -> axum::response::Response {
     };
     let asked_at = std::time::Instant::now();
     let records = points.head.committed();
-    let all = [&points.archive, &points.requests, &points.alarms];
+    let all = points.all();
     let asked: Vec<u64> = all.iter().map(|p| p.want(records)).collect();
     // An idle daemon's consumers are waiting for records: they look at the request now.
     points.head.nudge();
@@ -120,7 +130,7 @@ async fn buffered(
     };
     let asked_at = std::time::Instant::now();
     let records = points.head.committed();
-    let all = [&points.archive, &points.requests, &points.alarms];
+    let all = points.all();
     let asked: Vec<_> = all.iter().map(|p| p.want_copies(records)).collect();
     points.head.nudge();
     let deadline = tokio::time::Instant::now() + FLUSH_TIMEOUT;

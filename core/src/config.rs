@@ -35,6 +35,8 @@ pub struct Config {
     pub admin: crate::receive::auth::AdminConfig,
     /// Which executor-checklist rules run, per tenant, and how much they matter.
     pub findings: crate::findings::FindingsConfig,
+    /// How the stages after the journal use the machine's cores.
+    pub pipeline: PipelineConfig,
     /// Parquet archive settings.
     pub archive: ArchiveConfig,
     /// The write-ahead journal between `protect` and the consumers.
@@ -227,6 +229,26 @@ impl Default for JournalConfig {
             group_bytes: ByteSize(4 * 1024 * 1024),
             shutdown_deadline: HumanDuration(Duration::from_secs(30)),
         }
+    }
+}
+
+/// `[pipeline]`: how the stages after the journal use the machine's cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// Threads encoding and writing the archive's spans and logs, each with its own
+    /// partitions; 0: one per core available to the process (at most 64).
+    pub workers: usize,
+}
+
+impl PipelineConfig {
+    /// The archive writer threads to run: `workers`, or the cores available when it is 0.
+    pub fn archive_writers(&self) -> usize {
+        let n = match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            n => n,
+        };
+        n.clamp(1, crate::archive::writers::MAX_WRITERS)
     }
 }
 

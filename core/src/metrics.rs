@@ -1249,11 +1249,13 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// Archive files of `table` open.
-    pub fn set_open_files(&self, table: &'static str, n: usize) {
+    /// Moves the count of archive files of `table` open by `delta`.
+    pub fn open_files_changed(&self, table: &'static str, delta: i64) {
+        // Several writers hold files of one table (the archive's writer threads): each adds
+        // its own change.
         self.open_files
             .get_or_create(&[("table", table)])
-            .set(n as i64);
+            .inc_by(delta);
     }
 
     /// A finding raised (its first `open` row).

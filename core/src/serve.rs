@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminState;
-use crate::archive::consumer::{ArchiveConsumer, RecentSpans};
+use crate::archive::consumer::{ArchiveConsumer, ArchiveSink, RecentSpans};
 use crate::archive::flush::FlushPoint;
 use crate::archive::partition::Table;
 use crate::archive::{Archive, ArchiveError, ArchiveTotals};
@@ -237,20 +237,14 @@ pub async fn run(
 
     let mut recent = RecentSpans::new(config.archive.dedup_spans.0);
     let seeded = recent.seed_from_journal(&journal.dir, archive_tail.next_seq());
+    let writers = config.pipeline.archive_writers();
     let flush_points = crate::admin::FlushPoints {
-        archive: FlushPoint::new("spans_logs"),
+        archive: (0..writers).map(archive_flush_point).collect(),
         requests: FlushPoint::new("requests"),
         alarms: FlushPoint::new("alarms"),
         head: Arc::clone(&head),
     };
-    let archive = Archive::open(
-        &archive_dir,
-        &[Table::Spans, Table::Logs],
-        &config.archive,
-        instance_id.clone(),
-        Arc::clone(&metrics),
-    )?
-    .with_flush(Arc::clone(&flush_points.archive));
+    let archives = span_log_archives(&config, &archive_dir, &instance_id, &metrics, &flush_points)?;
     let replay = head.committed().saturating_sub(archive_tail.next_seq());
     if replay > 0 {
         tracing::info!(
@@ -259,8 +253,11 @@ pub async fn run(
             "replaying journal records the archive had not completed"
         );
     }
+    let sink = ArchiveSink::of(archives, &journal.id, archive_tail.next_seq())
+        .map_err(|e| ServeError::Thread(e.to_string()))?;
+    tracing::info!(writers, "archive writers");
     let archive_consumer = ArchiveConsumer::new(
-        archive,
+        sink,
         &archive_dir,
         &journal.id,
         replay_before,
@@ -700,6 +697,47 @@ fn export_endpoints(config: &Config, metrics: &Arc<Metrics>) -> Result<Vec<Endpo
             Endpoint::new(c, Arc::clone(metrics)).map_err(|e| ServeError::Export(e.to_string()))
         })
         .collect()
+}
+
+/// The flush point of archive writer `i` of the spans and logs: the first keeps the name
+/// readers and dashboards know.
+fn archive_flush_point(i: usize) -> Arc<FlushPoint> {
+    match i {
+        0 => FlushPoint::new("spans_logs"),
+        // Named once per writer for the life of the process.
+        i => FlushPoint::new(Box::leak(format!("spans_logs.{i}").into_boxed_str())),
+    }
+}
+
+/// One archive of spans and logs per writer (`[pipeline] workers`), each taking readers'
+/// flushes at its own point; only the first compacts (they share the partitions' folders).
+fn span_log_archives(
+    config: &Config,
+    archive_dir: &std::path::Path,
+    instance_id: &str,
+    metrics: &Arc<Metrics>,
+    points: &crate::admin::FlushPoints,
+) -> Result<Vec<Archive>, ServeError> {
+    let mut without_compaction = config.archive.clone();
+    without_compaction.compact_every = crate::units::LimitDuration(Duration::ZERO);
+    let mut archives = Vec::with_capacity(points.archive.len());
+    for (i, point) in points.archive.iter().enumerate() {
+        let settings = if i == 0 {
+            &config.archive
+        } else {
+            &without_compaction
+        };
+        let archive = Archive::open(
+            archive_dir,
+            &[Table::Spans, Table::Logs],
+            settings,
+            instance_id.to_string(),
+            Arc::clone(metrics),
+        )?
+        .with_flush(Arc::clone(point));
+        archives.push(archive);
+    }
+    Ok(archives)
 }
 
 /// Starts `consumer` on its own thread. The archive, assembly and budgets are paced to share

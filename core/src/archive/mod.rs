@@ -37,6 +37,7 @@ pub mod scrub;
 pub mod snapshot;
 pub mod upload;
 pub mod verify;
+pub mod writers;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -398,25 +399,23 @@ impl Archive {
     /// are completed only between records, so a file holds all of a record's rows for its
     /// partition or none.
     pub fn append(&mut self, seq: Option<u64>, batch: &EventBatch) {
-        let spans = vec![true; batch.spans.len()];
-        let logs = vec![true; batch.logs.len()];
-        self.append_kept(seq, batch, &spans, &logs);
+        self.append_kept(seq, batch, |_| true, |_| true);
     }
 
-    /// [`Archive::append`] of the spans and log records whose flag in `spans` and `logs` is set.
+    /// [`Archive::append`] of the spans and log records whose index `spans` and `logs` keep.
     pub fn append_kept(
         &mut self,
         seq: Option<u64>,
         batch: &EventBatch,
-        spans: &[bool],
-        logs: &[bool],
+        spans: impl Fn(usize) -> bool,
+        logs: impl Fn(usize) -> bool,
     ) {
         let kept_spans = batch
             .spans
             .iter()
-            .zip(spans)
-            .filter(|(_, &k)| k)
-            .map(|(s, _)| s);
+            .enumerate()
+            .filter(|&(i, _)| spans(i))
+            .map(|(_, s)| s);
         let records = seq.map(|s| (s, s));
         for group in group_by_partition(kept_spans, |s| (s.tenant.as_str(), s.start_ns)) {
             let key = PartitionKey::new(Table::Spans, &group[0].tenant, group[0].start_ns);
@@ -429,9 +428,9 @@ impl Archive {
         let kept_logs = batch
             .logs
             .iter()
-            .zip(logs)
-            .filter(|(_, &k)| k)
-            .map(|(l, _)| l);
+            .enumerate()
+            .filter(|&(i, _)| logs(i))
+            .map(|(_, l)| l);
         for group in group_by_partition(kept_logs, |l| (l.tenant.as_str(), l.time_ns)) {
             let key = PartitionKey::new(Table::Logs, &group[0].tenant, group[0].time_ns);
             self.add(key, records, new_rows::<LogRows>, group.len(), |rows| {
@@ -603,8 +602,7 @@ impl Archive {
         let buf = self.buffers.remove(key)?;
         let i = table_index(key.table);
         self.per_table[i] = self.per_table[i].saturating_sub(1);
-        self.metrics
-            .set_open_files(key.table.as_str(), self.per_table[i]);
+        self.metrics.open_files_changed(key.table.as_str(), -1);
         self.held = self.held.saturating_sub(buf.bytes());
         self.budget.change(-(buf.bytes() as isize));
         if buf.bytes() >= self.largest {
@@ -663,8 +661,7 @@ impl Archive {
                 // operators have come to expect; a failure here shows again when written.
                 let _ = std::fs::create_dir_all(e.key().dir(&self.data_dir));
                 self.per_table[table_index(table)] += 1;
-                self.metrics
-                    .set_open_files(table.as_str(), self.per_table[table_index(table)]);
+                self.metrics.open_files_changed(table.as_str(), 1);
                 self.sequence += 1;
                 e.insert(PartitionBuffer::new(new_rows, now, self.sequence))
             }
@@ -875,6 +872,13 @@ impl Drop for Archive {
         // count against the shared budget.
         self.budget.change(-(self.held as isize));
         self.budget.set_largest(self.budget_slot, 0);
+        for table in Table::ALL {
+            let open = self.per_table[table_index(table)];
+            if open > 0 {
+                self.metrics
+                    .open_files_changed(table.as_str(), -(open as i64));
+            }
+        }
         if let Some(c) = self.compactor.take() {
             c.signal_stop();
         }

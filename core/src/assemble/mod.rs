@@ -826,8 +826,8 @@ impl AssembleConsumer {
 impl crate::journal::consume::Consumer for AssembleConsumer {
     type Totals = AssembleTotals;
 
-    fn record(&mut self, seq: u64, entry: &crate::journal::codec::JournalEntry) {
-        if let crate::journal::codec::JournalEntry::Events(batch) = entry {
+    fn record(&mut self, seq: u64, entry: &std::sync::Arc<crate::journal::codec::JournalEntry>) {
+        if let crate::journal::codec::JournalEntry::Events(batch) = &**entry {
             let now = self.now_ms();
             let out = self.assembler.ingest_record(batch, now, seq);
             self.write(out);

@@ -157,8 +157,8 @@ impl BudgetConsumer {
 impl crate::journal::consume::Consumer for BudgetConsumer {
     type Totals = BudgetTotals;
 
-    fn record(&mut self, seq: u64, entry: &crate::journal::codec::JournalEntry) {
-        let crate::journal::codec::JournalEntry::Events(batch) = entry else {
+    fn record(&mut self, seq: u64, entry: &std::sync::Arc<crate::journal::codec::JournalEntry>) {
+        let crate::journal::codec::JournalEntry::Events(batch) = &**entry else {
             return;
         };
         if seq < self.skip_before {

@@ -264,11 +264,11 @@ impl ExportConsumer {
 impl Consumer for ExportConsumer {
     type Totals = ExportTotals;
 
-    fn record(&mut self, seq: u64, entry: &JournalEntry) {
+    fn record(&mut self, seq: u64, entry: &Arc<JournalEntry>) {
         if self.stopped {
             return;
         }
-        match entry {
+        match &**entry {
             JournalEntry::Events(batch) => {
                 if batch.is_empty() {
                     return;

@@ -34,8 +34,8 @@ const READ_BYTES: usize = 16 << 20;
 pub trait Consumer {
     /// What the stage reports when it stops.
     type Totals;
-    /// Takes journal record `seq`.
-    fn record(&mut self, seq: u64, entry: &JournalEntry);
+    /// Takes journal record `seq` (shared: a stage may hand it on to threads of its own).
+    fn record(&mut self, seq: u64, entry: &Arc<JournalEntry>);
     /// Periodic work. `next_seq` is the first record not yet handed over; returns the first
     /// record not yet durable on the stage's side (its checkpoint).
     fn tick(&mut self, next_seq: u64, head: &JournalHead) -> u64;
@@ -392,7 +392,9 @@ pub fn run<C: Consumer>(
                         JournalEntry::Events(batch) => {
                             match held.bind(seq, batch, Instant::now()) {
                                 Bound::AsIs => consumer.record(seq, &entry),
-                                Bound::Changed(b) => consumer.record(seq, &JournalEntry::Events(b)),
+                                Bound::Changed(b) => {
+                                    consumer.record(seq, &Arc::new(JournalEntry::Events(b)))
+                                }
                             }
                         }
                         JournalEntry::AlarmLogs(_) => consumer.record(seq, &entry),
@@ -411,7 +413,7 @@ pub fn run<C: Consumer>(
         {
             last_tick = Instant::now();
             if let Some(b) = held.expire(last_tick, last_seq) {
-                consumer.record(last_seq, &JournalEntry::Events(b));
+                consumer.record(last_seq, &Arc::new(JournalEntry::Events(b)));
             }
             report_held(&mut held, tail.consumer(), all_metrics);
             let durable = consumer.tick(tail.next_seq(), tail.head());
@@ -426,7 +428,7 @@ pub fn run<C: Consumer>(
     drop(lane);
     // Nothing more will come for what is still held: it goes on under the tenant it has.
     if let Some(b) = held.release_all(last_seq) {
-        consumer.record(last_seq, &JournalEntry::Events(b));
+        consumer.record(last_seq, &Arc::new(JournalEntry::Events(b)));
     }
     report_held(&mut held, tail.consumer(), all_metrics);
     let (durable, totals) = consumer.finish(tail.next_seq());
