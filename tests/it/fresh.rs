@@ -214,7 +214,24 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
         assert_eq!(more, vec![1.0; 4], "{timed:?}: {before:?} then {after:?}");
         let answer: Value = serde_json::from_str(&body).expect("json");
         assert_eq!(answer["flushed"], true);
-        assert_eq!(answer["writers"].as_array().map(Vec::len), Some(3));
+        // Every writer answers: the archive's (one per `[pipeline] workers`: `spans_logs`,
+        // then `spans_logs.1`, ...), then the summaries' and the alarms'.
+        let writers: Vec<(String, bool)> = answer["writers"]
+            .as_array()
+            .expect("writers")
+            .iter()
+            .map(|w| (w["writer"].as_str().unwrap_or("").to_string(), w["flushed"] == true))
+            .collect();
+        let archive = writers.len() - 2;
+        let mut expected: Vec<(String, bool)> = (0..archive)
+            .map(|i| match i {
+                0 => ("spans_logs".to_string(), true),
+                i => (format!("spans_logs.{i}"), true),
+            })
+            .collect();
+        expected.extend([("requests".to_string(), true), ("alarms".to_string(), true)]);
+        assert!(archive >= 1, "{writers:?}");
+        assert_eq!(writers, expected);
         assert_clean(&body, "the flush answer");
         assert_clean(&address_file, "the address file");
     })
