@@ -7,9 +7,10 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use parquet::arrow::ArrowWriter;
 use prost::Message;
 
-use toolwatch::archive::partition::{writer_properties, FileSettings, Table};
-use toolwatch::archive::rows::TableRows;
-use toolwatch::archive::schema::{spans_schema, SpanRows};
+use toolwatch::archive::table::encoding::{writer_properties, FileSettings};
+use toolwatch::archive::table::rows::TableRows;
+use toolwatch::archive::table::schema::{spans_schema, SpanRows};
+use toolwatch::archive::table::Table;
 use toolwatch::event::EventBatch;
 use toolwatch::loadgen::generate;
 use toolwatch::protect::engine::Redactor;

@@ -232,10 +232,10 @@ struct StoreArg {
 
 impl StoreArg {
     /// The store named, if one is.
-    fn remote(&self) -> Result<Option<crate::archive::remote::RemoteArchive>, ExitCode> {
+    fn remote(&self) -> Result<Option<crate::archive::store::remote::RemoteArchive>, ExitCode> {
         self.url
             .as_deref()
-            .map(crate::archive::remote::RemoteArchive::open)
+            .map(crate::archive::store::remote::RemoteArchive::open)
             .transpose()
             .map_err(usage_error)
     }
@@ -245,7 +245,7 @@ impl StoreArg {
 /// else under `dir` (fresh as `freshen` asks, warning when not).
 async fn on_archive<T, F, Fut>(
     dir: &std::path::Path,
-    remote: Option<&crate::archive::remote::RemoteArchive>,
+    remote: Option<&crate::archive::store::remote::RemoteArchive>,
     freshen: crate::query::fresh::Freshen,
     scope: &crate::query::TenantScope,
     work: F,
@@ -704,8 +704,8 @@ fn query(args: QueryArgs) -> ExitCode {
 }
 
 fn retention(args: RetentionArgs) -> ExitCode {
-    use crate::archive::partition::Table;
     use crate::archive::retention::expired;
+    use crate::archive::table::Table;
     let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
         Err(code) => return code,
@@ -744,8 +744,8 @@ fn retention(args: RetentionArgs) -> ExitCode {
     }
     let mut compactor = crate::archive::compact::Compactor::new(
         &dir,
-        crate::archive::compact::Policy::from_config(&config.archive),
-        crate::archive::new_instance_id(),
+        crate::archive::compact::policy::Policy::from_config(&config.archive),
+        crate::archive::layout::names::new_instance_id(),
         std::sync::Arc::new(crate::metrics::Metrics::new()),
     );
     match compactor.delete_expired(&found) {
@@ -797,7 +797,7 @@ fn verify(args: VerifyArgs) -> ExitCode {
     if remote.is_some() && args.adopt_unrecorded {
         return usage_error("--adopt-unrecorded works on a local archive, not with --url");
     }
-    let mut store_files = match remote.map(crate::archive::remote::StoreFiles::new) {
+    let mut store_files = match remote.map(crate::archive::store::remote::StoreFiles::new) {
         None => None,
         Some(Ok(f)) => Some(f),
         Some(Err(e)) => {
@@ -807,7 +807,7 @@ fn verify(args: VerifyArgs) -> ExitCode {
     };
     let dir = match &store_files {
         Some(f) => {
-            use crate::archive::verify::ArchiveFiles;
+            use crate::archive::manifest::verify::ArchiveFiles;
             f.manifest_root().to_path_buf()
         }
         None => match existing_data_dir(&args.data_dir, &config) {
@@ -826,7 +826,7 @@ fn verify(args: VerifyArgs) -> ExitCode {
     let key = match args
         .public_key
         .as_deref()
-        .map(crate::archive::verify::parse_public_key)
+        .map(crate::archive::manifest::verify::parse_public_key)
     {
         None => None,
         Some(Ok(k)) => Some(k),
@@ -850,13 +850,13 @@ fn verify(args: VerifyArgs) -> ExitCode {
         }
     }
     let verified = match &mut store_files {
-        Some(files) => crate::archive::verify::verify_files(
+        Some(files) => crate::archive::manifest::verify::verify_files(
             files,
             args.since.as_deref(),
             key.as_ref(),
             checkpoint.as_ref(),
         ),
-        None => crate::archive::verify::verify_from(
+        None => crate::archive::manifest::verify::verify_from(
             &dir,
             args.since.as_deref(),
             key.as_ref(),
@@ -875,7 +875,7 @@ fn verify(args: VerifyArgs) -> ExitCode {
             Ok(t) => t,
             Err(e) => return usage_error(format!("--heads {}: {e}", file.display())),
         };
-        match crate::archive::verify::check_heads(&dir, &kept) {
+        match crate::archive::manifest::verify::check_heads(&dir, &kept) {
             Ok(p) => report.problems.extend(p),
             Err(e) => {
                 eprintln!("toolwatch verify: {shown}: {e}");
@@ -949,8 +949,8 @@ fn since_arg(since: Option<&str>) -> Result<(), ExitCode> {
 }
 
 /// The tables a `--table` flag names: all when absent.
-fn tables_arg(arg: Option<&str>) -> Result<Vec<crate::archive::partition::Table>, ExitCode> {
-    use crate::archive::partition::Table;
+fn tables_arg(arg: Option<&str>) -> Result<Vec<crate::archive::table::Table>, ExitCode> {
+    use crate::archive::table::Table;
     match arg {
         None => Ok(Table::ALL.to_vec()),
         Some(t) => match Table::ALL.iter().find(|x| x.as_str() == t) {
@@ -1010,8 +1010,8 @@ fn ddl(args: DdlArgs) -> ExitCode {
 }
 
 fn scrub(args: ScrubArgs) -> ExitCode {
-    use crate::archive::compact::{Compactor, Policy};
-    use crate::archive::scrub::{self, Scrubber, Target};
+    use crate::archive::compact::scrub::{self, Scrubber, Target};
+    use crate::archive::compact::{policy::Policy, Compactor};
     let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
         Err(code) => return code,
@@ -1096,7 +1096,7 @@ fn scrub(args: ScrubArgs) -> ExitCode {
                 Compactor::new(
                     &dir,
                     Policy::from_config(&config.archive),
-                    crate::archive::new_instance_id(),
+                    crate::archive::layout::names::new_instance_id(),
                     std::sync::Arc::clone(&metrics),
                 )
             })
@@ -1127,7 +1127,7 @@ fn scrub(args: ScrubArgs) -> ExitCode {
 fn load_checkpoint(
     file: Option<&std::path::Path>,
     since: Option<&str>,
-) -> Result<Option<crate::archive::verify::Checkpoint>, ExitCode> {
+) -> Result<Option<crate::archive::manifest::verify::Checkpoint>, ExitCode> {
     let Some(file) = file else {
         return Ok(None);
     };
@@ -1136,12 +1136,13 @@ fn load_checkpoint(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(usage_error(format!("--checkpoint {}: {e}", file.display()))),
     };
-    let c: crate::archive::verify::Checkpoint = serde_json::from_slice(&text).map_err(|e| {
-        usage_error(format!(
-            "--checkpoint {}: not a checkpoint: {e}",
-            file.display()
-        ))
-    })?;
+    let c: crate::archive::manifest::verify::Checkpoint =
+        serde_json::from_slice(&text).map_err(|e| {
+            usage_error(format!(
+                "--checkpoint {}: not a checkpoint: {e}",
+                file.display()
+            ))
+        })?;
     if since.is_some_and(|s| s < c.since.as_str()) {
         return Err(usage_error(format!(
             "--checkpoint {} covers partitions from {} on: give --since {} or later, or verify without it",
@@ -1158,9 +1159,9 @@ fn load_checkpoint(
 fn adopt_unrecorded(
     dir: &std::path::Path,
     config: &Config,
-    report: &mut crate::archive::verify::Report,
+    report: &mut crate::archive::manifest::verify::Report,
 ) -> Result<(), ExitCode> {
-    use crate::archive::verify::Problem;
+    use crate::archive::manifest::verify::Problem;
     let extra: Vec<String> = report
         .problems
         .iter()
@@ -1173,13 +1174,13 @@ fn adopt_unrecorded(
         return Ok(());
     }
     check_signing(dir, config)?;
-    let instance_id = crate::archive::new_instance_id();
+    let instance_id = crate::archive::layout::names::new_instance_id();
     let adopted = crate::archive::manifest::Manifest::shared(
         dir,
         &instance_id,
         &config.archive.manifest_signing_key_file,
     )
-    .and_then(|m| crate::archive::verify::adopt(dir, &extra, &m).map(|n| (n, m)));
+    .and_then(|m| crate::archive::manifest::verify::adopt(dir, &extra, &m).map(|n| (n, m)));
     match adopted {
         Ok((n, m)) => {
             eprintln!(
@@ -1200,7 +1201,7 @@ fn adopt_unrecorded(
 }
 
 fn compact(args: CompactArgs) -> ExitCode {
-    use crate::archive::compact::{Compactor, Policy};
+    use crate::archive::compact::{policy::Policy, Compactor};
     let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
         Err(code) => return code,
@@ -1227,7 +1228,7 @@ fn compact(args: CompactArgs) -> ExitCode {
             return code;
         }
     }
-    let instance_id = crate::archive::new_instance_id();
+    let instance_id = crate::archive::layout::names::new_instance_id();
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
     let mut compactor = Compactor::new(&dir, policy, instance_id, metrics).dry_run(args.dry_run);
     match compactor.run(&tables, std::time::SystemTime::now(), &|| false) {
@@ -1260,7 +1261,7 @@ fn warn_unfresh<T, E>(result: Result<(T, crate::query::fresh::Freshness), E>) ->
 }
 
 fn upload(args: UploadArgs) -> ExitCode {
-    use crate::archive::{remote::RemoteArchive, upload::Uploader};
+    use crate::archive::store::{remote::RemoteArchive, upload::Uploader};
     let (config, dir) = match archive_command(args.config.as_deref(), &args.data_dir) {
         Ok(c) => c,
         Err(code) => return code,
@@ -1295,14 +1296,14 @@ fn upload(args: UploadArgs) -> ExitCode {
         uploader = uploader.with_resync();
     }
     if same_store && !config.storage.local_keep.0.is_zero() {
-        let instance = match crate::archive::upload::offload_instance(&dir) {
+        let instance = match crate::archive::store::upload::offload_instance(&dir) {
             Ok(i) => i,
             Err(e) => {
                 eprintln!("toolwatch upload: {e}");
                 return ExitCode::from(2);
             }
         };
-        uploader = uploader.with_offload(crate::archive::upload::OffloadSettings {
+        uploader = uploader.with_offload(crate::archive::store::upload::OffloadSettings {
             keep: config.storage.local_keep.0,
             instance,
             signing_key_file: config.archive.manifest_signing_key_file.clone(),

@@ -1,7 +1,7 @@
 //! Admin HTTP: `/healthz`, `/readyz`, `/metrics` (Prometheus text format),
 //! `GET /v1/budgets[?tenant=T]` (current usage and limits as JSON) and
-//! `POST /v1/archive/flush` (write out what the archive buffers; see `archive::flush`) and
-//! `GET /v1/archive/buffered` (copies of what the archive buffers; see `archive::snapshot`).
+//! `POST /v1/archive/flush` (write out what the archive buffers; see `archive::write::flush`) and
+//! `GET /v1/archive/buffered` (copies of what the archive buffers; see `archive::write::snapshot`).
 //!
 //! `/healthz` answers 200 while the process serves at all; `/readyz` answers 200 only while
 //! the daemon accepts data (not during start-up or shutdown), so a load balancer can drain it.
@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use std::time::Duration;
 
-use crate::archive::flush::FlushPoint;
+use crate::archive::write::flush::FlushPoint;
 use crate::budget::evaluate::{BudgetEvaluator, BudgetUsage};
 use crate::budget::SharedEvaluator;
 use crate::journal::head::JournalHead;
@@ -106,11 +106,11 @@ async fn flush(State(state): State<AdminState>) -> axum::response::Response {
     )
 }
 
-/// Content type of the buffered rows' body (see `archive::snapshot`).
+/// Content type of the buffered rows' body (see `archive::write::snapshot`).
 pub const BUFFERED_CONTENT_TYPE: &str = "application/vnd.toolwatch.buffered-rows";
 
 /// Copies of every archive writer's buffers once each has read the records committed now:
-/// 200 with the body of `archive::snapshot::BufferedSet`, 504 when a writer did not answer
+/// 200 with the body of `archive::write::snapshot::BufferedSet`, 504 when a writer did not answer
 /// within 10 s. The rows are protected, as in the files. Only a caller on this host (a
 /// loopback peer) gets them, 403 otherwise: the admin port may be opened for scrapers, and
 /// the readers the copies are for read the data directory on this host anyway.
@@ -152,7 +152,7 @@ async fn buffered(
     state
         .metrics
         .reader_copy(true, asked_at.elapsed().as_secs_f64());
-    let body = crate::archive::snapshot::BufferedSet { records, files }.encode();
+    let body = crate::archive::write::snapshot::BufferedSet { records, files }.encode();
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, BUFFERED_CONTENT_TYPE)],

@@ -125,16 +125,18 @@ impl StorageConfig {
     /// sent, so a store down now is not an error here.
     pub fn remote(
         &self,
-    ) -> Result<Option<crate::archive::remote::RemoteArchive>, crate::archive::remote::RemoteError>
-    {
+    ) -> Result<
+        Option<crate::archive::store::remote::RemoteArchive>,
+        crate::archive::store::remote::RemoteError,
+    > {
         if self.url.is_empty() {
             return Ok(None);
         }
-        crate::archive::remote::RemoteArchive::open(&self.url).map(Some)
+        crate::archive::store::remote::RemoteArchive::open(&self.url).map(Some)
     }
     /// How the uploader works, from these settings.
-    pub fn upload_settings(&self) -> crate::archive::upload::UploadSettings {
-        crate::archive::upload::UploadSettings {
+    pub fn upload_settings(&self) -> crate::archive::store::upload::UploadSettings {
+        crate::archive::store::upload::UploadSettings {
             delete_delay: self.delete_delay.0,
             multipart_bytes: self.multipart_bytes.0,
             segment_lines: 10_000,
@@ -248,7 +250,7 @@ impl PipelineConfig {
             0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
             n => n,
         };
-        n.clamp(1, crate::archive::writers::MAX_WRITERS)
+        n.clamp(1, crate::archive::write::writers::MAX_WRITERS)
     }
 }
 

@@ -137,7 +137,7 @@ pub struct Metrics {
     archive_failed_rows: Family<Labels1, Counter>,
     archive_abandoned: Family<Labels1, Counter>,
     manifest_failed: Counter,
-    /// The archive's uploads to object storage (see `archive::upload`).
+    /// The archive's uploads to object storage (see `archive::store::upload`).
     uploaded_files: Counter,
     uploaded_bytes: Counter,
     uploaded_segments: Counter,

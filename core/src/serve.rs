@@ -20,9 +20,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminState;
-use crate::archive::consumer::{ArchiveConsumer, ArchiveSink, RecentSpans};
-use crate::archive::flush::FlushPoint;
-use crate::archive::partition::Table;
+use crate::archive::table::Table;
+use crate::archive::write::consumer::{ArchiveConsumer, ArchiveSink, RecentSpans};
+use crate::archive::write::flush::FlushPoint;
 use crate::archive::{Archive, ArchiveError, ArchiveTotals};
 use crate::assemble::{AssembleConsumer, Assembler, PricesError};
 use crate::budget::deliver::Delivery;
@@ -169,7 +169,7 @@ pub async fn run(
     let hasher = config.hashing.current(&data_dir)?;
     let rules_in_force = (config.redaction.clone(), hasher.key_id().to_string());
     let protector = Protector::from_config(&config.redaction, hasher)?;
-    let instance_id = crate::archive::new_instance_id();
+    let instance_id = crate::archive::layout::names::new_instance_id();
     // The manifest's signing key: the daemon creates it if absent (commands only read it).
     let key_file = &config.archive.manifest_signing_key_file;
     if !key_file.as_os_str().is_empty() {
@@ -223,7 +223,7 @@ pub async fn run(
         decoded,
         tenancy: config.tenancy.clone(),
         replay_before,
-        held_budget: crate::archive::buffer::SharedBudget::for_data_dir(
+        held_budget: crate::archive::write::buffer::SharedBudget::for_data_dir(
             &archive_dir,
             config.archive.buffer_bytes.as_usize(),
         ),
@@ -455,17 +455,17 @@ pub async fn run(
 
     // Readers of this data directory (`query`, `trace`) find the daemon here to flush; readers
     // of a shared archive folder find every instance writing it there.
-    let mut address_files = vec![(crate::archive::flush::address_file(&data_dir), false)];
+    let mut address_files = vec![(crate::archive::write::flush::address_file(&data_dir), false)];
     if archive_dir != data_dir {
         address_files.push((
-            crate::archive::flush::instance_address_file(&archive_dir, &journal.id),
+            crate::archive::write::flush::instance_address_file(&archive_dir, &journal.id),
             true,
         ));
     }
     let _address_files: Vec<_> = address_files
         .into_iter()
         .filter_map(|(path, with_host)| {
-            crate::archive::flush::publish_address_at(path, addrs.admin, with_host)
+            crate::archive::write::flush::publish_address_at(path, addrs.admin, with_host)
                 .inspect_err(|e| tracing::warn!(error = %e, "admin address not recorded; query and trace will not ask this daemon for its buffered rows"))
                 .ok()
         })
@@ -601,8 +601,8 @@ fn start_upload(
     archive_dir: &std::path::Path,
     instance_id: &str,
     metrics: &Arc<Metrics>,
-) -> Result<Option<crate::archive::upload::Background>, ServeError> {
-    use crate::archive::upload;
+) -> Result<Option<crate::archive::store::upload::Background>, ServeError> {
+    use crate::archive::store::upload;
     let storage = &config.storage;
     let Some(remote) = storage
         .remote()
@@ -635,7 +635,7 @@ struct Shared {
     /// The first record this process appended (see `append_start_marker`).
     replay_before: u64,
     /// The archive's memory budget, which held items count in.
-    held_budget: Arc<crate::archive::buffer::SharedBudget>,
+    held_budget: Arc<crate::archive::write::buffer::SharedBudget>,
 }
 
 /// Decoded records the consumers share (about 1 MiB each at 500 spans per batch).

@@ -9,7 +9,7 @@
 
 use datafusion::arrow::datatypes::{DataType, Field};
 
-use crate::archive::partition::Table;
+use crate::archive::table::Table;
 
 /// An engine to define the tables for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

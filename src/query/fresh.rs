@@ -1,15 +1,15 @@
 //! Fresh reads: ask the daemon serving the data directory (if one does) for copies of the rows
-//! it buffers (`GET /v1/archive/buffered`; see `archive::snapshot`), which `query` and `trace`
+//! it buffers (`GET /v1/archive/buffered`; see `archive::write::snapshot`), which `query` and `trace`
 //! read beside the completed files, or to write them out first
-//! (`POST /v1/archive/flush`; see `archive::flush`), so what it acknowledged a moment ago is
+//! (`POST /v1/archive/flush`; see `archive::write::flush`), so what it acknowledged a moment ago is
 //! read either way.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::archive::flush::{recorded_addresses, RecordedDaemon};
-use crate::archive::snapshot::BufferedSet;
+use crate::archive::write::flush::{recorded_addresses, RecordedDaemon};
+use crate::archive::write::snapshot::BufferedSet;
 
 /// How long to try reaching the daemon: it is local, so a refusal comes at once.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -277,7 +277,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         drop(listener);
-        let _f = crate::archive::flush::publish_address(dir.path(), addr).expect("publish");
+        let _f = crate::archive::write::flush::publish_address(dir.path(), addr).expect("publish");
         assert_eq!(rt.block_on(flush_daemon(dir.path())), Freshness::NoDaemon);
     }
 }

@@ -6,7 +6,7 @@
 //! filters on `trace_id` and `request_id` skip the rest. Only completed files are read (their
 //! names end in `.parquet`; files being written end in `.parquet.inprogress`), so reading
 //! while the daemon writes never sees a partial file. Beside them a session can read copies
-//! of the rows a running daemon still buffers ([`fresh`], [`view`]; see `archive::snapshot`),
+//! of the rows a running daemon still buffers ([`fresh`], [`view`]; see `archive::write::snapshot`),
 //! each row once. Everything here is read-only.
 
 pub mod ddl;
@@ -29,13 +29,13 @@ use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
 use futures_util::StreamExt;
 
-use crate::archive::lock::ReadersLock;
-use crate::archive::partition::Table;
-use crate::archive::snapshot::BufferedSet;
+use crate::archive::layout::lock::ReadersLock;
+use crate::archive::table::Table;
+use crate::archive::write::snapshot::BufferedSet;
 use fresh::{Freshen, Freshness};
 use view::ArchiveView;
 
-use crate::archive::remote::RemoteArchive;
+use crate::archive::store::remote::RemoteArchive;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectMeta;
 
@@ -96,7 +96,7 @@ const VANISHED_TRIES: u32 = 4;
 /// Runs `work` on a fresh session over the archive under `data_dir`, again (with a fresh
 /// listing, up to [`VANISHED_TRIES`] in all) if a file vanished under it. With
 /// [`Freshen::Copies`] the session also reads copies of the rows the daemon buffers, taken
-/// after the readers' lock and before the listing (see `archive::snapshot`); with
+/// after the readers' lock and before the listing (see `archive::write::snapshot`); with
 /// [`Freshen::Flush`] the daemon writes them out first. Returns how asking the daemon went.
 pub async fn with_session<T, F, Fut>(
     data_dir: &Path,
@@ -261,7 +261,7 @@ impl TenantScope {
         let first = relative.split('/').next().unwrap_or("");
         tenants.iter().any(|t| {
             first.strip_prefix("tenant=")
-                == Some(crate::archive::partition::encode_partition_value(t).as_str())
+                == Some(crate::archive::layout::partition::encode_partition_value(t).as_str())
         })
     }
 }
@@ -272,8 +272,8 @@ pub const TABLES: &[Table] = &Table::ALL;
 /// A table's schema, from the stage owning its rows (the archive's for spans and logs).
 pub fn table_schema(table: Table) -> SchemaRef {
     match table {
-        Table::Spans => crate::archive::schema::spans_schema(),
-        Table::Logs => crate::archive::schema::logs_schema(),
+        Table::Spans => crate::archive::table::schema::spans_schema(),
+        Table::Logs => crate::archive::table::schema::logs_schema(),
         Table::Requests => crate::assemble::rows::requests_schema(),
         Table::Alarms => crate::budget::rows::alarms_schema(),
         Table::Findings => crate::findings::rows::findings_schema(),
@@ -505,8 +505,8 @@ mod copies_tests {
     use proptest::prelude::*;
 
     use super::{run, session_with};
-    use crate::archive::snapshot::BufferedSet;
-    use crate::archive::test_archive;
+    use crate::archive::write::snapshot::BufferedSet;
+    use crate::archive::write::test_archive;
     use crate::event::{fixtures, EventBatch, HexId, SpanRecord};
 
     const T0: i64 = 1_800_000_000_000_000_000;

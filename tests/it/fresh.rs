@@ -165,7 +165,7 @@ async fn what_was_acknowledged_is_read_at_once_while_serving() {
         });
         assert_eq!(sample(copied), copies_before + 1.0);
         assert_clean(&String::from_utf8_lossy(&body), "the buffered rows' body");
-        let set = toolwatch::archive::snapshot::BufferedSet::decode(body).expect("a body");
+        let set = toolwatch::archive::write::snapshot::BufferedSet::decode(body).expect("a body");
         let mut rows_in = std::collections::BTreeMap::<String, u64>::new();
         let mut text = String::new();
         for f in &set.files {

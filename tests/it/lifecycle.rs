@@ -201,7 +201,7 @@ fn archive_files_have_statistics_page_indexes_and_bloom_filters() {
     let rg = meta.row_group(0);
     for (i, col) in rg.columns().iter().enumerate() {
         let name = col.column_path().string();
-        if toolwatch::archive::schema::SMALL_COLUMNS.contains(&name.as_str()) {
+        if toolwatch::archive::table::encoding::SMALL_COLUMNS.contains(&name.as_str()) {
             assert_eq!(col.compression(), Compression::UNCOMPRESSED, "{name}");
         } else {
             assert!(matches!(col.compression(), Compression::ZSTD(_)), "{name}");

@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use toolwatch::archive::lock::{PartitionDir, PartitionLock};
-use toolwatch::archive::partition::Table;
+use toolwatch::archive::layout::lock::PartitionLock;
+use toolwatch::archive::layout::partition::PartitionDir;
+use toolwatch::archive::table::Table;
 
 use crate::harness::{
     compact_now, loadgen, parquet_files, query_n, run_verify, toolwatch, Daemon, DaemonOptions,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::archive::table::encoding::FileSettings;
 use crate::units::{ByteSize, HumanDuration, LimitDuration, PositiveUsize, ZstdLevel};
 
 /// Parquet archive settings.
@@ -110,5 +111,16 @@ impl ArchiveConfig {
             });
         }
         Ok(())
+    }
+}
+
+/// The file settings of an archive configuration.
+pub fn file_settings(config: &ArchiveConfig) -> FileSettings {
+    FileSettings {
+        max_bytes: config.max_file_bytes.0,
+        max_age: config.max_file_age.0,
+        row_group_rows: config.row_group_rows.0,
+        row_group_bytes: config.row_group_bytes.as_usize(),
+        zstd_level: config.zstd_level.0,
     }
 }

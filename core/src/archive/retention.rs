@@ -13,10 +13,14 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::lock::{PartitionDir, PartitionLock};
-use super::manifest::{Manifest, NewEntry, Op};
-use super::partition::{encode_partition_value, Table};
-use super::ArchiveError;
+use crate::archive::error::ArchiveError;
+use crate::archive::layout::lock::PartitionLock;
+use crate::archive::layout::offloaded::{self, OffloadedFile};
+use crate::archive::layout::partition::{
+    encode_partition_value, is_completed, partitions, PartitionDir,
+};
+use crate::archive::manifest::{Manifest, NewEntry, Op, Reason};
+use crate::archive::table::Table;
 use crate::units::HumanDuration;
 
 /// How long each table's rows are kept (none: for ever).
@@ -105,8 +109,8 @@ pub struct Expired {
     pub part: PartitionDir,
     /// Its completed files and their sizes.
     pub files: Vec<(PathBuf, u64)>,
-    /// Its files whose only copy is in the object store (see [`super::offload`]).
-    pub offloaded: Vec<super::offload::OffloadedFile>,
+    /// Its files whose only copy is in the object store (see [`offloaded`]).
+    pub offloaded: Vec<OffloadedFile>,
 }
 
 /// The end of a partition hour (none: not a date and hour, or before 1970).
@@ -124,7 +128,7 @@ pub fn expired(
 ) -> Result<Vec<Expired>, ArchiveError> {
     let mut out = Vec::new();
     for &table in tables {
-        for part in super::compact::partitions(data_dir, table)? {
+        for part in partitions(data_dir, table)? {
             let Some(keep) = config.keep(table, &part.tenant) else {
                 continue;
             };
@@ -134,7 +138,7 @@ pub fn expired(
             }
             let dir = part.dir(data_dir);
             let files = completed_with_sizes(&dir)?;
-            let offloaded = super::offload::read_marker(&dir)?;
+            let offloaded = offloaded::read_marker(&dir)?;
             out.push(Expired {
                 part,
                 files,
@@ -150,7 +154,7 @@ pub(super) fn completed_with_sizes(dir: &Path) -> Result<Vec<(PathBuf, u64)>, Ar
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir).map_err(|e| ArchiveError::io(dir, e))? {
         let e = e.map_err(|err| ArchiveError::io(dir, err))?;
-        if super::compact::is_completed(&e.file_name().to_string_lossy()) {
+        if is_completed(&e.file_name().to_string_lossy()) {
             let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
             files.push((e.path(), bytes));
         }
@@ -186,7 +190,7 @@ pub fn apply(
             }
             Err(err) => return Err(err),
         };
-        let marker = super::offload::read_marker(&dir)?;
+        let marker = offloaded::read_marker(&dir)?;
         let offloaded = marker.iter().map(|f| (data_dir.join(&f.path), f.bytes));
         let entries: Vec<NewEntry> = local
             .iter()
@@ -200,7 +204,7 @@ pub fn apply(
                 bytes: size,
                 sha256: String::new(),
                 records: None,
-                reason: super::manifest::Reason::Retention,
+                reason: Reason::Retention,
             })
             .collect();
         // Recorded first: a crash before the deletion leaves files the next run deletes
@@ -221,7 +225,7 @@ pub fn apply(
         // Their objects go from the store when these lines are uploaded.
         files += marker.len() as u64;
         bytes += marker.iter().map(|f| f.bytes).sum::<u64>();
-        super::offload::write_marker(&dir, &[])?;
+        offloaded::write_marker(&dir, &[])?;
         // The folder goes when nothing else is in it (a writer's temporary file may be).
         let _ = std::fs::remove_dir(&dir);
         if let Some(date_dir) = dir.parent() {

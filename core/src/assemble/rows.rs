@@ -13,11 +13,11 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
 use super::summary::RequestSummary;
-use crate::archive::partition::Table;
-use crate::archive::rows::{ArchiveRow, TableRows};
-use crate::archive::schema::{
+use crate::archive::table::rows::{ArchiveRow, TableRows};
+use crate::archive::table::schema::{
     counts_map_field, ts, utf8, CountsColumn, Small, SCHEMA_VERSION, UTC,
 };
+use crate::archive::table::Table;
 
 /// Schema of the `requests` table: one row per version of a request's summary.
 pub fn requests_schema() -> SchemaRef {

@@ -367,7 +367,7 @@ fn huge_or_negative_token_counts_saturate() {
 
 #[test]
 fn a_request_snapshot_is_the_batch_finish_makes() {
-    use crate::archive::rows::{assert_snapshot_is_finish, ArchiveRow};
+    use crate::archive::table::rows::{assert_snapshot_is_finish, ArchiveRow};
 
     let (spans, logs) = request();
     let first = run(vec![batch(spans, logs)]).remove(0);

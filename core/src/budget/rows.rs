@@ -12,9 +12,9 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
 use super::evaluate::Alarm;
-use crate::archive::partition::Table;
-use crate::archive::rows::{ArchiveRow, TableRows};
-use crate::archive::schema::{ts, utf8, Small, SCHEMA_VERSION, UTC};
+use crate::archive::table::rows::{ArchiveRow, TableRows};
+use crate::archive::table::schema::{ts, utf8, Small, SCHEMA_VERSION, UTC};
+use crate::archive::table::Table;
 
 /// The `alarms` table: one row per alarm and resolution.
 pub fn alarms_schema() -> SchemaRef {
@@ -163,7 +163,7 @@ impl ArchiveRow for Alarm {
 mod tests {
     use super::super::evaluate::{Level, Scope};
     use super::*;
-    use crate::archive::rows::assert_snapshot_is_finish;
+    use crate::archive::table::rows::assert_snapshot_is_finish;
 
     #[test]
     fn an_alarm_snapshot_is_the_batch_finish_makes() {

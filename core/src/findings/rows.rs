@@ -13,9 +13,9 @@ use arrow::record_batch::RecordBatch;
 use sha2::{Digest, Sha256};
 
 use super::Finding;
-use crate::archive::partition::Table;
-use crate::archive::rows::{ArchiveRow, TableRows};
-use crate::archive::schema::{ts, utf8, Small, SCHEMA_VERSION, UTC};
+use crate::archive::table::rows::{ArchiveRow, TableRows};
+use crate::archive::table::schema::{ts, utf8, Small, SCHEMA_VERSION, UTC};
+use crate::archive::table::Table;
 
 /// Whether a row raises a finding or takes it back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

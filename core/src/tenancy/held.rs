@@ -96,13 +96,13 @@ impl Item {
 /// Where held items count: the archive's memory budget, of which one consumer may hold an
 /// eighth (three consumers hold the same items).
 pub struct HeldBudget {
-    budget: std::sync::Arc<crate::archive::buffer::SharedBudget>,
+    budget: std::sync::Arc<crate::archive::write::buffer::SharedBudget>,
     share: usize,
 }
 
 impl HeldBudget {
     /// A consumer's share of `budget`.
-    pub fn of(budget: std::sync::Arc<crate::archive::buffer::SharedBudget>) -> HeldBudget {
+    pub fn of(budget: std::sync::Arc<crate::archive::write::buffer::SharedBudget>) -> HeldBudget {
         let share = (budget.limit() / 8).max(1);
         HeldBudget { budget, share }
     }
@@ -504,7 +504,9 @@ mod tests {
     /// A budget of which a consumer's share holds `items` of the test's spans.
     fn budget_for(items: usize) -> HeldBudget {
         let one = Item::Span(Box::new(span(1, 1, None))).bytes();
-        HeldBudget::of(crate::archive::buffer::SharedBudget::new(8 * items * one))
+        HeldBudget::of(crate::archive::write::buffer::SharedBudget::new(
+            8 * items * one,
+        ))
     }
 
     fn batch(spans: Vec<SpanRecord>) -> EventBatch {

@@ -6,11 +6,11 @@
 //! there are two. Younger small files (flushes for readers write one per partition, up to twice
 //! a second) are merged as soon as `compact_min_files` of one size tier (a factor of four
 //! apart) are there; while readers have files flushed, the daemon looks every
-//! [`AFTER_FLUSHES`]. Merged rows are sorted (spans and logs by trace id then time, requests and
+//! [`AFTER_FLUSHES`](background::AFTER_FLUSHES). Merged rows are sorted (spans and logs by trace id then time, requests and
 //! alarms by time), so a trace's rows sit together and row-group statistics prune by trace.
 //!
 //! Atomic for every reader of `<table>/**/*.parquet` (DataFusion, DuckDB, pyarrow):
-//! 1. lock the partition (see [`super::lock`]: the daemon writes no file into it meanwhile);
+//! 1. lock the partition (see [`lock`]: the daemon writes no file into it meanwhile);
 //! 2. build the new folder in `.compact/staging/` (outside every table): the merged file plus a
 //!    hard link of each file that is not merged; fsync the file and the folder;
 //! 3. swap it with the live folder in one `renameat2(RENAME_EXCHANGE)`; fsync the parents;
@@ -22,64 +22,38 @@
 //! the work area, removed by the next compaction (daemon or `toolwatch compact`) under the
 //! partition's lock. The merged file's name carries, per journal id, the first and the last
 //! journal record of its inputs, so replay after a crash skips exactly what it skipped before.
+//!
+//! When files are merged is the [`policy`]'s; the daemon compacts on a thread of its own
+//! ([`background`]); [`scrub`] rewrites files through the same swap ([`Compactor::rewrite`]).
 
-use std::fs::File;
+pub mod background;
+mod files;
+pub mod policy;
+pub mod scrub;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use arrow::array::ArrayRef;
-use arrow::compute::SortColumn;
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
 
-use super::config::ArchiveConfig;
-use super::lock::{self, PartitionDir, PartitionLock, ReadersLock};
-use super::manifest::{NewEntry, Op, Reason};
-use super::partition::{writer_properties, FileSettings, Table, IN_PROGRESS_SUFFIX};
-use super::{file_settings, record_ranges, ArchiveError};
+use crate::archive::error::ArchiveError;
+use crate::archive::layout::lock::{self, PartitionLock, ReadersLock};
+use crate::archive::layout::names::{record_ranges, records_suffix};
+use crate::archive::layout::offloaded::{self, MARKER};
+use crate::archive::layout::partition::{is_completed, partitions, PartitionDir};
+use crate::archive::manifest::{self, NewEntry, Op, Reason};
+use crate::archive::retention;
+use crate::archive::table::Table;
 use crate::metrics::Metrics;
+use files::{list, newest_schema, read_file, read_whole, write_in_order, write_sorted, FileInfo};
+use policy::{select, Policy};
 
 /// Environment variable (a testing aid, not a configuration key): `<step>:<file>` makes a
 /// compaction write `<file>` and stop for good at `<step>` (`built`: the new folder is
 /// complete, not yet swapped; `swapped`: swapped, the old folder not yet removed), so a test
 /// can kill the process there.
 pub const PAUSE_ENV: &str = "_TOOLWATCH_COMPACT_PAUSE";
-
-/// When files are merged.
-#[derive(Debug, Clone)]
-pub struct Policy {
-    /// Files younger than this are left alone.
-    pub older_than: Duration,
-    /// Aged small files needed to merge in an hour still being written.
-    pub min_files: usize,
-    /// Most input bytes merged into one file; files of half this or more are not small.
-    pub max_bytes: u64,
-    /// How often the daemon looks (background only).
-    pub every: Duration,
-    /// Writer settings for the merged files.
-    pub settings: FileSettings,
-    /// The key that signs the manifest entries of a compaction (empty: unsigned).
-    pub signing_key_file: PathBuf,
-    /// Retention, applied after each pass by the daemon's compactor.
-    pub retention: super::retention::RetentionConfig,
-}
-
-impl Policy {
-    /// The policy of an archive configuration.
-    pub fn from_config(c: &ArchiveConfig) -> Policy {
-        Policy {
-            older_than: c.compact_after.0,
-            min_files: c.compact_min_files.0.max(2),
-            max_bytes: c.compact_max_bytes.0,
-            every: c.compact_every.0,
-            settings: file_settings(c),
-            signing_key_file: c.manifest_signing_key_file.clone(),
-            retention: c.retention.clone(),
-        }
-    }
-}
 
 /// What a compaction run did (or, dry, would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -141,17 +115,6 @@ pub struct Rewrite {
     pub skipped: bool,
 }
 
-/// A completed file of a partition folder.
-#[derive(Debug, Clone)]
-pub(super) struct FileInfo {
-    name: String,
-    path: PathBuf,
-    bytes: u64,
-    modified: SystemTime,
-    /// Hex SHA-256 of the bytes, once read for a merge.
-    sha256: String,
-}
-
 /// A merged file written into the staging folder.
 pub(super) struct Written {
     name: String,
@@ -171,7 +134,7 @@ pub struct Compactor {
     dry_run: bool,
     metrics: Arc<Metrics>,
     /// Where merged and removed files are recorded (opened at the first compaction).
-    manifest: Option<Arc<super::manifest::Manifest>>,
+    manifest: Option<Arc<manifest::Manifest>>,
     /// Apply retention after each pass (the daemon's compactor).
     retention: bool,
 }
@@ -204,11 +167,11 @@ impl Compactor {
     }
 
     /// The instance's manifest, opened the first time it is needed.
-    fn manifest(&mut self) -> std::io::Result<Arc<super::manifest::Manifest>> {
+    fn manifest(&mut self) -> std::io::Result<Arc<manifest::Manifest>> {
         if let Some(m) = &self.manifest {
             return Ok(Arc::clone(m));
         }
-        let m = super::manifest::Manifest::shared(
+        let m = manifest::Manifest::shared(
             &self.data_dir,
             &self.instance_id,
             &self.policy.signing_key_file,
@@ -222,7 +185,7 @@ impl Compactor {
         if !self.retention || self.dry_run || self.policy.retention.is_empty() {
             return;
         }
-        let result = super::retention::expired(&self.data_dir, &self.policy.retention, tables, now)
+        let result = retention::expired(&self.data_dir, &self.policy.retention, tables, now)
             .and_then(|expired| {
                 let done = self.delete_expired(&expired)?;
                 Ok((expired.len(), done))
@@ -241,12 +204,12 @@ impl Compactor {
         }
     }
 
-    /// Deletes `expired` partitions (see [`super::retention::apply`]), each removal recorded
+    /// Deletes `expired` partitions (see [`retention::apply`]), each removal recorded
     /// in this instance's manifest first, after the lines interrupted rewrites of their
     /// tables left pending (their files may be among those going). Returns (files, bytes).
     pub fn delete_expired(
         &mut self,
-        expired: &[super::retention::Expired],
+        expired: &[retention::Expired],
     ) -> Result<(u64, u64), ArchiveError> {
         let mut tables: Vec<Table> = expired.iter().map(|e| e.part.table).collect();
         tables.dedup();
@@ -255,14 +218,14 @@ impl Compactor {
         }
         let manifest = self
             .manifest()
-            .map_err(|e| ArchiveError::io(&self.data_dir.join(super::manifest::DIR), e))?;
-        super::retention::apply(&self.data_dir, expired, &manifest)
+            .map_err(|e| ArchiveError::io(&self.data_dir.join(manifest::DIR), e))?;
+        retention::apply(&self.data_dir, expired, &manifest)
     }
 
     /// This instance's manifest file.
     pub fn manifest_path(&self) -> PathBuf {
         self.data_dir
-            .join(super::manifest::DIR)
+            .join(manifest::DIR)
             .join(format!("{}.jsonl", self.instance_id))
     }
 
@@ -321,7 +284,7 @@ impl Compactor {
     /// caller holds), records `removed` and `added` in the manifest and removes the old
     /// folder. False, with nothing changed and the built folder removed, when our readers
     /// held the archive throughout.
-    pub(super) fn swap_in(
+    fn swap_in(
         &mut self,
         part: &PartitionDir,
         staging: &Path,
@@ -775,7 +738,7 @@ impl Compactor {
             self.sequence
         );
         for (id, first, last) in record_ranges(old) {
-            name.push_str(&super::records_suffix(&id, (first, last)));
+            name.push_str(&records_suffix(&id, (first, last)));
         }
         name.push_str(".parquet");
         name
@@ -804,392 +767,11 @@ impl Compactor {
             self.sequence
         );
         for (id, first, last) in ranges {
-            name.push_str(&super::records_suffix(&id, (first, last)));
+            name.push_str(&records_suffix(&id, (first, last)));
         }
         name.push_str(".parquet");
         name
     }
-}
-
-/// The partition folders of `table`, sorted.
-/// Young files are merged with others of their size tier: files under this are tier 0, and
-/// each tier above holds files up to four times larger.
-const TIER_BASE: u64 = 64 * 1024;
-
-/// The size tier of a file of `bytes`: files in one tier are within a factor of four.
-fn tier(bytes: u64) -> u32 {
-    if bytes < TIER_BASE {
-        0
-    } else {
-        (bytes / TIER_BASE).ilog(4) + 1
-    }
-}
-
-/// The merge groups among a partition's `files` (see the module's rules). Small files that
-/// have aged are merged all together, as before; younger ones (a flush for a reader writes
-/// one per partition, up to twice a second) are merged `min_files` at a time with files of
-/// their size tier, so a partition read in a loop holds a few files per tier instead of one
-/// per flush, and each row is rewritten about once per tier, not once per merge.
-fn select(
-    files: Vec<FileInfo>,
-    policy: &Policy,
-    hour_start_ns: Option<i64>,
-    now: SystemTime,
-) -> Vec<Vec<FileInfo>> {
-    let aged_before = now
-        .checked_sub(policy.older_than)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    let small = policy.max_bytes / 2;
-    let mut candidates: Vec<FileInfo> = files
-        .into_iter()
-        .filter(|f| is_completed(&f.name) && f.bytes < small)
-        .collect();
-    candidates.sort_by(|a, b| a.name.cmp(&b.name));
-    let (aged, young): (Vec<FileInfo>, Vec<FileInfo>) = candidates
-        .into_iter()
-        .partition(|f| f.modified <= aged_before);
-    let hour_closed = hour_start_ns.is_some_and(|start| {
-        let end = SystemTime::UNIX_EPOCH
-            + Duration::from_nanos(u64::try_from(start).unwrap_or(0))
-            + Duration::from_secs(3600);
-        end <= aged_before
-    });
-    let needed = if hour_closed { 2 } else { policy.min_files };
-    let mut groups = Vec::new();
-    if aged.len() >= needed {
-        groups.extend(by_bytes(aged, policy.max_bytes));
-    }
-    let mut tiers: std::collections::BTreeMap<u32, Vec<FileInfo>> = Default::default();
-    for f in young {
-        tiers.entry(tier(f.bytes)).or_default().push(f);
-    }
-    for (_, files) in tiers {
-        if files.len() >= policy.min_files {
-            groups.extend(by_bytes(files, policy.max_bytes));
-        }
-    }
-    groups.retain(|g| g.len() >= 2);
-    groups
-}
-
-/// `files` cut into groups of at most `max_bytes` of input each (a file over it alone).
-fn by_bytes(files: Vec<FileInfo>, max_bytes: u64) -> Vec<Vec<FileInfo>> {
-    let mut groups: Vec<Vec<FileInfo>> = Vec::new();
-    let mut current: Vec<FileInfo> = Vec::new();
-    let mut bytes = 0u64;
-    for f in files {
-        if !current.is_empty() && bytes + f.bytes > max_bytes {
-            groups.push(std::mem::take(&mut current));
-            bytes = 0;
-        }
-        bytes += f.bytes;
-        current.push(f);
-    }
-    groups.push(current);
-    groups
-}
-
-/// The partition folders of `table`, in order.
-pub(super) fn partitions(data_dir: &Path, table: Table) -> Result<Vec<PartitionDir>, ArchiveError> {
-    let mut out = Vec::new();
-    let root = data_dir.join(table.as_str());
-    for tenant in subdirs(&root, "tenant=")? {
-        for date in subdirs(&root.join(format!("tenant={tenant}")), "date=")? {
-            let d = root
-                .join(format!("tenant={tenant}"))
-                .join(format!("date={date}"));
-            for hour in subdirs(&d, "hour=")? {
-                out.push(PartitionDir {
-                    table,
-                    tenant: tenant.clone(),
-                    date: date.clone(),
-                    hour,
-                });
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// The values of the `<prefix><value>` folders in `dir`.
-fn subdirs(dir: &Path, prefix: &str) -> Result<Vec<String>, ArchiveError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(ArchiveError::io(dir, e)),
-    };
-    let mut out = Vec::new();
-    for e in entries {
-        let e = e.map_err(|err| ArchiveError::io(dir, err))?;
-        if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            continue;
-        }
-        if let Some(v) = e.file_name().to_str().and_then(|n| n.strip_prefix(prefix)) {
-            if !v.is_empty() && !v.contains('@') {
-                out.push(v.to_string());
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The completed files of a partition folder; `None` when it holds anything else than files
-/// (a folder inside is not ours to move) or is gone.
-fn list(dir: &Path) -> Result<Option<Vec<FileInfo>>, ArchiveError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ArchiveError::io(dir, e)),
-    };
-    let mut out = Vec::new();
-    for e in entries {
-        let e = e.map_err(|err| ArchiveError::io(dir, err))?;
-        let meta = e
-            .metadata()
-            .map_err(|err| ArchiveError::io(&e.path(), err))?;
-        if meta.is_dir() {
-            return Ok(None);
-        }
-        let Some(name) = e.file_name().to_str().map(str::to_string) else {
-            return Ok(None);
-        };
-        // A dead writer's unfinished file is not data: it is left out of the new folder.
-        if name.ends_with(IN_PROGRESS_SUFFIX) {
-            continue;
-        }
-        out.push(FileInfo {
-            path: e.path(),
-            bytes: meta.len(),
-            modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-            name,
-            sha256: String::new(),
-        });
-    }
-    // Only completed Parquet files are merged; any other file is linked across unchanged.
-    Ok(Some(out))
-}
-
-/// The completed files of a partition folder, by name; `None` when it holds a folder.
-pub(super) fn completed_files(dir: &Path) -> Result<Option<Vec<PathBuf>>, ArchiveError> {
-    let Some(files) = list(dir)? else {
-        return Ok(None);
-    };
-    let mut out: Vec<PathBuf> = files
-        .into_iter()
-        .filter(|f| is_completed(&f.name))
-        .map(|f| f.path)
-        .collect();
-    out.sort();
-    Ok(Some(out))
-}
-
-/// True for a completed Parquet file's name.
-pub(super) fn is_completed(name: &str) -> bool {
-    name.ends_with(".parquet") && !name.starts_with('.')
-}
-
-/// The Arrow schema of the newest completed file of `files` whose footer can be read (by
-/// modification time, then name); `None` if there is none.
-fn newest_schema(files: &[FileInfo]) -> Result<Option<arrow::datatypes::SchemaRef>, ArchiveError> {
-    let mut newest: Vec<&FileInfo> = files.iter().filter(|f| is_completed(&f.name)).collect();
-    newest.sort_by(|a, b| (b.modified, &b.name).cmp(&(a.modified, &a.name)));
-    let mut first_error = None;
-    for f in newest {
-        let opened = File::open(&f.path)
-            .map_err(|e| ArchiveError::io(&f.path, e))
-            .and_then(|file| {
-                ParquetRecordBatchReaderBuilder::try_new(file).map_err(ArchiveError::Parquet)
-            });
-        match opened {
-            Ok(builder) => return Ok(Some(Arc::clone(builder.schema()))),
-            // A damaged file does not decide the schema; the next newest does.
-            Err(e) => {
-                tracing::warn!(path = %f.path.display(), error = %e, "archive file unreadable");
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    first_error.map_or(Ok(None), Err)
-}
-
-/// A completed file's batches, if it has `schema`, and the hex SHA-256 of its bytes (for the
-/// manifest): read once, hashed and decoded from memory (inputs are small files).
-fn read_file(
-    path: &Path,
-    schema: &arrow::datatypes::SchemaRef,
-) -> Result<Option<(Vec<RecordBatch>, String)>, ArchiveError> {
-    if !path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(is_completed)
-    {
-        return Ok(None);
-    }
-    let (builder, sha256) = open_hashed(path)?;
-    if builder.schema().fields() != schema.fields() {
-        return Ok(None);
-    }
-    Ok(Some((decode(builder)?, sha256)))
-}
-
-/// A completed file's schema, batches and the hex SHA-256 of its bytes, read once.
-pub(super) fn read_whole(
-    path: &Path,
-) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>, String), ArchiveError> {
-    let (builder, sha256) = open_hashed(path)?;
-    let schema = Arc::clone(builder.schema());
-    Ok((schema, decode(builder)?, sha256))
-}
-
-/// A file read into memory and hashed, ready to decode.
-fn open_hashed(
-    path: &Path,
-) -> Result<(ParquetRecordBatchReaderBuilder<bytes::Bytes>, String), ArchiveError> {
-    let bytes = bytes::Bytes::from(std::fs::read(path).map_err(|e| ArchiveError::io(path, e))?);
-    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(ArchiveError::Parquet)?;
-    Ok((builder, sha256))
-}
-
-/// Every batch of a file.
-fn decode(
-    builder: ParquetRecordBatchReaderBuilder<bytes::Bytes>,
-) -> Result<Vec<RecordBatch>, ArchiveError> {
-    let reader = builder
-        .with_batch_size(8192)
-        .build()
-        .map_err(ArchiveError::Parquet)?;
-    let mut out = Vec::new();
-    for b in reader {
-        out.push(b?);
-    }
-    Ok(out)
-}
-
-/// Writes `batches` (of `schema`) to `path` as they are, fsynced; returns (bytes, rows,
-/// hex SHA-256).
-fn write_in_order(
-    path: &Path,
-    table: Table,
-    schema: &arrow::datatypes::SchemaRef,
-    batches: &[RecordBatch],
-    settings: &FileSettings,
-) -> Result<(u64, u64, String), ArchiveError> {
-    let mut writer = open_writer(path, table, schema, settings)?;
-    let mut rows = 0u64;
-    for b in batches {
-        writer.write(b).map_err(ArchiveError::Parquet)?;
-        rows += b.num_rows() as u64;
-    }
-    finish_file(path, writer).map(|(bytes, sha)| (bytes, rows, sha))
-}
-
-/// A file being written, hashed as its bytes go out (the manifest needs the hash; reading
-/// the file back for it would read every merged byte twice).
-struct HashedFile {
-    file: File,
-    hasher: sha2::Sha256,
-    bytes: u64,
-}
-
-impl std::io::Write for HashedFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.file.write(buf)?;
-        sha2::Digest::update(&mut self.hasher, &buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
-    }
-}
-
-/// A Parquet writer of `table`'s settings into a new file at `path`.
-fn open_writer(
-    path: &Path,
-    table: Table,
-    schema: &arrow::datatypes::SchemaRef,
-    settings: &FileSettings,
-) -> Result<ArrowWriter<HashedFile>, ArchiveError> {
-    let file = File::create(path).map_err(|e| ArchiveError::io(path, e))?;
-    let props = writer_properties(settings, table)?;
-    let out = HashedFile {
-        file,
-        hasher: <sha2::Sha256 as sha2::Digest>::new(),
-        bytes: 0,
-    };
-    ArrowWriter::try_new(out, Arc::clone(schema), Some(props)).map_err(ArchiveError::Parquet)
-}
-
-/// Closes a writer's file, fsynced; returns its size and hex SHA-256.
-fn finish_file(
-    path: &Path,
-    writer: ArrowWriter<HashedFile>,
-) -> Result<(u64, String), ArchiveError> {
-    let out = writer.into_inner().map_err(ArchiveError::Parquet)?;
-    out.file.sync_all().map_err(|e| ArchiveError::io(path, e))?;
-    let sha = hex::encode(sha2::Digest::finalize(out.hasher));
-    Ok((out.bytes, sha))
-}
-
-/// The sort key of a table's rows.
-fn sort_columns(table: Table) -> &'static [&'static str] {
-    match table {
-        Table::Spans => &["trace_id", "start_time"],
-        Table::Logs => &["trace_id", "time"],
-        Table::Requests => &["start_time", "request_id"],
-        Table::Alarms => &["time", "alarm_id"],
-        Table::Findings => &["time", "finding_id"],
-    }
-}
-
-/// Writes `batches` (of `schema`) to `path` sorted by the table's key, fsynced; returns
-/// (bytes, rows).
-fn write_sorted(
-    path: &Path,
-    table: Table,
-    schema: &arrow::datatypes::SchemaRef,
-    batches: &[RecordBatch],
-    settings: &FileSettings,
-) -> Result<(u64, u64, String), ArchiveError> {
-    let mut keys = Vec::new();
-    for name in sort_columns(table) {
-        let idx = schema.index_of(name)?;
-        let parts: Vec<&dyn arrow::array::Array> =
-            batches.iter().map(|b| b.column(idx).as_ref()).collect();
-        let values: ArrayRef = if parts.is_empty() {
-            arrow::array::new_empty_array(schema.field(idx).data_type())
-        } else {
-            arrow::compute::concat(&parts)?
-        };
-        keys.push(SortColumn {
-            values,
-            options: None,
-        });
-    }
-    let order = arrow::compute::lexsort_to_indices(&keys, None)?;
-    // Global row number to (batch, row).
-    let mut starts = Vec::with_capacity(batches.len());
-    let mut n = 0usize;
-    for b in batches {
-        starts.push(n);
-        n += b.num_rows();
-    }
-    let locate = |global: usize| -> (usize, usize) {
-        let b = starts.partition_point(|&s| s <= global) - 1;
-        (b, global - starts[b])
-    };
-    let mut writer = open_writer(path, table, schema, settings)?;
-    let refs: Vec<&RecordBatch> = batches.iter().collect();
-    let chunk = settings.row_group_rows.clamp(1, 65536);
-    for slice in order.values().chunks(chunk) {
-        let indices: Vec<(usize, usize)> = slice.iter().map(|&g| locate(g as usize)).collect();
-        let out = arrow::compute::interleave_record_batch(&refs, &indices)?;
-        writer.write(&out).map_err(ArchiveError::Parquet)?;
-    }
-    finish_file(path, writer).map(|(bytes, sha)| (bytes, n as u64, sha))
 }
 
 /// Fills `staging` for a rewrite: the files written in `work` moved in, hard links of the
@@ -1219,18 +801,18 @@ fn link_staging(
 /// back and replaced, one a merge took in), so the marker changes with the swap itself.
 fn link_across(f: &FileInfo, staging: &Path, removed: &[FileInfo]) -> Result<(), ArchiveError> {
     let to = staging.join(&f.name);
-    if f.name != super::offload::MARKER {
+    if f.name != MARKER {
         return std::fs::hard_link(&f.path, &to).map_err(|e| ArchiveError::io(&to, e));
     }
     let dir = f.path.parent().unwrap_or(Path::new("."));
-    let kept: Vec<_> = super::offload::read_marker(dir)?
+    let kept: Vec<_> = offloaded::read_marker(dir)?
         .into_iter()
         .filter(|o| {
             let name = o.path.rsplit('/').next().unwrap_or(&o.path);
             !removed.iter().any(|r| r.name == name)
         })
         .collect();
-    super::offload::write_marker(staging, &kept)
+    offloaded::write_marker(staging, &kept)
 }
 
 /// True when a partition folder holds a folder (which no rewrite moves).
@@ -1324,129 +906,18 @@ const BUSY_PATIENCE: Duration = Duration::from_secs(2);
 /// query at a time, and starts its next only after a flush; half a second finds a gap.
 const READERS_PATIENCE: Duration = Duration::from_millis(500);
 
-/// While readers have files flushed, the daemon looks for small files this often (rather
-/// than every `compact_every`): often enough that a partition read in a loop holds a few
-/// dozen files, not hundreds; seldom enough that a reader seldom finds a file it listed
-/// swapped away by a merge (it then lists again; see `query`).
-pub const AFTER_FLUSHES: Duration = Duration::from_secs(10);
-
-/// What the compaction thread is asked to do next.
-#[derive(Debug, Default)]
-struct Asked {
-    /// Stop for good.
-    stop: bool,
-    /// Files were flushed for a reader since the last pass.
-    flushed: bool,
-}
-
-/// The daemon's compaction thread for some tables.
-pub struct Background {
-    stop: Arc<(Mutex<Asked>, Condvar)>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Background {
-    /// Starts compacting `tables` now and every `policy.every`, skipping partitions another
-    /// process holds; `None` if the thread cannot start (logged: the archive works without).
-    pub fn start(
-        data_dir: &Path,
-        tables: &[Table],
-        policy: Policy,
-        instance_id: String,
-        metrics: Arc<Metrics>,
-    ) -> Option<Background> {
-        let stop = Arc::new((Mutex::new(Asked::default()), Condvar::new()));
-        let every = policy.every;
-        let mut compactor = Compactor::new(data_dir, policy, instance_id, metrics)
-            .without_waiting()
-            .with_retention();
-        let tables = tables.to_vec();
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("toolwatch-compact".into())
-            .spawn(move || loop {
-                let stopped = || flag.0.lock().unwrap_or_else(PoisonError::into_inner).stop;
-                {
-                    let mut asked = flag.0.lock().unwrap_or_else(PoisonError::into_inner);
-                    if asked.stop {
-                        return;
-                    }
-                    // Flushes from now on count for the next pass.
-                    asked.flushed = false;
-                }
-                if let Err(e) = compactor.run(&tables, SystemTime::now(), &stopped) {
-                    tracing::error!(error = %e, "archive compaction failed");
-                }
-                let last = std::time::Instant::now();
-                let mut asked = flag.0.lock().unwrap_or_else(PoisonError::into_inner);
-                loop {
-                    if asked.stop {
-                        return;
-                    }
-                    let due = if asked.flushed {
-                        every.min(AFTER_FLUSHES)
-                    } else {
-                        every
-                    };
-                    let Some(left) = due.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
-                    else {
-                        break;
-                    };
-                    asked = flag
-                        .1
-                        .wait_timeout(asked, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-            });
-        match thread {
-            Ok(t) => Some(Background {
-                stop,
-                thread: Some(t),
-            }),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start archive compaction");
-                None
-            }
-        }
-    }
-
-    /// Asks the thread to stop after the partition it is on.
-    pub fn signal_stop(&self) {
-        self.stop
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .stop = true;
-        self.stop.1.notify_all();
-    }
-
-    /// Tells the thread that a flush just wrote small files: it looks again within
-    /// [`AFTER_FLUSHES`] of its last pass.
-    pub fn flushed(&self) {
-        let mut asked = self.stop.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if !asked.flushed {
-            asked.flushed = true;
-            self.stop.1.notify_all();
-        }
-    }
-
-    /// Stops the thread and waits for it.
-    pub fn stop(mut self) {
-        self.signal_stop();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::archive::config::{file_settings, ArchiveConfig};
+    use arrow::array::ArrayRef;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::ArrowWriter;
+    use std::fs::File;
 
     #[test]
     fn a_swap_takes_the_files_it_removes_off_the_offload_marker() {
-        use crate::archive::offload::{read_marker, write_marker, OffloadedFile, MARKER};
+        use crate::archive::layout::offloaded::{read_marker, write_marker, OffloadedFile};
         let dir = tempfile::tempdir().expect("tempdir");
         let (live, staging) = (dir.path().join("live"), dir.path().join("staging"));
         std::fs::create_dir_all(&live).expect("live");
@@ -1520,10 +991,7 @@ mod tests {
             .expect("write");
             assert_eq!(rows, 500);
             assert_eq!(bytes, std::fs::metadata(&path).expect("meta").len());
-            assert_eq!(
-                sha,
-                super::super::manifest::file_sha256(&path).expect("hash")
-            );
+            assert_eq!(sha, manifest::file_sha256(&path).expect("hash"));
         }
     }
 
@@ -1603,175 +1071,5 @@ mod tests {
             .expect("compaction");
         assert_eq!((report.compacted, report.busy, report.rows), (1, 0, 5));
         assert_eq!(count(), 1);
-    }
-
-    const MIB: u64 = 1024 * 1024;
-
-    fn policy() -> Policy {
-        Policy {
-            older_than: Duration::from_secs(300),
-            min_files: 4,
-            max_bytes: 64 * MIB,
-            every: Duration::from_secs(60),
-            settings: file_settings(&crate::config::ArchiveConfig::default()),
-            signing_key_file: PathBuf::new(),
-            retention: Default::default(),
-        }
-    }
-
-    fn file(n: u32, bytes: u64, age_s: u64, now: SystemTime) -> FileInfo {
-        let name = format!("part-{n:04}.parquet");
-        FileInfo {
-            path: PathBuf::from(&name),
-            name,
-            bytes,
-            modified: now - Duration::from_secs(age_s),
-            sha256: String::new(),
-        }
-    }
-
-    fn names(groups: &[Vec<FileInfo>]) -> Vec<Vec<&str>> {
-        groups
-            .iter()
-            .map(|g| g.iter().map(|f| f.name.as_str()).collect())
-            .collect()
-    }
-
-    #[test]
-    fn tiers_are_factors_of_four() {
-        assert_eq!(tier(0), 0);
-        assert_eq!(tier(TIER_BASE - 1), 0);
-        assert_eq!(tier(TIER_BASE), 1);
-        assert_eq!(tier(4 * TIER_BASE - 1), 1);
-        assert_eq!(tier(4 * TIER_BASE), 2);
-        assert_eq!(tier(16 * TIER_BASE), 3);
-    }
-
-    #[test]
-    fn young_files_merge_by_tier_aged_ones_all_together() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10 * 86_400);
-        // An hour still being written (it starts now).
-        let hour = Some(
-            i64::try_from(
-                now.duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos(),
-            )
-            .unwrap(),
-        );
-        let files = vec![
-            // Three young tier-0 files: one short of a merge.
-            file(1, 10_000, 1, now),
-            file(2, 20_000, 2, now),
-            file(3, 30_000, 3, now),
-            // Four young tier-2 files (256 KiB..1 MiB): merged.
-            file(4, 300_000, 5, now),
-            file(5, 400_000, 6, now),
-            file(6, 500_000, 7, now),
-            file(7, 600_000, 8, now),
-            // A large file is never an input.
-            file(8, 40 * MIB, 9, now),
-            // Four aged files of mixed sizes: merged together whatever their tiers.
-            file(9, 10_000, 400, now),
-            file(10, 2 * MIB, 400, now),
-            file(11, 100_000, 500, now),
-            file(12, 5 * MIB, 600, now),
-        ];
-        let groups = select(files.clone(), &policy(), hour, now);
-        assert_eq!(
-            names(&groups),
-            vec![
-                vec![
-                    "part-0009.parquet",
-                    "part-0010.parquet",
-                    "part-0011.parquet",
-                    "part-0012.parquet"
-                ],
-                vec![
-                    "part-0004.parquet",
-                    "part-0005.parquet",
-                    "part-0006.parquet",
-                    "part-0007.parquet"
-                ],
-            ]
-        );
-        // One more young tier-0 file makes four of them.
-        let mut more = files;
-        more.push(file(13, 5_000, 0, now));
-        let groups = select(more, &policy(), hour, now);
-        assert_eq!(groups.len(), 3);
-        // Tiers in order: the tier-0 group comes before the tier-2 one.
-        assert_eq!(
-            names(&groups)[1],
-            vec![
-                "part-0001.parquet",
-                "part-0002.parquet",
-                "part-0003.parquet",
-                "part-0013.parquet"
-            ]
-        );
-    }
-
-    /// A partition flushed once a second for ten minutes, with a compaction pass every
-    /// [`AFTER_FLUSHES`], holds a few dozen files at any time, not one per flush.
-    #[test]
-    fn a_partition_read_in_a_loop_stays_at_a_few_files() {
-        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(10 * 86_400);
-        let hour = Some(
-            i64::try_from(
-                start
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos(),
-            )
-            .unwrap(),
-        );
-        let mut files: Vec<(u64, SystemTime)> = Vec::new();
-        let mut most = 0;
-        let mut rewritten = 0u64;
-        for s in 0..600u64 {
-            let now = start + Duration::from_secs(s);
-            files.push((30_000, now));
-            most = most.max(files.len());
-            // The daemon looks every AFTER_FLUSHES while files are flushed.
-            if (s + 1) % AFTER_FLUSHES.as_secs() != 0 {
-                continue;
-            }
-            let infos: Vec<FileInfo> = files
-                .iter()
-                .enumerate()
-                .map(|(i, &(bytes, modified))| FileInfo {
-                    name: format!("part-{i:06}.parquet"),
-                    path: PathBuf::new(),
-                    bytes,
-                    modified,
-                    sha256: String::new(),
-                })
-                .collect();
-            let groups = select(infos, &policy(), hour, now);
-            let mut merged: Vec<usize> = Vec::new();
-            let mut out = Vec::new();
-            for g in &groups {
-                let bytes: u64 = g.iter().map(|f| f.bytes).sum();
-                rewritten += bytes;
-                out.push((bytes, now));
-                merged.extend(g.iter().map(|f| f.name[5..11].parse::<usize>().unwrap()));
-            }
-            files = files
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| !merged.contains(i))
-                .map(|(_, f)| f)
-                .chain(out)
-                .collect();
-            most = most.max(files.len());
-        }
-        let total = 600 * 30_000u64;
-        // Without the tiers, one file per flush until they age: about 300 at a time.
-        assert_eq!((most, files.len()), (19, 9));
-        // Each byte rewritten under three times (once per tier it passes, and once more when
-        // aged), not once per flush.
-        assert_eq!(rewritten, 49_200_000);
-        assert!(rewritten < 3 * total);
     }
 }

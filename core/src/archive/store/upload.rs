@@ -23,9 +23,12 @@ use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::lock::{UploadLock, WORK_DIR};
-use super::manifest::{Entry, Manifest, Op, Reason};
-use super::remote::{RemoteArchive, RemoteError};
+use super::offload;
+use super::remote::{self, RemoteArchive, RemoteError};
+use crate::archive::layout::lock::{self, UploadLock, WORK_DIR};
+use crate::archive::layout::names::new_instance_id;
+use crate::archive::layout::offloaded::read_marker;
+use crate::archive::manifest::{self, Entry, Manifest, Op, Reason};
 use crate::metrics::Metrics;
 
 /// How the uploader works.
@@ -156,7 +159,7 @@ pub fn offload_instance(root: &Path) -> std::io::Result<String> {
             ))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = super::new_instance_id();
+            let id = new_instance_id();
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
@@ -285,7 +288,7 @@ impl Uploader {
         self
     }
 
-    /// Also offloads local copies (see [`super::offload`]) after a pass that uploaded
+    /// Also offloads local copies (see [`offload`]) after a pass that uploaded
     /// everything: at the first pass, then every few minutes.
     pub fn with_offload(mut self, settings: OffloadSettings) -> Uploader {
         self.offload = Some(settings);
@@ -308,7 +311,7 @@ impl Uploader {
         }
         let manifest =
             || Manifest::shared(&self.root, &settings.instance, &settings.signing_key_file);
-        let done = super::offload::offload(
+        let done = offload::offload(
             &self.root,
             &self.remote,
             settings.keep,
@@ -317,7 +320,7 @@ impl Uploader {
         )
         .await
         .map_err(|e| match e {
-            super::offload::OffloadError::Remote(r) => UploadError::Remote(r),
+            offload::OffloadError::Remote(r) => UploadError::Remote(r),
             other => UploadError::Remote(RemoteError::Io {
                 path: self.root.clone(),
                 source: std::io::Error::other(other.to_string()),
@@ -343,8 +346,8 @@ impl Uploader {
         let mut first_error = None;
         // Every manifest taken went up to its end in this pass (offloading waits for it).
         let mut all_shipped = true;
-        let manifests = super::manifest::list(&self.root).map_err(|e| RemoteError::Io {
-            path: self.root.join(super::manifest::DIR),
+        let manifests = manifest::list(&self.root).map_err(|e| RemoteError::Io {
+            path: self.root.join(manifest::DIR),
             source: e,
         })?;
         for path in manifests {
@@ -437,7 +440,7 @@ impl Uploader {
             return Ok(());
         }
         let segments = self.remote.segments_of(instance).await?;
-        let (chosen, covered) = super::remote::plan(&segments);
+        let (chosen, covered) = remote::plan(&segments);
         let now = chrono::Utc::now();
         for (old, by) in &covered {
             let there = now
@@ -492,7 +495,7 @@ impl Uploader {
     async fn merge_segments(
         &self,
         instance: &str,
-        run: &[&super::remote::Segment],
+        run: &[&remote::Segment],
     ) -> Result<bool, UploadError> {
         let mut text = String::new();
         let mut next = run[0].first;
@@ -595,7 +598,7 @@ impl Uploader {
     /// (`StoreBehind`) unless resyncing.
     async fn catch_up(&mut self, instance: &str) -> Result<(), UploadError> {
         let segments = self.remote.segments_of(instance).await?;
-        let (chosen, _) = super::remote::plan(&segments);
+        let (chosen, _) = remote::plan(&segments);
         let Some(s) = self.shipping.get(instance) else {
             return Ok(());
         };
@@ -693,7 +696,7 @@ impl Uploader {
         let Some(dir) = local.parent() else {
             return Ok(false);
         };
-        let listed = super::offload::read_marker(dir).map_err(|e| RemoteError::Io {
+        let listed = read_marker(dir).map_err(|e| RemoteError::Io {
             path: dir.to_path_buf(),
             source: std::io::Error::other(e.to_string()),
         })?;
@@ -727,7 +730,7 @@ impl Uploader {
                 c.seq == 0
                     || c.prev.is_empty()
                     || last_line_before(path, len)
-                        .is_some_and(|l| super::manifest::line_hash(&l) == c.prev)
+                        .is_some_and(|l| manifest::line_hash(&l) == c.prev)
             }
             _ => false,
         }
@@ -755,8 +758,7 @@ impl Uploader {
     /// names this store, so such an archive does not scan every manifest and delete every
     /// removal's object again.
     fn load_cursor(&self, instance: &str) -> Result<Option<Cursor>, UploadError> {
-        let ours =
-            |c: &Cursor| super::remote::canonical_url(&c.url).as_deref() == Some(self.remote.url());
+        let ours = |c: &Cursor| remote::canonical_url(&c.url).as_deref() == Some(self.remote.url());
         let older = self.upload_dir().join(format!("{instance}.json"));
         for path in [self.cursor_path(instance), older] {
             match std::fs::read_to_string(&path) {
@@ -893,7 +895,7 @@ impl Uploader {
             let last = &lines[stored - 1];
             s.cursor.offset = last.next_offset;
             s.cursor.seq = last.entry.seq;
-            s.cursor.prev = super::manifest::line_hash(&last.text);
+            s.cursor.prev = manifest::line_hash(&last.text);
             s.cursor.segment = first_seq;
             s.cursor.segment_bytes = lines[..stored]
                 .iter()
@@ -1557,7 +1559,7 @@ struct ChainEnd {
 async fn chain_end(
     remote: &RemoteArchive,
     path: &Path,
-    chosen: &[&super::remote::Segment],
+    chosen: &[&remote::Segment],
     from: Cursor,
 ) -> Result<ChainEnd, UploadError> {
     let mut end = ChainEnd {
@@ -1602,7 +1604,7 @@ async fn chain_end(
                 Some(ours) if ours.entry.seq == seq && ours.text == line => {
                     end.seq = seq;
                     end.offset = ours.next_offset;
-                    end.prev = super::manifest::line_hash(&ours.text);
+                    end.prev = manifest::line_hash(&ours.text);
                 }
                 _ => return Err(diverged()),
             }
@@ -1648,7 +1650,7 @@ impl<'a> ManifestLines<'a> {
 /// The store's last line of a manifest, when known without reading its last segment
 /// (`last`, as readers plan): a consolidated segment's name gives it, and the cursor's own
 /// last segment ends at the cursor.
-fn store_end_known(last: Option<&super::remote::Segment>, cursor: &Cursor) -> Option<u64> {
+fn store_end_known(last: Option<&remote::Segment>, cursor: &Cursor) -> Option<u64> {
     match last {
         None => Some(0),
         Some(seg) => seg.last.or((cursor.segment != 0
@@ -1729,7 +1731,7 @@ fn read_lines_capped(
     let mut file = std::fs::File::open(path).map_err(io)?;
     // Shared with other readers, not with an append in progress (see `Manifest::append`):
     // what is read is whole appends, synced.
-    super::lock::flock(&file, libc::LOCK_SH).map_err(io)?;
+    lock::flock(&file, libc::LOCK_SH).map_err(io)?;
     file.seek(SeekFrom::Start(from)).map_err(io)?;
     // Segments are bounded by lines; reading a few MiB at a time is enough for them.
     let mut text = Vec::new();
@@ -2362,13 +2364,14 @@ mod tests {
         .await;
         assert_eq!(pass(false).await.stuck, 1);
         std::fs::remove_file(root.path().join("spans/p0.parquet")).unwrap();
-        let offloaded = crate::archive::offload::OffloadedFile {
+        let offloaded = crate::archive::layout::offloaded::OffloadedFile {
             path: "spans/p0.parquet".into(),
             bytes: 1,
             sha256: hex::encode(Sha256::digest(b"x")),
             recorded: true,
         };
-        crate::archive::offload::write_marker(&root.path().join("spans"), &[offloaded]).unwrap();
+        crate::archive::layout::offloaded::write_marker(&root.path().join("spans"), &[offloaded])
+            .unwrap();
         let r = pass(true).await;
         assert_eq!((r.stuck, r.lines, r.files, r.lost), (0, 3, 2, 1));
         assert_eq!(in_store().await, (local, 3, true));
@@ -2397,7 +2400,7 @@ mod tests {
 
     #[test]
     fn the_stores_end_is_known_without_a_read_from_a_consolidated_name_or_the_cursors_segment() {
-        let seg = |first: u64, last: Option<u64>| super::super::remote::Segment {
+        let seg = |first: u64, last: Option<u64>| super::remote::Segment {
             first,
             last,
             key: object_store::path::Path::from("k"),

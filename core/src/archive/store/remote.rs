@@ -21,7 +21,9 @@ use futures_util::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::manifest::{Entry, Op, Reason};
+use crate::archive::manifest::verify::ArchiveFiles;
+use crate::archive::manifest::{self, Entry, Op, Reason};
+use crate::archive::table::Table;
 
 /// Listings a reader of the store's manifests makes before giving up on segments deleted
 /// under it.
@@ -464,7 +466,7 @@ impl RemoteArchive {
         fetched: &mut std::collections::HashMap<String, u64>,
     ) -> Result<usize, RemoteError> {
         use std::io::Write;
-        let out = dir.join(super::manifest::DIR);
+        let out = dir.join(manifest::DIR);
         std::fs::create_dir_all(&out).map_err(|e| RemoteError::io(&out, e))?;
         let mut new = 0;
         for (instance, segments) in self.segments().await? {
@@ -610,7 +612,7 @@ impl Drop for StoreFiles {
     }
 }
 
-impl super::verify::ArchiveFiles for StoreFiles {
+impl ArchiveFiles for StoreFiles {
     fn manifest_root(&self) -> &Path {
         &self.dir
     }
@@ -625,7 +627,7 @@ impl super::verify::ArchiveFiles for StoreFiles {
     fn present(&mut self) -> std::io::Result<Vec<String>> {
         let store = self.remote.under_prefix();
         let mut out = Vec::new();
-        for table in super::partition::Table::ALL {
+        for table in Table::ALL {
             let dir = ObjectPath::from(table.as_str());
             let metas: Vec<_> = self
                 .runtime

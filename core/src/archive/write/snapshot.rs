@@ -4,7 +4,7 @@
 //!
 //! Each buffer's copy is one or two complete Parquet files ([`BufferedFile`]) under the path
 //! its completed file will have (`table/tenant=T/date=D/hour=H/`), named `buffered-…` and
-//! carrying the mark the completed file's name will carry ([`super::buffer_mark`]). A reader
+//! carrying the mark the completed file's name will carry ([`buffer_mark`](crate::archive::layout::names::buffer_mark)). A reader
 //! holds the readers' lock (no compaction swaps a file meanwhile), takes the copies first and
 //! lists the folders after: a buffer written out in between is then on disk under its mark,
 //! and its copy is dropped ([`BufferedSet::without_written`]), so no row is read twice or
@@ -16,12 +16,15 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::archive::layout::names::is_written_buffer;
+use crate::archive::table::Table;
+
 /// One buffer's rows (or part of them) as a Parquet file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BufferedFileEntry {
     /// Where the file would be, relative to the data directory, `/`-separated.
     pub path: String,
-    /// The mark of the completed file this buffer becomes ([`super::buffer_mark`]).
+    /// The mark of the completed file this buffer becomes ([`buffer_mark`](crate::archive::layout::names::buffer_mark)).
     pub mark: String,
     /// Rows in it.
     pub rows: u64,
@@ -133,9 +136,7 @@ impl BufferedSet {
             let names = listed
                 .entry(dir.to_string())
                 .or_insert_with(|| names_in(dir));
-            !names
-                .iter()
-                .any(|n| super::is_written_buffer(n, &f.entry.mark))
+            !names.iter().any(|n| is_written_buffer(n, &f.entry.mark))
         });
         self
     }
@@ -149,9 +150,7 @@ fn check_path(path: &str) -> Result<(), BufferedError> {
     let [table, tenant, date, hour, name] = parts.as_slice() else {
         return Err(bad());
     };
-    let ok = super::partition::Table::ALL
-        .iter()
-        .any(|t| t.as_str() == *table)
+    let ok = Table::ALL.iter().any(|t| t.as_str() == *table)
         && tenant.starts_with("tenant=")
         && date.starts_with("date=")
         && hour.starts_with("hour=")

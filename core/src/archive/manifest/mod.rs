@@ -11,6 +11,10 @@
 //! two leaves a file without an entry, which `verify` reports as `extra`. What the chain
 //! cannot show is its own tail cut off together with the files it named: `verify
 //! --print-heads` prints each manifest's last line hash, to keep elsewhere and compare.
+//!
+//! `toolwatch verify` holds the archive against its manifests ([`verify`]).
+
+pub mod verify;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -19,6 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::archive::layout::lock;
 
 /// The manifests' folder in the data directory.
 pub const DIR: &str = "manifest";
@@ -243,7 +249,7 @@ impl Manifest {
         // A manifest reopened (the upload command's offload manifest) may end in a line a
         // crash tore: it was never whole, so never uploaded or chained to; it goes, or the
         // next line would be glued to it.
-        super::lock::flock(&file, libc::LOCK_EX)?;
+        lock::flock(&file, libc::LOCK_EX)?;
         // Bytes, not text: a torn tail may end inside a character.
         let bytes = std::fs::read(&path)?;
         let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -251,7 +257,7 @@ impl Manifest {
             file.set_len(whole as u64)?;
             file.sync_data()?;
         }
-        let _ = super::lock::flock(&file, libc::LOCK_UN);
+        let _ = lock::flock(&file, libc::LOCK_UN);
         let (seq, last) = match last_entry(&bytes[..whole]) {
             Some(Ok((seq, hash))) => (seq, hash),
             None => (0, GENESIS.to_string()),
@@ -331,7 +337,7 @@ impl Manifest {
         // that is there (a torn line would make every later line look tampered with). The
         // file's lock, held from the write to the sync (or the taking back), keeps the
         // uploader (which reads it shared) from seeing half an append, or lines not durable.
-        super::lock::flock(&s.file, libc::LOCK_EX)?;
+        lock::flock(&s.file, libc::LOCK_EX)?;
         let len = s.file.metadata()?.len();
         let written = s
             .file
@@ -339,13 +345,13 @@ impl Manifest {
             .and_then(|()| s.file.sync_data());
         if let Err(e) = written {
             let _ = s.file.set_len(len);
-            let _ = super::lock::flock(&s.file, libc::LOCK_UN);
+            let _ = lock::flock(&s.file, libc::LOCK_UN);
             return Err(e);
         }
         s.seq = seq;
         s.last = last;
         // Released when the handle closes anyway; the lines are written and counted.
-        let _ = super::lock::flock(&s.file, libc::LOCK_UN);
+        let _ = lock::flock(&s.file, libc::LOCK_UN);
         Ok(())
     }
 }

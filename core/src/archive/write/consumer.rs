@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::partition::{PartitionKey, Table};
 use super::writers::{writer_of, PartitionWriters, Routes, StartError, NOT_KEPT};
-use super::{last_record_in, Archive, ArchiveTotals};
+use super::{Archive, ArchiveTotals};
+use crate::archive::layout::names::last_record_in;
+use crate::archive::layout::partition::PartitionKey;
+use crate::archive::table::Table;
 use crate::event::{EventBatch, SpanRecord};
 use crate::journal::codec::{self, JournalEntry};
 use crate::journal::consume::Consumer;
@@ -369,7 +371,7 @@ mod tests {
 
     #[test]
     fn file_names_carry_their_records() {
-        let suffix = super::super::records_suffix("ab12cd34", (17, 42));
+        let suffix = crate::archive::layout::names::records_suffix("ab12cd34", (17, 42));
         let name = format!("part-20261130T120000000Z-0a0b0c0d-000003{suffix}.parquet");
         assert_eq!(last_record_in(&name, "ab12cd34"), Some(42));
         assert_eq!(last_record_in(&name, "ffffffff"), None);

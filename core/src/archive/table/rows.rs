@@ -12,7 +12,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
-use super::partition::Table;
+use super::Table;
 
 /// One table's Arrow builders, collecting the rows of one record batch.
 pub trait TableRows: Send + 'static {
@@ -35,14 +35,14 @@ pub trait TableRows: Send + 'static {
     fn finish(&mut self) -> Result<RecordBatch, ArrowError>;
 
     /// The collected rows as one record batch, leaving the builders as they are (a reader's
-    /// view of rows not yet encoded; see `archive::buffer`).
+    /// view of rows not yet encoded; see `archive::write::buffer`).
     fn snapshot(&self) -> Result<RecordBatch, ArrowError>;
 
     /// The builders as their own type, for [`ArchiveRow::append_to`].
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
-/// A row a stage hands to the archive ([`super::Archive::append_rows`]).
+/// A row a stage hands to the archive ([`crate::archive::Archive::append_rows`]).
 pub trait ArchiveRow {
     /// The builders of the row's table.
     type Rows: TableRows + Default;

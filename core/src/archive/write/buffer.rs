@@ -22,8 +22,8 @@ use parquet::basic::{ColumnOrder, Compression};
 use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter};
 use parquet::file::properties::WriterProperties;
 
-use super::rows::TableRows;
-use super::ArchiveError;
+use crate::archive::error::ArchiveError;
+use crate::archive::table::rows::TableRows;
 
 /// A copy of buffered rows: a complete Parquet file and its row count.
 pub type ParquetCopy = (Vec<u8>, u64);

@@ -8,54 +8,11 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::metadata::KeyValue;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
-
-use super::schema::{JSON_COLUMNS, REQUEST_SMALL_COLUMNS, SMALL_COLUMNS, UNIQUE_COLUMNS};
-use super::ArchiveError;
-use crate::event::SCHEMA_VERSION;
+use crate::archive::error::ArchiveError;
+use crate::archive::table::Table;
 
 /// Suffix of files still being written.
 pub const IN_PROGRESS_SUFFIX: &str = ".parquet.inprogress";
-
-/// The archive tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Table {
-    /// `spans/`
-    Spans,
-    /// `logs/`
-    Logs,
-    /// `requests/`
-    Requests,
-    /// `alarms/`
-    Alarms,
-    /// `findings/`
-    Findings,
-}
-
-impl Table {
-    /// Every table.
-    pub const ALL: [Table; 5] = [
-        Table::Spans,
-        Table::Logs,
-        Table::Requests,
-        Table::Alarms,
-        Table::Findings,
-    ];
-
-    /// Folder and table name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Table::Spans => "spans",
-            Table::Logs => "logs",
-            Table::Requests => "requests",
-            Table::Alarms => "alarms",
-            Table::Findings => "findings",
-        }
-    }
-}
 
 /// Which partition a row belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,6 +47,102 @@ impl PartitionKey {
             .join(format!("date={}", self.date))
             .join(format!("hour={}", self.hour))
     }
+}
+
+/// One partition folder, named as on disk (the tenant already encoded).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionDir {
+    /// Table.
+    pub table: Table,
+    /// The `tenant=` value as in the folder name.
+    pub tenant: String,
+    /// The `date=` value.
+    pub date: String,
+    /// The `hour=` value.
+    pub hour: String,
+}
+
+impl PartitionDir {
+    /// The folder of a partition key.
+    pub fn of(key: &PartitionKey) -> PartitionDir {
+        PartitionDir {
+            table: key.table,
+            tenant: encode_partition_value(&key.tenant),
+            date: key.date.clone(),
+            hour: key.hour.clone(),
+        }
+    }
+
+    /// The live folder.
+    pub fn dir(&self, data_dir: &Path) -> PathBuf {
+        data_dir
+            .join(self.table.as_str())
+            .join(format!("tenant={}", self.tenant))
+            .join(format!("date={}", self.date))
+            .join(format!("hour={}", self.hour))
+    }
+
+    /// The hour's start, ns since the epoch, if the folder names parse.
+    pub fn hour_start_ns(&self) -> Option<i64> {
+        let date = chrono::NaiveDate::parse_from_str(&self.date, "%Y-%m-%d").ok()?;
+        let hour: u32 = self.hour.parse().ok()?;
+        date.and_hms_opt(hour, 0, 0)?
+            .and_utc()
+            .timestamp_nanos_opt()
+    }
+}
+
+/// The partition folders of `table`, in order.
+pub(in crate::archive) fn partitions(
+    data_dir: &Path,
+    table: Table,
+) -> Result<Vec<PartitionDir>, ArchiveError> {
+    let mut out = Vec::new();
+    let root = data_dir.join(table.as_str());
+    for tenant in subdirs(&root, "tenant=")? {
+        for date in subdirs(&root.join(format!("tenant={tenant}")), "date=")? {
+            let d = root
+                .join(format!("tenant={tenant}"))
+                .join(format!("date={date}"));
+            for hour in subdirs(&d, "hour=")? {
+                out.push(PartitionDir {
+                    table,
+                    tenant: tenant.clone(),
+                    date: date.clone(),
+                    hour,
+                });
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The values of the `<prefix><value>` folders in `dir`.
+fn subdirs(dir: &Path, prefix: &str) -> Result<Vec<String>, ArchiveError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ArchiveError::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.map_err(|err| ArchiveError::io(dir, err))?;
+        if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            continue;
+        }
+        if let Some(v) = e.file_name().to_str().and_then(|n| n.strip_prefix(prefix)) {
+            if !v.is_empty() && !v.contains('@') {
+                out.push(v.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// True for a completed Parquet file's name.
+pub(in crate::archive) fn is_completed(name: &str) -> bool {
+    name.ends_with(".parquet") && !name.starts_with('.')
 }
 
 /// Longest tenant name kept in a path; longer names are cut (and stay distinct by a hash
@@ -128,79 +181,6 @@ pub fn encode_partition_value(v: &str) -> String {
         out.push_str(&hex::encode(&digest[..8]));
     }
     out
-}
-
-/// Writer settings shared by every file of a table.
-#[derive(Debug, Clone)]
-pub struct FileSettings {
-    /// Complete a file at about this size.
-    pub max_bytes: u64,
-    /// Complete a file after it has been open this long.
-    pub max_age: std::time::Duration,
-    /// Rows per row group.
-    pub row_group_rows: usize,
-    /// Encoded bytes per row group.
-    pub row_group_bytes: usize,
-    /// zstd level.
-    pub zstd_level: i32,
-}
-
-/// Parquet writer settings for a table: zstd, page statistics, bloom filters on the id columns.
-pub fn writer_properties(
-    settings: &FileSettings,
-    table: Table,
-) -> Result<WriterProperties, ArchiveError> {
-    let level = ZstdLevel::try_new(settings.zstd_level).map_err(ArchiveError::Parquet)?;
-    let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(level))
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .set_max_row_group_row_count(Some(settings.row_group_rows))
-        .set_max_row_group_bytes(Some(settings.row_group_bytes))
-        .set_created_by(format!("toolwatch {}", env!("CARGO_PKG_VERSION")))
-        .set_key_value_metadata(Some(vec![KeyValue::new(
-            "toolwatch.schema_version".to_string(),
-            SCHEMA_VERSION.to_string(),
-        )]));
-    for col in JSON_COLUMNS.iter().chain(UNIQUE_COLUMNS) {
-        b = b.set_column_dictionary_enabled(column_path(col), false);
-    }
-    let small: &[&str] = match table {
-        Table::Spans | Table::Logs => SMALL_COLUMNS,
-        Table::Requests => REQUEST_SMALL_COLUMNS,
-        Table::Alarms | Table::Findings => &[],
-    };
-    for col in small {
-        b = b.set_column_compression(column_path(col), Compression::UNCOMPRESSED);
-    }
-    let bloom_columns: &[&str] = match table {
-        Table::Spans => &["trace_id", "request_id"],
-        Table::Logs => &["trace_id", "request_id"],
-        Table::Requests => &["request_id"],
-        Table::Alarms => &["request_id", "alarm_id"],
-        Table::Findings => &["request_id", "finding_id"],
-    };
-    for col in bloom_columns {
-        let path = ColumnPath::from(*col);
-        b = b
-            .set_column_bloom_filter_enabled(path.clone(), true)
-            .set_column_bloom_filter_fpp(path.clone(), 0.01)
-            .set_column_bloom_filter_max_ndv(path, bloom_ndv(settings.row_group_rows));
-    }
-    Ok(b.build())
-}
-
-/// The path of a column named with dots between nesting levels (`redactions.entries.keys`).
-fn column_path(name: &str) -> ColumnPath {
-    ColumnPath::new(name.split('.').map(str::to_string).collect())
-}
-
-/// Distinct values a row group's bloom filter is sized for: a quarter of its rows (agent
-/// traces and requests have several spans each). The filter is allocated at that size while
-/// its row group is built, for every buffered partition, so sizing it for all rows would
-/// cost 128 KiB a column a partition; more distinct values than this only raise its
-/// false-positive rate (the writer folds it down to 1% where it can), never hide a row.
-pub fn bloom_ndv(row_group_rows: usize) -> u64 {
-    (row_group_rows as u64 / 4).max(1024)
 }
 
 /// A completed file.
@@ -291,67 +271,6 @@ impl StagedFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn small_columns_go_uncompressed_and_ids_without_a_dictionary() {
-        use crate::archive::rows::TableRows;
-        use crate::archive::schema::SpanRows;
-        use parquet::basic::Encoding;
-        use parquet::file::reader::{FileReader, SerializedFileReader};
-
-        let mut rows = SpanRows::default();
-        let mut span = crate::event::fixtures::span();
-        span.redactions.insert("email".into(), 1);
-        rows.append(&span).expect("append");
-        let batch = rows.finish().expect("batch");
-        let settings = super::super::file_settings(&super::super::config::ArchiveConfig::default());
-        let props = writer_properties(&settings, Table::Spans).expect("properties");
-        let mut buf = Vec::new();
-        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))
-            .expect("writer");
-        w.write(&batch).expect("write");
-        w.close().expect("close");
-        let reader = SerializedFileReader::new(bytes::Bytes::from(buf)).expect("parquet");
-        let group = reader.metadata().row_group(0);
-        let column = |name: &str| {
-            group
-                .columns()
-                .iter()
-                .find(|c| c.column_path().string() == name)
-                .unwrap_or_else(|| panic!("no column {name}"))
-        };
-        for small in [
-            "span_kind",
-            "tool_name",
-            "redactions.entries.keys",
-            "cancelled",
-        ] {
-            assert_eq!(
-                column(small).compression(),
-                Compression::UNCOMPRESSED,
-                "{small}"
-            );
-        }
-        for large in [
-            "tool_arguments",
-            "attributes",
-            "span_id",
-            "start_time",
-            "trace_id",
-        ] {
-            assert!(
-                matches!(column(large).compression(), Compression::ZSTD(_)),
-                "{large}"
-            );
-        }
-        let dictionary = |name: &str| {
-            column(name)
-                .encodings()
-                .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
-        };
-        assert!(!dictionary("span_id") && !dictionary("tool_arguments"));
-        assert!(dictionary("trace_id") && dictionary("span_kind"));
-    }
 
     #[test]
     fn partition_values_cannot_escape_their_folder() {

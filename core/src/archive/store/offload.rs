@@ -18,35 +18,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use object_store::ObjectStoreExt;
-use serde::{Deserialize, Serialize};
 
-use super::lock::{PartitionDir, PartitionLock};
-use super::manifest::{file_sha256, relative_path, Manifest, NewEntry, Op, Reason};
-use super::partition::Table;
 use super::remote::{RemoteArchive, RemoteError};
-use super::retention::{expired, RetentionConfig};
-use super::ArchiveError;
-
-/// A partition's list of files whose only copy is in the object store.
-pub const MARKER: &str = ".offloaded.jsonl";
-
-/// One offloaded file, as its partition's marker lists it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct OffloadedFile {
-    /// Relative to the archive's root, `/`-separated.
-    pub path: String,
-    /// Its size.
-    pub bytes: u64,
-    /// Hex SHA-256 of its bytes.
-    pub sha256: String,
-    /// Its removal is in a manifest (`offloaded`); until then its local copy stays.
-    #[serde(default = "recorded_default")]
-    pub recorded: bool,
-}
-
-fn recorded_default() -> bool {
-    true
-}
+use crate::archive::error::ArchiveError;
+use crate::archive::layout::lock::{PartitionLock, ScrubLock};
+use crate::archive::layout::offloaded::{read_marker, write_marker, OffloadedFile};
+use crate::archive::layout::partition::PartitionDir;
+use crate::archive::manifest::{self, file_sha256, relative_path, Manifest, NewEntry, Op, Reason};
+use crate::archive::retention::{completed_with_sizes, expired, RetentionConfig};
+use crate::archive::table::Table;
 
 /// Why offloading or recalling stopped.
 #[derive(Debug, thiserror::Error)]
@@ -77,46 +57,6 @@ fn io(path: &Path, e: std::io::Error) -> ArchiveError {
     ArchiveError::io(path, e)
 }
 
-/// The files partition folder `dir`'s marker lists (none without a marker).
-pub fn read_marker(dir: &Path) -> Result<Vec<OffloadedFile>, ArchiveError> {
-    let path = dir.join(MARKER);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(&path, e)),
-    };
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str(l).map_err(|e| {
-                io(
-                    &path,
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-                )
-            })
-        })
-        .collect()
-}
-
-/// Replaces `dir`'s marker with `files` (removes it when there are none), durably.
-pub fn write_marker(dir: &Path, files: &[OffloadedFile]) -> Result<(), ArchiveError> {
-    let path = dir.join(MARKER);
-    if files.is_empty() {
-        return match std::fs::remove_file(&path) {
-            Ok(()) => crate::durable::sync_dir(dir).map_err(|e| io(dir, e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io(&path, e)),
-        };
-    }
-    let mut text = String::new();
-    for f in files {
-        let line = serde_json::to_string(f).map_err(|e| io(&path, std::io::Error::other(e)))?;
-        text.push_str(&line);
-        text.push('\n');
-    }
-    crate::durable::replace_file(&path, text.as_bytes()).map_err(|e| io(&path, e))
-}
-
 /// What one offload pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Offloaded {
@@ -140,7 +80,7 @@ pub async fn offload(
     now: SystemTime,
 ) -> Result<Offloaded, OffloadError> {
     let mut done = Offloaded::default();
-    let Some(_scrub) = super::lock::ScrubLock::try_acquire(data_dir)? else {
+    let Some(_scrub) = ScrubLock::try_acquire(data_dir)? else {
         return Ok(done);
     };
     let every_table = Some(crate::units::HumanDuration(keep));
@@ -158,7 +98,7 @@ pub async fn offload(
         };
         let dir = part.part.dir(data_dir);
         // Listed again under the lock: a merge since `expired` looked changed the files.
-        let files = match super::retention::completed_with_sizes(&dir) {
+        let files = match completed_with_sizes(&dir) {
             Ok(f) => f,
             Err(ArchiveError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
@@ -212,7 +152,7 @@ pub async fn offload(
             continue;
         }
         // The manifest (and its signing key) first: nothing is listed that cannot be recorded.
-        let manifest = manifest().map_err(|e| io(&data_dir.join(super::manifest::DIR), e))?;
+        let manifest = manifest().map_err(|e| io(&data_dir.join(manifest::DIR), e))?;
         // Listed, then recorded, then marked recorded, then deleted: a crash at any point
         // leaves files the next pass finishes, never a deletion without its line.
         marker.retain(|f| !going.iter().any(|(_, g)| g.path == f.path));

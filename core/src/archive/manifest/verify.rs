@@ -10,8 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::manifest::{file_sha256, line_hash, Entry, Op, DIR, GENESIS};
-use super::partition::Table;
+use super::{file_sha256, line_hash, Entry, Op, DIR, GENESIS};
+use crate::archive::layout::lock::ReadersLock;
+use crate::archive::layout::partition::IN_PROGRESS_SUFFIX;
+use crate::archive::table::Table;
 
 /// One thing `verify` found wrong.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -200,7 +202,7 @@ pub fn verify_from(
     checkpoint: Option<&Checkpoint>,
 ) -> std::io::Result<(Report, Checkpoint)> {
     // Readers' lock, shared: a compaction's swap and its manifest lines are seen together.
-    let _readers = super::lock::ReadersLock::shared(data_dir);
+    let _readers = ReadersLock::shared(data_dir);
     verify_files(&mut LocalFiles(data_dir), since, key, checkpoint)
 }
 
@@ -395,7 +397,7 @@ fn read_manifests(
     from: &std::collections::HashMap<String, Mark>,
 ) -> std::io::Result<Read> {
     let mut read = Read::default();
-    for path in super::manifest::list(data_dir)? {
+    for path in super::list(data_dir)? {
         let name = format!(
             "{DIR}/{}",
             path.file_name().unwrap_or_default().to_string_lossy()
@@ -725,7 +727,7 @@ fn scan_manifest(
 fn book(ledger: &mut Ledger, entry: &Entry, scoped: bool) {
     if ledger.ignore_offloads
         && entry.op == Op::Remove
-        && entry.reason == super::manifest::Reason::Offloaded.as_str()
+        && entry.reason == super::Reason::Offloaded.as_str()
     {
         return;
     }
@@ -813,9 +815,9 @@ fn classify_mismatches(
 pub fn adopt(
     data_dir: &Path,
     paths: &[String],
-    manifest: &super::manifest::Manifest,
+    manifest: &super::Manifest,
 ) -> std::io::Result<usize> {
-    use super::manifest::NewEntry;
+    use super::NewEntry;
     let mut entries = Vec::new();
     for p in paths {
         let file = data_dir.join(p);
@@ -837,7 +839,7 @@ pub fn adopt(
             bytes: bytes.len() as u64,
             sha256,
             records: None,
-            reason: super::manifest::Reason::Adopted,
+            reason: super::Reason::Adopted,
         });
     }
     manifest.append(&entries)?;
@@ -938,7 +940,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
         let name = e.file_name().to_string_lossy().to_string();
         // Hidden names count (readers' globs take them); only the writers' temporary files
         // and compaction's work area are not archive files.
-        if name.ends_with(super::partition::IN_PROGRESS_SUFFIX) || name == ".compact" {
+        if name.ends_with(IN_PROGRESS_SUFFIX) || name == ".compact" {
             continue;
         }
         // Followed like readers follow them: a linked folder's files count.
@@ -948,7 +950,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
         {
             walk(root, &path, out)?;
         } else if name.ends_with(".parquet") {
-            out.push(super::manifest::relative_path(root, &path));
+            out.push(super::relative_path(root, &path));
         }
     }
     Ok(())

@@ -15,45 +15,15 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::partition::{encode_partition_value, PartitionKey, Table};
-use super::ArchiveError;
+use super::partition::PartitionDir;
+use crate::archive::error::ArchiveError;
+use crate::archive::table::Table;
 
 /// Folder of the data directory holding partition locks and compaction work.
 pub const WORK_DIR: &str = ".compact";
 
-/// One partition folder, named as on disk (the tenant already encoded).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PartitionDir {
-    /// Table.
-    pub table: Table,
-    /// The `tenant=` value as in the folder name.
-    pub tenant: String,
-    /// The `date=` value.
-    pub date: String,
-    /// The `hour=` value.
-    pub hour: String,
-}
-
+/// A partition's places in the work area (its live folder: [`PartitionDir::dir`]).
 impl PartitionDir {
-    /// The folder of a partition key.
-    pub fn of(key: &PartitionKey) -> PartitionDir {
-        PartitionDir {
-            table: key.table,
-            tenant: encode_partition_value(&key.tenant),
-            date: key.date.clone(),
-            hour: key.hour.clone(),
-        }
-    }
-
-    /// The live folder.
-    pub fn dir(&self, data_dir: &Path) -> PathBuf {
-        data_dir
-            .join(self.table.as_str())
-            .join(format!("tenant={}", self.tenant))
-            .join(format!("date={}", self.date))
-            .join(format!("hour={}", self.hour))
-    }
-
     /// One path segment naming the partition within its table (`@` is never in an encoded
     /// tenant, a date or an hour).
     fn name(&self) -> String {
@@ -92,15 +62,6 @@ impl PartitionDir {
         rewrite_work_dir(data_dir)
             .join(self.table.as_str())
             .join(self.name())
-    }
-
-    /// The hour's start, ns since the epoch, if the folder names parse.
-    pub fn hour_start_ns(&self) -> Option<i64> {
-        let date = chrono::NaiveDate::parse_from_str(&self.date, "%Y-%m-%d").ok()?;
-        let hour: u32 = self.hour.parse().ok()?;
-        date.and_hms_opt(hour, 0, 0)?
-            .and_utc()
-            .timestamp_nanos_opt()
     }
 }
 
@@ -435,6 +396,7 @@ pub fn exchange(a: &Path, b: &Path) -> Result<(), ArchiveError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::archive::layout::partition::PartitionKey;
 
     #[test]
     fn a_lock_excludes_another_holder_until_dropped() {

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::partition::Table;
 use super::{Archive, ArchiveTotals, HOUR_NS};
+use crate::archive::table::Table;
 use crate::journal::codec::JournalEntry;
 use crate::journal::head::Pressure;
 

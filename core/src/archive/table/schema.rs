@@ -240,103 +240,6 @@ pub fn logs_schema() -> SchemaRef {
     Arc::new(Schema::new(f))
 }
 
-/// Columns written as JSON text: large, mostly unique values where a dictionary only costs.
-pub const JSON_COLUMNS: &[&str] = &[
-    "tool_arguments",
-    "tool_result",
-    "resource_attributes",
-    "attributes",
-    "events",
-    "links",
-    "body",
-];
-
-/// Columns of mostly unique values (span and call ids, key hashes): a dictionary only costs.
-pub const UNIQUE_COLUMNS: &[&str] = &[
-    "span_id",
-    "parent_span_id",
-    "tool_call_id",
-    "idempotency_key_hash",
-];
-
-/// Columns of few distinct or mostly absent values (enums, names, versions, small counts,
-/// flags), written uncompressed. After dictionary and run-length encoding they are a few bytes
-/// a page, which zstd does not shrink (on loadgen's traffic their ratios were 0.7 to 1.3,
-/// against 2 to 100 for ids, times, token counts and JSON), while every compressed column
-/// chunk costs a zstd compressor and decompressor to set up: for the small files of a flush or
-/// of many tenants, most of a file's cost. Names not in a table are ignored.
-pub const SMALL_COLUMNS: &[&str] = &[
-    "schema_version",
-    "span_class",
-    "span_kind",
-    "operation",
-    "provider",
-    "request_model",
-    "response_model",
-    "finish_reasons",
-    "agent_id",
-    "agent_name",
-    "tool_name",
-    "tool_type",
-    "tool_version",
-    "tool_schema_version",
-    "prompt_version",
-    "scope_name",
-    "scope_version",
-    "service_name",
-    "trace_state",
-    "status_code",
-    "severity_number",
-    "severity_text",
-    "effect_class",
-    "policy_decision",
-    "policy_reason",
-    "result_code",
-    "retry_attempt",
-    "timeout_ms",
-    "confirmation_status",
-    "stop_reason",
-    "cancelled",
-    "claimed_tenant",
-    "sender",
-    "claimed_cost_usd",
-    "mcp_method",
-    "mcp_session_id",
-    "resource_version",
-    "dropped_attributes_count",
-    "dropped_events_count",
-    "dropped_links_count",
-    "redactions.entries.keys",
-    "redactions.entries.values",
-];
-
-/// The request summaries' columns of few distinct values (outcomes, versions, flags and the
-/// per-request counters, mostly 0 or small), written uncompressed for the reasons of
-/// [`SMALL_COLUMNS`]: on the blast load their zstd ratios were 0.67 to 0.95 (larger than
-/// uncompressed). Ids, times, durations, tokens, costs and the per-tool map stay compressed.
-pub const REQUEST_SMALL_COLUMNS: &[&str] = &[
-    "schema_version",
-    "summary_version",
-    "outcome",
-    "completeness",
-    "stop_reason",
-    "principal_id",
-    "cost_disagrees",
-    "claimed_cost_usd",
-    "span_count",
-    "orphan_count",
-    "model_turns",
-    "tool_calls",
-    "downstream_calls",
-    "unpriced_model_turns",
-    "denials",
-    "confirmations_requested",
-    "confirmations_approved",
-    "retries",
-    "timeouts",
-    "errors",
-];
-
 fn empty_to_none(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
@@ -957,7 +860,7 @@ impl LogRows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::rows::assert_snapshot_is_finish;
+    use crate::archive::table::rows::assert_snapshot_is_finish;
     use crate::event::{fixtures, SpanEventRecord, SpanLinkRecord};
 
     #[test]

@@ -22,11 +22,16 @@ use arrow::array::{Array, ArrayRef, AsArray, MapArray, StringArray};
 use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 
-use super::compact::Compactor;
-use super::lock::PartitionDir;
-use super::partition::{encode_partition_value, Table};
-use super::schema::CountsColumn;
-use super::ArchiveError;
+use super::Compactor;
+use crate::archive::error::ArchiveError;
+use crate::archive::layout::lock;
+use crate::archive::layout::offloaded::read_marker;
+use crate::archive::layout::partition::{encode_partition_value, partitions, PartitionDir};
+use crate::archive::manifest::Reason;
+use crate::archive::store::offload;
+use crate::archive::store::remote::RemoteArchive;
+use crate::archive::table::schema::CountsColumn;
+use crate::archive::table::Table;
 use crate::event::Redactions;
 use crate::protect::engine::{Redactor, RuleError};
 use crate::protect::rules::{Action, DetectorSpec, RedactionConfig};
@@ -371,7 +376,7 @@ impl Scope {
         let mut out = Vec::new();
         for &table in tables {
             out.extend(
-                super::compact::partitions(data_dir, table)?
+                partitions(data_dir, table)?
                     .into_iter()
                     .filter(|p| self.covers(p)),
             );
@@ -461,7 +466,7 @@ impl std::fmt::Display for Report {
 /// per compactor in `compactors` (each on a thread of its own; their instances name the new
 /// files and the manifests they are recorded in).
 /// Files of the partitions in scope that only the object store `remote` holds (see
-/// [`super::offload`]) are brought back for the scrub and go again after it (those it
+/// [`offload`]) are brought back for the scrub and go again after it (those it
 /// replaced are removed from the store with their removal); without `remote`, such a
 /// partition is an error before anything is changed.
 pub fn run(
@@ -469,15 +474,15 @@ pub fn run(
     data_dir: &Path,
     scope: &Scope,
     scrubber: &Scrubber,
-    remote: Option<&super::remote::RemoteArchive>,
+    remote: Option<&RemoteArchive>,
 ) -> Result<Report, ArchiveError> {
     let mut compactors = compactors;
     let Some(first) = compactors.first_mut() else {
         return Ok(Report::default());
     };
     // One scrub at a time owns the rewrite work area; what a killed one left there goes.
-    let _scrub = super::lock::ScrubLock::acquire(data_dir)?;
-    let work = super::lock::rewrite_work_dir(data_dir);
+    let _scrub = lock::ScrubLock::acquire(data_dir)?;
+    let work = lock::rewrite_work_dir(data_dir);
     if let Err(e) = std::fs::remove_dir_all(&work) {
         if e.kind() != std::io::ErrorKind::NotFound {
             return Err(ArchiveError::Io {
@@ -490,7 +495,7 @@ pub fn run(
     // Offloaded files need the store: refused before anything changes.
     if remote.is_none() {
         for part in &parts {
-            if !super::offload::read_marker(&part.dir(data_dir))?.is_empty() {
+            if !read_marker(&part.dir(data_dir))?.is_empty() {
                 return Err(ArchiveError::Io {
                     path: part.dir(data_dir),
                     source: std::io::Error::other(
@@ -537,10 +542,10 @@ fn scrub_offloaded_too(
     data_dir: &Path,
     part: &PartitionDir,
     scrubber: &Scrubber,
-    remote: Option<&super::remote::RemoteArchive>,
+    remote: Option<&RemoteArchive>,
 ) -> Report {
     let mut recalled = Vec::new();
-    let back = super::offload::recall(data_dir, remote, part, &mut recalled);
+    let back = offload::recall(data_dir, remote, part, &mut recalled);
     let report = match back {
         Ok(()) => scrub_partition(compactor, part, scrubber),
         Err(e) => {
@@ -553,7 +558,7 @@ fn scrub_offloaded_too(
         }
     };
     // What came back and was not replaced goes again.
-    if let Err(e) = super::offload::settle_recalled(data_dir, &recalled) {
+    if let Err(e) = offload::settle_recalled(data_dir, &recalled) {
         tracing::error!(table = part.table.as_str(), tenant = %part.tenant, date = %part.date, hour = %part.hour, error = %e, "files brought back for the scrub not removed again; the next offload pass removes them");
     }
     report
@@ -567,7 +572,7 @@ fn scrub_partition(compactor: &mut Compactor, part: &PartitionDir, scrubber: &Sc
     };
     let table = part.table.as_str();
     let mut values = 0u64;
-    let done = compactor.rewrite(part, super::manifest::Reason::Scrub, &mut |batches| {
+    let done = compactor.rewrite(part, Reason::Scrub, &mut |batches| {
         scrubber.batches(batches, &mut values)
     });
     let done = match done {
@@ -598,16 +603,16 @@ fn scrub_partition(compactor: &mut Compactor, part: &PartitionDir, scrubber: &Sc
 pub fn count(data_dir: &Path, scope: &Scope, scrubber: &Scrubber) -> Result<Report, ArchiveError> {
     let mut report = Report::default();
     // Shared with our readers: a compaction does not swap a folder away mid-count.
-    let _readers = super::lock::ReadersLock::shared(data_dir);
+    let _readers = lock::ReadersLock::shared(data_dir);
     for part in scope.partitions(data_dir)? {
         report.partitions += 1;
-        report.offloaded_unread += super::offload::read_marker(&part.dir(data_dir))?.len() as u64;
-        let Some(files) = super::compact::completed_files(&part.dir(data_dir))? else {
+        report.offloaded_unread += read_marker(&part.dir(data_dir))?.len() as u64;
+        let Some(files) = super::files::completed_files(&part.dir(data_dir))? else {
             report.skipped += 1;
             continue;
         };
         for path in files {
-            let (_, batches, _) = super::compact::read_whole(&path)?;
+            let (_, batches, _) = super::files::read_whole(&path)?;
             report.files_read += 1;
             let before = report.values;
             scrubber.batches(batches, &mut report.values)?;
@@ -638,7 +643,7 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![
             Field::new("trace_id", DataType::Utf8, false),
             Field::new("attributes", DataType::Utf8, true),
-            super::super::schema::counts_map_field("redactions"),
+            crate::archive::table::schema::counts_map_field("redactions"),
         ]));
         let mut counts = CountsColumn::default();
         for _ in texts {

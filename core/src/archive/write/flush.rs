@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 
 use super::snapshot::BufferedFile;
+use crate::archive::layout::lock::{self, WORK_DIR};
 
 /// A reader waiting for copies of what a writer buffers: the records it must have read
 /// first, and where the copies go.
@@ -221,7 +222,7 @@ pub fn address_file(data_dir: &Path) -> PathBuf {
 /// replaces its file rather than adding one).
 pub fn instance_address_file(archive_dir: &Path, journal_id: &str) -> PathBuf {
     archive_dir
-        .join(super::lock::WORK_DIR)
+        .join(WORK_DIR)
         .join("instances")
         .join(format!("{journal_id}.addr"))
 }
@@ -252,7 +253,7 @@ pub fn publish_address_at(
     // daemon lives (the lock goes with the open file, across the rename).
     let tmp = crate::durable::temporary_of(&path);
     let mut file = std::fs::File::create(&tmp)?;
-    if !super::lock::flock(&file, libc::LOCK_EX | libc::LOCK_NB)? {
+    if !lock::flock(&file, libc::LOCK_EX | libc::LOCK_NB)? {
         return Err(std::io::Error::from(std::io::ErrorKind::WouldBlock));
     }
     let text = if with_host {
@@ -304,7 +305,7 @@ pub fn recorded_addresses(dir: &Path) -> Vec<RecordedDaemon> {
         .map(RecordedDaemon::Here)
         .into_iter()
         .collect();
-    let shared = dir.join(super::lock::WORK_DIR).join("instances");
+    let shared = dir.join(WORK_DIR).join("instances");
     let here = host_name();
     if let Ok(rd) = std::fs::read_dir(shared) {
         for e in rd.flatten() {
@@ -351,7 +352,7 @@ fn held(path: &Path) -> bool {
         return false;
     };
     // A lock that cannot be tried at all is taken for held: the file is kept.
-    super::lock::flock(&f, libc::LOCK_SH | libc::LOCK_NB).map_or(true, |taken| !taken)
+    lock::flock(&f, libc::LOCK_SH | libc::LOCK_NB).map_or(true, |taken| !taken)
 }
 
 /// An address file of this reader's own user that no one else may write.
