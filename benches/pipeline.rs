@@ -12,12 +12,12 @@ use toolwatch::archive::table::rows::TableRows;
 use toolwatch::archive::table::schema::{spans_schema, SpanRows};
 use toolwatch::archive::table::Table;
 use toolwatch::event::EventBatch;
-use toolwatch::loadgen::generate;
 use toolwatch::protect::engine::Redactor;
 use toolwatch::protect::rules::RedactionConfig;
 use toolwatch::protect::{KeyedHasher, Protector};
 use toolwatch::receive::decode;
 use toolwatch::receive::normalize;
+use toolwatch_cli::loadgen::generate;
 
 const BASE_NS: u64 = 1_767_225_600_000_000_000;
 

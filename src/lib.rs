@@ -1,5 +1,6 @@
-//! toolwatch's command line ([`cli`]) and the SQL over the archive ([`query`]), the only code
-//! that needs DataFusion.
+//! toolwatch's command line ([`cli`]), the SQL over the archive ([`query`], the only code
+//! that needs DataFusion) and the load client ([`loadgen`], which sends OTLP to a daemon
+//! rather than being part of one).
 //!
 //! The pipeline is the `toolwatch` library (package `toolwatch-core`, in `core/`); its modules
 //! are re-exported here under their names, so `crate::archive` reads the same on both sides.
@@ -10,9 +11,10 @@
 
 pub use toolwatch::{
     admin, archive, assemble, budget, clock, config, durable, event, export, findings,
-    fuzz_targets, journal, loadgen, maps, metrics, pipeline, protect, receive, replay, retry,
-    serve, tenancy, units,
+    fuzz_targets, journal, maps, metrics, pipeline, protect, receive, replay, retry, serve,
+    tenancy, units,
 };
 
 pub mod cli;
+pub mod loadgen;
 pub mod query;

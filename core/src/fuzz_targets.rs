@@ -3,9 +3,11 @@
 //! read back as written, a protect failure).
 //!
 //! Two drivers run them: `fuzz/` (cargo-fuzz, libFuzzer with coverage feedback, nightly) for
-//! long runs, and [`mutation`] here, on stable, in the test suite: every file of the
-//! regression corpus (`fuzz/regressions/<target>/`), then seeded mutations of valid requests
-//! for a bounded time (`TOOLWATCH_FUZZ_SECONDS`, 2 s a target by default).
+//! long runs, and [`mutation`], on stable, in the test suite: every file of the regression
+//! corpus (`fuzz/regressions/<target>/`) here, then seeded mutations of valid requests for a
+//! bounded time (`TOOLWATCH_FUZZ_SECONDS`, 2 s a target by default). The mutations' seeds are
+//! `toolwatch loadgen`'s traffic, so that test is beside the load client in the root package
+//! (`src/loadgen.rs`); `cargo test --workspace --lib fuzz_targets` runs both.
 
 use std::sync::OnceLock;
 
@@ -217,41 +219,6 @@ mod tests {
     use prost::Message;
     use std::path::Path;
 
-    fn seeds(target: &str) -> Vec<Vec<u8>> {
-        let runs = crate::loadgen::generate(3, 2, 1_767_225_600_000_000_000, 3);
-        let mut out = Vec::new();
-        for r in &runs {
-            match target {
-                "otlp_protobuf" => {
-                    out.push(r.traces.encode_to_vec());
-                    out.push(r.logs.encode_to_vec());
-                }
-                "otlp_json" => {
-                    out.push(serde_json::to_vec(&r.traces).unwrap_or_default());
-                    out.push(serde_json::to_vec(&r.logs).unwrap_or_default());
-                }
-                "protect_text" => {
-                    out.push(br#"{"password": "hunter2!x", "db": "postgres://u:S3cret@h/x", "k": "AKIAIOSFODNN7EXAMPLE"}"#.to_vec());
-                    out.push(b"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl token = x".to_vec());
-                    out.push(
-                        "ZXhhbXBsZSBiYXNlNjQgc2VjcmV0IGtleQ== é ✓ 4111 1111 1111 1111"
-                            .as_bytes()
-                            .to_vec(),
-                    );
-                }
-                _ => {
-                    let batch = EventBatch {
-                        spans: vec![crate::event::fixtures::span()],
-                        logs: vec![crate::event::fixtures::log()],
-                    };
-                    out.push(codec::encode_events(&batch).unwrap_or_default());
-                }
-            }
-        }
-        out.retain(|s| !s.is_empty());
-        out
-    }
-
     fn regressions(target: &str) -> Vec<(String, Vec<u8>)> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fuzz/regressions")
@@ -397,31 +364,5 @@ mod tests {
             }
         }
         assert!(n >= TARGETS.len(), "the corpus holds files: {n}");
-    }
-
-    /// Seeded mutations for a bounded time per target (TOOLWATCH_FUZZ_SECONDS, default 2).
-    #[test]
-    fn mutated_inputs_never_panic() {
-        let secs: f64 = std::env::var("TOOLWATCH_FUZZ_SECONDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2.0);
-        for (i, (target, run)) in TARGETS.iter().enumerate() {
-            let seeds = seeds(target);
-            assert!(!seeds.is_empty(), "{target} has seeds");
-            // A fixed seed unless TOOLWATCH_FUZZ_SEED varies it (long runs).
-            let seed = std::env::var("TOOLWATCH_FUZZ_SEED")
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .unwrap_or(0x7001);
-            let n = mutation::run(
-                *run,
-                &seeds,
-                std::time::Duration::from_secs_f64(secs),
-                seed + i as u64,
-            );
-            eprintln!("fuzz {target}: {n} executions in {secs} s");
-            assert!(n > 0);
-        }
     }
 }

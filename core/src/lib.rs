@@ -2,8 +2,9 @@
 //!
 //! Executors stream OTLP traces and logs; toolwatch normalizes them into one event model
 //! ([`event`]), protects them ([`protect`]), and archives them as partitioned Parquet
-//! ([`archive`]). See `DESIGN.md` for the whole pipeline. The command line and the SQL over
-//! the archive are the `toolwatch_cli` library of the root package, beside the binary.
+//! ([`archive`]). See `DESIGN.md` for the whole pipeline. The command line, the SQL over
+//! the archive and the load client (`toolwatch loadgen`) are the `toolwatch_cli` library of the
+//! root package, beside the binary.
 
 #![deny(missing_docs)]
 
@@ -19,7 +20,6 @@ pub mod export;
 pub mod findings;
 pub mod fuzz_targets;
 pub mod journal;
-pub mod loadgen;
 pub mod maps;
 pub mod metrics;
 pub mod pipeline;

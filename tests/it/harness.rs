@@ -530,16 +530,16 @@ pub fn loadgen_runs(
     seed: u64,
     tenants: u32,
     requests: u64,
-) -> Vec<toolwatch::loadgen::AgentRun> {
+) -> Vec<toolwatch_cli::loadgen::AgentRun> {
     let base = report["base_time_ns"]
         .as_u64()
         .expect("base_time_ns in the report");
-    toolwatch::loadgen::generate(seed, tenants, base, requests)
+    toolwatch_cli::loadgen::generate(seed, tenants, base, requests)
 }
 
 /// What a loadgen run costs at the sample price of gpt-4o (the model loadgen sends),
 /// computed here from the run's own token counts rather than by toolwatch.
-pub fn loadgen_cost(e: &toolwatch::loadgen::ExpectedSummary) -> f64 {
+pub fn loadgen_cost(e: &toolwatch_cli::loadgen::ExpectedSummary) -> f64 {
     let prices = toolwatch::assemble::AssembleConfig::default()
         .prices()
         .expect("sample prices");

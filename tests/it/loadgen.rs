@@ -209,11 +209,11 @@ fn blast_with_the_tenant_on_the_root_is_archived_exactly() {
     for r in &spans {
         let text = serde_json::to_string(r).expect("json");
         assert!(
-            !text.contains(toolwatch::loadgen::BLAST_PLANTED_KEY),
+            !text.contains(toolwatch_cli::loadgen::BLAST_PLANTED_KEY),
             "{text}"
         );
         assert!(
-            !text.contains(toolwatch::loadgen::BLAST_PLANTED_EMAIL),
+            !text.contains(toolwatch_cli::loadgen::BLAST_PLANTED_EMAIL),
             "{text}"
         );
     }
@@ -278,7 +278,7 @@ fn the_faults_profile_raises_each_injected_finding_and_nothing_else() {
     }
     let want: std::collections::BTreeMap<String, Vec<String>> = (0..REQUESTS)
         .filter_map(|i| {
-            toolwatch::loadgen::fault_of(i)
+            toolwatch_cli::loadgen::fault_of(i)
                 .map(|rule| (format!("req-21-{i:08}"), vec![rule.to_string()]))
         })
         .collect();

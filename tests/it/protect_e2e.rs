@@ -85,7 +85,7 @@ fn base64_of(text: &str) -> String {
 }
 
 pub fn assert_clean(text: &str, what: &str) {
-    let planted = toolwatch::loadgen::PLANTED;
+    let planted = toolwatch_cli::loadgen::PLANTED;
     for secret in CANARIES.iter().chain(planted) {
         let escaped = serde_json::to_string(secret).expect("json");
         let escaped = &escaped[1..escaped.len() - 1];

@@ -59,7 +59,7 @@ fn attr_int(span: &Span, key: &str) -> Option<i64> {
     }
 }
 
-fn spans_of(run: &toolwatch::loadgen::AgentRun) -> Vec<&Span> {
+fn spans_of(run: &toolwatch_cli::loadgen::AgentRun) -> Vec<&Span> {
     run.traces
         .resource_spans
         .iter()

@@ -994,7 +994,7 @@ impl Generator {
             "confirmation_digest_mismatch" => {
                 // Approved for one note; what ran carries another.
                 let previewed = args.replace("delivery", "billing");
-                let digest = crate::protect::confirmation::confirmation_digest(
+                let digest = toolwatch::protect::confirmation::confirmation_digest(
                     Some("issue_refund"),
                     Some(&previewed),
                     Some(&resource),
@@ -1437,7 +1437,7 @@ fn grpc_outcome(r: Result<(), tonic::Status>, bytes: u64) -> Sent {
 
 /// The delay in a `Retry-After` header given in seconds (the form toolwatch sends).
 fn retry_after(r: &reqwest::Response) -> Option<Duration> {
-    crate::retry::retry_after(r.headers())
+    toolwatch::retry::retry_after(r.headers())
 }
 
 async fn http_send(c: &reqwest::Client, url: &str, body: Vec<u8>) -> Sent {
@@ -2424,7 +2424,7 @@ async fn blast_batch(
 ) -> BatchEnd {
     let first = Instant::now();
     let mut transport_since: Option<Instant> = None;
-    let mut backoff = crate::retry::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+    let mut backoff = toolwatch::retry::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     loop {
         report.bytes_sent += body.len() as u64;
         let wait = match blast_post(client, &run.url, body.clone()).await {
@@ -2829,5 +2829,72 @@ mod tests {
             assert_ne!(salt.trace_id(n)[..8], [0; 8]);
         }
         assert_eq!(&salt.request_id(0)[..4], b"req-");
+    }
+
+    /// Seeds of the fuzz targets' mutations ([`toolwatch::fuzz_targets`]): loadgen's traffic
+    /// for the OTLP targets, a few secret-bearing texts, one journal record.
+    fn fuzz_seeds(target: &str) -> Vec<Vec<u8>> {
+        let runs = generate(3, 2, 1_767_225_600_000_000_000, 3);
+        let mut out = Vec::new();
+        for r in &runs {
+            match target {
+                "otlp_protobuf" => {
+                    out.push(r.traces.encode_to_vec());
+                    out.push(r.logs.encode_to_vec());
+                }
+                "otlp_json" => {
+                    out.push(serde_json::to_vec(&r.traces).unwrap_or_default());
+                    out.push(serde_json::to_vec(&r.logs).unwrap_or_default());
+                }
+                "protect_text" => {
+                    out.push(br#"{"password": "hunter2!x", "db": "postgres://u:S3cret@h/x", "k": "AKIAIOSFODNN7EXAMPLE"}"#.to_vec());
+                    out.push(b"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl token = x".to_vec());
+                    out.push(
+                        "ZXhhbXBsZSBiYXNlNjQgc2VjcmV0IGtleQ== é ✓ 4111 1111 1111 1111"
+                            .as_bytes()
+                            .to_vec(),
+                    );
+                }
+                _ => {
+                    let batch = toolwatch::event::EventBatch {
+                        spans: vec![toolwatch::event::fixtures::span()],
+                        logs: vec![toolwatch::event::fixtures::log()],
+                    };
+                    out.push(toolwatch::journal::codec::encode_events(&batch).unwrap_or_default());
+                }
+            }
+        }
+        out.retain(|s| !s.is_empty());
+        out
+    }
+
+    /// The fuzz targets on seeded mutations of loadgen's traffic, for a bounded time per target
+    /// (TOOLWATCH_FUZZ_SECONDS, default 2). Here rather than in the pipeline's library: its
+    /// seeds are loadgen's.
+    #[test]
+    fn fuzz_targets_never_panic_on_mutated_inputs() {
+        use toolwatch::fuzz_targets::{mutation, TARGETS};
+
+        let secs: f64 = std::env::var("TOOLWATCH_FUZZ_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2.0);
+        for (i, (target, run)) in TARGETS.iter().enumerate() {
+            let seeds = fuzz_seeds(target);
+            assert!(!seeds.is_empty(), "{target} has seeds");
+            // A fixed seed unless TOOLWATCH_FUZZ_SEED varies it (long runs).
+            let seed = std::env::var("TOOLWATCH_FUZZ_SEED")
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0x7001);
+            let n = mutation::run(
+                *run,
+                &seeds,
+                std::time::Duration::from_secs_f64(secs),
+                seed + i as u64,
+            );
+            eprintln!("fuzz {target}: {n} executions in {secs} s");
+            assert!(n > 0);
+        }
     }
 }
