@@ -80,6 +80,19 @@ pub struct ArchiveTotals {
     pub failed_rows: u64,
 }
 
+impl std::ops::AddAssign for ArchiveTotals {
+    /// Adds another writer's totals (the archive's writer threads each report their own).
+    fn add_assign(&mut self, other: ArchiveTotals) {
+        self.span_rows += other.span_rows;
+        self.log_rows += other.log_rows;
+        self.request_rows += other.request_rows;
+        self.alarm_rows += other.alarm_rows;
+        self.finding_rows += other.finding_rows;
+        self.files += other.files;
+        self.failed_rows += other.failed_rows;
+    }
+}
+
 /// Whether writing a buffer out may wait for a compaction holding its partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {

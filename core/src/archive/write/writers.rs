@@ -145,13 +145,8 @@ impl PartitionWriters {
     }
 
     /// How many writers there are.
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.writers.len()
-    }
-
-    /// True with no writers (never, once started).
-    pub fn is_empty(&self) -> bool {
-        self.writers.is_empty()
     }
 
     /// Hands record `seq` to the writers its `routes` name (waiting while one's queue is full).
@@ -211,7 +206,7 @@ impl PartitionWriters {
             match thread.join() {
                 Ok((durable, t)) => {
                     checkpoint = checkpoint.min(durable);
-                    totals = add(totals, t);
+                    totals += t;
                 }
                 Err(_) => {
                     // Its rows stay in the journal for the next start.
@@ -298,18 +293,6 @@ fn run(
         progress.durable.load(Ordering::Acquire),
         ArchiveTotals::default(),
     )
-}
-
-fn add(a: ArchiveTotals, b: ArchiveTotals) -> ArchiveTotals {
-    ArchiveTotals {
-        span_rows: a.span_rows + b.span_rows,
-        log_rows: a.log_rows + b.log_rows,
-        request_rows: a.request_rows + b.request_rows,
-        alarm_rows: a.alarm_rows + b.alarm_rows,
-        finding_rows: a.finding_rows + b.finding_rows,
-        files: a.files + b.files,
-        failed_rows: a.failed_rows + b.failed_rows,
-    }
 }
 
 #[cfg(test)]
