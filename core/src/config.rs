@@ -234,14 +234,29 @@ impl Default for JournalConfig {
     }
 }
 
-/// `[pipeline]`: how the stages after the journal use the machine's cores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// `[pipeline]`: how the stages after the journal use the machine's cores and memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
     /// Threads encoding and writing the archive's spans and logs, each with its own
     /// partitions; 0: one per core available to the process (at most 64).
     pub workers: usize,
+    /// Memory for everything held between the receivers and the outputs together (see
+    /// [`crate::memory`]).
+    pub memory_limit: ByteSize,
 }
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            workers: 0,
+            memory_limit: ByteSize(512 << 20),
+        }
+    }
+}
+
+/// The smallest `pipeline.memory_limit` accepted.
+pub const MIN_MEMORY_LIMIT: u64 = 16 << 20;
 
 impl PipelineConfig {
     /// The archive writer threads to run: `workers`, or the cores available when it is 0.
@@ -446,6 +461,28 @@ impl Config {
             origin: "storage.url".into(),
             message: e.to_string(),
         })?;
+        if self.pipeline.memory_limit.0 < MIN_MEMORY_LIMIT {
+            return Err(ConfigError::Invalid {
+                origin: "pipeline.memory_limit".into(),
+                message: format!(
+                    "{} is under the least accepted, 16MiB",
+                    self.pipeline.memory_limit.0
+                ),
+            });
+        }
+        let memory = crate::memory::MemoryBudget::new(self.pipeline.memory_limit.as_usize());
+        let window =
+            crate::archive::write::consumer::RecentSpans::memory_bytes(self.archive.dedup_spans.0);
+        let share = memory.share(crate::memory::Holder::Windows);
+        if window > share {
+            return Err(ConfigError::Invalid {
+                origin: "archive.dedup_spans".into(),
+                message: format!(
+                    "{} spans remembered take up to {window} bytes, more than their sixteenth of pipeline.memory_limit ({share}): lower archive.dedup_spans or raise pipeline.memory_limit",
+                    self.archive.dedup_spans.0
+                ),
+            });
+        }
         let j = &self.journal;
         if j.max_bytes.0 < j.segment_bytes.0.saturating_mul(4) {
             return Err(ConfigError::Invalid {

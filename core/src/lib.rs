@@ -21,6 +21,7 @@ pub mod findings;
 pub mod fuzz_targets;
 pub mod journal;
 pub mod maps;
+pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod protect;

@@ -74,6 +74,8 @@ pub enum RejectReason {
     UnsupportedEncoding,
     /// The pipeline is full.
     Overloaded,
+    /// The intake is over its share of `pipeline.memory_limit`.
+    Memory,
     /// The daemon is stopping.
     ShuttingDown,
     /// The journal cannot be written.
@@ -96,6 +98,7 @@ impl RejectReason {
             RejectReason::UnsupportedMediaType => "unsupported_media_type",
             RejectReason::UnsupportedEncoding => "unsupported_encoding",
             RejectReason::Overloaded => "overloaded",
+            RejectReason::Memory => "memory",
             RejectReason::ShuttingDown => "shutting_down",
             RejectReason::StorageFailed => "storage_failed",
             RejectReason::Unauthenticated => "unauthenticated",
@@ -147,6 +150,10 @@ pub struct Metrics {
     remote_deleted: Counter,
     open_files: Family<Labels1, Gauge>,
     archive_buffered: Gauge,
+    /// The pipeline's memory budget, read at each scrape, and what it shows.
+    memory: std::sync::OnceLock<std::sync::Arc<crate::memory::MemoryBudget>>,
+    memory_held: Family<Labels1, Gauge>,
+    memory_limit: Gauge,
     /// Compactions by table; files and bytes merged (`in`) and written (`out`).
     compactions: Family<Labels1, Counter>,
     /// Readers' flushes: from the request to every writer done (by outcome), and each
@@ -780,6 +787,9 @@ impl Metrics {
             remote_deleted: Counter::default(),
             open_files: Family::default(),
             archive_buffered: Gauge::default(),
+            memory: std::sync::OnceLock::new(),
+            memory_held: Family::default(),
+            memory_limit: Gauge::default(),
             compactions: Family::default(),
             reader_flush: Family::new_with_constructor(flush_buckets),
             reader_flush_write: Family::new_with_constructor(flush_buckets),
@@ -947,6 +957,16 @@ impl Metrics {
             m.archive_buffered.clone(),
         );
         registry.register(
+            "memory_held_bytes",
+            "Memory held under pipeline.memory_limit, by holder (intake, journal, archive, assembly, budgets, windows); estimates of heap bytes",
+            m.memory_held.clone(),
+        );
+        registry.register(
+            "memory_limit_bytes",
+            "pipeline.memory_limit",
+            m.memory_limit.clone(),
+        );
+        registry.register(
             "archive_reader_flush_seconds",
             "Readers' flush requests (POST /v1/archive/flush), from the request to every archive writer done, by outcome (flushed, timeout)",
             m.reader_flush.clone(),
@@ -1016,11 +1036,25 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        if let Some(memory) = self.memory.get() {
+            self.memory_limit
+                .set(i64::try_from(memory.limit()).unwrap_or(i64::MAX));
+            for h in crate::memory::Holder::ALL {
+                self.memory_held
+                    .get_or_create(&[("holder", h.as_str())])
+                    .set(i64::try_from(memory.held(h)).unwrap_or(i64::MAX));
+            }
+        }
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
         out
+    }
+
+    /// Shows `memory`'s holders at each scrape (the first budget given is kept).
+    pub fn watch_memory(&self, memory: std::sync::Arc<crate::memory::MemoryBudget>) {
+        let _ = self.memory.set(memory);
     }
 
     /// Marks the daemon ready (or not) for `/readyz`.

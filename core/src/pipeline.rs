@@ -23,6 +23,9 @@ pub enum Refusal {
     /// The journal is full (a consumer is behind) or its writer's queue is.
     #[error("toolwatch is overloaded; retry later")]
     Overloaded,
+    /// The intake is at its allowance of `pipeline.memory_limit` (see [`crate::memory`]).
+    #[error("toolwatch is at its memory limit (pipeline.memory_limit); retry later")]
+    OverMemory,
     /// The journal cannot be written (the daemon's log says why).
     #[error("toolwatch cannot store data right now; retry later")]
     Unavailable,

@@ -37,6 +37,7 @@ use crate::journal::head::JournalHead;
 use crate::journal::tail::Tail;
 use crate::journal::writer::{GroupCommit, JournalWriter};
 use crate::journal::{Journal, JournalError};
+use crate::memory::{Holder, MemoryBudget};
 use crate::metrics::Metrics;
 use crate::pipeline::Intake;
 use crate::protect::engine::RuleError;
@@ -160,6 +161,13 @@ pub async fn run(
         })?;
     }
     let metrics = Arc::new(Metrics::new());
+    let memory = MemoryBudget::new(config.pipeline.memory_limit.as_usize());
+    metrics.watch_memory(Arc::clone(&memory));
+    // The window fills within minutes and stays full: held from the start.
+    memory.set(
+        Holder::Windows,
+        RecentSpans::memory_bytes(config.archive.dedup_spans.0),
+    );
     let senders = Arc::new(SharedDirectory::new(SenderDirectory::from_config(
         &config.auth,
     )?));
@@ -195,7 +203,7 @@ pub async fn run(
     for endpoint in &endpoints {
         export_tails.push(tail(&format!("export-{}", endpoint.name()))?);
     }
-    let decoded = Arc::new(DecodedRecords::new(DECODED_RECORDS));
+    let decoded = Arc::new(DecodedRecords::new(DECODED_RECORDS).with_memory(Arc::clone(&memory)));
     let (writer, writer_thread) = JournalWriter::spawn_publishing(
         journal.journal,
         GroupCommit {
@@ -218,15 +226,18 @@ pub async fn run(
     if behind {
         append_start_marker(&writer).await;
     }
+    let held_budget = crate::archive::write::buffer::SharedBudget::for_data_dir(
+        &archive_dir,
+        config.archive.buffer_bytes.as_usize(),
+    );
+    // Every archive writer of this directory shares it, held items included.
+    held_budget.under_memory(Arc::clone(&memory));
     let shared = Shared {
         metrics: Arc::clone(&metrics),
         decoded,
         tenancy: config.tenancy.clone(),
         replay_before,
-        held_budget: crate::archive::write::buffer::SharedBudget::for_data_dir(
-            &archive_dir,
-            config.archive.buffer_bytes.as_usize(),
-        ),
+        held_budget,
     };
     let stop_consumers = Stop::default();
     // Export endpoints stop after the budget stage: its last alarms go out too.
@@ -283,13 +294,14 @@ pub async fn run(
     )?
     .with_flush(Arc::clone(&flush_points.requests));
     let assembler = Assembler::new(config.assemble.clone(), config.assemble.prices()?)
-        .with_findings(config.findings.clone());
+        .with_findings(config.findings.clone())
+        .with_memory(Arc::clone(&memory));
     let stop_delivery = CancellationToken::new();
     let (mut budget_stage, skip_before, delivery_tasks) = budget_stage(
         &config,
         (&data_dir, &archive_dir),
         instance_id.clone(),
-        Arc::clone(&metrics),
+        (Arc::clone(&metrics), Arc::clone(&memory)),
         stop_delivery.clone(),
     )?;
     budget_stage.archive = budget_stage
@@ -378,6 +390,7 @@ pub async fn run(
             config.limits.rate.clone(),
         )),
         structure: config.limits.structure,
+        memory: Arc::clone(&memory),
     });
 
     let grpc_listener = bind("OTLP/gRPC", config.listen.otlp_grpc).await?;
@@ -841,11 +854,12 @@ fn budget_stage(
     config: &Config,
     (data_dir, archive_dir): (&std::path::Path, &std::path::Path),
     instance_id: String,
-    metrics: Arc<Metrics>,
+    (metrics, memory): (Arc<Metrics>, Arc<MemoryBudget>),
     stop_delivery: CancellationToken,
 ) -> Result<(BudgetStage, u64, Vec<tokio::task::JoinHandle<()>>), ServeError> {
     config.budget.validate()?;
-    let mut evaluator = BudgetEvaluator::new(config.budget.clone(), config.assemble.prices()?);
+    let mut evaluator =
+        BudgetEvaluator::new(config.budget.clone(), config.assemble.prices()?).with_memory(memory);
     let state_file = state::state_file(data_dir);
     let mut skip_before = 0;
     match state::load(&state_file) {

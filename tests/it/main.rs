@@ -23,6 +23,7 @@ mod judgment;
 mod lifecycle;
 mod loadgen;
 mod matrix;
+mod memory;
 mod monitoring;
 mod object_store;
 mod otlp;

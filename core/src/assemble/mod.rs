@@ -18,12 +18,14 @@ pub mod summary;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::event::{hex_id, EventBatch, SpanId, TraceId};
 use crate::maps::FastMap;
+use crate::memory::{Holder, MemoryBudget};
 use crate::units::{HumanDuration, PositiveUsize};
 use prices::PriceTable;
 use summary::{summarize, Completeness, LogFacts, RequestFacts, RequestSummary, SpanFacts};
@@ -289,7 +291,14 @@ pub struct Assembler {
     findings: crate::findings::FindingsConfig,
     /// Findings raised as their calls arrived, not yet taken by the writer.
     early_findings: Vec<crate::findings::rows::FindingRow>,
+    /// Where what is held is counted; over its allowance, requests go as over the limits.
+    memory: Arc<MemoryBudget>,
 }
+
+/// Memory of one span's or log record's facts, measured (see `[assemble] max_spans`).
+const FACT_BYTES: usize = 530;
+/// Memory of one request held, besides its facts' (its entry, summary state and order).
+const REQUEST_BYTES: usize = 400;
 
 impl Assembler {
     /// An assembler with the given limits and prices.
@@ -314,7 +323,25 @@ impl Assembler {
             strings: summary::Interner::default(),
             findings: crate::findings::FindingsConfig::default(),
             early_findings: Vec::new(),
+            memory: MemoryBudget::unbounded(),
         }
+    }
+
+    /// The same, holding at most its allowance of `memory` (see [`crate::memory`]).
+    pub fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Assembler {
+        self.memory = memory;
+        self
+    }
+
+    /// About how much memory the requests held take.
+    fn held_bytes(&self) -> usize {
+        self.spans_held * FACT_BYTES + self.requests.len() * REQUEST_BYTES
+    }
+
+    /// True when what is held is over the memory budget's allowance (and says what it is).
+    fn over_memory(&self) -> bool {
+        self.memory.set(Holder::Assembly, self.held_bytes());
+        self.memory.over(Holder::Assembly)
     }
 
     /// The same, with which findings rules run for which tenant and how much they matter.
@@ -683,11 +710,13 @@ impl Assembler {
     }
 
     /// Makes room: remembered (already summarized) requests go first, oldest first; then
-    /// the oldest open request, summarized as `evicted`.
+    /// the oldest open request, summarized as `evicted`. The same while what is held is over
+    /// the memory budget's allowance.
     fn enforce_limits(&mut self) -> Vec<RequestSummary> {
         let mut out = Vec::new();
         while self.requests.len() > self.config.max_requests.0
             || self.spans_held > self.config.max_spans.0
+            || self.over_memory()
         {
             let Some(no) = self.victim() else {
                 break;
@@ -707,6 +736,7 @@ impl Assembler {
             }
             self.forget(no);
         }
+        self.memory.set(Holder::Assembly, self.held_bytes());
         out
     }
 }

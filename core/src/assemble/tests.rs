@@ -283,6 +283,28 @@ fn span_limit_evicts_too() {
     assert_eq!(a.spans_held(), 0);
 }
 
+#[test]
+fn over_its_memory_allowance_assembly_evicts_and_within_it_holds() {
+    use crate::memory::{Holder, MemoryBudget};
+    // 16 KiB: assembly's share is 3 KiB, less than one request of 8 items (about 4.6 KiB).
+    let memory = MemoryBudget::new(16 << 10);
+    let mut a = Assembler::new(config(), prices()).with_memory(Arc::clone(&memory));
+    let (spans, logs) = request();
+    // Alone it may borrow what the others leave (14 KiB): the request is held.
+    assert!(a.ingest(&batch(spans.clone(), logs.clone()), 0).is_empty());
+    assert_eq!(a.spans_held(), 8);
+    assert_eq!(memory.held(Holder::Assembly), 8 * 530 + 400);
+    // The archive comes for its share and more: assembly is back to its own, and gives back.
+    let mut b = Assembler::new(config(), prices()).with_memory(Arc::clone(&memory));
+    memory.set(Holder::Archive, 11 << 10);
+    let out = b.ingest(&batch(spans, logs), 0);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].completeness, Completeness::Evicted);
+    assert_eq!(out[0].span_count, 7);
+    assert_eq!(b.spans_held(), 0);
+    assert_eq!(memory.held(Holder::Assembly), 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

@@ -20,6 +20,7 @@ use crate::event::{
     hex_id, EventBatch, McpCallKey, McpSide, SpanClass, SpanId, SpanRecord, TraceId,
 };
 use crate::maps::{FastMap, FastSet};
+use crate::memory::{Holder, MemoryBudget};
 
 /// What an alarm is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -659,7 +660,13 @@ pub struct BudgetEvaluator {
     mcp_sides: UnmatchedMcpSides,
     /// A reloaded configuration waiting for the budget stage.
     pending: Option<BudgetConfig>,
+    /// Where the tracked requests' memory is counted; over its allowance, the least recently
+    /// active go as past `max_requests`.
+    memory: std::sync::Arc<MemoryBudget>,
 }
+
+/// Memory of one tracked request, about (see `[budget] max_requests`).
+const TRACKED_REQUEST_BYTES: usize = 3 << 10;
 
 /// MCP tool calls seen from one side so far, so that the other side, when it comes, counts as
 /// the same call (whichever comes first counts). Bounded: the oldest unmatched sides are
@@ -796,7 +803,14 @@ impl BudgetEvaluator {
             mismatches: FastMap::default(),
             mcp_sides: UnmatchedMcpSides::default(),
             pending: None,
+            memory: MemoryBudget::unbounded(),
         }
+    }
+
+    /// The same, tracking at most its allowance of `memory` (see [`crate::memory`]).
+    pub fn with_memory(mut self, memory: std::sync::Arc<MemoryBudget>) -> BudgetEvaluator {
+        self.memory = memory;
+        self
     }
 
     /// The configuration in force.
@@ -1050,11 +1064,15 @@ impl BudgetEvaluator {
         self.evicted
     }
 
-    /// Past `max_requests`, the least recently active requests resolve and are forgotten
-    /// (down to 90% of the limit, so this sort does not run on every tick).
+    /// Past `max_requests`, or the memory budget's allowance, the least recently active
+    /// requests resolve and are forgotten (down to 90% of the limit, so this sort does not
+    /// run on every tick).
     fn evict_over_limit(&mut self, now_ns: i64, out: &mut Vec<Alarm>) {
-        let max = self.config.max_requests.max(1);
         let tracked = self.requests_tracked();
+        self.memory
+            .set(Holder::Budgets, tracked * TRACKED_REQUEST_BYTES);
+        let by_memory = self.memory.allowance(Holder::Budgets) / TRACKED_REQUEST_BYTES;
+        let max = self.config.max_requests.min(by_memory).max(1);
         if tracked <= max {
             return;
         }
@@ -1086,6 +1104,10 @@ impl BudgetEvaluator {
                 self.evicted += 1;
             }
         }
+        self.memory.set(
+            Holder::Budgets,
+            self.requests_tracked() * TRACKED_REQUEST_BYTES,
+        );
     }
 
     /// Resolves every active request episode and forgets every request (at shutdown: request

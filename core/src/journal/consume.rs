@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::codec::{self, JournalEntry};
 use super::head::JournalHead;
 use super::tail::{Record, Tail};
+use crate::memory::{Holder, MemoryBudget, DECODED_PER_PAYLOAD};
 use crate::tenancy::{Bound, HeldItems};
 
 /// How often a consumer's `tick` runs when records keep coming, and how long it waits for one.
@@ -62,7 +63,9 @@ pub trait Consumer {
 /// here.
 ///
 /// Bounds: at most `capacity` records decoded by consumers and [`PUBLISHED_MAX_RECORDS`]
-/// published records of at most [`PUBLISHED_MAX_BYTES`] of payload in all; a record every
+/// published records of at most [`PUBLISHED_MAX_BYTES`] of payload in all, and no record is
+/// published while what is held is at the journal's allowance of the memory budget (see
+/// [`crate::memory`], where what is held is counted); a record every
 /// paced consumer has passed is dropped at once. When the published records are at their
 /// bound (the consumers are far behind the intake) the writer publishes nothing more until
 /// they catch up, so what is held is what the consumers will read next.
@@ -81,6 +84,8 @@ pub struct DecodedRecords {
     /// The next record of each paced consumer (`u64::MAX` before its first and once it
     /// stopped).
     lanes: Mutex<Vec<Arc<AtomicU64>>>,
+    /// Where the decoded records' memory is counted and bounded.
+    memory: Arc<MemoryBudget>,
 }
 
 /// Published records held at most (about 1 MiB each decoded at 400 spans a batch).
@@ -95,17 +100,31 @@ struct Recent {
     /// How many of `entries` were published, and their payload bytes.
     published: usize,
     published_bytes: usize,
+    /// Memory of all `entries`, estimated from their payloads.
+    memory_bytes: usize,
 }
 
 struct Held {
     entry: Arc<JournalEntry>,
     /// Payload bytes when published by the intake; `None` when decoded by a consumer.
     published_bytes: Option<usize>,
+    /// The record's memory, estimated from its payload.
+    memory_bytes: usize,
 }
 
 impl Recent {
+    fn insert(&mut self, seq: u64, held: Held) {
+        self.memory_bytes += held.memory_bytes;
+        if let Some(bytes) = held.published_bytes {
+            self.published += 1;
+            self.published_bytes += bytes;
+        }
+        self.entries.insert(seq, held);
+    }
+
     fn remove(&mut self, seq: u64) {
         if let Some(held) = self.entries.remove(&seq) {
+            self.memory_bytes -= held.memory_bytes;
             if let Some(bytes) = held.published_bytes {
                 self.published -= 1;
                 self.published_bytes -= bytes;
@@ -218,7 +237,19 @@ impl DecodedRecords {
             recent: Mutex::new(Recent::default()),
             capacity: capacity.max(1),
             lanes: Mutex::new(Vec::new()),
+            memory: MemoryBudget::unbounded(),
         }
+    }
+
+    /// The records counted and bounded under `memory`.
+    pub fn with_memory(mut self, memory: Arc<MemoryBudget>) -> DecodedRecords {
+        self.memory = memory;
+        self
+    }
+
+    /// Tells the memory budget what is held now.
+    fn report(&self, recent: &Recent) {
+        self.memory.set(Holder::Journal, recent.memory_bytes);
     }
 
     /// Paces the caller with the other consumers that joined (see above).
@@ -270,24 +301,28 @@ impl DecodedRecords {
         if let Some(passed) = passed {
             recent.drop_before(passed);
             if seq < passed {
+                self.report(&recent);
                 return false;
             }
         }
+        let memory_bytes = payload_bytes * DECODED_PER_PAYLOAD;
         if recent.published >= PUBLISHED_MAX_RECORDS
             || recent.published_bytes + payload_bytes > PUBLISHED_MAX_BYTES
+            || recent.memory_bytes + memory_bytes > self.memory.allowance(Holder::Journal)
             || recent.entries.contains_key(&seq)
         {
+            self.report(&recent);
             return false;
         }
-        recent.published += 1;
-        recent.published_bytes += payload_bytes;
-        recent.entries.insert(
+        recent.insert(
             seq,
             Held {
                 entry: Arc::new(entry),
                 published_bytes: Some(payload_bytes),
+                memory_bytes,
             },
         );
+        self.report(&recent);
         true
     }
 
@@ -297,6 +332,7 @@ impl DecodedRecords {
         let mut recent = self.lock();
         if let Some(passed) = passed {
             recent.drop_before(passed);
+            self.report(&recent);
         }
         recent.entries.get(&seq).map(|held| {
             let source = match held.published_bytes {
@@ -320,12 +356,17 @@ impl DecodedRecords {
         // Decoded outside the lock; two consumers may both decode a record now and then.
         let entry = Arc::new(codec::decode(payload)?);
         let mut recent = self.lock();
-        if let std::collections::btree_map::Entry::Vacant(slot) = recent.entries.entry(seq) {
-            slot.insert(Held {
-                entry: Arc::clone(&entry),
-                published_bytes: None,
-            });
+        if !recent.entries.contains_key(&seq) {
+            recent.insert(
+                seq,
+                Held {
+                    entry: Arc::clone(&entry),
+                    published_bytes: None,
+                    memory_bytes: payload.len() * DECODED_PER_PAYLOAD,
+                },
+            );
             recent.trim_decoded(self.capacity);
+            self.report(&recent);
         }
         Ok((entry, Source::Decoded))
     }
@@ -581,6 +622,32 @@ mod tests {
         assert!(!decoded.publish(1, entry(), 11), "one byte over");
         assert!(decoded.publish(1, entry(), 10), "exactly at the bound");
         assert_eq!(decoded.lock().published_bytes, PUBLISHED_MAX_BYTES);
+    }
+
+    #[test]
+    fn published_records_stay_within_the_journals_allowance_of_the_memory_budget() {
+        use crate::memory::{Holder, MemoryBudget};
+        // 1.6 MiB: the journal's share is 100 KiB; the others hold the rest of the pool.
+        let memory = MemoryBudget::new(16 * 100 << 10);
+        memory.set(Holder::Archive, (13 * 100) << 10);
+        assert_eq!(memory.allowance(Holder::Journal), 100 << 10);
+        let decoded = DecodedRecords::new(2).with_memory(Arc::clone(&memory));
+        let entry = || JournalEntry::AlarmLogs(vec![1, 2, 3]);
+        // Each is counted at twice its payload.
+        assert!(decoded.publish(0, entry(), 30 << 10));
+        assert_eq!(memory.held(Holder::Journal), 60 << 10);
+        assert!(!decoded.publish(1, entry(), 21 << 10), "over the allowance");
+        assert!(decoded.publish(1, entry(), 20 << 10), "exactly at it");
+        assert_eq!(memory.held(Holder::Journal), 100 << 10);
+        // Records decoded by a consumer count too, and are given back when dropped.
+        let (_, source) = decoded
+            .get(2, &codec::encode(&entry()).expect("encode"))
+            .expect("decode");
+        assert_eq!(source, Source::Decoded);
+        assert!(memory.held(Holder::Journal) > 100 << 10);
+        decoded.lock().drop_before(3);
+        decoded.report(&decoded.lock());
+        assert_eq!(memory.held(Holder::Journal), 0);
     }
 
     #[test]

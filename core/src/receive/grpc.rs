@@ -30,6 +30,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use super::decode::{self, DecodeError};
 use super::tls::Peer;
 use super::{Ingestible, ReceiveError, ReceiverContext};
+use crate::memory::INTAKE_PER_BODY_BYTE;
 use crate::metrics::Transport;
 use crate::pipeline::Refusal;
 
@@ -128,6 +129,8 @@ async fn receive<M: Ingestible>(
         other => other?,
     };
     let wire_bytes = raw.len();
+    // Held until the request is answered: the journal has committed its record by then.
+    let mut held = ctx.admit_memory(wire_bytes)?;
     ctx.admit_sender(&origin, wire_bytes)?;
     let (compressed, payload) = frame(&raw, limit)?;
     let message = match (compressed, gzip) {
@@ -141,6 +144,7 @@ async fn receive<M: Ingestible>(
             .into())
         }
     };
+    held.resize(message.len().saturating_mul(INTAKE_PER_BODY_BYTE));
     let request: M = decode::protobuf(&message)?;
     ctx.ingest(Transport::Grpc, wire_bytes, request, &origin)
         .await
@@ -195,7 +199,7 @@ fn status_of(e: &ReceiveError, ctx: &ReceiverContext) -> Status {
         ),
         ReceiveError::Refused(r) => {
             let code = match r {
-                Refusal::Overloaded => Code::ResourceExhausted,
+                Refusal::Overloaded | Refusal::OverMemory => Code::ResourceExhausted,
                 Refusal::ShuttingDown | Refusal::Unavailable => Code::Unavailable,
             };
             Status::with_error_details(

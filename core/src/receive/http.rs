@@ -26,6 +26,7 @@ use prost::Message;
 use super::decode::{self, DecodeError};
 use super::tls::Peer;
 use super::{Ingestible, ReceiveError, ReceiverContext};
+use crate::memory::INTAKE_PER_BODY_BYTE;
 use crate::metrics::Transport;
 use crate::pipeline::Refusal;
 
@@ -138,12 +139,15 @@ async fn receive<M: Ingestible>(
     };
     let raw = super::read_body(body, ctx.max_body_bytes).await?;
     let wire_bytes = raw.len();
+    // Held until the request is answered: the journal has committed its record by then.
+    let mut held = ctx.admit_memory(wire_bytes)?;
     ctx.admit_sender(&origin, wire_bytes)?;
     let plain = if gzip {
         Bytes::from(decode::gunzip(&raw, ctx.max_body_bytes)?)
     } else {
         raw
     };
+    held.resize(plain.len().saturating_mul(INTAKE_PER_BODY_BYTE));
     let request: M = match format {
         Format::Protobuf => decode::protobuf(&plain)?,
         Format::Json => decode::json(&plain)?,
@@ -195,7 +199,9 @@ fn grpc_code(e: &ReceiveError) -> tonic::Code {
         ReceiveError::Decode(DecodeError::TooLarge { .. }) => tonic::Code::ResourceExhausted,
         ReceiveError::Decode(_) | ReceiveError::Invalid(_) => tonic::Code::InvalidArgument,
         ReceiveError::MediaType(_) | ReceiveError::Encoding(_) => tonic::Code::InvalidArgument,
-        ReceiveError::Refused(Refusal::Overloaded) => tonic::Code::ResourceExhausted,
+        ReceiveError::Refused(Refusal::Overloaded | Refusal::OverMemory) => {
+            tonic::Code::ResourceExhausted
+        }
         ReceiveError::Refused(Refusal::ShuttingDown | Refusal::Unavailable) => {
             tonic::Code::Unavailable
         }
@@ -212,7 +218,9 @@ fn http_status(e: &ReceiveError) -> StatusCode {
         ReceiveError::MediaType(_) | ReceiveError::Encoding(_) => {
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         }
-        ReceiveError::Refused(Refusal::Overloaded) => StatusCode::TOO_MANY_REQUESTS,
+        ReceiveError::Refused(Refusal::Overloaded | Refusal::OverMemory) => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
         ReceiveError::Refused(Refusal::ShuttingDown | Refusal::Unavailable) => {
             StatusCode::SERVICE_UNAVAILABLE
         }

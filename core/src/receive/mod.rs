@@ -21,6 +21,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use crate::event::EventBatch;
+use crate::memory::{HeldBytes, Holder, MemoryBudget, INTAKE_PER_BODY_BYTE};
 use crate::metrics::{Metrics, RejectReason, Signal, Transport};
 use crate::pipeline::{Intake, Origin, Refusal};
 use decode::{DecodeError, OtlpRequest};
@@ -42,6 +43,9 @@ pub struct ReceiverContext {
     pub rates: Arc<admission::RateLimiter>,
     /// The largest span and record accepted.
     pub structure: admission::StructureLimits,
+    /// What requests hold from their body to the journal's commit is counted here; over the
+    /// intake's allowance, requests are refused before they are decoded.
+    pub memory: Arc<MemoryBudget>,
 }
 
 /// Why a request was refused.
@@ -83,6 +87,7 @@ impl ReceiveError {
             ReceiveError::MediaType(_) => RejectReason::UnsupportedMediaType,
             ReceiveError::Encoding(_) => RejectReason::UnsupportedEncoding,
             ReceiveError::Refused(Refusal::Overloaded) => RejectReason::Overloaded,
+            ReceiveError::Refused(Refusal::OverMemory) => RejectReason::Memory,
             ReceiveError::Refused(Refusal::ShuttingDown) => RejectReason::ShuttingDown,
             ReceiveError::Refused(Refusal::Unavailable) => RejectReason::StorageFailed,
             ReceiveError::Unauthenticated(_) => RejectReason::Unauthenticated,
@@ -208,6 +213,20 @@ impl ReceiverContext {
         self.metrics
             .accepted(transport, M::SIGNAL, wire_bytes, items);
         Ok(())
+    }
+
+    /// Holds memory for a request of `body_bytes` until the guard is dropped (once it is
+    /// answered), or refuses it when the intake is at its allowance of the memory budget:
+    /// then nothing more is held, and the client retries later.
+    pub fn admit_memory(&self, body_bytes: usize) -> Result<HeldBytes, ReceiveError> {
+        if !self.memory.admits() {
+            self.metrics.refusing_for(self.retry_after);
+            return Err(Refusal::OverMemory.into());
+        }
+        Ok(self.memory.hold(
+            Holder::Intake,
+            body_bytes.saturating_mul(INTAKE_PER_BODY_BYTE),
+        ))
     }
 
     /// Charges the request's sender for it (after its body is read, before decoding).

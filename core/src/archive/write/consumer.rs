@@ -35,7 +35,16 @@ pub struct RecentSpans {
     capacity: usize,
 }
 
+/// Memory of one span remembered, at most (a hash in the set at its lowest load, one in the
+/// order queue at its emptiest).
+pub const RECENT_SPAN_BYTES: usize = 32;
+
 impl RecentSpans {
+    /// Memory of a window of `capacity` spans once full, at most.
+    pub fn memory_bytes(capacity: usize) -> usize {
+        capacity.saturating_mul(RECENT_SPAN_BYTES)
+    }
+
     /// A window of `capacity` spans. Keys are hashed with a per-process random key, so a
     /// sender cannot craft a span that collides with another tenant's.
     pub fn new(capacity: usize) -> RecentSpans {

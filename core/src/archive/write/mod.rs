@@ -664,6 +664,9 @@ impl Archive {
     /// Partitions being compacted are skipped first, then waited for if the budget is still
     /// exceeded.
     fn relieve_budget(&mut self) {
+        if self.budget.over() && self.held > 0 {
+            self.close_row_groups();
+        }
         for wait in [Wait::No, Wait::Yes] {
             if !self.budget.over() || self.held == 0 {
                 return;
@@ -688,6 +691,39 @@ impl Archive {
                 self.write_out(&key, wait);
             }
         }
+    }
+
+    /// Ends the row groups in progress of this writer's buffers, those holding the most codec
+    /// memory first, until the budget is back to its low-water mark: their encoders' memory
+    /// goes without a file being written.
+    fn close_row_groups(&mut self) {
+        let mut open: Vec<(PartitionKey, usize)> = self
+            .buffers
+            .iter()
+            .map(|(k, b)| (k.clone(), b.open_codec_bytes()))
+            .filter(|(_, codec)| *codec > 0)
+            .collect();
+        open.sort_by_key(|(_, codec)| std::cmp::Reverse(*codec));
+        for (key, _) in open {
+            if self.budget.used() <= self.budget.low_water() {
+                break;
+            }
+            let Some(buffer) = self.buffers.get_mut(&key) else {
+                continue;
+            };
+            match buffer.close_row_group() {
+                Ok(delta) => {
+                    self.held = self.held.saturating_add_signed(delta);
+                    self.budget.change(delta);
+                }
+                Err(e) => {
+                    // The buffer is unusable: written out (or counted as failed) as on any error.
+                    tracing::warn!(error = %e, "ending a row group failed; writing the partition out");
+                    self.write_out(&key, Wait::No);
+                }
+            }
+        }
+        self.publish_largest();
     }
 
     fn report_buffered(&self) {
@@ -1052,6 +1088,45 @@ mod tests {
         assert_eq!(totals.span_rows, 60 + 20 + 5 + 20 + 80);
         assert_eq!(a.pinned_record(), None);
         assert_eq!(a.buffered_bytes(), 0);
+    }
+
+    #[test]
+    fn under_memory_pressure_row_groups_end_before_any_file_is_written() {
+        use crate::memory::{Holder, MemoryBudget};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let budget = SharedBudget::new(usize::MAX / 2);
+        let memory = MemoryBudget::new(16 << 20);
+        budget.under_memory(Arc::clone(&memory));
+        // One encoded batch each: two row groups in progress, their encoders held.
+        let mut a = test_archive(dir.path(), 8, usize::MAX / 2).with_budget(Arc::clone(&budget));
+        a.append(Some(1), &spans("t1", 8, 0));
+        a.append(Some(2), &spans("t2", 8, 1000));
+        let codecs = 2 * leaf_columns_of_spans() * buffer::CODEC_BYTES_PER_COLUMN;
+        assert!(budget.used() > codecs, "{} {codecs}", budget.used());
+        assert_eq!(memory.held(Holder::Archive), budget.used());
+        assert!(!budget.over());
+        // Assembly takes most of what the archive borrowed: the archive is over its allowance.
+        // (The pool is 14 MiB: the archive may now hold 1 MiB less than it does.)
+        memory.set(Holder::Assembly, (15 << 20) - budget.used());
+        assert!(budget.over());
+        a.append(Some(3), &spans("t1", 1, 2000));
+        // Relieved without a file: a row group ended (its encoders went), both partitions open.
+        assert!(!budget.over(), "{} over {}", budget.used(), budget.bound());
+        assert_eq!(a.open_files(), 2);
+        assert!(files(dir.path(), "t1").is_empty() && files(dir.path(), "t2").is_empty());
+        assert_eq!(memory.held(Holder::Archive), budget.used());
+        let totals = a.close();
+        assert_eq!(totals.span_rows, 17);
+        assert_eq!(files(dir.path(), "t1").len(), 1);
+        assert_eq!(memory.held(Holder::Archive), 0);
+    }
+
+    fn leaf_columns_of_spans() -> usize {
+        let schema = crate::archive::table::schema::spans_schema();
+        parquet::arrow::ArrowSchemaConverter::new()
+            .convert(&schema)
+            .expect("schema")
+            .num_columns()
     }
 
     #[test]
