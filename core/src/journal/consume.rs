@@ -31,6 +31,40 @@ const READ_RECORDS: usize = 256;
 /// Bytes read per call, about.
 const READ_BYTES: usize = 16 << 20;
 
+/// While commits come less than this apart, a consumer that has caught up reads this far
+/// apart (several commits at one wake-up) rather than waking at every commit: at a thousand
+/// small exports a second each commit woke every consumer, and the wake-ups cost more than
+/// the records. A reader's flush does not wait for it.
+pub const LINGER: Duration = Duration::from_millis(5);
+
+/// When the last reads that found records returned, and how many the last one found.
+#[derive(Debug, Default)]
+struct RecentReads {
+    last: Option<(Instant, usize)>,
+    gap: Option<Duration>,
+}
+
+impl RecentReads {
+    fn found(&mut self, now: Instant, records: usize) {
+        if records == 0 {
+            self.gap = None;
+            return;
+        }
+        self.gap = self.last.map(|(at, _)| now.duration_since(at));
+        self.last = Some((now, records));
+    }
+
+    /// How long to wait before the next read: records have been coming less than
+    /// [`LINGER`] apart (two or more at the last read, or a short gap before it) and the
+    /// consumer has read all there is.
+    fn linger(&self, now: Instant) -> Option<Duration> {
+        let (at, n) = self.last?;
+        let frequent = n >= 2 || self.gap.is_some_and(|g| g < LINGER);
+        let since = now.duration_since(at);
+        (frequent && since < LINGER).then(|| LINGER - since)
+    }
+}
+
 /// A stage that reads the journal.
 pub trait Consumer {
     /// What the stage reports when it stops.
@@ -397,9 +431,16 @@ pub fn run<C: Consumer>(
     let mut last_tick = Instant::now();
     let mut saved = tail.next_seq();
     let mut last_seq = saved.saturating_sub(1);
+    let mut reads = RecentReads::default();
     loop {
         if stop.give_up.is_cancelled() {
             break;
+        }
+        let all_read = tail.next_seq() >= tail.head().committed();
+        if let Some(pause) = reads.linger(Instant::now()).filter(|_| {
+            all_read && !stop.drained.is_cancelled() && consumer.flush_due_in().is_none()
+        }) {
+            std::thread::sleep(pause);
         }
         // Checked before reading, so whatever was durable when drained was set gets read.
         let drained = stop.drained.is_cancelled();
@@ -417,6 +458,7 @@ pub fn run<C: Consumer>(
             }
         };
         let caught_up = records.is_empty();
+        reads.found(Instant::now(), records.len());
         for (seq, record) in records {
             last_seq = seq;
             if let Some(lane) = &lane {
@@ -622,6 +664,30 @@ mod tests {
         assert!(!decoded.publish(1, entry(), 11), "one byte over");
         assert!(decoded.publish(1, entry(), 10), "exactly at the bound");
         assert_eq!(decoded.lock().published_bytes, PUBLISHED_MAX_BYTES);
+    }
+
+    #[test]
+    fn a_consumer_lingers_only_while_records_come_less_than_the_linger_apart() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut r = RecentReads::default();
+        assert_eq!(r.linger(t0), None);
+        // One record after a long wait: the next read waits for the next commit as before.
+        r.found(t0, 1);
+        assert_eq!(r.linger(t0), None);
+        r.found(t0 + ms(20), 1);
+        assert_eq!(r.linger(t0 + ms(20)), None);
+        // A commit 1 ms after the last: read again 5 ms after the last read, not at once.
+        r.found(t0 + ms(21), 1);
+        assert_eq!(r.linger(t0 + ms(22)), Some(ms(4)));
+        // Several at once: still frequent; past the linger, no wait.
+        r.found(t0 + ms(26), 4);
+        assert_eq!(r.linger(t0 + ms(26)), Some(LINGER));
+        assert_eq!(r.linger(t0 + ms(31)), None);
+        // An empty read (a wait that timed out) forgets the gap.
+        r.found(t0 + ms(300), 0);
+        r.found(t0 + ms(400), 1);
+        assert_eq!(r.linger(t0 + ms(400)), None);
     }
 
     #[test]
