@@ -8,13 +8,15 @@
 //! - A consumer-side holder may borrow what the other consumer-side holders leave unused, so
 //!   one busy stage is not starved while the others are idle; it never has less than its own
 //!   share. When the others come back for their share, the total goes over the limit and the
-//!   borrower's allowance falls below what it holds: the largest holder (the one that
-//!   borrowed) gives back first (the archive writes out its largest partitions, assembly
-//!   summarizes its oldest requests early, the journal publishes fewer records).
+//!   borrower's allowance falls below what it holds: the borrower gives back, at its next
+//!   record or tick (the archive ends row groups, then writes out its largest partitions;
+//!   assembly summarizes its oldest requests early; budgets forget their least recently
+//!   active requests; the journal keeps fewer decoded records), while the others, within
+//!   their shares, do not.
 //! - The intake never lends its share (it would never get it back: refusing is all it can
 //!   do), and has less than its share only while a borrower has not given back yet. Over its
-//!   allowance the receivers refuse (HTTP 429, gRPC `RESOURCE_EXHAUSTED`) before anything
-//!   grows further.
+//!   allowance the receivers refuse (HTTP 429, gRPC `RESOURCE_EXHAUSTED`): before decoding a
+//!   request, and again once it is decompressed if others are in flight too.
 //!
 //! The bytes are estimates of heap memory, counted where the data is held; what no holder
 //! counts (code, the rules' automata, thread stacks, the allocator's slack) is outside the
@@ -150,20 +152,28 @@ impl MemoryBudget {
 
     /// What `holder` may hold now: see the module's documentation.
     pub fn allowance(&self, holder: Holder) -> usize {
+        // Each holder read once: several threads move some of them meanwhile.
+        let held = Holder::ALL.map(|h| self.held(h));
         let consumers: usize = Holder::ALL
             .iter()
             .filter(|&&h| h != Holder::Intake)
-            .map(|&h| self.held(h))
+            .map(|&h| held[h.index()])
             .sum();
         let intake_share = self.share(Holder::Intake);
         match holder {
             Holder::Intake => intake_share.min(self.limit.saturating_sub(consumers)),
             _ => {
-                let others = consumers - self.held(holder);
-                let pool = self.limit - intake_share;
+                let others = consumers - held[holder.index()];
+                let pool = self.limit.saturating_sub(intake_share);
                 self.share(holder).max(pool.saturating_sub(others))
             }
         }
+    }
+
+    /// True when the holders together hold more than the limit (a borrower has not given
+    /// back yet): every stage that can give back should.
+    pub fn over_limit(&self) -> bool {
+        self.total() > self.limit
     }
 
     /// True when `holder` holds more than its allowance: it should give back.
@@ -174,6 +184,14 @@ impl MemoryBudget {
     /// True when a request may be taken in: the intake is within its allowance.
     pub fn admits(&self) -> bool {
         self.held(Holder::Intake) < self.allowance(Holder::Intake)
+    }
+
+    /// True when a request the intake holds `own` bytes for (its body now counted whole) may
+    /// go on: the intake is within its allowance, or holds nothing but this request (a request
+    /// alone is taken, however large, else a body over the intake's share never could be).
+    pub fn keeps(&self, own: usize) -> bool {
+        let intake = self.held(Holder::Intake);
+        intake <= self.allowance(Holder::Intake) || intake <= own
     }
 
     /// Holds `bytes` for `holder` until the returned guard is dropped.
@@ -196,6 +214,11 @@ pub struct HeldBytes {
 }
 
 impl HeldBytes {
+    /// The bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Holds `bytes` instead (a request's body once decompressed).
     pub fn resize(&mut self, bytes: usize) {
         if bytes >= self.bytes {
@@ -270,6 +293,26 @@ mod tests {
         assert!(b.over(Holder::Archive));
         assert_eq!(b.allowance(Holder::Intake), 0);
         assert!(!b.admits());
+    }
+
+    #[test]
+    fn a_request_alone_is_kept_however_large_and_one_among_others_only_within_the_allowance() {
+        let b = MemoryBudget::new(16 * MIB);
+        // The intake's share is 2 MiB; an 8 MiB body (32 MiB held) alone goes on.
+        let big = b.hold(Holder::Intake, 32 * MIB);
+        assert!(b.keeps(big.bytes()));
+        // A small compressed body that turns out large, beside another request: refused.
+        let small = b.hold(Holder::Intake, MIB);
+        assert!(!b.admits());
+        drop(big);
+        let mut grown = small;
+        grown.resize(8 * MIB);
+        assert!(b.keeps(grown.bytes()), "alone again");
+        let other = b.hold(Holder::Intake, MIB / 2);
+        assert!(!b.keeps(other.bytes()));
+        assert!(!b.keeps(grown.bytes()));
+        drop(grown);
+        assert!(b.keeps(other.bytes()));
     }
 
     #[test]

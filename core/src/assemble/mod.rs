@@ -519,6 +519,9 @@ impl Assembler {
             self.deadlines
                 .retain(|Reverse((at, k))| requests.get(k).is_some_and(|p| p.scheduled_ms == *at));
         }
+        // What was forgotten is counted now, and a stage that came back for its share of
+        // the memory budget need not wait for the next record to have it.
+        out.extend(self.enforce_limits());
         sort_summaries(&mut out);
         out
     }

@@ -291,18 +291,28 @@ fn over_its_memory_allowance_assembly_evicts_and_within_it_holds() {
     let mut a = Assembler::new(config(), prices()).with_memory(Arc::clone(&memory));
     let (spans, logs) = request();
     // Alone it may borrow what the others leave (14 KiB): the request is held.
-    assert!(a.ingest(&batch(spans.clone(), logs.clone()), 0).is_empty());
+    assert!(a.ingest(&batch(spans, logs), 0).is_empty());
     assert_eq!(a.spans_held(), 8);
     assert_eq!(memory.held(Holder::Assembly), 8 * 530 + 400);
-    // The archive comes for its share and more: assembly is back to its own, and gives back.
-    let mut b = Assembler::new(config(), prices()).with_memory(Arc::clone(&memory));
+    // The archive comes for its share and more: assembly is back to its own (3 KiB) and
+    // gives it back at its next tick, with no record coming.
     memory.set(Holder::Archive, 11 << 10);
-    let out = b.ingest(&batch(spans, logs), 0);
+    assert_eq!(memory.allowance(Holder::Assembly), 3 << 10);
+    let out = a.due(1);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].completeness, Completeness::Evicted);
     assert_eq!(out[0].span_count, 7);
-    assert_eq!(b.spans_held(), 0);
+    assert_eq!(a.spans_held(), 0);
     assert_eq!(memory.held(Holder::Assembly), 0);
+    // The same at a record: a fresh assembler under such a budget evicts at once.
+    let other = MemoryBudget::new(16 << 10);
+    other.set(Holder::Archive, 11 << 10);
+    let mut b = Assembler::new(config(), prices()).with_memory(Arc::clone(&other));
+    let (spans, logs) = request();
+    let out = b.ingest(&batch(spans, logs), 0);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].completeness, Completeness::Evicted);
+    assert_eq!(other.held(Holder::Assembly), 0);
 }
 
 proptest! {

@@ -234,6 +234,12 @@ pub struct Lane<'a> {
 }
 
 impl Lane<'_> {
+    /// Says every record before `next` is read (so a record read last is not held for this
+    /// consumer until the next one comes).
+    pub fn reached(&self, next: u64) {
+        self.next.store(next, Ordering::Relaxed);
+    }
+
     /// Waits, within the bounds above, until the other paced consumers are close enough
     /// behind record `seq` for it to be decoded once for all; true when it waited.
     pub fn pace(&self, seq: u64) -> bool {
@@ -360,6 +366,17 @@ impl DecodedRecords {
         true
     }
 
+    /// Drops what every paced consumer has passed and says what is held (at each tick, so
+    /// that the last records read are not counted until more come).
+    pub fn settle(&self) {
+        let passed = self.passed_by_all();
+        let mut recent = self.lock();
+        if let Some(passed) = passed {
+            recent.drop_before(passed);
+        }
+        self.report(&recent);
+    }
+
     /// Record `seq` and where it came from, if it is held (published, or decoded lately).
     pub fn held(&self, seq: u64) -> Option<(Arc<JournalEntry>, Source)> {
         let passed = self.passed_by_all();
@@ -390,13 +407,16 @@ impl DecodedRecords {
         // Decoded outside the lock; two consumers may both decode a record now and then.
         let entry = Arc::new(codec::decode(payload)?);
         let mut recent = self.lock();
-        if !recent.entries.contains_key(&seq) {
+        let memory_bytes = payload.len() * DECODED_PER_PAYLOAD;
+        // Over the journal's allowance the record is not kept for the others to share.
+        let room = recent.memory_bytes + memory_bytes <= self.memory.allowance(Holder::Journal);
+        if room && !recent.entries.contains_key(&seq) {
             recent.insert(
                 seq,
                 Held {
                     entry: Arc::clone(&entry),
                     published_bytes: None,
-                    memory_bytes: payload.len() * DECODED_PER_PAYLOAD,
+                    memory_bytes,
                 },
             );
             recent.trim_decoded(self.capacity);
@@ -499,6 +519,10 @@ pub fn run<C: Consumer>(
                 consumer.record(last_seq, &Arc::new(JournalEntry::Events(b)));
             }
             report_held(&mut held, tail.consumer(), all_metrics);
+            if let Some(lane) = &lane {
+                lane.reached(tail.next_seq());
+            }
+            decoded.settle();
             let durable = consumer.tick(tail.next_seq(), tail.head());
             saved = save(&tail, saved, held.checkpoint(durable));
         }
@@ -705,15 +729,28 @@ mod tests {
         assert!(!decoded.publish(1, entry(), 21 << 10), "over the allowance");
         assert!(decoded.publish(1, entry(), 20 << 10), "exactly at it");
         assert_eq!(memory.held(Holder::Journal), 100 << 10);
-        // Records decoded by a consumer count too, and are given back when dropped.
+        // At the allowance, a record a consumer decodes is not kept for the others.
         let (_, source) = decoded
             .get(2, &codec::encode(&entry()).expect("encode"))
             .expect("decode");
         assert_eq!(source, Source::Decoded);
-        assert!(memory.held(Holder::Journal) > 100 << 10);
-        decoded.lock().drop_before(3);
-        decoded.report(&decoded.lock());
+        assert!(decoded.held(2).is_none());
+        assert_eq!(memory.held(Holder::Journal), 100 << 10);
+        // A consumer reading record 1 has passed record 0; once it says at its tick that it
+        // has read them all, nothing stays counted.
+        let lane = decoded.join();
+        lane.pace(1);
+        decoded.settle();
+        assert_eq!(memory.held(Holder::Journal), 40 << 10);
+        lane.reached(2);
+        decoded.settle();
         assert_eq!(memory.held(Holder::Journal), 0);
+        // With room again, a decoded record is kept and counted.
+        memory.set(Holder::Archive, 0);
+        let payload = codec::encode(&entry()).expect("encode");
+        decoded.get(3, &payload).expect("decode");
+        assert!(decoded.held(3).is_some());
+        assert_eq!(memory.held(Holder::Journal), payload.len() * 2);
     }
 
     #[test]

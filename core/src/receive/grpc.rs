@@ -145,6 +145,7 @@ async fn receive<M: Ingestible>(
         }
     };
     held.resize(message.len().saturating_mul(INTAKE_PER_BODY_BYTE));
+    ctx.recheck_memory(&held, &origin, wire_bytes)?;
     let request: M = decode::protobuf(&message)?;
     ctx.ingest(Transport::Grpc, wire_bytes, request, &origin)
         .await

@@ -148,6 +148,7 @@ async fn receive<M: Ingestible>(
         raw
     };
     held.resize(plain.len().saturating_mul(INTAKE_PER_BODY_BYTE));
+    ctx.recheck_memory(&held, &origin, wire_bytes)?;
     let request: M = match format {
         Format::Protobuf => decode::protobuf(&plain)?,
         Format::Json => decode::json(&plain)?,

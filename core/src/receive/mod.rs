@@ -229,6 +229,26 @@ impl ReceiverContext {
         ))
     }
 
+    /// Once the body is decompressed and `held` counts it: refuses the request (giving back
+    /// what its sender was charged) when the intake is now over its allowance and other
+    /// requests are in flight too. A request alone is taken, however large: else a body over
+    /// the intake's share could never be.
+    pub fn recheck_memory(
+        &self,
+        held: &HeldBytes,
+        origin: &Origin,
+        wire_bytes: usize,
+    ) -> Result<(), ReceiveError> {
+        if self.memory.keeps(held.bytes()) {
+            return Ok(());
+        }
+        if let Some(s) = origin.sender.as_deref() {
+            self.rates.refund_sender(&s.name, wire_bytes as u64);
+        }
+        self.metrics.refusing_for(self.retry_after);
+        Err(Refusal::OverMemory.into())
+    }
+
     /// Charges the request's sender for it (after its body is read, before decoding).
     pub fn admit_sender(&self, origin: &Origin, wire_bytes: usize) -> Result<(), ReceiveError> {
         let Some(sender) = origin.sender.as_deref() else {

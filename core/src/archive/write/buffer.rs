@@ -355,8 +355,16 @@ impl SharedBudget {
 
     /// Puts the archive under the process's memory budget (the first one given holds).
     pub fn under_memory(&self, memory: Arc<MemoryBudget>) {
-        memory.set(Holder::Archive, self.used());
-        let _ = self.memory.set(memory);
+        let counted = Arc::clone(&memory);
+        if self.memory.set(memory).is_ok() {
+            counted.set(Holder::Archive, self.used());
+        }
+    }
+
+    /// True when the process's memory budget as a whole is over its limit: the intake is
+    /// being refused, so every writer relieves the budget, whoever holds the largest buffers.
+    pub fn squeezed(&self) -> bool {
+        self.memory.get().is_some_and(|m| m.over_limit())
     }
 
     /// What the writers may hold now: the budget, or less while the memory budget's
@@ -392,14 +400,12 @@ impl SharedBudget {
             .unwrap_or(0)
     }
 
-    /// True when the writers hold half as much again as the budget, or the process's memory
-    /// budget is over its limit: then every writer relieves it, whoever holds the largest
-    /// buffers (one writer busy elsewhere must not let the total grow without bound).
+    /// True when the writers hold half as much again as the budget: then every writer
+    /// relieves it, whoever holds the largest buffers (one writer busy elsewhere must not
+    /// let the total grow without bound).
     pub fn far_over(&self) -> bool {
         let bound = self.bound();
-        // While the memory budget as a whole is over, the intake is refused: no writer waits.
-        let squeezed = self.memory.get().is_some_and(|m| m.total() > m.limit());
-        squeezed || self.used() > bound.saturating_add(bound / 2)
+        self.used() > bound.saturating_add(bound / 2)
     }
 
     /// The budget of the archive under `data_dir` in this process: the writers of spans and
@@ -490,6 +496,25 @@ pub fn largest_first<K: Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn a_squeezed_memory_budget_is_not_an_archive_far_over_its_own() {
+        let memory = MemoryBudget::new(16 << 20);
+        let b = SharedBudget::new(4 << 20);
+        b.under_memory(Arc::clone(&memory));
+        b.change(1 << 20);
+        assert_eq!(memory.held(Holder::Archive), 1 << 20);
+        // Another holder has not given back yet: the whole is over, the archive is not.
+        memory.set(Holder::Assembly, 16 << 20);
+        assert!(b.squeezed());
+        assert!(!b.far_over() && !b.over());
+        // A second budget given later is not counted in (the first holds).
+        let later = MemoryBudget::new(16 << 20);
+        b.under_memory(Arc::clone(&later));
+        assert_eq!(later.held(Holder::Archive), 0);
+        b.change(-(1 << 20));
+        assert_eq!(memory.held(Holder::Archive), 0);
+    }
+
     #[test]
     fn the_largest_go_first_until_the_target_is_reached() {
         let sizes = vec![("a", 10), ("b", 50), ("c", 30), ("d", 20)];

@@ -684,6 +684,7 @@ impl Archive {
                 }
                 if bytes < self.budget.largest_elsewhere(self.budget_slot)
                     && !self.budget.far_over()
+                    && !self.budget.squeezed()
                 {
                     // Another writer holds larger buffers: they go first, at its next call.
                     return;
