@@ -5,9 +5,9 @@
 //! state, and the rest (the de-duplication window, budget windows). Each holder reports what
 //! it holds here; what bounds it is its [`MemoryBudget::allowance`]:
 //!
-//! - A consumer-side holder may borrow what the other consumer-side holders leave unused, so
-//!   one busy stage is not starved while the others are idle; it never has less than its own
-//!   share. When the others come back for their share, the total goes over the limit and the
+//! - A consumer-side holder may borrow what the other consumer-side holders leave unused
+//!   (less a sixteenth of the limit, kept free), so one busy stage is not starved while the
+//!   others are idle; it never has less than its own share. When the others come back for their share, the total goes over the limit and the
 //!   borrower's allowance falls below what it holds: the borrower gives back, at its next
 //!   record or tick (the archive ends row groups, then writes out its largest partitions;
 //!   assembly summarizes its oldest requests early; budgets forget their least recently
@@ -165,7 +165,10 @@ impl MemoryBudget {
             _ => {
                 let others = consumers - held[holder.index()];
                 let pool = self.limit.saturating_sub(intake_share);
-                self.share(holder).max(pool.saturating_sub(others))
+                // A borrower leaves a sixteenth free: a stage coming back for its share then
+                // does not squeeze the intake before the borrower has given back.
+                let lendable = pool.saturating_sub(others).saturating_sub(self.limit / 16);
+                self.share(holder).max(lendable)
             }
         }
     }
@@ -255,22 +258,25 @@ mod tests {
     #[test]
     fn a_consumer_borrows_what_the_others_leave_and_gives_it_back_when_they_come() {
         let b = MemoryBudget::new(512 * MIB);
-        // Alone, the archive may use everything but the intake's share.
-        assert_eq!(b.allowance(Holder::Archive), 448 * MIB);
-        b.set(Holder::Archive, 400 * MIB);
+        // Alone, the archive may use everything but the intake's share and the sixteenth
+        // kept free.
+        assert_eq!(b.allowance(Holder::Archive), 416 * MIB);
+        b.set(Holder::Archive, 416 * MIB);
         assert!(!b.over(Holder::Archive));
         assert!(b.admits());
-        // Assembly comes for its share (96 MiB): the archive, the borrower, is now over.
+        // Assembly starts growing: within what was kept free, nobody is squeezed.
+        b.set(Holder::Assembly, 32 * MIB);
+        assert_eq!(b.allowance(Holder::Intake), 64 * MIB);
+        // It comes for its whole share (96 MiB): the archive, the borrower, is now over.
         b.set(Holder::Assembly, 96 * MIB);
         assert_eq!(b.allowance(Holder::Assembly), 96 * MIB);
-        assert_eq!(b.allowance(Holder::Archive), 352 * MIB);
+        assert_eq!(b.allowance(Holder::Archive), 320 * MIB);
         assert!(b.over(Holder::Archive));
         assert!(!b.over(Holder::Assembly));
-        // Until it has given back, the intake is squeezed: 512 - 496 = 16 MiB.
-        assert_eq!(b.allowance(Holder::Intake), 16 * MIB);
-        b.set(Holder::Intake, 16 * MIB);
+        // Until it has given back, the intake is squeezed: 512 - 512 = nothing.
+        assert_eq!(b.allowance(Holder::Intake), 0);
         assert!(!b.admits());
-        b.set(Holder::Archive, 352 * MIB);
+        b.set(Holder::Archive, 320 * MIB);
         assert!(!b.over(Holder::Archive));
         assert_eq!(b.allowance(Holder::Intake), 64 * MIB);
         assert!(b.admits());
@@ -288,8 +294,9 @@ mod tests {
         ] {
             assert_eq!(b.allowance(h), b.share(h), "{}", h.as_str());
         }
-        // The archive itself may still use the whole pool while the others hold nothing.
-        assert_eq!(b.allowance(Holder::Archive), 448 * MIB);
+        // The archive itself may still use the pool (less a sixteenth) while the others hold
+        // nothing.
+        assert_eq!(b.allowance(Holder::Archive), 416 * MIB);
         assert!(b.over(Holder::Archive));
         assert_eq!(b.allowance(Holder::Intake), 0);
         assert!(!b.admits());
