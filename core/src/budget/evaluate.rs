@@ -1732,6 +1732,37 @@ mod tests {
         assert!(resolved.iter().all(|a| a.level == Level::Resolved));
     }
 
+    #[test]
+    fn past_the_memory_allowance_the_least_recently_active_resolve_and_are_forgotten_too() {
+        // 240 KiB: the budget stage's share is 30 KiB, ten tracked requests; the archive holds
+        // the rest of the pool, so there is nothing to borrow.
+        let memory = MemoryBudget::new(240 << 10);
+        memory.set(Holder::Archive, 210 << 10);
+        assert_eq!(
+            memory.allowance(Holder::Budgets),
+            10 * TRACKED_REQUEST_BYTES
+        );
+        let mut e = BudgetEvaluator::new(BudgetConfig::default(), PriceTable::default())
+            .with_memory(std::sync::Arc::clone(&memory));
+        for r in 0..12u8 {
+            let mut s = tool_span(1, "{}");
+            s.trace_id = [r + 1; 16];
+            s.audit.request_id = Some(format!("req-{r:02}"));
+            e.observe(&batch(vec![s]), 3_000 * SEC + i64::from(r) * SEC);
+        }
+        assert_eq!(e.requests_tracked(), 12);
+        e.tick(3_020 * SEC);
+        // Down to 9 (90% of what the memory allows): the three oldest go.
+        assert_eq!(e.requests_tracked(), 9);
+        assert_eq!(e.evicted_requests(), 3);
+        assert_eq!(memory.held(Holder::Budgets), 9 * TRACKED_REQUEST_BYTES);
+        // With the archive's share back to the pool, nothing more goes.
+        memory.set(Holder::Archive, 0);
+        e.tick(3_021 * SEC);
+        assert_eq!(e.requests_tracked(), 9);
+        assert_eq!(e.evicted_requests(), 3);
+    }
+
     /// One side of an MCP `tools/call` traced on both sides (span `id`, JSON-RPC id `rpc`).
     fn mcp_side(id: u32, parent: u32, kind: crate::event::SpanKind, rpc: &str) -> SpanRecord {
         let mut s = tool_span(id, r#"{"city":"Oslo"}"#);
