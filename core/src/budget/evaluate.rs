@@ -1068,9 +1068,7 @@ impl BudgetEvaluator {
     /// requests resolve and are forgotten (down to 90% of the limit, so this sort does not
     /// run on every tick).
     fn evict_over_limit(&mut self, now_ns: i64, out: &mut Vec<Alarm>) {
-        let tracked = self.requests_tracked();
-        self.memory
-            .set(Holder::Budgets, tracked * TRACKED_REQUEST_BYTES);
+        let tracked = self.report_memory();
         let by_memory = self.memory.allowance(Holder::Budgets) / TRACKED_REQUEST_BYTES;
         let max = self.config.max_requests.min(by_memory).max(1);
         if tracked <= max {
@@ -1104,10 +1102,15 @@ impl BudgetEvaluator {
                 self.evicted += 1;
             }
         }
-        self.memory.set(
-            Holder::Budgets,
-            self.requests_tracked() * TRACKED_REQUEST_BYTES,
-        );
+        self.report_memory();
+    }
+
+    /// Tells the memory budget what the tracked requests take; returns how many there are.
+    fn report_memory(&self) -> usize {
+        let tracked = self.requests_tracked();
+        self.memory
+            .set(Holder::Budgets, tracked * TRACKED_REQUEST_BYTES);
+        tracked
     }
 
     /// Resolves every active request episode and forgets every request (at shutdown: request

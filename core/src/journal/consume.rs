@@ -292,6 +292,23 @@ impl DecodedRecords {
         self.memory.set(Holder::Journal, recent.memory_bytes);
     }
 
+    /// The records held, less those every paced consumer has passed (counted anew), and the
+    /// first record they have not all passed.
+    fn lock_unpassed(&self) -> (std::sync::MutexGuard<'_, Recent>, Option<u64>) {
+        let passed = self.passed_by_all();
+        let mut recent = self.lock();
+        if let Some(passed) = passed {
+            recent.drop_before(passed);
+            self.report(&recent);
+        }
+        (recent, passed)
+    }
+
+    /// True when `bytes` more fit within the journal's allowance of the memory budget.
+    fn has_room(&self, recent: &Recent, bytes: usize) -> bool {
+        recent.memory_bytes + bytes <= self.memory.allowance(Holder::Journal)
+    }
+
     /// Paces the caller with the other consumers that joined (see above).
     pub fn join(&self) -> Lane<'_> {
         let next = Arc::new(AtomicU64::new(u64::MAX));
@@ -336,22 +353,14 @@ impl DecodedRecords {
     /// consumers to take instead of decoding it; nothing when the published records are at
     /// their bound or `seq` is held already.
     pub fn publish(&self, seq: u64, entry: JournalEntry, payload_bytes: usize) -> bool {
-        let passed = self.passed_by_all();
-        let mut recent = self.lock();
-        if let Some(passed) = passed {
-            recent.drop_before(passed);
-            if seq < passed {
-                self.report(&recent);
-                return false;
-            }
-        }
+        let (mut recent, passed) = self.lock_unpassed();
         let memory_bytes = payload_bytes * DECODED_PER_PAYLOAD;
-        if recent.published >= PUBLISHED_MAX_RECORDS
+        if passed.is_some_and(|p| seq < p)
+            || recent.published >= PUBLISHED_MAX_RECORDS
             || recent.published_bytes + payload_bytes > PUBLISHED_MAX_BYTES
-            || recent.memory_bytes + memory_bytes > self.memory.allowance(Holder::Journal)
+            || !self.has_room(&recent, memory_bytes)
             || recent.entries.contains_key(&seq)
         {
-            self.report(&recent);
             return false;
         }
         recent.insert(
@@ -369,22 +378,12 @@ impl DecodedRecords {
     /// Drops what every paced consumer has passed and says what is held (at each tick, so
     /// that the last records read are not counted until more come).
     pub fn settle(&self) {
-        let passed = self.passed_by_all();
-        let mut recent = self.lock();
-        if let Some(passed) = passed {
-            recent.drop_before(passed);
-        }
-        self.report(&recent);
+        drop(self.lock_unpassed());
     }
 
     /// Record `seq` and where it came from, if it is held (published, or decoded lately).
     pub fn held(&self, seq: u64) -> Option<(Arc<JournalEntry>, Source)> {
-        let passed = self.passed_by_all();
-        let mut recent = self.lock();
-        if let Some(passed) = passed {
-            recent.drop_before(passed);
-            self.report(&recent);
-        }
+        let (recent, _) = self.lock_unpassed();
         recent.entries.get(&seq).map(|held| {
             let source = match held.published_bytes {
                 Some(_) => Source::Published,
@@ -409,8 +408,7 @@ impl DecodedRecords {
         let mut recent = self.lock();
         let memory_bytes = payload.len() * DECODED_PER_PAYLOAD;
         // Over the journal's allowance the record is not kept for the others to share.
-        let room = recent.memory_bytes + memory_bytes <= self.memory.allowance(Holder::Journal);
-        if room && !recent.entries.contains_key(&seq) {
+        if self.has_room(&recent, memory_bytes) && !recent.entries.contains_key(&seq) {
             recent.insert(
                 seq,
                 Held {
@@ -456,9 +454,11 @@ pub fn run<C: Consumer>(
         if stop.give_up.is_cancelled() {
             break;
         }
-        let all_read = tail.next_seq() >= tail.head().committed();
+        // The head's lock is taken only when a linger is due at all.
         if let Some(pause) = reads.linger(Instant::now()).filter(|_| {
-            all_read && !stop.drained.is_cancelled() && consumer.flush_due_in().is_none()
+            !stop.drained.is_cancelled()
+                && consumer.flush_due_in().is_none()
+                && tail.next_seq() >= tail.head().committed()
         }) {
             std::thread::sleep(pause);
         }

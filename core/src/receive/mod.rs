@@ -220,8 +220,7 @@ impl ReceiverContext {
     /// then nothing more is held, and the client retries later.
     pub fn admit_memory(&self, body_bytes: usize) -> Result<HeldBytes, ReceiveError> {
         if !self.memory.admits() {
-            self.metrics.refusing_for(self.retry_after);
-            return Err(Refusal::OverMemory.into());
+            return Err(self.over_memory());
         }
         Ok(self.memory.hold(
             Holder::Intake,
@@ -245,8 +244,13 @@ impl ReceiverContext {
         if let Some(s) = origin.sender.as_deref() {
             self.rates.refund_sender(&s.name, wire_bytes as u64);
         }
+        Err(self.over_memory())
+    }
+
+    /// A refusal for memory: not ready until a retry could succeed.
+    fn over_memory(&self) -> ReceiveError {
         self.metrics.refusing_for(self.retry_after);
-        Err(Refusal::OverMemory.into())
+        Refusal::OverMemory.into()
     }
 
     /// Charges the request's sender for it (after its body is read, before decoding).

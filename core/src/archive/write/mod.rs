@@ -304,8 +304,7 @@ impl Archive {
                 });
             }
         }
-        self.held = self.held.saturating_add_signed(change);
-        self.budget.change(change);
+        self.held_changed(change);
         self.publish_largest();
         out
     }
@@ -560,8 +559,7 @@ impl Archive {
         let i = table_index(key.table);
         self.per_table[i] = self.per_table[i].saturating_sub(1);
         self.metrics.open_files_changed(key.table.as_str(), -1);
-        self.held = self.held.saturating_sub(buf.bytes());
-        self.budget.change(-(buf.bytes() as isize));
+        self.held_changed(-(buf.bytes() as isize));
         if buf.bytes() >= self.largest {
             self.publish_largest();
         }
@@ -628,8 +626,7 @@ impl Archive {
             Ok(delta) => {
                 let bytes = buffer.bytes();
                 let full = bytes as u64 >= self.settings.max_bytes;
-                self.held = self.held.saturating_add_signed(delta);
-                self.budget.change(delta);
+                self.held_changed(delta);
                 if bytes > self.largest {
                     self.largest = bytes;
                     self.budget.set_largest(self.budget_slot, bytes);
@@ -714,8 +711,7 @@ impl Archive {
             };
             match buffer.close_row_group() {
                 Ok(delta) => {
-                    self.held = self.held.saturating_add_signed(delta);
-                    self.budget.change(delta);
+                    self.held_changed(delta);
                 }
                 Err(e) => {
                     // The buffer is unusable: written out (or counted as failed) as on any error.
@@ -725,6 +721,12 @@ impl Archive {
             }
         }
         self.publish_largest();
+    }
+
+    /// Counts a change of this writer's buffered bytes, here and in the shared budget.
+    fn held_changed(&mut self, delta: isize) {
+        self.held = self.held.saturating_add_signed(delta);
+        self.budget.change(delta);
     }
 
     fn report_buffered(&self) {
