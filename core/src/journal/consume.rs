@@ -718,7 +718,7 @@ mod tests {
     fn published_records_stay_within_the_journals_allowance_of_the_memory_budget() {
         use crate::memory::{Holder, MemoryBudget};
         // 1.6 MiB: the journal's share is 100 KiB; the others hold the rest of the pool.
-        let memory = MemoryBudget::new(16 * 100 << 10);
+        let memory = MemoryBudget::new((16 * 100) << 10);
         memory.set(Holder::Archive, (13 * 100) << 10);
         assert_eq!(memory.allowance(Holder::Journal), 100 << 10);
         let decoded = DecodedRecords::new(2).with_memory(Arc::clone(&memory));

@@ -403,6 +403,16 @@ const DETECTORS: &[D] = &[
     D { id: "cli_password_short_flag", description: "Password after the -p flag of mysql, mariadb, docker/podman/nerdctl login or sshpass",
         keywords: &["mysql", "mariadb", "login", "sshpass"],
         regex: r#"(?:\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s["']?-p|\b(?:docker|podman|nerdctl)\s+login\b[^\n|;&]*?\s-p\s+|\bsshpass\s+-p\s*)["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: None },
+    // Positional passwords: where the command or call takes a user then a password, the word
+    // after the user is the password. Each alternative has its own group.
+    D { id: "cli_password_positional", description: "Password given by position on a command line: htpasswd -b FILE USER PASSWORD, net user NAME PASSWORD, echo PASSWORD piped to sudo -S",
+        keywords: &["htpasswd", "net user", "sudo"],
+        // `net user` only where the password ends the command (maybe with /switches after
+        // it): "the net user growth was strong" is a sentence.
+        regex: r#"\bhtpasswd\s+(?:-[A-Za-mo-z]*b[A-Za-mo-z]*\s+(?:-\S+\s+)*\S+|-[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*)\s+\S+\s+["']?([^\s"']+)|(?i:\bnet\s+user)\s+(?:"[^"\n]+"|[^\s/"]+)\s+["']?([^\s"'/*][^\s"']*)["']?(?:\s+/\w+(?::\S*)?)*[ \t]*(?:$|\r?\n|[;&|])|\becho\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*sudo\s+(?:-[A-Za-z]+\s+)*?-[A-Za-z]*S\b"#, group: 1, validator: Some(Validator::SecretLike) },
+    D { id: "call_positional_password", description: "Password passed by position to a call that takes a user and a password: getConnection(url, user, password), mysqli_connect(host, user, password), .login(user, password), NetworkCredential, UsernamePasswordCredentials, PasswordAuthentication",
+        keywords: &["getconnection", "_connect", "login", "credential", "passwordauthentication"],
+        regex: r#"(?:\bgetConnection\s*\(\s*[^,()\n]+,|\bmysqli?_connect\s*\(\s*(?:"[^"\n]*"|'[^'\n]*'|\$?\w+)\s*,|\b(?:NetworkCredential|UsernamePasswordCredentials|PasswordAuthentication)\s*\(|\.login\s*\()\s*(?:"[^"\n]*"|'[^'\n]*')\s*,\s*["']([^"'\n]+)["']"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "url_secret_query_param", description: "Secret in a URL query parameter (token=, sig=, code=, key=, …)",
         keywords: &["token=", "sig=", "signature=", "code=", "key=", "secret=", "password=", "auth=", "credential="],
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
@@ -494,6 +504,8 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
                 "connection_string_password" | "powershell_plaintext_secure_string"
             ) {
                 vec![2]
+            } else if d.id == "cli_password_positional" {
+                vec![2, 3]
             } else {
                 Vec::new()
             },
@@ -790,6 +802,47 @@ pub(crate) mod tests {
             ("sshpass -pXk9mQ2vL7w scp a bob@host:", "Xk9mQ2vL7w"),
         ] {
             tp("cli_password_short_flag", s(line), s(secret));
+        }
+        for (line, secret) in [
+            (
+                "htpasswd -b /etc/nginx/.htpasswd admin Vd8kLm2Zqr",
+                "Vd8kLm2Zqr",
+            ),
+            ("htpasswd -bc .htpasswd admin 'Vd8kLm2Zqr'", "Vd8kLm2Zqr"),
+            ("htpasswd -nb admin Vd8kLm2Zqr > users", "Vd8kLm2Zqr"),
+            ("net user bob Pa55w0rdX /add", "Pa55w0rdX"),
+            ("NET USER \"svc sql\" Pa55w0rdX /add /domain", "Pa55w0rdX"),
+            ("net user bob Pa55w0rdX", "Pa55w0rdX"),
+            ("echo 'Zq8!mP2xw' | sudo -S apt update", "Zq8!mP2xw"),
+            (
+                "echo Zq8mP2xwQ | sudo -k -S systemctl restart app",
+                "Zq8mP2xwQ",
+            ),
+        ] {
+            tp("cli_password_positional", s(line), s(secret));
+        }
+        for (line, secret) in [
+            (
+                "DriverManager.getConnection(url, \"scott\", \"Tiger4Lyf\")",
+                "Tiger4Lyf",
+            ),
+            (
+                "conn = DriverManager.getConnection(\"jdbc:mysql://db/shop\", \"root\", \"Tiger4Lyf\");",
+                "Tiger4Lyf",
+            ),
+            ("$db = mysqli_connect($host, 'shop', 'Tiger4Lyf');", "Tiger4Lyf"),
+            ("client.login(\"bob\", \"hunter2Qx\")", "hunter2Qx"),
+            ("smtp.login('alerts@example.com', 'hunter2Qx')", "hunter2Qx"),
+            (
+                "new NetworkCredential(\"svc\", \"hunter2Qx\")",
+                "hunter2Qx",
+            ),
+            (
+                "new PasswordAuthentication(\"bob\", \"hunter2Qx\".toCharArray())",
+                "hunter2Qx",
+            ),
+        ] {
+            tp("call_positional_password", s(line), s(secret));
         }
         tp(
             "powershell_plaintext_secure_string",
@@ -1674,6 +1727,17 @@ pub(crate) mod tests {
             ("cli_password_short_flag", "docker run -p 8080:80 nginx"),
             ("cli_password_short_flag", "ssh -p 2222 bob@host"),
             ("cli_password_short_flag", "mkdir -p /var/lib/mysql"),
+            ("cli_password_positional", "htpasswd -B -c .htpasswd admin"),
+            ("cli_password_positional", "htpasswd -D .htpasswd admin"),
+            ("cli_password_positional", "net user bob /delete"),
+            ("cli_password_positional", "net user administrator * /domain"),
+            ("cli_password_positional", "The net user growth was strong this quarter."),
+            ("cli_password_positional", "echo \"$SUDO_PASSWORD\" | sudo -S true"),
+            ("cli_password_positional", "echo hello | sudo tee /etc/motd"),
+            ("call_positional_password", "client.login(user, password)"),
+            ("call_positional_password", "client.login(\"bob\", \"<password>\")"),
+            ("call_positional_password", "DriverManager.getConnection(url, user, pass)"),
+            ("call_positional_password", "ftp.login(\"anonymous\", \"\")"),
             ("cli_password_short_flag", "docker login -u bob --password-stdin registry.example.com"),
             ("secret_key_assignment", "TOKEN_COUNT is an integer"),
             (
@@ -1920,6 +1984,101 @@ pub(crate) mod tests {
                     .map(|f| (&*f.rule, &text[f.start..f.end]))
                     .collect::<Vec<_>>()
             );
+        }
+    }
+
+    /// The shapes a held-out corpus of real repositories showed missed and destroyed (issue
+    /// 36), written from the shapes with values of our own: each missed shape loses exactly its
+    /// secret, each destroyed shape comes out as it went in.
+    #[test]
+    fn credentials_missed_and_harmless_values_destroyed_before_go_the_right_way() {
+        let r = redactor();
+        let redacted = |text: &str| {
+            let mut hits = Default::default();
+            r.redact_text(text, &mut hits)
+                .unwrap_or_else(|| text.to_string())
+        };
+        let k = "[REDACTED:secret_key_assignment]";
+        for (text, expected) in [
+            (
+                "# nats: SUAGMJH5XLGZKQQWAWKRZJIGMOU4HPFUYLXJMXOO5NLFEO2OOQJ5LPRDPM".to_string(),
+                "# nats: [REDACTED:nats_nkey_seed]".to_string(),
+            ),
+            (
+                "const jwk = { kty: 'oct', k: 'GawgguFyGrWKav7AX4VKUg7xW8nK3dRdB9d4kO3nXHc' };".into(),
+                "const jwk = { kty: 'oct', k: '[REDACTED:jwk_private_key]' };".into(),
+            ),
+            (
+                "Authorization: OAuth oauth_consumer_key=\"xvz1evFS4wEEPTGEFPHBog\", oauth_signature=\"tnnArxj06cWHq44gCs1OSKk%2FjY%3D\"".into(),
+                format!("Authorization: OAuth oauth_consumer_key=\"{k}\", oauth_signature=\"{k}\""),
+            ),
+            (
+                "GET /cb?oauth_token=Z6eEdO8MOmk394WozF5oKyuAv855&oauth_token_secret=Kd75W4OQfb2oJTV0vzGz".into(),
+                format!("GET /cb?oauth_token={k}&oauth_token_secret={k}"),
+            ),
+            // Commented out, a setting is still a setting.
+            ("# AMQP_PASSWORD = yiwzi".into(), format!("# AMQP_PASSWORD = {k}")),
+            ("// smtp_pass = qorvend".into(), format!("// smtp_pass = {k}")),
+            ("{user: bob, password: djqnnwu}".into(), format!("{{user: bob, password: {k}}}")),
+            (
+                "To set auth token 4f3c2a1b9e8d7c6b5a49382716f5e4d3c2b1a09f8e7d6c5b4a3928171605f4e3".into(),
+                format!("To set auth token {k}"),
+            ),
+            ("OVH_APPLICATION_KEY=6502241089672483 \\".into(), format!("OVH_APPLICATION_KEY={k} \\")),
+            // Positional credentials.
+            (
+                "requests.get(url, auth=('bob', 'Xk9mP2qLw'))".into(),
+                format!("requests.get(url, auth=('bob', '{k}'))"),
+            ),
+            (
+                "HTTPBasicAuth('admin', 'S3cr3tPassw0rd')".into(),
+                format!("HTTPBasicAuth('admin', '{k}')"),
+            ),
+            (
+                "req.SetBasicAuth(\"admin\", \"S3cr3tPassw0rd\")".into(),
+                format!("req.SetBasicAuth(\"admin\", \"{k}\")"),
+            ),
+            (
+                "htpasswd -b /etc/nginx/.htpasswd admin Vd8kLm2Zqr".into(),
+                "htpasswd -b /etc/nginx/.htpasswd admin [REDACTED:cli_password_positional]".into(),
+            ),
+            (
+                "client.login(\"bob\", \"hunter2Qx\")".into(),
+                "client.login(\"bob\", \"[REDACTED:call_positional_password]\")".into(),
+            ),
+        ] {
+            assert_eq!(redacted(&text), expected, "{text}");
+        }
+        for text in [
+            // Placeholders.
+            "Authorization: Basic login_and_password_removed",
+            "password: some-password",
+            "token: <token>",
+            // Labels, in several languages, under credential names.
+            "\"LABEL_CONFIRM_CURRENT_PASSWORD\": \"Confirm your current password\"",
+            "'Password' => 'Wachtwoord'",
+            "'password' => 'Passwort:'",
+            "password: Contraseña",
+            "\"รหัสผ่าน\": \"กรุณาใส่รหัสผ่าน\"",
+            "'password' => 'كلمة المرور الحالية'",
+            // Code.
+            "$token = $this->getSupportedToken();",
+            "$this->createMock(TokenInterface::class)",
+            "Key string `key:\",optional\"`",
+            "if (u.password === password) {",
+            "cmd = \"SA_PASSWORD=\" + pw",
+            "PASSWORD=O$(openssl rand -base64 6 | tr -d \"=+/\")_1",
+            // Markup, settings, constants and error tables.
+            "<a-menu-item key=\"/account/settings/custom\">",
+            "{ \"key\": \"Access-Control-Allow-Origin\", \"value\": \"*\" }",
+            "WIN_SECURITY_SET_PASS = 0xf1",
+            "ER_TOO_LONG_KEY: \"Specified key was too long; max key length is 767 bytes\"",
+            // Comments that are prose, and positional look-alikes.
+            "# password = get_password()",
+            "requests.get(url, auth=auth)",
+            "HTTPBasicAuth(user, password)",
+        ] {
+            assert_eq!(redacted(text), text, "{text}");
         }
     }
 

@@ -75,6 +75,7 @@ features! {
     Markup = "markup", "markup (<…>) or an HTML entity", 0;
     HexOnly = "hex_only", "hex digits only", 0;
     DigitsOnly = "digits_only", "digits only", 0;
+    LongNumber = "long_number", "twelve digits or more and nothing else (a numeric key, not a count or a port)", 1;
     HexConstant = "hex_constant", "a hex constant (0x…)", 0;
     UuidShaped = "uuid_shaped", "shaped like a UUID", 0;
     UrlShaped = "url_shaped", "a URL", 0;
@@ -649,6 +650,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         len >= 8 && s.digits > 0 && s.hex_letters > 0 && s.digits + s.hex_letters == len,
     );
     set(&mut x, DigitsOnly, s.digits == len);
+    set(&mut x, LongNumber, len >= 12 && s.digits == len);
     set(
         &mut x,
         HexConstant,

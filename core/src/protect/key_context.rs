@@ -228,6 +228,7 @@ const MATERIAL_KEY_QUALIFIERS: &[&str] = &[
     "client",
     "service",
     "app",
+    "application",
     "account",
     "storage",
     "shared",
@@ -727,6 +728,15 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "me",
     "change",
     "set",
+    // `some-password`, `login_and_password_removed`: words that describe a value, not one.
+    "some",
+    "any",
+    "and",
+    "or",
+    "removed",
+    "login",
+    "user",
+    "username",
 ];
 
 /// [`PLACEHOLDER_WORDS`] as a set: every candidate's value words are looked up (a scan of
@@ -808,6 +818,12 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     if names_a_credential(v) {
         return Judgment::kept("the name of a credential, not one (x-api-key, next_token)");
     }
+    if is_credential_label(v) {
+        return Judgment::kept("a label: the word for password or key in a language (Wachtwoord)");
+    }
+    if is_short_hex_number(v) {
+        return Judgment::kept("a number written in hex, 32 bits at most (0xf1)");
+    }
     let ctx = judgment::Context { class, key, syntax };
     let features = judgment::features(&ctx, v);
     let score = MODEL.margin(&features);
@@ -838,7 +854,8 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     if v.len() > 5 && v.starts_with("ENC(") && v.ends_with(')') {
         return Some("an encrypted value (ENC(…))");
     }
-    if v.starts_with("$(") || (v.starts_with('`') && v.ends_with('`')) {
+    // Anywhere in the value: `O$(openssl rand -base64 6)_1` computes the password.
+    if v.as_bytes().windows(2).any(|w| w == b"$(") || (v.starts_with('`') && v.ends_with('`')) {
         return Some("a command substitution ($(…))");
     }
     if v.as_bytes()
@@ -1017,6 +1034,96 @@ fn names_a_credential(v: &str) -> bool {
         !chosen
     });
     !chosen && classify_key(v) != KeyClass::Other
+}
+
+/// The word for password, passphrase or key in the languages user interfaces are most often
+/// translated to, lowercase: under a credential name, a value that is one of these (a colon
+/// or asterisk after it allowed) is a form's label, not a password anyone chose.
+const CREDENTIAL_LABELS: &[&str] = &[
+    "passwort",
+    "kennwort",
+    "wachtwoord",
+    "mot de passe",
+    "contraseña",
+    "contrasena",
+    "clave",
+    "senha",
+    "palavra-passe",
+    "parola",
+    "parolă",
+    "hasło",
+    "haslo",
+    "lösenord",
+    "losenord",
+    "adgangskode",
+    "passord",
+    "salasana",
+    "jelszó",
+    "heslo",
+    "geslo",
+    "lozinka",
+    "šifra",
+    "şifre",
+    "sifre",
+    "пароль",
+    "лозинка",
+    "гасло",
+    "κωδικός",
+    "סיסמה",
+    "كلمة المرور",
+    "كلمة السر",
+    "رمز عبور",
+    "पासवर्ड",
+    "パスワード",
+    "密码",
+    "密碼",
+    "비밀번호",
+    "รหัสผ่าน",
+    "mật khẩu",
+    "kata sandi",
+    "kata laluan",
+    "schlüssel",
+    "clé",
+];
+
+/// A form's label or message about a credential, not one: `v` (lowercased, less a closing
+/// `:`, `*`, `?`, `.` or `!`) is one of [`CREDENTIAL_LABELS`]; or a phrase of words with
+/// blanks, no digit in it, one of whose words is such a label or `password`
+/// (`Passwort vergessen?`, `Confirm your current password`); or holds a label written in a
+/// script without blanks between words (`กรุณาใส่รหัสผ่าน`).
+fn is_credential_label(v: &str) -> bool {
+    // Labels and short messages; most values are rejected by their length or a digit.
+    if v.len() > 96 || v.bytes().any(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let ends = |c: char| matches!(c, ':' | '*' | '?' | '.' | '!' | ' ' | '(' | ')' | '"');
+    let lower = v.trim_end_matches(ends).to_lowercase();
+    if CREDENTIAL_LABELS.contains(&lower.as_str()) {
+        return true;
+    }
+    let phrase = lower.contains(' ');
+    CREDENTIAL_LABELS.iter().any(|label| {
+        if label.is_ascii() && !label.contains(' ') {
+            phrase && lower.split(' ').any(|w| w.trim_matches(ends) == *label)
+        } else {
+            // A label of several words, or of a script other than Latin: found inside.
+            (phrase || !label.is_ascii()) && lower.contains(label)
+        }
+    }) || (phrase
+        && lower
+            .split(' ')
+            .any(|w| matches!(w.trim_matches(ends), "password" | "passphrase")))
+}
+
+/// `0x` and one to eight hex digits: a constant in code (`SET_PASS = 0xf1`). Longer hex
+/// after `0x` may be key material (an Ethereum private key is written `0x` + 64 hex).
+fn is_short_hex_number(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() > 2
+        && b.len() <= 10
+        && b[0] == b'0'
+        && matches!(b[1], b'x' | b'X')
+        && b[2..].iter().all(u8::is_ascii_hexdigit)
 }
 
 /// Letters, maybe joined by `-` or `_`, that a language could say: a word or a name from
@@ -1420,6 +1527,11 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         return prose_candidate(text, settled, ks, ke, at, class);
     }
     let mut at = skip_blanks(b, at);
+    if matches!(sep, Separator::Assign { .. } | Separator::Colon { .. }) {
+        if let Some(c) = auth_pair_candidate(text, settled, ks, ke, at, &words) {
+            return Some(c);
+        }
+    }
     // `pkey = ("…"`: a literal in parentheses (Python's way to continue a string) is a
     // literal still.
     if matches!(sep, Separator::Assign { .. } | Separator::Colon { .. }) && b.get(at) == Some(&b'(')
@@ -1478,7 +1590,14 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
             }
         }
         let next = &text[end..];
-        let syntax = bare_syntax(sep, flag || sql, xml || directive, next);
+        let mut syntax = bare_syntax(sep, flag || sql, xml || directive, next);
+        // `passwd = VboXMIh=9Jg-O26`: no expression holds a bare `=`, so this is a setting
+        // written with spaces, not code.
+        if syntax == Syntax::Code
+            && (b[start..end].contains(&b'=') || commented_out_setting(b, ks, next))
+        {
+            syntax = Syntax::Config;
+        }
         (start..end, syntax, next)
     };
     if value.is_empty() {
@@ -1605,6 +1724,34 @@ fn bare_syntax(sep: Separator, flag: bool, xml: bool, next: &str) -> Syntax {
         Separator::Colon { spaced: true } if !next.starts_with([',', ';', ')']) => Syntax::Config,
         _ => Syntax::Code,
     }
+}
+
+/// `# AMQP_PASSWORD = yiwzi`, `// token = abc`: a key that only a comment marker precedes on
+/// its line, and a value that ends the line. Commented out, an assignment is a setting kept
+/// for later (in an `.env`, ini or YAML file), not code that names a variable.
+fn commented_out_setting(b: &[u8], ks: usize, next: &str) -> bool {
+    let blank = |c: &u8| matches!(c, b' ' | b'\t');
+    let ends_line = next
+        .bytes()
+        .find(|c| !matches!(c, b' ' | b'\t' | b'\r'))
+        .is_none_or(|c| c == b'\n');
+    // Read back from the key: blanks, the marker, blanks, then the line's start. Only the
+    // bytes before the key on its own line are read, and at most its indentation.
+    let before = &b[..ks - b[..ks].iter().rev().take_while(|c| blank(c)).count()];
+    let Some(marker_start) = [&b"//"[..], b"--", b"#", b";"]
+        .into_iter()
+        .find(|m| before.ends_with(m))
+        .map(|m| before.len() - m.len())
+    else {
+        return false;
+    };
+    let indent = b[..marker_start]
+        .iter()
+        .rev()
+        .take_while(|c| blank(c))
+        .count();
+    let at = marker_start - indent;
+    ends_line && (at == 0 || b[at - 1] == b'\n')
 }
 
 /// Verbs that join a key to its value in a sentence (`the password is …`), each with the
@@ -1829,14 +1976,24 @@ fn call_candidate(
     words: &[String],
     class: KeyClass,
 ) -> Option<Candidate> {
-    if class < KeyClass::Credential
+    let basic_auth = basic_auth_words(words);
+    if (class < KeyClass::Credential && !basic_auth)
         || words
             .first()
             .is_some_and(|w| LOOKUP_VERBS.contains(&w.as_str()))
     {
         return None;
     }
-    let value = literal_arguments(text.as_bytes(), open)?.pop()?;
+    let mut args = literal_arguments(text.as_bytes(), open)?;
+    if basic_auth && args.len() != 2 {
+        return None;
+    }
+    let value = args.pop()?;
+    let class = if basic_auth {
+        KeyClass::Credential
+    } else {
+        class
+    };
     Some(Candidate::judged(
         text,
         settled,
@@ -1848,16 +2005,59 @@ fn call_candidate(
     ))
 }
 
+/// `HTTPBasicAuth`, `SetBasicAuth`, `HTTPDigestAuth`, `basic_auth`: a name that takes a user
+/// and a password, in that order.
+fn basic_auth_words(words: &[String]) -> bool {
+    matches!(words, [.., scheme, auth] if auth == "auth" && (scheme == "basic" || scheme == "digest"))
+}
+
+/// `auth=('bob', 'pw')`, `auth: ["bob", "pw"]`, `basic_auth = ("bob", "pw")`: under a key
+/// headed by `auth`, a pair of literals is a user and a password. `open` is at the bracket.
+fn auth_pair_candidate(
+    text: &str,
+    settled: Settled<'_>,
+    ks: usize,
+    ke: usize,
+    open: usize,
+    words: &[String],
+) -> Option<Candidate> {
+    if words.last().is_none_or(|w| w != "auth") {
+        return None;
+    }
+    let b = text.as_bytes();
+    let close = match b.get(open) {
+        Some(b'(') => b')',
+        Some(b'[') => b']',
+        _ => return None,
+    };
+    let [_, password] = <[Range<usize>; 2]>::try_from(literal_items(b, open + 1, close)?).ok()?;
+    Some(Candidate::judged(
+        text,
+        settled,
+        ks..ke,
+        password,
+        KeyClass::Credential,
+        Syntax::Argument,
+        "",
+    ))
+}
+
 /// The string literals passed to a call whose `(` ends at `open`, when every argument is one
 /// (a variable among them makes this code we cannot read).
 fn literal_arguments(b: &[u8], open: usize) -> Option<Vec<Range<usize>>> {
+    literal_items(b, open, b')')
+}
+
+/// The string literals of a list that starts at `open` and ends with `close`, when every
+/// item is one.
+fn literal_items(b: &[u8], open: usize, close_list: u8) -> Option<Vec<Range<usize>>> {
     let mut at = open;
     let mut out = Vec::new();
     loop {
         at = skip_blanks(b, at);
         let at_value = skip_string_prefix(b, at);
         let Some((q, close)) = opening_quote(b, at_value) else {
-            if b.get(at) == Some(&b')') {
+            if b.get(at) == Some(&close_list) {
                 break;
             }
             return None;
@@ -1868,7 +2068,7 @@ fn literal_arguments(b: &[u8], open: usize) -> Option<Vec<Range<usize>>> {
         at = skip_blanks(b, end + close.len());
         match b.get(at) {
             Some(b',') => at += 1,
-            Some(b')') => break,
+            Some(&c) if c == close_list => break,
             _ => return None,
         }
     }
@@ -2372,6 +2572,75 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn commented_out_settings_are_settings_and_comments_elsewhere_are_not() {
+        removes_each(&[
+            ("# AMQP_PASSWORD = yiwzi", Some("yiwzi")),
+            ("  #  smtp_pass = qorvend  ", Some("qorvend")),
+            ("x = 1\n; db_password = qorvend\ny = 2", Some("qorvend")),
+            ("-- password = qorvend", Some("qorvend")),
+            // A bare `=` inside the value: no expression, so a setting.
+            ("passwd = VboXMIh=9Jg-O26=Cv", Some("VboXMIh=9Jg-O26=Cv")),
+            // Code after a comment on the line before, a value that does not end its line,
+            // and a marker that does not start the line: code as before.
+            ("#\npassword = qorvend", None),
+            ("# password = qorvend + salt", None),
+            ("x = 1 # password = qorvend", None),
+        ]);
+    }
+
+    #[test]
+    fn labels_short_hex_numbers_and_computed_values_are_kept() {
+        removes_each(&[
+            ("'Password' => 'Wachtwoord'", None),
+            ("password: \"Passwort:\"", None),
+            ("\"password\": \"Mot de passe\"", None),
+            ("\"password_hint\": \"Passwort vergessen?\"", None),
+            ("\"password\": \"Введите пароль\"", None),
+            ("\"password\": \"กรุณาใส่รหัสผ่าน\"", None),
+            ("\"password\": \"パスワードを入力\"", None),
+            ("\"password\": \"Confirm your current password\"", None),
+            ("WIN_SECURITY_SET_PASS = 0xf1", None),
+            ("SECRET_MASK = 0xDEADBEEF", None),
+            ("PASSWORD=O$(openssl rand -base64 6)_1", None),
+            ("password: some-password", None),
+            ("Authorization: Basic login_and_password_removed", None),
+            // A digit, a label that is part of a word, or hex past 32 bits: judged as before.
+            ("password: \"Passwort2024!\"", Some("Passwort2024!")),
+            ("password: \"Wachtwoordje9\"", Some("Wachtwoordje9")),
+            (
+                "private_key = 0x4c0883a69102937d6231471b5dbb6204fe512961708279f3c3b1a5d2a4c3b6e1",
+                Some("0x4c0883a69102937d6231471b5dbb6204fe512961708279f3c3b1a5d2a4c3b6e1"),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn a_user_and_password_pair_gives_up_its_password() {
+        removes_each(&[
+            (
+                "requests.get(url, auth=('bob', 'Xk9mP2qLw'))",
+                Some("Xk9mP2qLw"),
+            ),
+            ("auth: [\"bob\", \"Xk9mP2qLw\"]", Some("Xk9mP2qLw")),
+            ("basic_auth = (\"bob\", \"Xk9mP2qLw\")", Some("Xk9mP2qLw")),
+            (
+                "HTTPBasicAuth('admin', 'S3cr3tPassw0rd')",
+                Some("S3cr3tPassw0rd"),
+            ),
+            (
+                "aiohttp.DigestAuth(\"admin\", \"S3cr3tPassw0rd\")",
+                Some("S3cr3tPassw0rd"),
+            ),
+            // Not a pair of literals, or not a pair: nothing to read.
+            ("auth=('bob',)", None),
+            ("auth = ('a', 'b', 'c')", None),
+            ("auth=(user, password)", None),
+            ("HTTPBasicAuth(user, 'S3cr3tPassw0rd')", None),
+            ("HTTPBasicAuth('S3cr3tPassw0rd')", None),
+        ]);
     }
 
     #[test]

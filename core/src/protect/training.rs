@@ -905,7 +905,7 @@ pub fn train(examples: &[Example]) -> JudgmentModel {
 
 /// The share of the training's credentials the threshold must remove: a credential kept is
 /// worse than a harmless value removed.
-pub const TARGET_RECALL: f64 = 0.985;
+pub const TARGET_RECALL: f64 = 0.993;
 
 /// The highest logit (rounded down to 0.01, at most 0) at which [`TARGET_RECALL`] of the
 /// credentials among `examples` score at or above it.
@@ -1114,8 +1114,10 @@ mod tests {
     fn generated_lines_hold_their_values() {
         let ex = generated_examples(1, 200);
         let secrets = ex.iter().filter(|e| e.secret).count();
+        // Harmless values a precise fact keeps (labels, placeholders, references) are not
+        // judged, so not examples: about a third of those generated.
         assert!(
-            secrets > 150 && ex.len() - secrets > 100,
+            secrets > 150 && ex.len() - secrets > 80,
             "{secrets} of {}",
             ex.len()
         );
