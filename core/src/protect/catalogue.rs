@@ -405,6 +405,11 @@ const DETECTORS: &[D] = &[
         regex: r#"(?:\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s["']?-p|\b(?:docker|podman|nerdctl)\s+login\b[^\n|;&]*?\s-p\s+|\bsshpass\s+-p\s*)["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: None },
     // Positional passwords: where the command or call takes a user then a password, the word
     // after the user is the password. Each alternative has its own group.
+    D { id: "cli_password_client_flag", description: "Password after the flag a client reads it from: redis-cli -a, keytool -storepass/-keypass, zip -P, 7z -p, sqlcmd/bcp -P, ldapsearch/ldapmodify -w, ssh-keygen -N/-P, az login -p, psexec -p, xfreerdp /p:, smbclient -U user%password, lftp -u user,password",
+        keywords: &["redis-cli", "keytool", "zip", "7z", "sqlcmd", "bcp", "osql", "isql", "ldap", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp"],
+        // One alternative, and one group, per client; the flag's value up to a blank or
+        // a quote. `-N ''` (no passphrase) and prompts (`-p` alone) leave nothing to take.
+        regex: r#"\bredis-cli\b[^\n|;&]*?\s-a\s+["']?([^\s"'\-][^\s"']*)|\bkeytool\b[^\n|;&]*?\s-(?:src|dest|new)?(?:store|key)?pass\s+["']?([^\s"'\-][^\s"']*)|\bzip\b[^\n|;&]*?\s-P\s+["']?([^\s"'\-][^\s"']*)|\b7za?\b[^\n|;&]*?\s-p["']?([^\s"'\-][^\s"']*)|\b(?:sqlcmd|bcp|osql|isql)\b[^\n|;&]*?\s-P\s*["']?([^\s"'\-][^\s"']*)|\bldap(?:search|add|modify|delete|passwd|compare|modrdn|whoami)\b[^\n|;&]*?\s-w\s+["']?([^\s"'\-][^\s"']*)|\bssh-keygen\b[^\n|;&]*?\s-[NP]\s+["']?([^\s"'\-][^\s"']*)|\baz\s+login\b[^\n|;&]*?\s(?:-p|--password)(?:\s+|=)["']?([^\s"'\-][^\s"']*)|\bpsexec(?:64)?\b[^\n|;&]*?\s-p\s+["']?([^\s"'\-][^\s"']*)|\bxfreerdp\b[^\n|;&]*?\s/p:["']?([^\s"']+)|\bsmbclient\b[^\n|;&]*?\s(?:-U\s*|--user[=\s]+)["']?[^\s%"']+%([^\s"']+)|\blftp\b[^\n|;&]*?\s-u\s+["']?[^\s,"']+,([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "cli_password_positional", description: "Password given by position on a command line: htpasswd -b FILE USER PASSWORD, net user NAME PASSWORD, echo PASSWORD piped to sudo -S",
         keywords: &["htpasswd", "net user", "sudo"],
         // `net user` only where the password ends the command (maybe with /switches after
@@ -506,6 +511,8 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
                 vec![2]
             } else if d.id == "cli_password_positional" {
                 vec![2, 3]
+            } else if d.id == "cli_password_client_flag" {
+                (2..=12).collect()
             } else {
                 Vec::new()
             },
@@ -802,6 +809,23 @@ pub(crate) mod tests {
             ("sshpass -pXk9mQ2vL7w scp a bob@host:", "Xk9mQ2vL7w"),
         ] {
             tp("cli_password_short_flag", s(line), s(secret));
+        }
+        for line in [
+            "redis-cli -h cache -a Vd8kLm2Zqr ping",
+            "keytool -importkeystore -srckeystore a.jks -srcstorepass Vd8kLm2Zqr -deststorepass x",
+            "keytool -genkeypair -keystore k.jks -storepass 'Vd8kLm2Zqr' -alias app",
+            "zip -r -P Vd8kLm2Zqr backup.zip data",
+            "7z a -pVd8kLm2Zqr backup.7z data",
+            "sqlcmd -S db -U sa -P 'Vd8kLm2Zqr' -Q \"select 1\"",
+            "ldapsearch -x -D \"cn=admin,dc=example,dc=com\" -w Vd8kLm2Zqr -b dc=example,dc=com",
+            "ssh-keygen -t ed25519 -N 'Vd8kLm2Zqr' -f key",
+            "az login -u bob@example.com -p Vd8kLm2Zqr",
+            "psexec \\\\host -u admin -p Vd8kLm2Zqr cmd",
+            "xfreerdp /v:host /u:admin /p:Vd8kLm2Zqr",
+            "smbclient //fs/share -U bob%Vd8kLm2Zqr",
+            "lftp -u bob,Vd8kLm2Zqr sftp://files.example.com",
+        ] {
+            tp("cli_password_client_flag", s(line), s("Vd8kLm2Zqr"));
         }
         for (line, secret) in [
             (
@@ -1727,6 +1751,16 @@ pub(crate) mod tests {
             ("cli_password_short_flag", "docker run -p 8080:80 nginx"),
             ("cli_password_short_flag", "ssh -p 2222 bob@host"),
             ("cli_password_short_flag", "mkdir -p /var/lib/mysql"),
+            ("cli_password_client_flag", "redis-cli -h cache --askpass ping"),
+            ("cli_password_client_flag", "keytool -list -keystore k.jks -storepass:env STOREPASS"),
+            ("cli_password_client_flag", "unzip -P archive.zip"),
+            ("cli_password_client_flag", "7z x backup.7z -p"),
+            ("cli_password_client_flag", "ssh-keygen -t ed25519 -N '' -f key"),
+            ("cli_password_client_flag", "ssh-keygen -p -f key"),
+            ("cli_password_client_flag", "az login --use-device-code"),
+            ("cli_password_client_flag", "smbclient //fs/share -U bob"),
+            ("cli_password_client_flag", "lftp -u bob sftp://files.example.com"),
+            ("cli_password_client_flag", "gzip -P file"),
             ("cli_password_positional", "htpasswd -B -c .htpasswd admin"),
             ("cli_password_positional", "htpasswd -D .htpasswd admin"),
             ("cli_password_positional", "net user bob /delete"),

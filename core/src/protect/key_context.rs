@@ -898,6 +898,18 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     if v.starts_with(':') && ident(&v[1..]) {
         return Some("a symbol (:name)");
     }
+    // `password: !vault |`, `api_password: !secret http_password`, `Password: !Ref DbPass`:
+    // a YAML tag, then what it tags (Ansible's vault holds the value encrypted, Home
+    // Assistant's and CloudFormation's name it). A password may start with `!` too
+    // (`password:!Dd5G4s9`): only a tag followed by something is one.
+    let tagged = next.strip_prefix(' ').is_some_and(|t| {
+        t.bytes()
+            .next()
+            .is_some_and(|c| matches!(c, b'|' | b'>') || c.is_ascii_alphabetic())
+    });
+    if tagged && v.len() > 1 && v.starts_with('!') && ident(&v[1..]) {
+        return Some("a YAML tag (!vault |, !secret name)");
+    }
     if file_path_shaped(v) {
         return Some("a file path");
     }
@@ -2607,6 +2619,10 @@ mod tests {
             ("PASSWORD=O$(openssl rand -base64 6)_1", None),
             ("password: some-password", None),
             ("Authorization: Basic login_and_password_removed", None),
+            ("  password: !vault |", None),
+            ("api_password: !secret http_password", None),
+            ("password:!Dd5G4s9", Some("!Dd5G4s9")),
+            ("password: !Dd5G4s9", Some("!Dd5G4s9")),
             // A digit, a label that is part of a word, or hex past 32 bits: judged as before.
             ("password: \"Passwort2024!\"", Some("Passwort2024!")),
             ("password: \"Wachtwoordje9\"", Some("Wachtwoordje9")),
