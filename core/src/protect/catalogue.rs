@@ -406,7 +406,9 @@ const DETECTORS: &[D] = &[
     // Positional passwords: where the command or call takes a user then a password, the word
     // after the user is the password. Each alternative has its own group.
     D { id: "cli_password_client_flag", description: "Password after the flag a client reads it from: redis-cli -a, keytool -storepass/-keypass, zip -P, 7z -p, sqlcmd/bcp -P, ldapsearch/ldapmodify -w, ssh-keygen -N/-P, az login -p, psexec -p, xfreerdp /p:, smbclient -U user%password, lftp -u user,password",
-        keywords: &["redis-cli", "keytool", "zip", "7z", "sqlcmd", "bcp", "osql", "isql", "ldap", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp"],
+        // `zip -` and `7z `, not `zip`: a postal code's key (`"zip": "94107"`) is common in
+        // the JSON agents send, and each hit would run this rule's regex on its value.
+        keywords: &["redis-cli", "keytool", "zip -", "7z ", "7za ", "sqlcmd", "bcp ", "osql", "isql", "ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldappasswd", "ldapcompare", "ldapmodrdn", "ldapwhoami", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp"],
         // One alternative, and one group, per client; the flag's value up to a blank or
         // a quote. `-N ''` (no passphrase) and prompts (`-p` alone) leave nothing to take.
         regex: r#"\bredis-cli\b[^\n|;&]*?\s-a\s+["']?([^\s"'\-][^\s"']*)|\bkeytool\b[^\n|;&]*?\s-(?:src|dest|new)?(?:store|key)?pass\s+["']?([^\s"'\-][^\s"']*)|\bzip\b[^\n|;&]*?\s-P\s+["']?([^\s"'\-][^\s"']*)|\b7za?\b[^\n|;&]*?\s-p["']?([^\s"'\-][^\s"']*)|\b(?:sqlcmd|bcp|osql|isql)\b[^\n|;&]*?\s-P\s*["']?([^\s"'\-][^\s"']*)|\bldap(?:search|add|modify|delete|passwd|compare|modrdn|whoami)\b[^\n|;&]*?\s-w\s+["']?([^\s"'\-][^\s"']*)|\bssh-keygen\b[^\n|;&]*?\s-[NP]\s+["']?([^\s"'\-][^\s"']*)|\baz\s+login\b[^\n|;&]*?\s(?:-p|--password)(?:\s+|=)["']?([^\s"'\-][^\s"']*)|\bpsexec(?:64)?\b[^\n|;&]*?\s-p\s+["']?([^\s"'\-][^\s"']*)|\bxfreerdp\b[^\n|;&]*?\s/p:["']?([^\s"']+)|\bsmbclient\b[^\n|;&]*?\s(?:-U\s*|--user[=\s]+)["']?[^\s%"']+%([^\s"']+)|\blftp\b[^\n|;&]*?\s-u\s+["']?[^\s,"']+,([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
@@ -416,7 +418,7 @@ const DETECTORS: &[D] = &[
         // it): "the net user growth was strong" is a sentence.
         regex: r#"\bhtpasswd\s+(?:-[A-Za-mo-z]*b[A-Za-mo-z]*\s+(?:-\S+\s+)*\S+|-[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*)\s+\S+\s+["']?([^\s"']+)|(?i:\bnet\s+user)\s+(?:"[^"\n]+"|[^\s/"]+)\s+["']?([^\s"'/*][^\s"']*)["']?(?:\s+/\w+(?::\S*)?)*[ \t]*(?:$|\r?\n|[;&|])|\becho\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*sudo\s+(?:-[A-Za-z]+\s+)*?-[A-Za-z]*S\b"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "call_positional_password", description: "Password passed by position to a call that takes a user and a password: getConnection(url, user, password), mysqli_connect(host, user, password), .login(user, password), NetworkCredential, UsernamePasswordCredentials, PasswordAuthentication",
-        keywords: &["getconnection", "_connect", "login", "credential", "passwordauthentication"],
+        keywords: &["getconnection", "_connect", "login(", "credential(", "credentials(", "passwordauthentication"],
         regex: r#"(?:\bgetConnection\s*\(\s*[^,()\n]+,|\bmysqli?_connect\s*\(\s*(?:"[^"\n]*"|'[^'\n]*'|\$?\w+)\s*,|\b(?:NetworkCredential|UsernamePasswordCredentials|PasswordAuthentication)\s*\(|\.login\s*\()\s*(?:"[^"\n]*"|'[^'\n]*')\s*,\s*["']([^"'\n]+)["']"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "url_secret_query_param", description: "Secret in a URL query parameter (token=, sig=, code=, key=, …)",
         keywords: &["token=", "sig=", "signature=", "code=", "key=", "secret=", "password=", "auth=", "credential="],
