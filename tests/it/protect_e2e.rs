@@ -538,6 +538,23 @@ fn every_kind_of_secret_seen_bare_again_is_removed_in_every_signal_of_its_tenant
             format!("wrote ~/.aws/credentials: aws_secret_access_key={LEARNED_SECRET}"),
             vec![LEARNED_SECRET.into()],
         ),
+        // Read by position or from a comment (issue 36's shapes).
+        (
+            "requests.get(url, auth=('bob', 'Ab7uK2pL9qWx'))".into(),
+            vec!["Ab7uK2pL9qWx".into()],
+        ),
+        (
+            "htpasswd -b /etc/nginx/.htpasswd admin Fj3kP8sQ2wXe".into(),
+            vec!["Fj3kP8sQ2wXe".into()],
+        ),
+        (
+            "redis-cli -h cache -a Rn5tY8uQ3wEz ping".into(),
+            vec!["Rn5tY8uQ3wEz".into()],
+        ),
+        (
+            "# AMQP_PASSWORD = Lm4nB7vC2xZq".into(),
+            vec!["Lm4nB7vC2xZq".into()],
+        ),
         (
             format!("cat id_rsa\n{block}\n"),
             lines.iter().cloned().chain([lines.concat()]).collect(),
