@@ -76,9 +76,10 @@ pub struct Judgment {
     /// The model's logit less its threshold: removed at 0 or more (0 when a reason keeps the
     /// value before the model is asked).
     pub score: f64,
-    /// The one reason that keeps the value whatever its features, if one does.
-    pub kept_because: Option<&'static str>,
-    /// What the model saw (zeros when `kept_because` is set).
+    /// The one precise reason that decided, without the model, if one did: most keep the
+    /// value (a reference, a placeholder), one removes it (a list of byte values).
+    pub decided_by: Option<&'static str>,
+    /// What the model saw (zeros when `decided_by` is set).
     #[serde(skip)]
     pub features: FeatureVector,
 }
@@ -88,15 +89,22 @@ impl Judgment {
         Judgment {
             removed: false,
             score: 0.0,
-            kept_because: Some(reason),
+            decided_by: Some(reason),
             features: [0.0; FEATURE_COUNT],
+        }
+    }
+
+    fn removed_because(reason: &'static str) -> Judgment {
+        Judgment {
+            removed: true,
+            ..Judgment::kept(reason)
         }
     }
 
     /// Why, in words: the one reason that kept the value, or the features that weighed most
     /// with their share of the score (`key names a credential (+3.1)`).
     pub fn reasons(&self) -> Vec<String> {
-        if let Some(r) = self.kept_because {
+        if let Some(r) = self.decided_by {
             return vec![r.to_string()];
         }
         MODEL
@@ -830,7 +838,7 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     Judgment {
         removed: score >= 0.0,
         score,
-        kept_because: None,
+        decided_by: None,
         features,
     }
 }
@@ -1543,6 +1551,22 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         if let Some(c) = auth_pair_candidate(text, settled, ks, ke, at, &words) {
             return Some(c);
         }
+        if class >= KeyClass::Material {
+            if let Some(list) = byte_values(b, at) {
+                let judgment = if settled.covers(&list) {
+                    Judgment::kept(SETTLED)
+                } else {
+                    Judgment::removed_because("key material written as a list of byte values")
+                };
+                return Some(Candidate {
+                    key: ks..ke,
+                    value: list,
+                    class,
+                    syntax: Syntax::Quoted,
+                    judgment,
+                });
+            }
+        }
     }
     // `pkey = ("…"`: a literal in parentheses (Python's way to continue a string) is a
     // literal still.
@@ -2017,6 +2041,69 @@ fn call_candidate(
     ))
 }
 
+/// Numbers a byte list must hold to be key material: fewer are a setting (`[1, 2, 3]`).
+const BYTE_LIST_MIN: usize = 8;
+
+/// The numbers of a list of byte values that starts at `at`, perhaps after its type
+/// (`[]byte{0x1f, …}`, `new byte[] { 31, … }`, `bytes([31, …])`, `{31, …}`): from the first
+/// number to the last, when it holds [`BYTE_LIST_MIN`] or more and nothing but numbers,
+/// commas and blanks.
+fn byte_values(b: &[u8], at: usize) -> Option<Range<usize>> {
+    // The type before the list: letters, digits, `[]().&!:` and blanks, a few bytes at most.
+    const TYPE_BYTES: usize = 24;
+    let mut open = at;
+    loop {
+        let c = *b.get(open)?;
+        let digit_after = || {
+            b.get(skip_blanks(b, open + 1))
+                .is_some_and(u8::is_ascii_digit)
+        };
+        if matches!(c, b'{' | b'[') && digit_after() {
+            break;
+        }
+        let type_byte = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'[' | b']' | b'(' | b')' | b'.' | b'&' | b'!' | b':' | b' ' | b'{'
+            );
+        if !type_byte || open - at >= TYPE_BYTES {
+            return None;
+        }
+        open += 1;
+    }
+    let close = if b[open] == b'{' { b'}' } else { b']' };
+    let mut i = skip_blanks(b, open + 1);
+    let (start, mut count) = (i, 0usize);
+    let end = loop {
+        let n = b[i..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .count();
+        let number = &b[i..i + n];
+        let hex = number.len() > 2
+            && number[0] == b'0'
+            && matches!(number[1], b'x' | b'X')
+            && number[2..].iter().all(u8::is_ascii_hexdigit);
+        if n == 0 || !(hex || number.iter().all(u8::is_ascii_digit)) {
+            return None;
+        }
+        count += 1;
+        let number_end = i + n;
+        i = skip_blanks(b, number_end);
+        match b.get(i) {
+            Some(b',') => {
+                i = skip_blanks(b, i + 1);
+                if b.get(i) == Some(&close) {
+                    break number_end;
+                }
+            }
+            Some(&c) if c == close => break number_end,
+            _ => return None,
+        }
+    };
+    (count >= BYTE_LIST_MIN).then_some(start..end)
+}
+
 /// `HTTPBasicAuth`, `SetBasicAuth`, `HTTPDigestAuth`, `basic_auth`: a name that takes a user
 /// and a password, in that order.
 fn basic_auth_words(words: &[String]) -> bool {
@@ -2167,7 +2254,7 @@ pub fn removals_outside(text: &str, hits: &[usize], settled: Settled<'_>) -> Vec
     for c in candidates_outside(text, hits, settled) {
         if c.judgment.removed {
             out.push(c.value);
-        } else if c.judgment.kept_because == Some(SETTLED) {
+        } else if c.judgment.decided_by == Some(SETTLED) {
             covered.push(c.value);
         }
     }
@@ -2630,6 +2717,29 @@ mod tests {
                 "private_key = 0x4c0883a69102937d6231471b5dbb6204fe512961708279f3c3b1a5d2a4c3b6e1",
                 Some("0x4c0883a69102937d6231471b5dbb6204fe512961708279f3c3b1a5d2a4c3b6e1"),
             ),
+        ]);
+    }
+
+    #[test]
+    fn key_material_written_as_byte_values_goes() {
+        removes_each(&[
+            (
+                "        Secret: []byte{333, 9, 100, 114, 245, 164, 134, 217,225,26,0,       172, 39, 248},",
+                Some("333, 9, 100, 114, 245, 164, 134, 217,225,26,0,       172, 39, 248"),
+            ),
+            (
+                "private static final byte[] SECRET_KEY = { 0x1f, 0x2a, 0x3b, 0x4c, 0x5d, 0x6e, 0x7f, 0x80 };",
+                Some("0x1f, 0x2a, 0x3b, 0x4c, 0x5d, 0x6e, 0x7f, 0x80"),
+            ),
+            (
+                "hmac_key = bytes([31, 42, 59, 76, 93, 110, 127, 128, 3])",
+                Some("31, 42, 59, 76, 93, 110, 127, 128, 3"),
+            ),
+            // Fewer than eight, not only numbers, or under a plain key: not key material.
+            ("secret: [1, 2, 3]", None),
+            ("secret = [1, 2, 3, 4, 5, 6, 7, x]", None),
+            ("key = {1, 2, 3, 4, 5, 6, 7, 8, 9}", None),
+            ("token_lengths: [8, 16, 24, 32, 40, 48, 56, 64]", None),
         ]);
     }
 

@@ -98,7 +98,7 @@ pub fn is_tuning_row(row: &str) -> bool {
 fn judged(line: &str) -> Vec<(FeatureVector, String)> {
     candidates(line, &keyword_hits(line))
         .into_iter()
-        .filter(|c| c.judgment.kept_because.is_none())
+        .filter(|c| c.judgment.decided_by.is_none())
         .map(|c| (c.judgment.features, line[c.value].to_string()))
         .collect()
 }

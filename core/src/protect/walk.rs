@@ -1012,7 +1012,7 @@ pub struct Explanation {
 /// (the features that weighed most, with their share), or the one reason that kept the value.
 fn judgment_line(j: &super::key_context::Judgment) -> String {
     let terms = j.reasons().join("; ");
-    if j.kept_because.is_some() {
+    if j.decided_by.is_some() {
         terms
     } else {
         let model = &*super::judgment::MODEL;
