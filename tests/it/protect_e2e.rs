@@ -552,8 +552,8 @@ fn every_kind_of_secret_seen_bare_again_is_removed_in_every_signal_of_its_tenant
             vec!["Rn5tY8uQ3wEz".into()],
         ),
         (
-            "# AMQP_PASSWORD = Lm4nB7vC2xZq".into(),
-            vec!["Lm4nB7vC2xZq".into()],
+            "# AMQP_PASSWORD = qorvendix".into(),
+            vec!["qorvendix".into()],
         ),
         (
             format!("cat id_rsa\n{block}\n"),

@@ -409,17 +409,19 @@ const DETECTORS: &[D] = &[
         // `zip -` and `7z `, not `zip`: a postal code's key (`"zip": "94107"`) is common in
         // the JSON agents send, and each hit would run this rule's regex on its value.
         keywords: &["redis-cli", "keytool", "zip -", "7z ", "7za ", "sqlcmd", "bcp ", "osql", "isql", "ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldappasswd", "ldapcompare", "ldapmodrdn", "ldapwhoami", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp"],
-        // One alternative, and one group, per client; the flag's value up to a blank or
+        // One alternative, and one group, per client, its name where a command starts (not
+        // `data.zip` or `a.7z`); the span to its flag ends at `|` `;` `&` `>`, and at quotes
+        // and commas but for ldap's, whose DN holds them. The flag's value up to a blank or
         // a quote. `-N ''` (no passphrase) and prompts (`-p` alone) leave nothing to take.
-        regex: r#"\bredis-cli\b[^\n|;&]*?\s-a\s+["']?([^\s"'\-][^\s"']*)|\bkeytool\b[^\n|;&]*?\s-(?:src|dest|new)?(?:store|key)?pass\s+["']?([^\s"'\-][^\s"']*)|\bzip\b[^\n|;&]*?\s-P\s+["']?([^\s"'\-][^\s"']*)|\b7za?\b[^\n|;&]*?\s-p["']?([^\s"'\-][^\s"']*)|\b(?:sqlcmd|bcp|osql|isql)\b[^\n|;&]*?\s-P\s*["']?([^\s"'\-][^\s"']*)|\bldap(?:search|add|modify|delete|passwd|compare|modrdn|whoami)\b[^\n|;&]*?\s-w\s+["']?([^\s"'\-][^\s"']*)|\bssh-keygen\b[^\n|;&]*?\s-[NP]\s+["']?([^\s"'\-][^\s"']*)|\baz\s+login\b[^\n|;&]*?\s(?:-p|--password)(?:\s+|=)["']?([^\s"'\-][^\s"']*)|\bpsexec(?:64)?\b[^\n|;&]*?\s-p\s+["']?([^\s"'\-][^\s"']*)|\bxfreerdp\b[^\n|;&]*?\s/p:["']?([^\s"']+)|\bsmbclient\b[^\n|;&]*?\s(?:-U\s*|--user[=\s]+)["']?[^\s%"']+%([^\s"']+)|\blftp\b[^\n|;&]*?\s-u\s+["']?[^\s,"']+,([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
+        regex: r#"(?:^|[\s;&|(`"'])redis-cli(?:\s[^\n|;&",>]*?)?\s-a\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])keytool(?:\s[^\n|;&",>]*?)?\s-(?:src|dest|new)?(?:store|key)?pass\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])zip(?:\s[^\n|;&",>]*?)?\s-P\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])7za?(?:\s[^\n|;&",>]*?)?\s-p["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])(?:sqlcmd|bcp|osql|isql)(?:\s[^\n|;&",>]*?)?\s-P\s*["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ldap(?:search|add|modify|delete|passwd|compare|modrdn|whoami)(?:\s[^\n|;&>]*?)?\s-w\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ssh-keygen(?:\s[^\n|;&",>]*?)?\s-[NP]\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])az\s+login(?:\s[^\n|;&",>]*?)?\s(?:-p|--password)(?:\s+|=)["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])psexec(?:64)?(?:\s[^\n|;&",>]*?)?\s-p\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])xfreerdp(?:\s[^\n|;&",>]*?)?\s/p:["']?([^\s"']+)|(?:^|[\s;&|(`"'])smbclient(?:\s[^\n|;&",>]*?)?\s(?:-U\s*|--user[=\s]+)["']?[^\s%"']+%([^\s"']+)|(?:^|[\s;&|(`"'])lftp(?:\s[^\n|;&",>]*?)?\s-u\s+["']?[^\s,"']+,([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "cli_password_positional", description: "Password given by position on a command line: htpasswd -b FILE USER PASSWORD, net user NAME PASSWORD, echo PASSWORD piped to sudo -S",
         keywords: &["htpasswd", "net user", "sudo"],
         // `net user` only where the password ends the command (maybe with /switches after
         // it): "the net user growth was strong" is a sentence.
         regex: r#"\bhtpasswd\s+(?:-[A-Za-mo-z]*b[A-Za-mo-z]*\s+(?:-\S+\s+)*\S+|-[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*)\s+\S+\s+["']?([^\s"']+)|(?i:\bnet\s+user)\s+(?:"[^"\n]+"|[^\s/"]+)\s+["']?([^\s"'/*][^\s"']*)["']?(?:\s+/\w+(?::\S*)?)*[ \t]*(?:$|\r?\n|[;&|])|\becho\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*sudo\s+(?:-[A-Za-z]+\s+)*?-[A-Za-z]*S\b"#, group: 1, validator: Some(Validator::SecretLike) },
-    D { id: "call_positional_password", description: "Password passed by position to a call that takes a user and a password: getConnection(url, user, password), mysqli_connect(host, user, password), .login(user, password), NetworkCredential, UsernamePasswordCredentials, PasswordAuthentication",
+    D { id: "call_positional_password", description: "Password passed by position to a call that takes a user and a password: getConnection(url, user, password), mysqli_connect(host, user, password), .login(user, password) of a mail, FTP or database client, NetworkCredential, UsernamePasswordCredentials, PasswordAuthentication",
         keywords: &["getconnection", "_connect", "login(", "credential(", "credentials(", "passwordauthentication"],
-        regex: r#"(?:\bgetConnection\s*\(\s*[^,()\n]+,|\bmysqli?_connect\s*\(\s*(?:"[^"\n]*"|'[^'\n]*'|\$?\w+)\s*,|\b(?:NetworkCredential|UsernamePasswordCredentials|PasswordAuthentication)\s*\(|\.login\s*\()\s*(?:"[^"\n]*"|'[^'\n]*')\s*,\s*["']([^"'\n]+)["']"#, group: 1, validator: Some(Validator::SecretLike) },
+        regex: r#"(?:\bgetConnection\s*\(\s*[^,()\n]+,|\bmysqli?_connect\s*\(\s*(?:"[^"\n]*"|'[^'\n]*'|\$?\w+)\s*,|\b(?:NetworkCredential|UsernamePasswordCredentials|PasswordAuthentication)\s*\(|\b\w*(?i:ftp|smtp|imap|pop3?|mail|server|conn|client|session|srv)\w*\.login\s*\()\s*(?:"[^"\s/]*"|'[^'\s/]*')\s*,\s*["']([^"'\s]+)["']"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "url_secret_query_param", description: "Secret in a URL query parameter (token=, sig=, code=, key=, …)",
         keywords: &["token=", "sig=", "signature=", "code=", "key=", "secret=", "password=", "auth=", "credential="],
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
@@ -814,6 +816,8 @@ pub(crate) mod tests {
         }
         for line in [
             "redis-cli -h cache -a Vd8kLm2Zqr ping",
+            "redis-cli -a Vd8kLm2Zqr",
+            "smbclient -U bob%Vd8kLm2Zqr //fs/share",
             "keytool -importkeystore -srckeystore a.jks -srcstorepass Vd8kLm2Zqr -deststorepass x",
             "keytool -genkeypair -keystore k.jks -storepass 'Vd8kLm2Zqr' -alias app",
             "zip -r -P Vd8kLm2Zqr backup.zip data",
@@ -1763,6 +1767,15 @@ pub(crate) mod tests {
             ("cli_password_client_flag", "smbclient //fs/share -U bob"),
             ("cli_password_client_flag", "lftp -u bob sftp://files.example.com"),
             ("cli_password_client_flag", "gzip -P file"),
+            ("cli_password_client_flag", "redis-cli info | grep -a keyspace_hits2"),
+            ("cli_password_client_flag", "wget https://example.com/files/data.zip -P /opt/datasets"),
+            ("cli_password_client_flag", "cp dist.zip -P target/release"),
+            ("cli_password_client_flag", "Downloaded model.7z and ran rsync -partial-dir=cache2 x"),
+            ("cli_password_client_flag", "7z x a.7z -o/out\", \"gcc -pthread -O2"),
+            ("call_positional_password", "t.login(\"title\", \"Sign in to continue\")"),
+            ("call_positional_password", "analytics.login(\"method\", \"google_oauth2\")"),
+            ("call_positional_password", "router.login(\"/login\", \"LoginPageV2\")"),
+            ("call_positional_password", "getConnection(url, \"SELECT 1\", \"ping_v2\")"),
             ("cli_password_positional", "htpasswd -B -c .htpasswd admin"),
             ("cli_password_positional", "htpasswd -D .htpasswd admin"),
             ("cli_password_positional", "net user bob /delete"),

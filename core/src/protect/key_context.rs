@@ -736,15 +736,13 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "me",
     "change",
     "set",
-    // `some-password`, `login_and_password_removed`: words that describe a value, not one.
-    "some",
-    "any",
-    "and",
-    "or",
-    "removed",
-    "login",
-    "user",
-    "username",
+];
+
+/// Words that describe a value, not one, in a phrase of two words or more with placeholder
+/// words (`some-password`, `login_and_password_removed`); alone, or with a digit or a
+/// symbol (`User1234`, `Login2024!`), they are judged like any value.
+const PLACEHOLDER_PHRASE_WORDS: &[&str] = &[
+    "some", "any", "and", "or", "removed", "login", "user", "username",
 ];
 
 /// [`PLACEHOLDER_WORDS`] as a set: every candidate's value words are looked up (a scan of
@@ -829,7 +827,7 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     if is_credential_label(v) {
         return Judgment::kept("a label: the word for password or key in a language (Wachtwoord)");
     }
-    if is_short_hex_number(v) {
+    if syntax == Syntax::Code && is_short_hex_number(v) {
         return Judgment::kept("a number written in hex, 32 bits at most (0xf1)");
     }
     let ctx = judgment::Context { class, key, syntax };
@@ -855,6 +853,23 @@ fn interpolated(inner: &str) -> bool {
         })
 }
 
+/// `$(` then a command's name (two lowercase letters or more, then a blank, `)` or the end)
+/// somewhere in the bare value `v`, whose text goes on in `next`.
+fn command_substitution_inside(v: &str, next: &str) -> bool {
+    let b = v.as_bytes();
+    b.windows(2).enumerate().any(|(i, w)| {
+        if w != b"$(" {
+            return false;
+        }
+        let name = b[i + 2..]
+            .iter()
+            .take_while(|c| c.is_ascii_lowercase() || matches!(c, b'-' | b'_'))
+            .count();
+        let after = b.get(i + 2 + name).copied().or_else(|| next.bytes().next());
+        name >= 2 && after.is_none_or(|c| matches!(c, b' ' | b'\t' | b')'))
+    })
+}
+
 /// Why `v` is a reference to a value held elsewhere, if it is one.
 fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     // `ENC(…)` (Jasypt, Spring) holds a value encrypted for a key kept elsewhere: written to
@@ -862,8 +877,12 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     if v.len() > 5 && v.starts_with("ENC(") && v.ends_with(')') {
         return Some("an encrypted value (ENC(…))");
     }
-    // Anywhere in the value: `O$(openssl rand -base64 6)_1` computes the password.
-    if v.as_bytes().windows(2).any(|w| w == b"$(") || (v.starts_with('`') && v.ends_with('`')) {
+    // Inside a bare value too, where a command's name follows (`O$(openssl rand …)_1`
+    // computes the password); `Zt7$(Qm9x` and quoted or JSON text are literals.
+    if v.starts_with("$(")
+        || (v.starts_with('`') && v.ends_with('`'))
+        || (bare && command_substitution_inside(v, next))
+    {
         return Some("a command substitution ($(…))");
     }
     if v.as_bytes()
@@ -915,8 +934,24 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
             .next()
             .is_some_and(|c| matches!(c, b'|' | b'>') || c.is_ascii_alphabetic())
     });
-    if tagged && v.len() > 1 && v.starts_with('!') && ident(&v[1..]) {
-        return Some("a YAML tag (!vault |, !secret name)");
+    const YAML_TAGS: &[&str] = &[
+        "vault",
+        "secret",
+        "ref",
+        "sub",
+        "getatt",
+        "importvalue",
+        "findinmap",
+        "join",
+        "select",
+        "env",
+        "env_var",
+        "include",
+        "sops",
+    ];
+    let tag = v.strip_prefix('!').unwrap_or_default().to_ascii_lowercase();
+    if tagged && YAML_TAGS.contains(&tag.as_str()) {
+        return Some("a YAML tag (!vault |, !secret name, !Ref name)");
     }
     if file_path_shaped(v) {
         return Some("a file path");
@@ -1012,17 +1047,27 @@ fn is_placeholder(v: &str, key: &str) -> bool {
     // Every word read (no early stop): words among others can say it too. `your … here`
     // (`sha256~XXXX_PUT_YOUR_TOKEN_HERE_XXXX`) asks for a value; `redacted` says one was
     // taken out (`ops_eyJzaWdu..[Redacted]`).
-    let (mut any_word, mut all_placeholder_words) = (false, true);
+    let (mut words, mut all_placeholder_words, mut phrase_words) = (0usize, true, 0usize);
     let (mut your, mut here, mut redacted) = (false, false, false);
     each_key_word(v, |w| {
-        any_word = true;
-        all_placeholder_words &= PLACEHOLDER_WORD_SET.contains(w);
+        words += 1;
+        let phrase_word = PLACEHOLDER_PHRASE_WORDS.contains(&w);
+        phrase_words += usize::from(phrase_word);
+        all_placeholder_words &= PLACEHOLDER_WORD_SET.contains(w) || phrase_word;
         your |= w == "your";
         here |= w == "here";
         redacted |= w == "redacted";
         true
     });
-    if (any_word && all_placeholder_words) || (your && here) || redacted {
+    // Words are read past digits (`each_key_word` skips them). With a phrase word among them
+    // a digit or a symbol makes it a value someone chose (`login123`, `User1234`), not a
+    // placeholder.
+    let words_only = || {
+        v.bytes()
+            .all(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'_' | b' '))
+    };
+    let phrase_ok = phrase_words == 0 || (words >= 2 && phrase_words < words && words_only());
+    if (words > 0 && all_placeholder_words && phrase_ok) || (your && here) || redacted {
         return true;
     }
     if documented_or_counting(v) {
@@ -1107,35 +1152,53 @@ const CREDENTIAL_LABELS: &[&str] = &[
 ];
 
 /// A form's label or message about a credential, not one: `v` (lowercased, less a closing
-/// `:`, `*`, `?`, `.` or `!`) is one of [`CREDENTIAL_LABELS`]; or a phrase of words with
-/// blanks, no digit in it, one of whose words is such a label or `password`
+/// `:`, `*`, `?`, `.` or `!`) is one of [`CREDENTIAL_LABELS`]; or a phrase of words (letters
+/// only, with blanks between them, no digit) one of which is such a label or `password`
 /// (`Passwort vergessen?`, `Confirm your current password`); or holds a label written in a
-/// script without blanks between words (`กรุณาใส่รหัสผ่าน`).
+/// script without blanks between words (`กรุณาใส่รหัสผ่าน`, `パスワードを入力`).
 fn is_credential_label(v: &str) -> bool {
     // Labels and short messages; most values are rejected by their length or a digit.
     if v.len() > 96 || v.bytes().any(|b| b.is_ascii_digit()) {
         return false;
     }
-    let ends = |c: char| matches!(c, ':' | '*' | '?' | '.' | '!' | ' ' | '(' | ')' | '"');
+    let ends = |c: char| matches!(c, ':' | '*' | '?' | '.' | '!' | ',' | '(' | ')' | '"' | ' ');
     let lower = v.trim_end_matches(ends).to_lowercase();
     if CREDENTIAL_LABELS.contains(&lower.as_str()) {
         return true;
     }
-    let phrase = lower.contains(' ');
-    CREDENTIAL_LABELS.iter().any(|label| {
-        if label.is_ascii() && !label.contains(' ') {
-            phrase && lower.split(' ').any(|w| w.trim_matches(ends) == *label)
-        } else {
-            // A label of several words, or of a script other than Latin: found inside.
-            (phrase || !label.is_ascii()) && lower.contains(label)
-        }
-    }) || (phrase
-        && lower
-            .split(' ')
-            .any(|w| matches!(w.trim_matches(ends), "password" | "passphrase")))
+    if CREDENTIAL_LABELS
+        .iter()
+        .any(|label| unspaced_script(label) && lower.contains(label))
+    {
+        return true;
+    }
+    // A phrase: every word letters (a hyphen or apostrophe inside), punctuation at its ends.
+    let words: Vec<&str> = lower.split(' ').map(|w| w.trim_matches(ends)).collect();
+    let phrase = words.len() >= 2
+        && words.iter().all(|w| {
+            !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_alphabetic() || c == '-' || c == '\'')
+        });
+    phrase
+        && (words
+            .iter()
+            .any(|w| matches!(*w, "password" | "passphrase") || CREDENTIAL_LABELS.contains(w))
+            || CREDENTIAL_LABELS
+                .iter()
+                .any(|label| label.contains(' ') && lower.contains(label)))
 }
 
-/// `0x` and one to eight hex digits: a constant in code (`SET_PASS = 0xf1`). Longer hex
+/// Written in a script that puts no blanks between words (Thai, Chinese, Japanese, Korean's
+/// syllables): a label there is found inside a longer text.
+fn unspaced_script(label: &str) -> bool {
+    label.chars().all(|c| {
+        matches!(u32::from(c), 0x0E00..=0x0E7F | 0x3040..=0x30FF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF)
+    })
+}
+
+/// `0x` and one to eight hex digits: a constant in code (`SET_PASS = 0xf1`), asked only of a
+/// bare value in code syntax (`password: 0xDEADBEEF` in YAML is judged). Longer hex
 /// after `0x` may be key material (an Ethereum private key is written `0x` + 64 hex).
 fn is_short_hex_number(v: &str) -> bool {
     let b = v.as_bytes();
@@ -1630,7 +1693,8 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         // `passwd = VboXMIh=9Jg-O26`: no expression holds a bare `=`, so this is a setting
         // written with spaces, not code.
         if syntax == Syntax::Code
-            && (b[start..end].contains(&b'=') || commented_out_setting(b, ks, next))
+            && (lone_equals(&b[start..end])
+                || (commented_out_setting(b, ks, next) && !variable_shaped(&b[start..end])))
         {
             syntax = Syntax::Config;
         }
@@ -1760,6 +1824,27 @@ fn bare_syntax(sep: Separator, flag: bool, xml: bool, next: &str) -> Syntax {
         Separator::Colon { spaced: true } if !next.starts_with([',', ';', ')']) => Syntax::Config,
         _ => Syntax::Code,
     }
+}
+
+/// An `=` that is no part of a comparison (`==`, `>=`, `<=`, `!=`).
+fn lone_equals(v: &[u8]) -> bool {
+    v.iter().enumerate().any(|(i, &c)| {
+        c == b'='
+            && !(i > 0 && matches!(v[i - 1], b'=' | b'<' | b'>' | b'!'))
+            && v.get(i + 1) != Some(&b'=')
+    })
+}
+
+/// How code names a variable: snake_case, camelCase or a dotted path (`pw_hash`,
+/// `nextPageTok`, `cfg.key`); a single lowercase word (`yiwzi`) says nothing either way.
+fn variable_shaped(v: &[u8]) -> bool {
+    let hump = v
+        .windows(2)
+        .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    v.first().is_some_and(u8::is_ascii_alphabetic)
+        && v.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+        && (hump || v.contains(&b'_') || v.contains(&b'.'))
 }
 
 /// `# AMQP_PASSWORD = yiwzi`, `// token = abc`: a key that only a comment marker precedes on
@@ -2681,7 +2766,12 @@ mod tests {
             ("x = 1\n; db_password = qorvend\ny = 2", Some("qorvend")),
             ("-- password = qorvend", Some("qorvend")),
             // A bare `=` inside the value: no expression, so a setting.
-            ("passwd = VboXMIh=9Jg-O26=Cv", Some("VboXMIh=9Jg-O26=Cv")),
+            ("passwd = abc=def", Some("abc=def")),
+            // A comparison, and a variable's name in a comment: code.
+            ("password = pwA==pwB", None),
+            ("is_token = tok_len>=max_len", None),
+            ("# passwd = pw_hash", None),
+            ("  // apiKey = cfgKey", None),
             // Code after a comment on the line before, a value that does not end its line,
             // and a marker that does not start the line: code as before.
             ("#\npassword = qorvend", None),
@@ -2710,9 +2800,27 @@ mod tests {
             ("api_password: !secret http_password", None),
             ("password:!Dd5G4s9", Some("!Dd5G4s9")),
             ("password: !Dd5G4s9", Some("!Dd5G4s9")),
-            // A digit, a label that is part of a word, or hex past 32 bits: judged as before.
+            // A digit, a label inside a word or among symbols, a placeholder word with a
+            // digit, hex past 32 bits or outside code, a substitution of no command, or a
+            // tag nobody defines: judged as before.
             ("password: \"Passwort2024!\"", Some("Passwort2024!")),
             ("password: \"Wachtwoordje9\"", Some("Wachtwoordje9")),
+            ("password: \"MaCléSecrète!\"", Some("MaCléSecrète!")),
+            ("password: \"Schlüsselbund!\"", Some("Schlüsselbund!")),
+            (
+                "password: \"Qx!vz Passwort Rk#\"",
+                Some("Qx!vz Passwort Rk#"),
+            ),
+            ("password: User1234", Some("User1234")),
+            ("password=\"login123\"", Some("login123")),
+            ("password: 0xDEADBEEF", Some("0xDEADBEEF")),
+            ("PASSWORD=Zt7$(Qm9xR2", Some("Zt7$(Qm9xR2")),
+            ("password: 'Xq$(9!zTr#Lw'", Some("Xq$(9!zTr#Lw")),
+            (
+                "login failed password=!Qz7rTx9w user=bob",
+                Some("!Qz7rTx9w"),
+            ),
+            ("password: !Qz7rTx9w and more", Some("!Qz7rTx9w")),
             (
                 "private_key = 0x4c0883a69102937d6231471b5dbb6204fe512961708279f3c3b1a5d2a4c3b6e1",
                 Some("0x4c0883a69102937d6231471b5dbb6204fe512961708279f3c3b1a5d2a4c3b6e1"),

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::attention::Attention;
 use super::engine::{KeyRuleDecision, KeyVerdict, Redactor};
 use super::json_text::{self, Decoded, Escape};
+use super::key_context::{classify_key, KeyClass};
 use super::rules::Action;
 use super::{lanes, validators};
 use crate::event::{AttrValue, Attributes, Redactions};
@@ -21,6 +22,36 @@ use crate::event::{AttrValue, Attributes, Redactions};
 pub const MAX_DEPTH_RULE: &str = "max_depth_exceeded";
 /// The rule id of a JSON Web Key's private members.
 pub const JWK_RULE: &str = "jwk_private_key";
+
+/// Members that name a setting whose value a sibling holds (Kubernetes and ECS environment
+/// variables, CloudFormation parameters, SSM parameters, name/value lists).
+const NAME_MEMBERS: &[&str] = &[
+    "name",
+    "Name",
+    "NAME",
+    "key",
+    "Key",
+    "ParameterKey",
+    "parameterKey",
+];
+
+/// The credential an object's name member names (`{"name": "DB_PASSWORD", …}`), if it names
+/// one: its value member is read under that name.
+fn named_credential(map: &serde_json::Map<String, Value>) -> Option<&str> {
+    NAME_MEMBERS
+        .iter()
+        .filter_map(|m| map.get(*m).and_then(Value::as_str))
+        .find(|name| classify_key(name) != KeyClass::Other)
+}
+
+/// Members that hold the value a sibling in [`NAME_MEMBERS`] names.
+const VALUE_MEMBERS: &[&str] = &[
+    "value",
+    "Value",
+    "VALUE",
+    "ParameterValue",
+    "parameterValue",
+];
 
 /// Members that hold a JSON Web Key's private or symmetric key material (RFC 7518 section
 /// 6.3.2 for RSA, 6.2.2 for EC and OKP's `d`, 6.4.1 for `oct`'s `k`).
@@ -182,6 +213,10 @@ fn redact_base64(
     // What goes, in order: Atlassian tokens found by their structure, and tokens whose
     // decoded text holds a finding.
     let mut cuts: Vec<(std::ops::Range<usize>, &'static str)> = Vec::new();
+    // Tokens that decoded to text with nothing in it: a value a later token teaches may be
+    // in them (`base64("the value is X")`, then `base64("password=X")`).
+    let mut kept: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    let learned_before = super::learned::learned_in_scope();
     for m in validators::token_runs(s) {
         let pats = atlassian_dc_pats(s, m.clone());
         if !pats.is_empty() {
@@ -198,7 +233,22 @@ fn redact_base64(
         if redact_layer(r, &mut text, &mut inner, depth + 1, key, layers - 1) {
             super::add_hits(hits, &inner);
             cuts.push((m, BASE64_RULE));
+        } else {
+            // Unchanged: nothing was removed from it.
+            kept.push((m, text));
         }
+    }
+    // Once more over the kept ones, only when a token taught something: at most twice
+    // over the tokens, so linear still.
+    if super::learned::learned_in_scope() != learned_before {
+        for (m, mut text) in kept {
+            let mut inner = Redactions::new();
+            if redact_layer(r, &mut text, &mut inner, depth + 1, key, layers - 1) {
+                super::add_hits(hits, &inner);
+                cuts.push((m, BASE64_RULE));
+            }
+        }
+        cuts.sort_by_key(|(range, _)| range.start);
     }
     if cuts.is_empty() {
         return false;
@@ -551,6 +601,9 @@ fn json_edits(
     let values = &doc.values;
     // The objects that are JSON Web Keys: they name their key type (`kty`) with a string.
     let mut jwk = vec![false; values.len()];
+    // The objects that name a credential in a name member and hold its value in a value
+    // member (`{"name": "DB_PASSWORD", "value": "…"}`): the name, by object.
+    let mut named: Vec<Option<std::borrow::Cow<'_, str>>> = vec![None; values.len()];
     // Each value's own key, decoded once.
     let mut own_key: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(values.len());
     for v in values {
@@ -558,6 +611,12 @@ fn json_edits(
         if let (Some(k), Some(p), Kind::String) = (&k, v.parent, v.kind) {
             if k == "kty" {
                 jwk[p] = true;
+            }
+            if NAME_MEMBERS.contains(&k.as_ref()) {
+                let name = json_text::decode_string(&text[v.range.clone()]);
+                if classify_key(&name) != KeyClass::Other {
+                    named[p] = Some(name);
+                }
             }
         }
         own_key.push(k);
@@ -621,11 +680,20 @@ fn json_edits(
             continue;
         }
         let string = (v.kind == Kind::String).then(|| json_text::decode_string(raw));
+        // The value member of an object that names a credential is read under that name.
+        let under_name = match (own_key[i].as_deref(), v.parent) {
+            (Some(k), Some(p)) if VALUE_MEMBERS.contains(&k) => named[p].as_deref(),
+            _ => None,
+        };
+        let (own, verdict) = match under_name {
+            Some(name) => (Some(name), Some(keys.facts(r, name).verdict)),
+            None => (own_key[i].as_deref(), verdict),
+        };
         // A value with its own key has its key's verdict from above.
-        if let (Some(k), Some(p), Some(verdict)) = (&own_key[i], v.parent, verdict) {
+        if let (Some(k), Some(p), Some(verdict)) = (own, v.parent, verdict) {
             let empty = v.kind == Kind::Literal && raw == "null"
                 || string.as_deref().is_some_and(str::is_empty);
-            if jwk[p] && JWK_PRIVATE_MEMBERS.contains(&k.as_ref()) && !empty {
+            if jwk[p] && JWK_PRIVATE_MEMBERS.contains(&k) && !empty {
                 if let Some(t) = &string {
                     super::learned::learn_in_scope(JWK_RULE, t);
                 }
@@ -1176,8 +1244,14 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
         }
         Value::Object(map) => {
             let jwk = is_jwk(map);
+            let named = named_credential(map);
             for (k, val) in map {
                 let p = format!("{path}.{k}");
+                // The value member of an object that names a credential: read under the name.
+                let k = match named {
+                    Some(name) if VALUE_MEMBERS.contains(&k.as_str()) => name,
+                    _ => k.as_str(),
+                };
                 if jwk && jwk_private_member(k, val) {
                     let len = val.as_str().map_or_else(|| val.to_string().len(), str::len);
                     out.push(Explanation {
@@ -1546,6 +1620,41 @@ mod tests {
             s,
             r#"{"x":"[REDACTED:aws_access_key_id]","x":"a","tokenizer":"cl100k"}"#
         );
+    }
+
+    #[test]
+    fn a_value_is_read_under_the_credential_its_sibling_names() {
+        let r = redactor(65536);
+        for (sent, kept) in [
+            // Kubernetes and ECS environments, either member first.
+            (
+                r#"{"env":[{"name":"DB_PASSWORD","value":"Vd8kLm2Zqr"},{"name":"LOG_LEVEL","value":"debug"}]}"#,
+                r#"{"env":[{"name":"DB_PASSWORD","value":"[REDACTED:credential_key]"},{"name":"LOG_LEVEL","value":"debug"}]}"#,
+            ),
+            (
+                r#"[{"value": "Vd8kLm2Zqr", "name": "API_TOKEN"}]"#,
+                r#"[{"value": "[REDACTED:credential_key]", "name": "API_TOKEN"}]"#,
+            ),
+            // CloudFormation parameters.
+            (
+                r#"{"Parameters":[{"ParameterKey":"MasterUserPassword","ParameterValue":"Vd8kLm2Zqr"}]}"#,
+                r#"{"Parameters":[{"ParameterKey":"MasterUserPassword","ParameterValue":"[REDACTED:credential_key]"}]}"#,
+            ),
+            // Judged as under the name itself: a reference and a setting stay.
+            (
+                r#"{"name":"API_TOKEN","value":"${API_TOKEN}"}"#,
+                r#"{"name":"API_TOKEN","value":"${API_TOKEN}"}"#,
+            ),
+            (
+                r#"{"name":"password_policy","value":"Vd8kLm2Zqr"}"#,
+                r#"{"name":"password_policy","value":"Vd8kLm2Zqr"}"#,
+            ),
+        ] {
+            let mut s = sent.to_string();
+            let mut hits = Redactions::new();
+            redact_string(&r, &mut s, &mut hits, 0);
+            assert_eq!(s, kept, "{sent}");
+        }
     }
 
     #[test]
@@ -1983,6 +2092,27 @@ mod json_in_place_properties {
             let edits = json_edits(r, text, &doc, hits, 1, &attention);
             json_text::splice(text, edits)
         })
+    }
+
+    #[test]
+    fn a_base64_token_before_the_one_that_teaches_its_secret_goes_too() {
+        let r = &*REDACTOR;
+        let b64 = |t: &str| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode(t)
+        };
+        let text = format!(
+            "{} {}",
+            b64("the value is Zx9qLm2Vb7wQ"),
+            b64("password=Zx9qLm2Vb7wQ and more")
+        );
+        let (out, _, learned) = in_fresh_scope(|hits| {
+            let mut s = text.clone();
+            redact_string(r, &mut s, hits, 0);
+            s
+        });
+        assert_eq!(out, "[REDACTED:base64_encoded] [REDACTED:base64_encoded]");
+        assert_eq!(learned, 1);
     }
 
     /// What `protect` makes of a text in a learning scope of its own: the text, the counts it
