@@ -513,53 +513,45 @@ fn occurrences(hay: &[u8], needle: &str) -> usize {
 fn every_kind_of_secret_seen_bare_again_is_removed_in_every_signal_of_its_tenant() {
     let (block, lines) = key_block();
     // (where the secret stands first, the secrets it teaches)
-    let kinds: Vec<(String, Vec<String>)> = vec![
-        (
-            "db at postgres://app:Pg7vQ2xLm9Zt@db.internal:5432/orders".into(),
-            vec!["Pg7vQ2xLm9Zt".into()],
+    let one = |context: &str, secret: &str| (context.to_string(), vec![secret.to_string()]);
+    let mut kinds: Vec<(String, Vec<String>)> = vec![
+        one(
+            "db at postgres://app:Pg7vQ2xLm9Zt@db.internal:5432/orders",
+            "Pg7vQ2xLm9Zt",
         ),
-        (
-            "cloning https://deploy:Hx4kW8pQ2nVr@git.example.com/repo.git".into(),
-            vec!["Hx4kW8pQ2nVr".into()],
+        one(
+            "cloning https://deploy:Hx4kW8pQ2nVr@git.example.com/repo.git",
+            "Hx4kW8pQ2nVr",
         ),
-        (
-            "curl -H 'Authorization: Bearer tK9mQ2vX7pL4wR8zN3bC6d' https://api.example.com".into(),
-            vec!["tK9mQ2vX7pL4wR8zN3bC6d".into()],
+        one(
+            "curl -H 'Authorization: Bearer tK9mQ2vX7pL4wR8zN3bC6d' https://api.example.com",
+            "tK9mQ2vX7pL4wR8zN3bC6d",
         ),
-        (
-            "Server=db;User Id=sa;Password=Wq8rT3yU6iO9;".into(),
-            vec!["Wq8rT3yU6iO9".into()],
+        one(
+            "Server=db;User Id=sa;Password=Wq8rT3yU6iO9;",
+            "Wq8rT3yU6iO9",
         ),
-        (
-            "export DB_PASSWORD=Zr8tY2uI5oP7".into(),
-            vec!["Zr8tY2uI5oP7".into()],
-        ),
-        (
-            format!("wrote ~/.aws/credentials: aws_secret_access_key={LEARNED_SECRET}"),
-            vec![LEARNED_SECRET.into()],
+        one("export DB_PASSWORD=Zr8tY2uI5oP7", "Zr8tY2uI5oP7"),
+        one(
+            &format!("wrote ~/.aws/credentials: aws_secret_access_key={LEARNED_SECRET}"),
+            LEARNED_SECRET,
         ),
         // Read by position or from a comment (issue 36's shapes).
-        (
-            "requests.get(url, auth=('bob', 'Ab7uK2pL9qWx'))".into(),
-            vec!["Ab7uK2pL9qWx".into()],
+        one(
+            "requests.get(url, auth=('bob', 'Ab7uK2pL9qWx'))",
+            "Ab7uK2pL9qWx",
         ),
-        (
-            "htpasswd -b /etc/nginx/.htpasswd admin Fj3kP8sQ2wXe".into(),
-            vec!["Fj3kP8sQ2wXe".into()],
+        one(
+            "htpasswd -b /etc/nginx/.htpasswd admin Fj3kP8sQ2wXe",
+            "Fj3kP8sQ2wXe",
         ),
-        (
-            "redis-cli -h cache -a Rn5tY8uQ3wEz ping".into(),
-            vec!["Rn5tY8uQ3wEz".into()],
-        ),
-        (
-            "# AMQP_PASSWORD = qorvendix".into(),
-            vec!["qorvendix".into()],
-        ),
-        (
-            format!("cat id_rsa\n{block}\n"),
-            lines.iter().cloned().chain([lines.concat()]).collect(),
-        ),
+        one("redis-cli -h cache -a Rn5tY8uQ3wEz ping", "Rn5tY8uQ3wEz"),
+        one("# AMQP_PASSWORD = qorvendix", "qorvendix"),
     ];
+    kinds.push((
+        format!("cat id_rsa\n{block}\n"),
+        lines.iter().cloned().chain([lines.concat()]).collect(),
+    ));
     let secrets: Vec<String> = kinds.iter().flat_map(|(_, s)| s.clone()).collect();
     let contexts: Vec<&String> = kinds.iter().map(|(c, _)| c).collect();
     let dir = tempfile::tempdir().expect("tempdir");

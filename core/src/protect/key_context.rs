@@ -1173,17 +1173,16 @@ fn is_credential_label(v: &str) -> bool {
         return true;
     }
     // A phrase: every word letters (a hyphen or apostrophe inside), punctuation at its ends.
-    let words: Vec<&str> = lower.split(' ').map(|w| w.trim_matches(ends)).collect();
-    let phrase = words.len() >= 2
-        && words.iter().all(|w| {
+    let words = || lower.split(' ').map(|w| w.trim_matches(ends));
+    let phrase = lower.contains(' ')
+        && words().all(|w| {
             !w.is_empty()
                 && w.chars()
                     .all(|c| c.is_alphabetic() || c == '-' || c == '\'')
         });
     phrase
-        && (words
-            .iter()
-            .any(|w| matches!(*w, "password" | "passphrase") || CREDENTIAL_LABELS.contains(w))
+        && (words()
+            .any(|w| matches!(w, "password" | "passphrase") || CREDENTIAL_LABELS.contains(&w))
             || CREDENTIAL_LABELS
                 .iter()
                 .any(|label| label.contains(' ') && lower.contains(label)))

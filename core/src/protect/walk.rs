@@ -41,7 +41,13 @@ fn named_credential(map: &serde_json::Map<String, Value>) -> Option<&str> {
     NAME_MEMBERS
         .iter()
         .filter_map(|m| map.get(*m).and_then(Value::as_str))
-        .find(|name| classify_key(name) != KeyClass::Other)
+        .find(|name| names_a_credential(name))
+}
+
+/// True when a name member's text names a credential or secret material, so that its
+/// sibling value member is read under it.
+fn names_a_credential(name: &str) -> bool {
+    classify_key(name) != KeyClass::Other
 }
 
 /// Members that hold the value a sibling in [`NAME_MEMBERS`] names.
@@ -602,8 +608,9 @@ fn json_edits(
     // The objects that are JSON Web Keys: they name their key type (`kty`) with a string.
     let mut jwk = vec![false; values.len()];
     // The objects that name a credential in a name member and hold its value in a value
-    // member (`{"name": "DB_PASSWORD", "value": "…"}`): the name, by object.
-    let mut named: Vec<Option<std::borrow::Cow<'_, str>>> = vec![None; values.len()];
+    // member (`{"name": "DB_PASSWORD", "value": "…"}`): the name, by object. Few documents
+    // have any, so nothing is allocated until one does.
+    let mut named: crate::maps::FastMap<usize, std::borrow::Cow<'_, str>> = crate::maps::map();
     // Each value's own key, decoded once.
     let mut own_key: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(values.len());
     for v in values {
@@ -614,8 +621,8 @@ fn json_edits(
             }
             if NAME_MEMBERS.contains(&k.as_ref()) {
                 let name = json_text::decode_string(&text[v.range.clone()]);
-                if classify_key(&name) != KeyClass::Other {
-                    named[p] = Some(name);
+                if names_a_credential(&name) {
+                    named.insert(p, name);
                 }
             }
         }
@@ -682,7 +689,7 @@ fn json_edits(
         let string = (v.kind == Kind::String).then(|| json_text::decode_string(raw));
         // The value member of an object that names a credential is read under that name.
         let under_name = match (own_key[i].as_deref(), v.parent) {
-            (Some(k), Some(p)) if VALUE_MEMBERS.contains(&k) => named[p].as_deref(),
+            (Some(k), Some(p)) if VALUE_MEMBERS.contains(&k) => named.get(&p).map(|n| n.as_ref()),
             _ => None,
         };
         let (own, verdict) = match under_name {
