@@ -406,19 +406,19 @@ const DETECTORS: &[D] = &[
     // Positional passwords: where the command or call takes a user then a password, the word
     // after the user is the password. Each alternative has its own group.
     D { id: "cli_password_client_flag", description: "Password after the flag a client reads it from: redis-cli -a, keytool -storepass/-keypass, zip -P, 7z -p, sqlcmd/bcp -P, ldapsearch/ldapmodify -w, ssh-keygen -N/-P, az login -p, psexec -p, xfreerdp /p:, smbclient -U user%password, lftp -u user,password, mosquitto_pub/sub -P",
-        // `zip -` and `7z `, not `zip`: a postal code's key (`"zip": "94107"`) is common in
+        // `zip ` and `7z `, not `zip`: a postal code's key (`"zip": "94107"`) is common in
         // the JSON agents send, and each hit would run this rule's regex on its value.
-        keywords: &["redis-cli", "keytool", "zip -", "7z ", "7za ", "sqlcmd", "bcp ", "osql", "isql", "ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldappasswd", "ldapcompare", "ldapmodrdn", "ldapwhoami", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp", "mosquitto_"],
+        keywords: &["redis-cli", "keytool", "zip ", "7z ", "7za ", "sqlcmd", "bcp ", "osql", "isql", "ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldappasswd", "ldapcompare", "ldapmodrdn", "ldapwhoami", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp", "mosquitto_"],
         // One alternative, and one group, per client, its name where a command starts (not
         // `data.zip` or `a.7z`); the span to its flag ends at `|` `;` `&` `>`, and at quotes
         // and commas but for ldap's, whose DN holds them. The flag's value up to a blank or
         // a quote. `-N ''` (no passphrase) and prompts (`-p` alone) leave nothing to take.
         regex: r#"(?:^|[\s;&|(`"'])redis-cli(?:\s[^\n|;&",>]*?)?\s-a\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])keytool(?:\s[^\n|;&",>]*?)?\s-(?:src|dest|new)?(?:store|key)?pass\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])zip(?:\s[^\n|;&",>]*?)?\s-P\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])7za?(?:\s[^\n|;&",>]*?)?\s-p["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])(?:sqlcmd|bcp|osql|isql)(?:\s[^\n|;&",>]*?)?\s-P\s*["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ldap(?:search|add|modify|delete|passwd|compare|modrdn|whoami)(?:\s[^\n|;&>]*?)?\s-w\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ssh-keygen(?:\s[^\n|;&",>]*?)?\s-[NP]\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])az\s+login(?:\s[^\n|;&",>]*?)?\s(?:-p|--password)(?:\s+|=)["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])psexec(?:64)?(?:\s[^\n|;&",>]*?)?\s-p\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])xfreerdp(?:\s[^\n|;&",>]*?)?\s/p:["']?([^\s"']+)|(?:^|[\s;&|(`"'])smbclient(?:\s[^\n|;&",>]*?)?\s(?:-U\s*|--user[=\s]+)["']?[^\s%"']+%([^\s"']+)|(?:^|[\s;&|(`"'])lftp(?:\s[^\n|;&",>]*?)?\s-u\s+["']?[^\s,"']+,([^\s"']+)|(?:^|[\s;&|(`"'])mosquitto_(?:pub|sub|rr)(?:\s[^\n|;&",>]*?)?\s-P\s+["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: Some(Validator::SecretLike) },
-    D { id: "cli_password_positional", description: "Password given by position on a command line: htpasswd -b FILE USER PASSWORD, net user NAME PASSWORD, echo PASSWORD piped to sudo -S, echo USER:PASSWORD piped to chpasswd, rabbitmqctl add_user/change_password USER PASSWORD",
-        keywords: &["htpasswd", "net user", "sudo", "chpasswd", "rabbitmqctl"],
+    D { id: "cli_password_positional", description: "Password given by position on a command line: htpasswd -b FILE USER PASSWORD, net user NAME PASSWORD, echo PASSWORD piped to sudo -S, echo USER:PASSWORD piped to chpasswd, rabbitmqctl add_user/change_password USER PASSWORD, mc alias set ALIAS URL ACCESS SECRET",
+        keywords: &["htpasswd", "net user", "sudo", "chpasswd", "rabbitmqctl", "mc alias", "mc config"],
         // `net user` only where the password ends the command (maybe with /switches after
         // it): "the net user growth was strong" is a sentence.
-        regex: r#"(?-u:\b)htpasswd\s+(?:-[A-Za-mo-z]*b[A-Za-mo-z]*\s+(?:-\S+\s+)*\S+|-[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*)\s+\S+\s+["']?([^\s"']+)|(?i:(?-u:\b)net\s+user)\s+(?:"[^"\n]+"|[^\s/"]+)\s+["']?([^\s"'/*][^\s"']*)["']?(?:\s+/\w+(?::\S*)?)*[ \t]*(?:$|\r?\n|[;&|])|(?-u:\b)echo\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*sudo\s+(?:-[A-Za-z]+\s+)*?-[A-Za-z]*S(?-u:\b)|(?-u:\b)echo\s+["']?[^\s:"'|$]+:([^\s"'|]+)["']?\s*\|\s*(?:sudo\s+)?chpasswd(?-u:\b)|(?-u:\b)rabbitmqctl\s+(?:add_user|change_password)\s+["']?[^\s"']+["']?\s+["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: Some(Validator::SecretLike) },
+        regex: r#"(?-u:\b)htpasswd\s+(?:-[A-Za-mo-z]*b[A-Za-mo-z]*\s+(?:-\S+\s+)*\S+|-[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*)\s+\S+\s+["']?([^\s"']+)|(?i:(?-u:\b)net\s+user)\s+(?:"[^"\n]+"|[^\s/"]+)\s+["']?([^\s"'/*][^\s"']*)["']?(?:\s+/\w+(?::\S*)?)*[ \t]*(?:$|\r?\n|[;&|])|(?-u:\b)echo\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*sudo\s+(?:-[A-Za-z]+\s+)*?-[A-Za-z]*S(?-u:\b)|(?-u:\b)echo\s+["']?[^\s:"'|$]+:([^\s"'|]+)["']?\s*\|\s*(?:sudo\s+)?chpasswd(?-u:\b)|(?-u:\b)rabbitmqctl\s+(?:add_user|change_password)\s+["']?[^\s"']+["']?\s+["']?([^\s"'\-][^\s"']*)|(?-u:\b)mc\s+(?:alias\s+set|config\s+host\s+add)\s+(?:--?[a-z\-]+(?:[= ][^\s\-]\S*)?\s+)*[^\s"'\-]\S*\s+[a-z][a-z0-9+.\-]*://\S+\s+["']?[^\s"']+["']?\s+["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "call_positional_password", description: "Password passed by position to a call that takes a user and a password: getConnection(url, user, password), mysqli_connect(host, user, password), .login(user, password) of a mail, FTP or database client, NetworkCredential, UsernamePasswordCredentials, PasswordAuthentication",
         keywords: &["getconnection", "_connect", "login(", "credential(", "credentials(", "passwordauthentication"],
         regex: r#"(?:(?-u:\b)getConnection\s*\(\s*[^,()\n]+,|(?-u:\b)mysqli?_connect\s*\(\s*(?:"[^"\n]*"|'[^'\n]*'|\$?[A-Za-z0-9_]+)\s*,|(?-u:\b)(?:NetworkCredential|UsernamePasswordCredentials|PasswordAuthentication)\s*\(|(?-u:\b)[A-Za-z0-9_]*(?i:ftp|smtp|imap|pop3?|mail|server|conn|client|session|srv)[A-Za-z0-9_]*\.login\s*\()\s*(?:"[^"\s/]*"|'[^'\s/]*')\s*,\s*["']([^"'\s]+)["']"#, group: 1, validator: Some(Validator::SecretLike) },
@@ -517,7 +517,7 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             ) {
                 vec![2]
             } else if d.id == "cli_password_positional" {
-                vec![2, 3, 4, 5]
+                (2..=6).collect()
             } else if d.id == "cli_password_client_flag" {
                 (2..=13).collect()
             } else {
@@ -842,10 +842,14 @@ pub(crate) mod tests {
             "echo 'bob:Vd8kLm2Zqr' | sudo chpasswd",
             "rabbitmqctl add_user app Vd8kLm2Zqr",
             "rabbitmqctl change_password app 'Vd8kLm2Zqr'",
+            "mc alias set myminio http://minio:9000 minioadmin Vd8kLm2Zqr",
+            "mc alias set --api S3v4 s3 https://s3.amazonaws.com AKIAEXAMPLE 'Vd8kLm2Zqr'",
+            "mc config host add backup https://minio.internal:9000 backup Vd8kLm2Zqr",
+            "cd /srv && zip -r backup.zip data -P Vd8kLm2Zqr",
             "db, err := sql.Open(\"mysql\", \"app:Vd8kLm2Zqr@tcp(127.0.0.1:3306)/shop\")",
             "DSN=app:Vd8kLm2Zqr@unix(/var/run/mysqld/mysqld.sock)/shop",
         ] {
-            let rule = if line.contains("mosquitto") {
+            let rule = if line.contains("mosquitto") || line.contains("zip") {
                 "cli_password_client_flag"
             } else if line.contains("sql.Open") || line.contains("DSN=") {
                 "go_sql_dsn_password"
@@ -1791,6 +1795,10 @@ pub(crate) mod tests {
             ("cli_password_client_flag", "mosquitto_sub -h broker -t 'a/#' -v"),
             ("cli_password_positional", "echo \"$USER:$PASS\" | chpasswd"),
             ("cli_password_positional", "rabbitmqctl list_users"),
+            ("cli_password_positional", "mc alias set myminio http://minio:9000"),
+            ("cli_password_positional", "mc alias set myminio http://minio:9000 admin"),
+            ("cli_password_positional", "mc alias list"),
+            ("cli_password_client_flag", "zip -r backup.zip data"),
             ("go_sql_dsn_password", "db, err := sql.Open(\"mysql\", dsn) // user@tcp(host)/db"),
             ("go_sql_dsn_password", "listening on 0.0.0.0:8080@tcp(ready)"),
             ("cli_password_client_flag", "redis-cli info | grep -a keyspace_hits2"),

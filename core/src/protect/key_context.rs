@@ -135,6 +135,7 @@ const CREDENTIAL_WORDS: &[&str] = &[
     "sessionid",
     "otp",
     "totp",
+    "psk",
     "apitoken",
     "authtoken",
 ];
@@ -1268,6 +1269,7 @@ pub const KEYWORDS: &[&str] = &[
     "identified",
     "otp",
     "pin",
+    "psk",
 ];
 
 /// One key and value found in text, with its judgment.
@@ -1560,14 +1562,15 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     let mut words = key_words(key);
     let mut sql = false;
     if words.last().is_some_and(|w| w == "identified") && sep == Separator::Blank {
-        // SQL `IDENTIFIED BY <password>`.
-        let rest = &text[at..];
-        if starts_with_ignoring_case(rest, "by ") {
-            at = skip_blanks(b, at + 3);
+        // SQL `IDENTIFIED BY <password>`, MySQL's `IDENTIFIED WITH <plugin> BY <password>`.
+        at = sql_identified_by(text, at)?;
+        sql = true;
+        words = vec!["password".to_string()];
+    } else if sep == Separator::Blank && words.last().is_some_and(|w| w == "password") {
+        // MySQL `SET PASSWORD FOR 'user'@'host' = '…'`: the account between the key and `=`.
+        if let Some(after) = sql_password_for(text, at) {
+            at = after;
             sql = true;
-            words = vec!["password".to_string()];
-        } else {
-            return None;
         }
     }
     match sep {
@@ -1597,6 +1600,13 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     }
     if class == KeyClass::Other {
         return None;
+    }
+    if quoted_key
+        && sep == Separator::Blank
+        && b.get(at) == Some(&b'{')
+        && before_word_is(b, ks - 1, b"variable")
+    {
+        return terraform_variable_default(text, settled, ks..ke, at, class);
     }
     if sep == Separator::Call {
         return call_candidate(text, settled, ks, ke, at, &words, class);
@@ -1713,6 +1723,94 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     ))
 }
 
+/// Where the password starts after SQL's `IDENTIFIED` (at `at`): past `BY`, or past
+/// `WITH <plugin> BY`.
+fn sql_identified_by(text: &str, at: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut at = at;
+    if starts_with_ignoring_case(&text[at..], "with ") {
+        at = skip_blanks(b, at + 5);
+        while at < b.len()
+            && (b[at].is_ascii_alphanumeric() || matches!(b[at], b'_' | b'\'' | b'"' | b'`'))
+        {
+            at += 1;
+        }
+        at = skip_blanks(b, at);
+    }
+    starts_with_ignoring_case(&text[at..], "by ").then(|| skip_blanks(b, at + 3))
+}
+
+/// Bytes an account name may take in `SET PASSWORD FOR <account> =`.
+const SQL_ACCOUNT_BYTES: usize = 160;
+
+/// Where the password starts in MySQL's `PASSWORD FOR 'user'@'host' = '…'` (`at`: after
+/// `PASSWORD`), also when written `= PASSWORD('…')`; `None` unless `FOR` and `=` follow on
+/// the line.
+fn sql_password_for(text: &str, at: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    if !starts_with_ignoring_case(&text[at..], "for ") {
+        return None;
+    }
+    let from = at + 4;
+    let end = (from + SQL_ACCOUNT_BYTES).min(b.len());
+    let eq = from
+        + b[from..end]
+            .iter()
+            .position(|&c| matches!(c, b'=' | b'\n' | b';'))?;
+    if b[eq] != b'=' {
+        return None;
+    }
+    let mut at = skip_blanks(b, eq + 1);
+    if starts_with_ignoring_case(&text[at..], "password(") {
+        at += "password(".len();
+    }
+    Some(at)
+}
+
+/// Bytes of a Terraform `variable` block read for its `default`.
+const TERRAFORM_BLOCK_BYTES: usize = 2048;
+
+/// The `default = "…"` of a Terraform `variable "<key>" { … }` block that opens at `open`,
+/// judged under the variable's name.
+fn terraform_variable_default(
+    text: &str,
+    settled: Settled<'_>,
+    key: Range<usize>,
+    open: usize,
+    class: KeyClass,
+) -> Option<Candidate> {
+    let b = text.as_bytes();
+    let end = (open + TERRAFORM_BLOCK_BYTES).min(b.len());
+    let block = &b[open + 1..end];
+    let close = open + 1 + block.iter().position(|&c| c == b'}').unwrap_or(block.len());
+    let mut i = open + 1;
+    while i < close {
+        let word_start = i == open + 1 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        if word_start && b[i..close].starts_with(b"default") {
+            let at = skip_blanks(b, i + "default".len());
+            if b.get(at) == Some(&b'=') && b.get(at + 1) != Some(&b'=') {
+                let at = skip_blanks(b, at + 1);
+                let (q, quote) = opening_quote(b, at)?;
+                let value = at + q..closing_quote(b, at + q, quote)?;
+                if value.is_empty() || value.end > close {
+                    return None;
+                }
+                return Some(Candidate::judged(
+                    text,
+                    settled,
+                    key,
+                    value,
+                    class,
+                    Syntax::Quoted,
+                    "",
+                ));
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
 /// The `value="…"` of `key="Name" value="…"`, judged under `Name`; `ke` ends the word `key`.
 fn named_value_pair(text: &str, settled: Settled<'_>, ke: usize) -> Option<Candidate> {
     let b = text.as_bytes();
@@ -1760,10 +1858,10 @@ fn before_word_is(b: &[u8], ks: usize, word: &[u8]) -> bool {
     }
 }
 
-/// `u"…"`, `b'…'`, `r"…"`, `f"…"`, `@"…"`: the prefix is skipped.
+/// `u"…"`, `b'…'`, `r"…"`, `f"…"`, `@"…"`, SQL Server's `N'…'`: the prefix is skipped.
 fn skip_string_prefix(b: &[u8], at: usize) -> usize {
     match (b.get(at), b.get(at + 1)) {
-        (Some(p), Some(q)) if b"ubrfUBRF@".contains(p) && matches!(q, b'"' | b'\'') => at + 1,
+        (Some(p), Some(q)) if b"ubrfUBRFN@".contains(p) && matches!(q, b'"' | b'\'') => at + 1,
         _ => at,
     }
 }
@@ -3064,6 +3162,29 @@ mod tests {
             ("<password>qzva</password>", "qzva"),
             ("CREATE USER app IDENTIFIED BY s3cretPw;", "s3cretPw"),
             ("ALTER ROLE app WITH PASSWORD 'Sq1pw';", "Sq1pw"),
+            ("SET PASSWORD FOR 'app'@'%' = 'Hq7vLp2xRw';", "Hq7vLp2xRw"),
+            (
+                "SET PASSWORD FOR app@localhost = PASSWORD('Hq7vLp2xRw');",
+                "Hq7vLp2xRw",
+            ),
+            (
+                "CREATE LOGIN reporting WITH PASSWORD = N'Zx81-qwPmnb';",
+                "Zx81-qwPmnb",
+            ),
+            (
+                "ALTER USER 'app'@'%' IDENTIFIED WITH mysql_native_password BY 'Kw82nfPq1';",
+                "Kw82nfPq1",
+            ),
+            (
+                "variable \"db_password\" { default = \"Tq82nvXw1\" }",
+                "Tq82nvXw1",
+            ),
+            (
+                "variable \"admin_password\" {\n  type      = string\n  sensitive = true\n  default   = \"Tq82nvXw1\"\n}",
+                "Tq82nvXw1",
+            ),
+            ("wifi_psk=Rm83vnQp2x", "Rm83vnQp2x"),
+            ("psk=\"Hv82mnQw1\"", "Hv82mnQw1"),
             ("gpg --passphrase N1DdkUD3E73 --output x", "N1DdkUD3E73"),
             ("if password == \"q4c1a2oPd\":", "q4c1a2oPd"),
             ("ID:master,PW:dipPr10Gg!", "dipPr10Gg!"),
@@ -3169,6 +3290,10 @@ mod tests {
         assert_eq!(r, ["kYjzVBB8Y0ZFabxSWbWovY3uYSQ2pTgmZeNu2VS4cg"]);
         let kept: &[&str] = &[
             "token = Expect(Token::LBRACKET);",
+            "SET PASSWORD FOR 'app'@'%' = @new_password;",
+            "variable \"db_password\" { default = var.fallback }",
+            "variable \"db_password\" {\n  type = string\n}\ndefault = \"x\"",
+            "variable \"region\" { default = \"eu-west-1\" }",
             "match t { Token::SEMICOLON => 1 }",
             "token = stream[:peek]",
             "refresh_token: :none",
