@@ -395,8 +395,8 @@ const DETECTORS: &[D] = &[
         keywords: &["-u", "--user"],
         regex: r#"(?:^|\s)(?:-u|--user)[\s=]+["']?[^\s:"']*:([^\s"']+)"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "cli_secret_flag", description: "Secret passed as a command-line flag (--password=, --token …)",
-        keywords: &["-pass", "-pwd", "-token", "-secret", "-api-key", "-apikey", "-access-key", "-auth"],
-        regex: r#"(?i)(?:^|\s)--?(?:password|passwd|pass|pwd|token|secret|client-secret|api-key|apikey|access-key|auth-token)(?:=|\s+)["']?([^\s"']{3,})"#, group: 1, validator: None },
+        keywords: &["-pass", "-pwd", "-token", "-secret", "-api-key", "-apikey", "-access-key", "-auth", "-account-key"],
+        regex: r#"(?i)(?:^|\s)--?(?:password|passwd|pass|pwd|token|secret|client-secret|api-key|apikey|access-key|account-key|sas-token|auth-token)(?:=|\s+)["']?([^\s"']{3,})"#, group: 1, validator: None },
     // `-p` is a port or a path to most commands: only after the clients that read a password
     // there. mysql's takes it attached (`-p` alone prompts); a login's and sshpass's after a
     // blank too.
@@ -405,23 +405,23 @@ const DETECTORS: &[D] = &[
         regex: r#"(?:\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s["']?-p|\b(?:docker|podman|nerdctl)\s+login\b[^\n|;&]*?\s-p\s+|\bsshpass\s+-p\s*)["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: None },
     // Positional passwords: where the command or call takes a user then a password, the word
     // after the user is the password. Each alternative has its own group.
-    D { id: "cli_password_client_flag", description: "Password after the flag a client reads it from: redis-cli -a, keytool -storepass/-keypass, zip -P, 7z -p, sqlcmd/bcp -P, ldapsearch/ldapmodify -w, ssh-keygen -N/-P, az login -p, psexec -p, xfreerdp /p:, smbclient -U user%password, lftp -u user,password, mosquitto_pub/sub -P",
+    D { id: "cli_password_client_flag", description: "Password after the flag a client reads it from: redis-cli -a, keytool -storepass/-keypass, zip -P, 7z -p, sqlcmd/bcp -P, ldapsearch/ldapmodify -w, ssh-keygen -N/-P, az login -p, psexec -p, xfreerdp /p:, smbclient -U user%password, lftp -u user,password, mosquitto_pub/sub -P, openssl enc -k, sqlplus user/password",
         // `zip ` and `7z `, not `zip`: a postal code's key (`"zip": "94107"`) is common in
         // the JSON agents send, and each hit would run this rule's regex on its value.
-        keywords: &["redis-cli", "keytool", "zip ", "7z ", "7za ", "sqlcmd", "bcp ", "osql", "isql", "ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldappasswd", "ldapcompare", "ldapmodrdn", "ldapwhoami", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp", "mosquitto_"],
+        keywords: &["redis-cli", "keytool", "zip ", "7z ", "7za ", "sqlcmd", "bcp ", "osql", "isql", "ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldappasswd", "ldapcompare", "ldapmodrdn", "ldapwhoami", "ssh-keygen", "az login", "psexec", "xfreerdp", "smbclient", "lftp", "mosquitto_", "openssl", "sqlplus"],
         // One alternative, and one group, per client, its name where a command starts (not
         // `data.zip` or `a.7z`); the span to its flag ends at `|` `;` `&` `>`, and at quotes
         // and commas but for ldap's, whose DN holds them. The flag's value up to a blank or
         // a quote. `-N ''` (no passphrase) and prompts (`-p` alone) leave nothing to take.
-        regex: r#"(?:^|[\s;&|(`"'])redis-cli(?:\s[^\n|;&",>]*?)?\s-a\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])keytool(?:\s[^\n|;&",>]*?)?\s-(?:src|dest|new)?(?:store|key)?pass\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])zip(?:\s[^\n|;&",>]*?)?\s-P\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])7za?(?:\s[^\n|;&",>]*?)?\s-p["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])(?:sqlcmd|bcp|osql|isql)(?:\s[^\n|;&",>]*?)?\s-P\s*["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ldap(?:search|add|modify|delete|passwd|compare|modrdn|whoami)(?:\s[^\n|;&>]*?)?\s-w\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ssh-keygen(?:\s[^\n|;&",>]*?)?\s-[NP]\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])az\s+login(?:\s[^\n|;&",>]*?)?\s(?:-p|--password)(?:\s+|=)["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])psexec(?:64)?(?:\s[^\n|;&",>]*?)?\s-p\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])xfreerdp(?:\s[^\n|;&",>]*?)?\s/p:["']?([^\s"']+)|(?:^|[\s;&|(`"'])smbclient(?:\s[^\n|;&",>]*?)?\s(?:-U\s*|--user[=\s]+)["']?[^\s%"']+%([^\s"']+)|(?:^|[\s;&|(`"'])lftp(?:\s[^\n|;&",>]*?)?\s-u\s+["']?[^\s,"']+,([^\s"']+)|(?:^|[\s;&|(`"'])mosquitto_(?:pub|sub|rr)(?:\s[^\n|;&",>]*?)?\s-P\s+["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: Some(Validator::SecretLike) },
-    D { id: "cli_password_positional", description: "Password given by position on a command line: htpasswd -b FILE USER PASSWORD, net user NAME PASSWORD, echo PASSWORD piped to sudo -S, echo USER:PASSWORD piped to chpasswd, rabbitmqctl add_user/change_password USER PASSWORD, mc alias set ALIAS URL ACCESS SECRET",
-        keywords: &["htpasswd", "net user", "sudo", "chpasswd", "rabbitmqctl", "mc alias", "mc config"],
+        regex: r#"(?:^|[\s;&|(`"'])redis-cli(?:\s[^\n|;&",>]*?)?\s-a\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])keytool(?:\s[^\n|;&",>]*?)?\s-(?:src|dest|new)?(?:store|key)?pass\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])zip(?:\s[^\n|;&",>]*?)?\s-P\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])7za?(?:\s[^\n|;&",>]*?)?\s-p["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])(?:sqlcmd|bcp|osql|isql)(?:\s[^\n|;&",>]*?)?\s-P\s*["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ldap(?:search|add|modify|delete|passwd|compare|modrdn|whoami)(?:\s[^\n|;&>]*?)?\s-w\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])ssh-keygen(?:\s[^\n|;&",>]*?)?\s-[NP]\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])az\s+login(?:\s[^\n|;&",>]*?)?\s(?:-p|--password)(?:\s+|=)["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])psexec(?:64)?(?:\s[^\n|;&",>]*?)?\s-p\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])xfreerdp(?:\s[^\n|;&",>]*?)?\s/p:["']?([^\s"']+)|(?:^|[\s;&|(`"'])smbclient(?:\s[^\n|;&",>]*?)?\s(?:-U\s*|--user[=\s]+)["']?[^\s%"']+%([^\s"']+)|(?:^|[\s;&|(`"'])lftp(?:\s[^\n|;&",>]*?)?\s-u\s+["']?[^\s,"']+,([^\s"']+)|(?:^|[\s;&|(`"'])mosquitto_(?:pub|sub|rr)(?:\s[^\n|;&",>]*?)?\s-P\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])openssl\s+(?:enc|aes-\S+|des\S*|bf\S*|camellia\S*|chacha\S*)(?:\s[^\n|;&",>]*?)?\s-k\s+["']?([^\s"'\-][^\s"']*)|(?:^|[\s;&|(`"'])sqlplus\s+(?:-\S+\s+)*["']?[A-Za-z][A-Za-z0-9_$#]*/([^\s@"'/][^\s@"']*)["']?(?:@|\s|$)"#, group: 1, validator: Some(Validator::SecretLike) },
+    D { id: "cli_password_positional", description: "Password given by position on a command line: htpasswd -b FILE USER PASSWORD, net user NAME PASSWORD, echo PASSWORD piped to sudo -S, echo USER:PASSWORD piped to chpasswd, rabbitmqctl add_user/change_password USER PASSWORD, mc alias set ALIAS URL ACCESS SECRET, a password echoed or fed (<<<) to a command's --password-stdin, --pw-stdin or passwd --stdin, openssl passwd PASSWORD",
+        keywords: &["htpasswd", "net user", "sudo", "chpasswd", "rabbitmqctl", "mc alias", "mc config", "-stdin", "openssl passwd"],
         // `net user` only where the password ends the command (maybe with /switches after
         // it): "the net user growth was strong" is a sentence.
-        regex: r#"(?-u:\b)htpasswd\s+(?:-[A-Za-mo-z]*b[A-Za-mo-z]*\s+(?:-\S+\s+)*\S+|-[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*)\s+\S+\s+["']?([^\s"']+)|(?i:(?-u:\b)net\s+user)\s+(?:"[^"\n]+"|[^\s/"]+)\s+["']?([^\s"'/*][^\s"']*)["']?(?:\s+/\w+(?::\S*)?)*[ \t]*(?:$|\r?\n|[;&|])|(?-u:\b)echo\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*sudo\s+(?:-[A-Za-z]+\s+)*?-[A-Za-z]*S(?-u:\b)|(?-u:\b)echo\s+["']?[^\s:"'|$]+:([^\s"'|]+)["']?\s*\|\s*(?:sudo\s+)?chpasswd(?-u:\b)|(?-u:\b)rabbitmqctl\s+(?:add_user|change_password)\s+["']?[^\s"']+["']?\s+["']?([^\s"'\-][^\s"']*)|(?-u:\b)mc\s+(?:alias\s+set|config\s+host\s+add)\s+(?:--?[a-z\-]+(?:[= ][^\s\-]\S*)?\s+)*[^\s"'\-]\S*\s+[a-z][a-z0-9+.\-]*://\S+\s+["']?[^\s"']+["']?\s+["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: Some(Validator::SecretLike) },
-    D { id: "call_positional_password", description: "Password passed by position to a call that takes a user and a password: getConnection(url, user, password), mysqli_connect(host, user, password), .login(user, password) of a mail, FTP or database client, NetworkCredential, UsernamePasswordCredentials, PasswordAuthentication",
-        keywords: &["getconnection", "_connect", "login(", "credential(", "credentials(", "passwordauthentication"],
-        regex: r#"(?:(?-u:\b)getConnection\s*\(\s*[^,()\n]+,|(?-u:\b)mysqli?_connect\s*\(\s*(?:"[^"\n]*"|'[^'\n]*'|\$?[A-Za-z0-9_]+)\s*,|(?-u:\b)(?:NetworkCredential|UsernamePasswordCredentials|PasswordAuthentication)\s*\(|(?-u:\b)[A-Za-z0-9_]*(?i:ftp|smtp|imap|pop3?|mail|server|conn|client|session|srv)[A-Za-z0-9_]*\.login\s*\()\s*(?:"[^"\s/]*"|'[^'\s/]*')\s*,\s*["']([^"'\s]+)["']"#, group: 1, validator: Some(Validator::SecretLike) },
+        regex: r#"(?-u:\b)htpasswd\s+(?:-[A-Za-mo-z]*b[A-Za-mo-z]*\s+(?:-\S+\s+)*\S+|-[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*)\s+\S+\s+["']?([^\s"']+)|(?i:(?-u:\b)net\s+user)\s+(?:"[^"\n]+"|[^\s/"]+)\s+["']?([^\s"'/*][^\s"']*)["']?(?:\s+/\w+(?::\S*)?)*[ \t]*(?:$|\r?\n|[;&|])|(?-u:\b)echo\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*sudo\s+(?:-[A-Za-z]+\s+)*?-[A-Za-z]*S(?-u:\b)|(?-u:\b)echo\s+["']?[^\s:"'|$]+:([^\s"'|]+)["']?\s*\|\s*(?:sudo\s+)?chpasswd(?-u:\b)|(?-u:\b)rabbitmqctl\s+(?:add_user|change_password)\s+["']?[^\s"']+["']?\s+["']?([^\s"'\-][^\s"']*)|(?-u:\b)(?:echo|printf\s+["']%s(?:\\n)?["'])\s+["']?([^\s"'|$][^\s"'|]*)["']?\s*\|\s*[^\n|;&]*?(?:\s--password-stdin|\s--pw-stdin|(?-u:\b)passwd\s+--stdin)(?-u:\b)|\s(?:--password-stdin|--pw-stdin)(?:\s[^\n|;&<]*?)?\s*<<<\s*["']?([^\s"'$][^\s"']*)|(?-u:\b)openssl\s+passwd\s+(?:-(?:1|5|6|apr1|crypt|aixmd5|stdin|quiet|table|noverify)\s+|-salt\s+\S+\s+)*["']?([^\s"'\-$<][^\s"'<]*)|(?-u:\b)mc\s+(?:alias\s+set|config\s+host\s+add)\s+(?:--?[a-z\-]+(?:[= ][^\s\-]\S*)?\s+)*[^\s"'\-]\S*\s+[a-z][a-z0-9+.\-]*://\S+\s+["']?[^\s"']+["']?\s+["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: Some(Validator::SecretLike) },
+    D { id: "call_positional_password", description: "Password passed by position to a call that takes a user and a password: getConnection(url, user, password), mysqli_connect(host, user, password), .login(user, password) of a mail, FTP or database client, NetworkCredential, UsernamePasswordCredentials, PasswordAuthentication, an LDAP simple_bind(dn, password), new PDO(dsn, user, password)",
+        keywords: &["getconnection", "_connect", "login(", "credential(", "credentials(", "passwordauthentication", "bind_s(", "simple_bind(", "pdo("],
+        regex: r#"(?:(?-u:\b)(?:getConnection|PDO)\s*\(\s*[^,()\n]+,|(?-u:\b)simple_bind(?:_s)?\s*\(|(?-u:\b)mysqli?_connect\s*\(\s*(?:"[^"\n]*"|'[^'\n]*'|\$?[A-Za-z0-9_]+)\s*,|(?-u:\b)(?:NetworkCredential|UsernamePasswordCredentials|PasswordAuthentication)\s*\(|(?-u:\b)[A-Za-z0-9_]*(?i:ftp|smtp|imap|pop3?|mail|server|conn|client|session|srv)[A-Za-z0-9_]*\.login\s*\()\s*(?:"[^"\s/]*"|'[^'\s/]*')\s*,\s*["']([^"'\s]+)["']"#, group: 1, validator: Some(Validator::SecretLike) },
     D { id: "go_sql_dsn_password", description: "Password in a Go database DSN (user:password@tcp(host)/db, @unix(…))",
         keywords: &["@tcp(", "@unix(", "@udp("],
         regex: r#"(?:^|[\s"'`=(])[^\s:"'`/@()]+:([^\s@"'`/]+)@(?:tcp|unix|udp)\("#, group: 1, validator: Some(Validator::SecretLike) },
@@ -517,9 +517,9 @@ pub fn default_detectors() -> Vec<DetectorSpec> {
             ) {
                 vec![2]
             } else if d.id == "cli_password_positional" {
-                (2..=6).collect()
+                (2..=9).collect()
             } else if d.id == "cli_password_client_flag" {
-                (2..=13).collect()
+                (2..=15).collect()
             } else {
                 Vec::new()
             },
@@ -896,8 +896,59 @@ pub(crate) mod tests {
                 "new PasswordAuthentication(\"bob\", \"hunter2Qx\".toCharArray())",
                 "hunter2Qx",
             ),
+            (
+                "l.simple_bind_s(\"cn=admin,dc=example,dc=org\", \"hunter2Qx\")",
+                "hunter2Qx",
+            ),
+            ("$pdo = new PDO($dsn, 'root', 'hunter2Qx');", "hunter2Qx"),
         ] {
             tp("call_positional_password", s(line), s(secret));
+        }
+        // A password fed to a command's standard input, or hashed by openssl passwd.
+        for (rule, line) in [
+            (
+                "cli_password_positional",
+                "echo Vd8kLm2Zqr | docker login -u bob --password-stdin registry.example.com",
+            ),
+            (
+                "cli_password_positional",
+                "echo 'Vd8kLm2Zqr' | helm registry login r.example.com -u bob --password-stdin",
+            ),
+            (
+                "cli_password_positional",
+                "printf '%s' 'Vd8kLm2Zqr' | passwd --stdin bob",
+            ),
+            (
+                "cli_password_positional",
+                "keepassxc-cli open db.kdbx --pw-stdin <<< Vd8kLm2Zqr",
+            ),
+            (
+                "cli_password_positional",
+                "docker login -u bob --password-stdin <<< 'Vd8kLm2Zqr'",
+            ),
+            (
+                "cli_password_positional",
+                "useradd -m -p \"$(openssl passwd -6 Vd8kLm2Zqr)\" bob",
+            ),
+            (
+                "cli_password_positional",
+                "openssl passwd -1 -salt xyz Vd8kLm2Zqr",
+            ),
+            (
+                "cli_password_client_flag",
+                "openssl enc -aes-256-cbc -salt -k Vd8kLm2Zqr -in a -out b",
+            ),
+            ("cli_password_client_flag", "sqlplus scott/Vd8kLm2Zqr@orcl"),
+            (
+                "cli_password_client_flag",
+                "sqlplus -s system/Vd8kLm2Zqr @script.sql",
+            ),
+            (
+                "cli_secret_flag",
+                "az storage blob upload --account-key Vd8kLm2Zqr== -f x",
+            ),
+        ] {
+            tp(rule, s(line), s("Vd8kLm2Zqr"));
         }
         tp(
             "powershell_plaintext_secure_string",
@@ -1798,6 +1849,15 @@ pub(crate) mod tests {
             ("cli_password_positional", "mc alias set myminio http://minio:9000"),
             ("cli_password_positional", "mc alias set myminio http://minio:9000 admin"),
             ("cli_password_positional", "mc alias list"),
+            ("cli_password_positional", "echo $TOKEN | docker login -u bob --password-stdin"),
+            ("cli_password_positional", "cat pw.txt | docker login -u bob --password-stdin"),
+            ("cli_password_positional", "docker login -u bob --password-stdin < pw.txt"),
+            ("cli_password_positional", "openssl passwd -stdin < list.txt"),
+            ("cli_password_positional", "openssl passwd -6 $PASSWORD"),
+            ("cli_password_client_flag", "openssl enc -d -aes-256-cbc -kfile key.txt -in a"),
+            ("cli_password_client_flag", "sqlplus /nolog"),
+            ("cli_password_client_flag", "sqlplus / as sysdba"),
+            ("call_positional_password", "l.simple_bind_s(who, cred)"),
             ("cli_password_client_flag", "zip -r backup.zip data"),
             ("go_sql_dsn_password", "db, err := sql.Open(\"mysql\", dsn) // user@tcp(host)/db"),
             ("go_sql_dsn_password", "listening on 0.0.0.0:8080@tcp(ready)"),

@@ -626,7 +626,7 @@ fn without_qualifiers(words: &[String]) -> &[String] {
 }
 
 fn head_class(head: &str, prev: Option<&str>) -> KeyClass {
-    if is_password_word(head) || CREDENTIAL_WORDS.contains(&head) {
+    if is_password_word(head) || CREDENTIAL_WORDS.contains(&head) || is_password_label_key(head) {
         return KeyClass::Credential;
     }
     if MATERIAL_WORDS.contains(&head) {
@@ -1152,6 +1152,39 @@ const CREDENTIAL_LABELS: &[&str] = &[
     "clé",
 ];
 
+/// True when `key` (as written) is the word for password in another language
+/// ([`CREDENTIAL_LABELS`] less the words for a key, `clave`, `schlüssel`, `clé`, which name a
+/// map's keys as often): `Kennwort: …`, `contraseña=…`, `密码：…`.
+fn is_password_label_key(key: &str) -> bool {
+    // No label is longer; most keys are turned away here without lowercasing.
+    if key.len() > 32 {
+        return false;
+    }
+    let lower = key.to_lowercase();
+    !matches!(lower.as_str(), "clave" | "schlüssel" | "clé")
+        && CREDENTIAL_LABELS.contains(&lower.as_str())
+}
+
+/// The length in bytes of the password label ([`is_password_label_key`]) that starts at
+/// `at` when it holds a blank or a letter outside ASCII (`mot de passe`, `contraseña`,
+/// `пароль`): key bytes alone would cut it short. Case is ignored.
+fn password_label_at(text: &str, at: usize) -> Option<usize> {
+    let rest = text.get(at..)?;
+    let first = rest.chars().next()?.to_lowercase().next()?;
+    CREDENTIAL_LABELS
+        .iter()
+        .filter(|l| (!l.is_ascii() || l.contains(' ')) && !matches!(**l, "schlüssel" | "clé"))
+        .filter(|l| l.starts_with(first))
+        .find_map(|l| {
+            let n = l.chars().count();
+            let end = rest.char_indices().nth(n).map_or(rest.len(), |(i, _)| i);
+            let word = &rest[..end];
+            // The label ends a word: `parolă` but not `парольный`.
+            let next = rest[end..].chars().next();
+            (word.to_lowercase() == *l && !next.is_some_and(char::is_alphanumeric)).then_some(end)
+        })
+}
+
 /// A form's label or message about a credential, not one: `v` (lowercased, less a closing
 /// `:`, `*`, `?`, `.` or `!`) is one of [`CREDENTIAL_LABELS`]; or a phrase of words (letters
 /// only, with blanks between them, no digit) one of which is such a label or `password`
@@ -1270,6 +1303,52 @@ pub const KEYWORDS: &[&str] = &[
     "otp",
     "pin",
     "psk",
+    // The word for password in other languages (`CREDENTIAL_LABELS`) where none of the
+    // above stands in it. ASCII case is ignored; other scripts' capitals are listed.
+    "kennwort",
+    "wachtwoord",
+    "mot de passe",
+    "contrase",
+    "senha",
+    "palavra-passe",
+    "parol",
+    "hasło",
+    "haslo",
+    "lösenord",
+    "losenord",
+    "adgangskode",
+    "salasana",
+    "jelszó",
+    "heslo",
+    "geslo",
+    "lozinka",
+    "šifra",
+    "Šifra",
+    "şifre",
+    "Şifre",
+    "sifre",
+    "пароль",
+    "Пароль",
+    "ПАРОЛЬ",
+    "лозинка",
+    "Лозинка",
+    "гасло",
+    "Гасло",
+    "κωδικός",
+    "Κωδικός",
+    "סיסמה",
+    "كلمة المرور",
+    "كلمة السر",
+    "رمز عبور",
+    "पासवर्ड",
+    "パスワード",
+    "密码",
+    "密碼",
+    "비밀번호",
+    "รหัสผ่าน",
+    "mật khẩu",
+    "kata sandi",
+    "kata laluan",
 ];
 
 /// One key and value found in text, with its judgment.
@@ -1370,12 +1449,16 @@ fn candidates_outside(text: &str, hits: &[usize], settled: Settled<'_>) -> Vec<C
             continue;
         }
         let mut ks = hit;
-        while ks > 0 && is_key_byte(b[ks - 1]) {
-            ks -= 1;
-        }
         let mut ke = hit;
-        while ke < b.len() && is_key_byte(b[ke]) {
-            ke += 1;
+        if let Some(n) = password_label_at(text, hit) {
+            ke = hit + n;
+        } else {
+            while ks > 0 && is_key_byte(b[ks - 1]) {
+                ks -= 1;
+            }
+            while ke < b.len() && is_key_byte(b[ke]) {
+                ke += 1;
+            }
         }
         // Trailing dots and dashes end a sentence or a flag, not a key.
         while ke > ks && matches!(b[ke - 1], b'.' | b'-') {
@@ -1507,6 +1590,10 @@ fn operator(b: &[u8], ke: usize) -> Option<(Separator, usize)> {
         let spaced = spaced || b.get(after).is_some_and(|c| matches!(c, b' ' | b'\t'));
         return Some((Separator::Colon { spaced }, after));
     }
+    // The full-width colon of Chinese and Japanese text (`密码：…`).
+    if rest.starts_with("：".as_bytes()) {
+        return Some((Separator::Colon { spaced: true }, at + "：".len()));
+    }
     if rest.starts_with(b",") {
         return Some((Separator::Comma, at + 1));
     }
@@ -1560,6 +1647,7 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
             .bytes()
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_');
     let mut words = key_words(key);
+    // A value a keyword of a statement or a file format introduces, bare: read as a flag's.
     let mut sql = false;
     if words.last().is_some_and(|w| w == "identified") && sep == Separator::Blank {
         // SQL `IDENTIFIED BY <password>`, MySQL's `IDENTIFIED WITH <plugin> BY <password>`.
@@ -1570,6 +1658,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         // MySQL `SET PASSWORD FOR 'user'@'host' = '…'`: the account between the key and `=`.
         if let Some(after) = sql_password_for(text, at) {
             at = after;
+            sql = true;
+        } else if words.len() == 1 && after_netrc_login(b, ks) {
+            // `.netrc`: `machine HOST login USER password PASSWORD`, on one line or several.
             sql = true;
         }
     }
@@ -1585,6 +1676,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         }
     }
     let mut class = classify_words(&words);
+    if class == KeyClass::Other && is_password_label_key(key) {
+        class = KeyClass::Credential;
+    }
     // `Secret Key: …`, `access key: …`, `root password: …`: one word before a plain key
     // may qualify it.
     if class < KeyClass::Credential && ks >= 2 && b[ks - 1] == b' ' {
@@ -1721,6 +1815,28 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         syntax,
         next,
     ))
+}
+
+/// True when `login <user>` stands right before the key at `ks` (blanks or line breaks
+/// between), as in a `.netrc` entry.
+fn after_netrc_login(b: &[u8], ks: usize) -> bool {
+    let blanks_before = |mut i: usize| {
+        while i > 0 && b[i - 1].is_ascii_whitespace() {
+            i -= 1;
+        }
+        i
+    };
+    let user_end = blanks_before(ks);
+    let mut user_start = user_end;
+    while user_start > 0 && !b[user_start - 1].is_ascii_whitespace() {
+        user_start -= 1;
+    }
+    let login_end = blanks_before(user_start);
+    user_end < ks
+        && user_start < user_end
+        && login_end < user_start
+        && b[..login_end].ends_with(b"login")
+        && (login_end == 5 || !b[login_end - 6].is_ascii_alphanumeric())
 }
 
 /// Where the password starts after SQL's `IDENTIFIED` (at `at`): past `BY`, or past
@@ -3184,6 +3300,26 @@ mod tests {
                 "Tq82nvXw1",
             ),
             ("wifi_psk=Rm83vnQp2x", "Rm83vnQp2x"),
+            // The word for password in other languages, as a key.
+            ("Kennwort: sunflower77", "sunflower77"),
+            ("mot de passe : sunflower77", "sunflower77"),
+            ("Contraseña: sunflower77", "sunflower77"),
+            ("hasło=sunflower77", "sunflower77"),
+            ("Пароль: sunflower77", "sunflower77"),
+            ("密码：sunflower77", "sunflower77"),
+            ("新密码: sunflower77", "sunflower77"),
+            ("パスワード: sunflower77", "sunflower77"),
+            ("{\"senha\": \"sunflower77\"}", "sunflower77"),
+            ("DB_KENNWORT=sunflower77", "sunflower77"),
+            // `.netrc`, on one line or several.
+            (
+                "machine api.example.com login bob password Qw83nvLp2x",
+                "Qw83nvLp2x",
+            ),
+            (
+                "machine api.example.com\n  login bob\n  password Qw83nvLp2x",
+                "Qw83nvLp2x",
+            ),
             ("psk=\"Hv82mnQw1\"", "Hv82mnQw1"),
             ("gpg --passphrase N1DdkUD3E73 --output x", "N1DdkUD3E73"),
             ("if password == \"q4c1a2oPd\":", "q4c1a2oPd"),
@@ -3291,6 +3427,11 @@ mod tests {
         let kept: &[&str] = &[
             "token = Expect(Token::LBRACKET);",
             "SET PASSWORD FOR 'app'@'%' = @new_password;",
+            "'Password' => 'Wachtwoord',",
+            "Kennwort: Kennwort vergessen?",
+            "парольный: да",
+            "clave: nombre_usuario",
+            "the login page password field",
             "variable \"db_password\" { default = var.fallback }",
             "variable \"db_password\" {\n  type = string\n}\ndefault = \"x\"",
             "variable \"region\" { default = \"eu-west-1\" }",
