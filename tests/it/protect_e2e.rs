@@ -547,6 +547,20 @@ fn every_kind_of_secret_seen_bare_again_is_removed_in_every_signal_of_its_tenant
         ),
         one("redis-cli -h cache -a Rn5tY8uQ3wEz ping", "Rn5tY8uQ3wEz"),
         one("# AMQP_PASSWORD = qorvendix", "qorvendix"),
+        // Credentials nobody had named before (probe lines of issue 36).
+        one("Kennwort: Lq8vN3xR7tZp", "Lq8vN3xR7tZp"),
+        one(
+            "machine api.example.com login bob password Mw4nB8vC2xQz",
+            "Mw4nB8vC2xQz",
+        ),
+        one(
+            "echo Tz6yH1gF5dSa | docker login -u bob --password-stdin registry.example.com",
+            "Tz6yH1gF5dSa",
+        ),
+        one(
+            "SET PASSWORD FOR 'app'@'%' = 'Ku3jM7nB4vCx';",
+            "Ku3jM7nB4vCx",
+        ),
     ];
     kinds.push((
         format!("cat id_rsa\n{block}\n"),

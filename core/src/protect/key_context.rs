@@ -626,7 +626,11 @@ fn without_qualifiers(words: &[String]) -> &[String] {
 }
 
 fn head_class(head: &str, prev: Option<&str>) -> KeyClass {
-    if is_password_word(head) || CREDENTIAL_WORDS.contains(&head) || is_password_label_key(head) {
+    // A head is a lower-case ASCII word: the labels it can be are too.
+    if is_password_word(head)
+        || CREDENTIAL_WORDS.contains(&head)
+        || (head != "clave" && CREDENTIAL_LABELS.contains(&head))
+    {
         return KeyClass::Credential;
     }
     if MATERIAL_WORDS.contains(&head) {
@@ -1169,12 +1173,15 @@ fn is_password_label_key(key: &str) -> bool {
 /// `at` when it holds a blank or a letter outside ASCII (`mot de passe`, `contraseña`,
 /// `пароль`): key bytes alone would cut it short. Case is ignored.
 fn password_label_at(text: &str, at: usize) -> Option<usize> {
+    // Every keyword hit asks, most of them `pass`, `key` or `token`: the first byte turns
+    // them away (a capital and its small letter share it in Cyrillic, Greek and Latin
+    // Extended).
+    let first = text.as_bytes().get(at)?.to_ascii_lowercase();
     let rest = text.get(at..)?;
-    let first = rest.chars().next()?.to_lowercase().next()?;
     CREDENTIAL_LABELS
         .iter()
+        .filter(|l| l.as_bytes()[0] == first)
         .filter(|l| (!l.is_ascii() || l.contains(' ')) && !matches!(**l, "schlüssel" | "clé"))
-        .filter(|l| l.starts_with(first))
         .find_map(|l| {
             let n = l.chars().count();
             let end = rest.char_indices().nth(n).map_or(rest.len(), |(i, _)| i);

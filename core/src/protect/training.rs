@@ -899,30 +899,18 @@ pub fn train(examples: &[Example]) -> JudgmentModel {
         bias: round(theta[FEATURE_COUNT]),
         threshold: 0.0,
     };
-    model.threshold = recall_threshold(&model, examples);
+    model.threshold = DECISION_LOGIT;
     model
 }
 
-/// The share of the training's credentials the threshold must remove: a credential kept is
-/// worse than a harmless value removed.
-pub const TARGET_RECALL: f64 = 0.992;
-
-/// The highest logit (rounded down to 0.01, at most 0) at which [`TARGET_RECALL`] of the
-/// credentials among `examples` score at or above it.
-fn recall_threshold(model: &JudgmentModel, examples: &[Example]) -> f64 {
-    let mut scores: Vec<f64> = examples
-        .iter()
-        .filter(|e| e.secret)
-        .map(|e| model.score(&e.features))
-        .collect();
-    if scores.is_empty() {
-        return 0.0;
-    }
-    scores.sort_by(f64::total_cmp);
-    let missed = ((1.0 - TARGET_RECALL) * scores.len() as f64).floor() as usize;
-    let at = scores[missed.min(scores.len() - 1)];
-    ((at * 100.0).floor() / 100.0).min(0.0)
-}
+/// The logit at and above which a candidate is removed: the model's odds of a credential 1 in
+/// 5.6 or better (probability 0.15), as a credential kept is worse than a harmless value
+/// removed. Fixed, not fitted: it was the quantile below which 0.8% of the training's
+/// credentials scored, and that moved with every fact decided before the model is asked (each
+/// takes credentials out of what it is asked), so values far from any change flipped between
+/// trainings. Set where that quantile last stood (2026-12-05); `scripts/train-judgment`
+/// reports the share of each source's credentials it removes.
+pub const DECISION_LOGIT: f64 = -1.72;
 
 /// Solves `a x = b` for a symmetric positive definite `a` (Cholesky). Written with indices as
 /// the textbook has it: the order of every sum is fixed, so the result is too.
