@@ -136,6 +136,9 @@ const CREDENTIAL_WORDS: &[&str] = &[
     "otp",
     "totp",
     "psk",
+    // redis.conf's directives.
+    "requirepass",
+    "masterauth",
     "apitoken",
     "authtoken",
 ];
@@ -192,6 +195,7 @@ const MAX_QUALIFIERS: usize = 2;
 /// (`password_hash`, `token_value`, `secret_b64`).
 const VALUE_HEADS: &[&str] = &[
     "value",
+    "base",
     "val",
     "str",
     "string",
@@ -1647,6 +1651,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         return Some(secret_spelled_as_key(text, settled, ks, ke, quoted_key));
     }
     let xml = before.ends_with(b"<");
+    if let Some(c) = yaml_named_value(text, settled, ks..ke, after_key) {
+        return Some(c);
+    }
     let (sep, mut at) = separator(b, after_key)?;
     let flag = key.starts_with('-');
     let constant_key = key.contains('_')
@@ -1712,8 +1719,12 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     if sep == Separator::Call {
         return call_candidate(text, settled, ks, ke, at, &words, class);
     }
-    // `#define TOKEN abc`, `%define token abc`: a macro's body is its value, quoted or not.
-    let directive = sep == Separator::Blank && before_word_is(b, ks, b"define");
+    // `#define TOKEN abc`, `%define token abc`: a macro's body is its value, quoted or not;
+    // so is the one word after a credential that starts its line in a configuration file
+    // (`requirepass …` in redis.conf).
+    let directive = sep == Separator::Blank
+        && (before_word_is(b, ks, b"define")
+            || (class == KeyClass::Credential && directive_line(b, ks, at)));
     if sep == Separator::Blank && !(flag || sql || directive) && opening_quote(b, at).is_none() {
         // Blanks alone separate a key from a quoted value (`SET password "…"`, `PASSWORD
         // 'x'` in SQL, `#define TOKEN "…"`), or from a word in a sentence.
@@ -1824,6 +1835,30 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     ))
 }
 
+/// True when the key at `ks` starts its line and one word follows it at `at` to the line's
+/// end, with a digit or a symbol in it: a configuration file's directive (`requirepass
+/// f00bared`), not a sentence (`Password incorrect`, `password reset-link`).
+fn directive_line(b: &[u8], ks: usize, at: usize) -> bool {
+    let line_start = b[..ks]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    if !b[line_start..ks].iter().all(|c| matches!(c, b' ' | b'\t')) {
+        return false;
+    }
+    let end = b[at..]
+        .iter()
+        .position(|c| c.is_ascii_whitespace())
+        .map_or(b.len(), |p| at + p);
+    let word = &b[at..end];
+    let rest = skip_blanks(b, end);
+    !word.is_empty()
+        && !word
+            .iter()
+            .all(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'_' | b'.'))
+        && matches!(b.get(rest), None | Some(b'\n' | b'\r'))
+}
+
 /// True when `login <user>` stands right before the key at `ks` (blanks or line breaks
 /// between), as in a `.netrc` entry.
 fn after_netrc_login(b: &[u8], ks: usize) -> bool {
@@ -1932,6 +1967,76 @@ fn terraform_variable_default(
         i += 1;
     }
     None
+}
+
+/// The `value:` of a YAML `name:` / `value:` pair whose name is the key at `ks` (its quote,
+/// if any, ends at `after_key`), judged under that name: a container's environment as
+/// `kubectl get -o yaml` prints it (`- name: DB_PASSWORD` and `value: …` on the next line).
+fn yaml_named_value(
+    text: &str,
+    settled: Settled<'_>,
+    key: Range<usize>,
+    after_key: usize,
+) -> Option<Candidate> {
+    let b = text.as_bytes();
+    let ks = key.start;
+    // The name ends its line.
+    let eol = skip_blanks(b, after_key);
+    let next_line = match b.get(eol) {
+        Some(b'\n') => eol + 1,
+        Some(b'\r') if b.get(eol + 1) == Some(&b'\n') => eol + 2,
+        _ => return None,
+    };
+    // `name:` before it on its line, perhaps after `- ` and blanks, perhaps quoted.
+    let line_start = b[..ks]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    let mut before = &b[line_start..ks];
+    if let Some(q) = before
+        .strip_suffix(b"\"")
+        .or_else(|| before.strip_suffix(b"'"))
+    {
+        before = q;
+    }
+    let before = before.trim_ascii();
+    let head = before
+        .strip_prefix(b"- ")
+        .unwrap_or(before)
+        .trim_ascii_start();
+    if !(head == b"name:" || head == b"\"name\":") {
+        return None;
+    }
+    let at = skip_blanks(b, next_line);
+    let rest = &b[at..];
+    let after = if rest.starts_with(b"value:") {
+        at + "value:".len()
+    } else if rest.starts_with(b"\"value\":") {
+        at + "\"value\":".len()
+    } else {
+        return None;
+    };
+    let at = skip_blanks(b, after);
+    let class = classify_key(&text[key.clone()]);
+    if class == KeyClass::Other {
+        return None;
+    }
+    let (value, syntax) = match opening_quote(b, at) {
+        Some((q, close)) => (at + q..closing_quote(b, at + q, close)?, Syntax::Quoted),
+        None => {
+            let end = b[at..]
+                .iter()
+                .position(|&c| c == b'\n' || c == b'\r' || c == b' ' || c == b'#')
+                .map_or(b.len(), |p| at + p);
+            (at..end, Syntax::Config)
+        }
+    };
+    if value.is_empty() {
+        return None;
+    }
+    Some(Candidate::judged(
+        text, settled, key, value, class, syntax, "",
+    ))
 }
 
 /// The `value="…"` of `key="Name" value="…"`, judged under `Name`; `ke` ends the word `key`.
@@ -3318,6 +3423,18 @@ mod tests {
             ("パスワード: sunflower77", "sunflower77"),
             ("{\"senha\": \"sunflower77\"}", "sunflower77"),
             ("DB_KENNWORT=sunflower77", "sunflower77"),
+            // A container's environment as kubectl prints it, and redis.conf's directives.
+            (
+                "env:\n- name: DB_PASSWORD\n  value: Hb7nM2kLq9\n- name: LOG_LEVEL\n  value: debug",
+                "Hb7nM2kLq9",
+            ),
+            (
+                "    - name: \"API_TOKEN\"\n      value: \"Hb7nM2kLq9\"",
+                "Hb7nM2kLq9",
+            ),
+            ("requirepass Hb7nM2kLq9", "Hb7nM2kLq9"),
+            ("  masterauth Hb7nM2kLq9\n", "Hb7nM2kLq9"),
+            ("secret_key_base: Hb7nM2kLq9Xz4Wq8Rt", "Hb7nM2kLq9Xz4Wq8Rt"),
             // `.netrc`, on one line or several.
             (
                 "machine api.example.com login bob password Qw83nvLp2x",
@@ -3439,6 +3556,11 @@ mod tests {
             "парольный: да",
             "clave: nombre_usuario",
             "the login page password field",
+            "- name: LOG_LEVEL\n  value: debug",
+            "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: pw}",
+            "Password incorrect",
+            "password reset-link",
+            "Token expired 3 times",
             "variable \"db_password\" { default = var.fallback }",
             "variable \"db_password\" {\n  type = string\n}\ndefault = \"x\"",
             "variable \"region\" { default = \"eu-west-1\" }",
