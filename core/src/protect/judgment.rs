@@ -530,6 +530,29 @@ fn uuid_shaped(v: &[u8]) -> bool {
 }
 
 /// `"a" + b`, `'a' . $b`: the patterns are looked for only where their characters are.
+/// Digits that read as a moment: `YYYYMMDDhhmmss` (years 1970-2099), or seconds since 1970
+/// in milli-, micro- or nanoseconds between 2001 and 2039. A long number that is a time is
+/// not a numeric key.
+fn time_shaped(digits: &[u8]) -> bool {
+    let n = |r: std::ops::Range<usize>| {
+        digits[r]
+            .iter()
+            .fold(0u64, |a, d| a * 10 + u64::from(d - b'0'))
+    };
+    match digits.len() {
+        14 => {
+            (1970..=2099).contains(&n(0..4))
+                && (1..=12).contains(&n(4..6))
+                && (1..=31).contains(&n(6..8))
+                && n(8..10) < 24
+                && n(10..12) < 60
+                && n(12..14) < 60
+        }
+        13 | 16 | 19 => (1_000_000_000..2_200_000_000).contains(&n(0..10)),
+        _ => false,
+    }
+}
+
 fn concatenation(v: &str, s: &ValueShape) -> bool {
     (s.plus || (s.dot && s.quote))
         && ["\" +", "+ \"", "' +", "+ '", "\" .", ". \"", " + "]
@@ -650,7 +673,11 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         len >= 8 && s.digits > 0 && s.hex_letters > 0 && s.digits + s.hex_letters == len,
     );
     set(&mut x, DigitsOnly, s.digits == len);
-    set(&mut x, LongNumber, len >= 12 && s.digits == len);
+    set(
+        &mut x,
+        LongNumber,
+        len >= 12 && s.digits == len && !time_shaped(b),
+    );
     set(
         &mut x,
         HexConstant,
@@ -741,6 +768,30 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
 
 #[cfg(test)]
 mod tests {
+    use super::time_shaped;
+
+    #[test]
+    fn long_numbers_that_read_as_a_moment_are_times() {
+        for t in [
+            "20261206093000",
+            "19991231235959",
+            "1733480123456",
+            "1733480123456789",
+            "1733480123456789012",
+        ] {
+            assert!(time_shaped(t.as_bytes()), "{t}");
+        }
+        for k in [
+            "6502241089672483",
+            "20261306093000",
+            "65022410896724",
+            "9733480123456",
+            "123456789012",
+        ] {
+            assert!(!time_shaped(k.as_bytes()), "{k}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -2539,7 +2539,13 @@ fn auth_pair_candidate(
         Some(b'[') => b']',
         _ => return None,
     };
-    let [_, password] = <[Range<usize>; 2]>::try_from(literal_items(b, open + 1, close)?).ok()?;
+    let [user, password] =
+        <[Range<usize>; 2]>::try_from(literal_items(b, open + 1, close)?).ok()?;
+    // A route (`("GET", "/v1/orders")`) is a pair too, and names no one.
+    const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+    if METHODS.contains(&&text[user]) || b.get(password.start) == Some(&b'/') {
+        return None;
+    }
     Some(Candidate::judged(
         text,
         settled,
@@ -3556,6 +3562,9 @@ mod tests {
             "парольный: да",
             "clave: nombre_usuario",
             "the login page password field",
+            "route_auth = (\"GET\", \"/v1/orders/{id}\")",
+            "{\"key\": \"20261206093000\"}",
+            "auth: [\"POST\", \"login_v2\"]",
             "- name: LOG_LEVEL\n  value: debug",
             "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: pw}",
             "Password incorrect",
