@@ -546,6 +546,19 @@ fn summary_text(s: &Map<String, Value>) -> String {
     )
 }
 
+/// A span's status where it says something: `error` (with its message), or `ok` when the
+/// sender set it. `unset`, what a span has when nobody set one, says nothing.
+fn status_word(code: Option<&str>, message: Option<&str>) -> Option<String> {
+    match code? {
+        "error" => Some(match message.filter(|m| !m.is_empty()) {
+            Some(m) => format!("error: {}", shorten(m, 60)),
+            None => "error".to_string(),
+        }),
+        "ok" => Some("ok".to_string()),
+        _ => None,
+    }
+}
+
 fn node_lines(
     n: &Node,
     start_ns: i64,
@@ -576,17 +589,21 @@ fn node_lines(
     if let Some(r) = int(s, "retry_attempt").filter(|r| *r > 0) {
         detail.push(format!("retry {r}"));
     }
-    let status = text(s, "status_code").unwrap_or_default();
+    let status = status_word(
+        text(s, "status_code").as_deref(),
+        text(s, "status_message").as_deref(),
+    )
+    .map(|w| format!(" {w}"))
+    .unwrap_or_default();
     let branch = match (top, last) {
         (true, _) => "",
         (false, true) => "└─ ",
         (false, false) => "├─ ",
     };
     let mut line = format!(
-        "{prefix}{branch}{} +{offset_ms:.1}ms {dur_ms:.1}ms [{class}] {} {}",
+        "{prefix}{branch}{} +{offset_ms:.1}ms {dur_ms:.1}ms [{class}] {}{status}",
         text(s, "service_name").unwrap_or_default(),
         text(s, "name").unwrap_or_default(),
-        status
     );
     if !detail.is_empty() {
         line.push_str(&format!(" · {}", detail.join(" · ")));
@@ -623,6 +640,23 @@ fn node_lines(
             false,
             marks,
             out,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_word;
+
+    #[test]
+    fn a_status_is_shown_only_where_it_says_something() {
+        assert_eq!(status_word(Some("unset"), None), None);
+        assert_eq!(status_word(None, None), None);
+        assert_eq!(status_word(Some("ok"), Some("")), Some("ok".to_string()));
+        assert_eq!(status_word(Some("error"), None), Some("error".to_string()));
+        assert_eq!(
+            status_word(Some("error"), Some("upstream timed out")),
+            Some("error: upstream timed out".to_string())
         );
     }
 }

@@ -320,6 +320,8 @@ fn query_and_trace_answer_incident_questions_exactly() {
     );
     assert!(text.contains("[tool] execute_tool"), "{text}");
     assert!(text.contains("· deny"), "{text}");
+    // No sender here sets a status: none is shown (issue 38).
+    assert!(!text.contains("unset"), "{text}");
     let with_tenant = toolwatch()
         .args(["trace", "--json", "--tenant", &e.tenant, "--data-dir"])
         .arg(&d.data_dir)
