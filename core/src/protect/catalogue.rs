@@ -423,6 +423,9 @@ const DETECTORS: &[D] = &[
     D { id: "bearer_token", description: "Bearer credential (Authorization: Bearer …)",
         keywords: &["bearer"],
         regex: r"(?i)(?-u:\b)bearer\s+([A-Za-z0-9_\-.~+/]{12,}=*)", group: 1, validator: None },
+    D { id: "aws_sigv4_signature", description: "Signature of an AWS Signature Version 4 Authorization header (AWS4-HMAC-SHA256 Credential=…, Signature=<64 hex>)",
+        keywords: &["aws4-hmac-sha256"],
+        regex: r"AWS4-HMAC-SHA256\s+Credential=[^\s,]+,\s*SignedHeaders=[^\s,]+,\s*Signature=([a-f0-9]{64})(?-u:\b)", group: 1, validator: None },
     // A JSON Web Key written as code (`{kty: 'oct', k: '…'}`, a Python dict, a log line):
     // its private members, in text that names a key type. JSON documents are read member by
     // member instead (`walk`), where the object, not the text, must name it.
@@ -962,6 +965,11 @@ pub(crate) mod tests {
         ] {
             tp("call_positional_password", s(line), s(secret));
         }
+        tp(
+            "aws_sigv4_signature",
+            s("Authorization: AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20261206/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024"),
+            s("fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024"),
+        );
         // Developer platforms' prefixed tokens, bare where a setting or a call holds them.
         for (rule, text, secret) in [
             ("contentful_pat", "CONTENTFUL_MANAGEMENT_TOKEN=CFPAT-vdb9Z66Ys4faGOlprUPBxJrIeKA0FywWZz4pzkhGFSW", "CFPAT-vdb9Z66Ys4faGOlprUPBxJrIeKA0FywWZz4pzkhGFSW"),
@@ -1705,6 +1713,7 @@ pub(crate) mod tests {
             ("cerebras_api_key", "csk-abc and desk-85fv2ekx4856xnp38jt82eeeyrcjwhw2n9pmd9nnkv4ftpej"),
             ("pinecone_api_key", "pcsk_... in the docs"),
             ("tavily_api_key", "tvly-YOUR_API_KEY"),
+            ("aws_sigv4_signature", "Authorization: AWS4-HMAC-SHA256 Credential=<id>/<scope>, SignedHeaders=host, Signature=<signature>"),
             ("contentful_pat", "CFPAT-your-token-here"),
             ("mapbox_secret_token", "pk.eyJ1IjoiYWNtZSIsImEiOiJjbHh5ejEyMzQifQ.nHslFTLuT4JkaMy5FiW4nA is public"),
             ("prefect_api_key", "pnu_... from the dashboard"),

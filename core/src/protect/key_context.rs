@@ -788,6 +788,14 @@ const AUTH_SCHEMES: &[&str] = &[
     "digest",
     "token",
     "apikey",
+    "api-key",
+    "key",
+    // Okta's API tokens, Azure Storage's shared keys, Splunk HEC's and Opsgenie's keys.
+    "ssws",
+    "sharedkey",
+    "sharedkeylite",
+    "splunk",
+    "geniekey",
     // OAuth 1.0: the parameters after it are judged one by one (`oauth_token="…"`).
     "oauth",
 ];
@@ -1314,6 +1322,7 @@ pub const KEYWORDS: &[&str] = &[
     "otp",
     "pin",
     "psk",
+    "honeycomb-team",
     // The word for password in other languages (`CREDENTIAL_LABELS`) where none of the
     // above stands in it. ASCII case is ignored; other scripts' capitals are listed.
     "kennwort",
@@ -1690,7 +1699,10 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         }
     }
     let mut class = classify_words(&words);
-    if class == KeyClass::Other && is_password_label_key(key) {
+    // Honeycomb's API key travels in a header named for the team.
+    if class == KeyClass::Other
+        && (is_password_label_key(key) || key.eq_ignore_ascii_case("x-honeycomb-team"))
+    {
         class = KeyClass::Credential;
     }
     // `Secret Key: …`, `access key: …`, `root password: …`: one word before a plain key
@@ -3439,6 +3451,24 @@ mod tests {
                 "Hb7nM2kLq9",
             ),
             ("requirepass Hb7nM2kLq9", "Hb7nM2kLq9"),
+            // Headers and auth schemes of particular services.
+            ("X-Honeycomb-Team: Jk83mNq2vLp9Xw4Rt7Yz", "Jk83mNq2vLp9Xw4Rt7Yz"),
+            (
+                "Authorization: SSWS 00Jk83mNq2vLp9Xw4Rt7YzJk83mNq2vLp9Xw4Rt7",
+                "00Jk83mNq2vLp9Xw4Rt7YzJk83mNq2vLp9Xw4Rt7",
+            ),
+            (
+                "Authorization: Splunk 4f9a1c7e-5b2d-8046-3f9a-1c7e5b2d8046",
+                "4f9a1c7e-5b2d-8046-3f9a-1c7e5b2d8046",
+            ),
+            (
+                "Authorization: GenieKey 4f9a1c7e-5b2d-8046-3f9a-1c7e5b2d8046",
+                "4f9a1c7e-5b2d-8046-3f9a-1c7e5b2d8046",
+            ),
+            (
+                "Authorization: SharedKey acct:Jk83mNq2vLp9Xw4Rt7YzJk83mNq2vLp9Xw4Rt7Yz=",
+                "acct:Jk83mNq2vLp9Xw4Rt7YzJk83mNq2vLp9Xw4Rt7Yz=",
+            ),
             ("  masterauth Hb7nM2kLq9\n", "Hb7nM2kLq9"),
             ("secret_key_base: Hb7nM2kLq9Xz4Wq8Rt", "Hb7nM2kLq9Xz4Wq8Rt"),
             // `.netrc`, on one line or several.
