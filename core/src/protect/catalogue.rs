@@ -426,6 +426,12 @@ const DETECTORS: &[D] = &[
     D { id: "aws_sigv4_signature", description: "Signature of an AWS Signature Version 4 Authorization header (AWS4-HMAC-SHA256 Credential=…, Signature=<64 hex>)",
         keywords: &["aws4-hmac-sha256"],
         regex: r"AWS4-HMAC-SHA256\s+Credential=[^\s,]+,\s*SignedHeaders=[^\s,]+,\s*Signature=([a-f0-9]{64})(?-u:\b)", group: 1, validator: None },
+    D { id: "crypt_password_hash", description: "A password hash in crypt(3) form, as /etc/shadow and user tables hold it (MD5 $1$, SHA-256 $5$, SHA-512 $6$, bcrypt $2b$, yescrypt $y$, Argon2): crackable offline",
+        keywords: &["$1$", "$5$", "$6$", "$2a$", "$2b$", "$2y$", "$y$", "$argon2"],
+        regex: r"(?:^|[^A-Za-z0-9$])(\$[156]\$(?:rounds=\d{1,9}\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}|\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|\$y\$[./A-Za-z0-9]{1,12}\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{43}|\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]{11,}\$[A-Za-z0-9+/]{16,})(?:[^./A-Za-z0-9+$]|$)", group: 1, validator: None },
+    D { id: "pgpass_password", description: "The password of a PostgreSQL password file line (host:port:database:user:password) on the default port or any",
+        keywords: &[":5432:", ":*:"],
+        regex: r"(?m)^[ \t]*(?:[A-Za-z0-9.\-]+|\*):(?:5432|\*):[^:\s]+:[^:\s]+:([^\s]+?)[ \t]*\r?$", group: 1, validator: Some(Validator::SecretLike) },
     // A JSON Web Key written as code (`{kty: 'oct', k: '…'}`, a Python dict, a log line):
     // its private members, in text that names a key type. JSON documents are read member by
     // member instead (`walk`), where the object, not the text, must name it.
@@ -969,6 +975,31 @@ pub(crate) mod tests {
             "aws_sigv4_signature",
             s("Authorization: AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20261206/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024"),
             s("fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024"),
+        );
+        for (text, secret) in [
+            (
+                "bob:$6$rounds=5000$Zq8vLx2R$jK3mN9pQ2wX7vB4cT6yU1iO8aS5dF0gH3jK6lZ9xC2vB5nM8qW1eR4tY7uI0oP3aS6dF9gH2jK5lZ8xC1vB4n:19000:0:99999:7:::",
+                "$6$rounds=5000$Zq8vLx2R$jK3mN9pQ2wX7vB4cT6yU1iO8aS5dF0gH3jK6lZ9xC2vB5nM8qW1eR4tY7uI0oP3aS6dF9gH2jK5lZ8xC1vB4n",
+            ),
+            (
+                "INSERT INTO users VALUES (1, 'bob', '$2b$12$R9h/cIPz0gi.URNNX3kh2OPST9/PgBkqquzi.Ss7KIUgO2t0jWMUW');",
+                "$2b$12$R9h/cIPz0gi.URNNX3kh2OPST9/PgBkqquzi.Ss7KIUgO2t0jWMUW",
+            ),
+            (
+                "root:$y$j9T$Zq8vLx2RkP$jK3mN9pQ2wX7vB4cT6yU1iO8aS5dF0gH3jK6lZ9xC2v:19000::::::",
+                "$y$j9T$Zq8vLx2RkP$jK3mN9pQ2wX7vB4cT6yU1iO8aS5dF0gH3jK6lZ9xC2v",
+            ),
+            (
+                "hash = \"$argon2id$v=19$m=65536,t=3,p=4$c29tZXNhbHQ$RdescudvJCsgt3ub+b+dWRWJTmaaJObG\"",
+                "$argon2id$v=19$m=65536,t=3,p=4$c29tZXNhbHQ$RdescudvJCsgt3ub+b+dWRWJTmaaJObG",
+            ),
+        ] {
+            tp("crypt_password_hash", s(text), s(secret));
+        }
+        tp(
+            "pgpass_password",
+            s("$ cat ~/.pgpass\ndb.internal:5432:shop:app:Qw83nvLp2xR\n*:*:*:replicator:Zt7kQ2mXw9"),
+            s("Qw83nvLp2xR"),
         );
         // Developer platforms' prefixed tokens, bare where a setting or a call holds them.
         for (rule, text, secret) in [
@@ -1713,6 +1744,10 @@ pub(crate) mod tests {
             ("cerebras_api_key", "csk-abc and desk-85fv2ekx4856xnp38jt82eeeyrcjwhw2n9pmd9nnkv4ftpej"),
             ("pinecone_api_key", "pcsk_... in the docs"),
             ("tavily_api_key", "tvly-YOUR_API_KEY"),
+            ("crypt_password_hash", "the format is $6$salt$hash, see crypt(5)"),
+            ("crypt_password_hash", "price: $5$ per month, $6$ with support"),
+            ("pgpass_password", "db:5432:shop:app:*"),
+            ("pgpass_password", "ports 80:5432:6379: and more"),
             ("aws_sigv4_signature", "Authorization: AWS4-HMAC-SHA256 Credential=<id>/<scope>, SignedHeaders=host, Signature=<signature>"),
             ("contentful_pat", "CFPAT-your-token-here"),
             ("mapbox_secret_token", "pk.eyJ1IjoiYWNtZSIsImEiOiJjbHh5ejEyMzQifQ.nHslFTLuT4JkaMy5FiW4nA is public"),
