@@ -547,7 +547,12 @@ fn every_kind_of_secret_seen_bare_again_is_removed_in_every_signal_of_its_tenant
         ),
         one("redis-cli -h cache -a Rn5tY8uQ3wEz ping", "Rn5tY8uQ3wEz"),
         one("# AMQP_PASSWORD = qorvendix", "qorvendix"),
-        // Credentials nobody had named before (probe lines of issue 36).
+        // Credentials nobody had named before (probe lines of issue 36); a command's
+        // arguments as an array, the flag and its value in items of their own.
+        one(
+            r#"{"command": "psql", "args": ["-U", "app", "--password", "Gt5rE2wQ8yUi"]}"#,
+            "Gt5rE2wQ8yUi",
+        ),
         one("Kennwort: Lq8vN3xR7tZp", "Lq8vN3xR7tZp"),
         one(
             "machine api.example.com login bob password Mw4nB8vC2xQz",

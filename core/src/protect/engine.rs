@@ -876,12 +876,26 @@ impl Redactor {
     ) -> Option<String> {
         super::trail::scanning_under(key);
         let findings = self.scan_under(text, key);
+        self.apply_findings(text, &findings, hits, raw, to_raw)
+    }
+
+    /// `raw` with each of `findings` (ranges of `text`, decoded from `raw`; sorted and apart)
+    /// replaced, learned and counted as [`Redactor::redact_decoded_under`] does; `None` when
+    /// there are none.
+    pub fn apply_findings(
+        &self,
+        text: &str,
+        findings: &[Finding],
+        hits: &mut Redactions,
+        raw: &str,
+        to_raw: impl Fn(Range<usize>) -> Range<usize>,
+    ) -> Option<String> {
         if findings.is_empty() {
             return None;
         }
         let mut out = String::with_capacity(raw.len());
         let mut pos = 0;
-        for f in &findings {
+        for f in findings {
             if self.detectors.get(f.rank).is_some_and(|d| d.learnable) {
                 learned::learn_in_scope(&f.rule, &text[f.start..f.end]);
             } else if f.rule.starts_with(learned::LEARNED_PREFIX) {

@@ -1872,7 +1872,8 @@ fn directive_line(b: &[u8], ks: usize, at: usize) -> bool {
 }
 
 /// True when `login <user>` stands right before the key at `ks` (blanks or line breaks
-/// between), as in a `.netrc` entry.
+/// between), as in a `.netrc` entry, or `user <name>` / `username <name>` with a comma after
+/// the name, as a message gives a login (`username admin, password …`).
 fn after_netrc_login(b: &[u8], ks: usize) -> bool {
     let blanks_before = |mut i: usize| {
         while i > 0 && b[i - 1].is_ascii_whitespace() {
@@ -1886,11 +1887,15 @@ fn after_netrc_login(b: &[u8], ks: usize) -> bool {
         user_start -= 1;
     }
     let login_end = blanks_before(user_start);
+    let word_before = |w: &[u8]| {
+        b[..login_end].ends_with(w)
+            && (login_end == w.len() || !b[login_end - w.len() - 1].is_ascii_alphanumeric())
+    };
+    let comma = user_end > user_start && b[user_end - 1] == b',';
     user_end < ks
-        && user_start < user_end
+        && user_start + usize::from(comma) < user_end
         && login_end < user_start
-        && b[..login_end].ends_with(b"login")
-        && (login_end == 5 || !b[login_end - 6].is_ascii_alphanumeric())
+        && (word_before(b"login") || (comma && (word_before(b"user") || word_before(b"username"))))
 }
 
 /// Where the password starts after SQL's `IDENTIFIED` (at `at`): past `BY`, or past
@@ -2216,7 +2221,9 @@ fn commented_out_setting(b: &[u8], ks: usize, next: &str) -> bool {
 /// blank after it.
 const COPULAS: &[&str] = &[
     "is now ",
+    "is: ",
     "is ",
+    "was: ",
     "was ",
     "are ",
     "set to ",
@@ -3471,6 +3478,11 @@ mod tests {
             ),
             ("  masterauth Hb7nM2kLq9\n", "Hb7nM2kLq9"),
             ("secret_key_base: Hb7nM2kLq9Xz4Wq8Rt", "Hb7nM2kLq9Xz4Wq8Rt"),
+            ("Your new password is: Hk82mVq3xLp9", "Hk82mVq3xLp9"),
+            (
+                "Use these credentials: username admin, password Hk82mVq3xLp9",
+                "Hk82mVq3xLp9",
+            ),
             // `.netrc`, on one line or several.
             (
                 "machine api.example.com login bob password Qw83nvLp2x",
@@ -3598,6 +3610,7 @@ mod tests {
             "- name: LOG_LEVEL\n  value: debug",
             "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: pw}",
             "Password incorrect",
+            "user admin password policy",
             "password reset-link",
             "Token expired 3 times",
             "variable \"db_password\" { default = var.fallback }",

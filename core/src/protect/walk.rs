@@ -486,8 +486,12 @@ fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
         json_unescaped(text).is_none_or(|u| clean_text(u.text()))
             && (!text.contains('%') || percent_decoded(text).is_none_or(|d| clean_text(&d.text)))
     };
+    // A string that is a flag (`"--password"`, `"-a"`) may head a value in the next item of
+    // an array read as a command line ([`argv_edits`]), which no scan of the text sees.
+    let flags = holds_flag_string(text);
     let Some(scan) = r.scan_document(text) else {
         let clean = !r.has_key_scoped_detectors()
+            && !flags
             && marks.is_empty()
             && clean_text(text)
             && unescaped_clean();
@@ -499,7 +503,7 @@ fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
             },
         };
     };
-    if scan.clean && marks.is_empty() && unescaped_clean() {
+    if scan.clean && !flags && marks.is_empty() && unescaped_clean() {
         return Survey::Clean;
     }
     marks.extend(scan.marks);
@@ -766,6 +770,7 @@ fn json_edits(
             Kind::Literal | Kind::Object | Kind::Array => {}
         }
     }
+    argv_edits(r, text, doc, hits, &mut edits);
     // A dropped member's key goes with it: no edit of its own inside the removal.
     let gone: std::collections::HashSet<usize> = dropped.iter().copied().collect();
     edits.extend(
@@ -780,6 +785,128 @@ fn json_edits(
             .map(|r| (r, String::new())),
     );
     edits
+}
+
+/// True when a JSON string in `text` starts with a flag: `"-` and a letter or `-`.
+fn holds_flag_string(text: &str) -> bool {
+    let b = text.as_bytes();
+    text.match_indices("\"-").any(|(at, _)| {
+        b.get(at + 2)
+            .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'-')
+    })
+}
+
+/// Bytes of a command line read from an array's strings: longer arrays are data, not argv.
+const ARGV_MAX_BYTES: usize = 4096;
+
+/// The arrays of strings in `doc` that read as a command's arguments, one of them a flag
+/// (`["psql", "-U", "app", "--password", "…"]`, `["mysql", "-p…"]`, an MCP server's `args`):
+/// each is read as one command line, its items joined by blanks, so that a flag and its value
+/// in items of their own are read together, as a shell would pass them. What is found inside
+/// one item replaces its bytes there; an array an edit already touched is left to it.
+fn argv_edits(
+    r: &Redactor,
+    text: &str,
+    doc: &json_text::Document,
+    hits: &mut Redactions,
+    edits: &mut Vec<(std::ops::Range<usize>, String)>,
+) {
+    use json_text::Kind;
+    let values = &doc.values;
+    // The raw string's first bytes after its quote (an escape there is no flag).
+    let flag = |v: &json_text::Value| {
+        v.kind == Kind::String
+            && text
+                .get(v.range.start + 1..v.range.end)
+                .is_some_and(is_flag)
+    };
+    // Most documents hold no flag: nothing is gathered for them.
+    if !values.iter().any(flag) {
+        return;
+    }
+    let mut items: crate::maps::FastMap<usize, Vec<usize>> = crate::maps::map();
+    for (i, v) in values.iter().enumerate() {
+        if let Some(p) = v.parent.filter(|p| values[*p].kind == Kind::Array) {
+            items.entry(p).or_default().push(i);
+        }
+    }
+    let mut arrays: Vec<(usize, Vec<usize>)> = items
+        .into_iter()
+        .filter(|(_, its)| {
+            its.len() >= 2
+                && its.iter().all(|i| values[*i].kind == Kind::String)
+                && its.iter().any(|i| flag(&values[*i]))
+        })
+        .collect();
+    arrays.sort_unstable_by_key(|(a, _)| *a);
+    for (a, its) in arrays {
+        let span = &values[a].range;
+        if span.len() > ARGV_MAX_BYTES
+            || edits
+                .iter()
+                .any(|(e, _)| e.start < span.end && span.start < e.end)
+        {
+            continue;
+        }
+        let decoded: Vec<std::borrow::Cow<'_, str>> = its
+            .iter()
+            .map(|i| json_text::decode_string(&text[values[*i].range.clone()]))
+            .collect();
+        for (n, new) in argv_redacted(r, &decoded, hits) {
+            let range = values[its[n]].range.clone();
+            let written = json_text::replace_string(&text[range.clone()], &new);
+            edits.push((range, written));
+        }
+    }
+}
+
+/// True when `item` is a command-line flag (`-a`, `--password`, `-pX`).
+fn is_flag(item: &str) -> bool {
+    let b = item.as_bytes();
+    b.first() == Some(&b'-')
+        && b.get(1)
+            .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'-')
+}
+
+/// `items` read as one command line, joined by blanks: each item that holds a finding, by
+/// position, with its findings replaced (learned and counted as a string's are). A finding
+/// across two items (none of the catalogue's captures a blank) is left to their own scans.
+fn argv_redacted<S: AsRef<str>>(
+    r: &Redactor,
+    items: &[S],
+    hits: &mut Redactions,
+) -> Vec<(usize, String)> {
+    let mut line = String::new();
+    let mut starts = Vec::with_capacity(items.len());
+    for (n, t) in items.iter().enumerate() {
+        if n > 0 {
+            line.push(' ');
+        }
+        starts.push(line.len());
+        line.push_str(t.as_ref());
+    }
+    let findings = r.scan(&line);
+    if findings.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (n, t) in items.iter().enumerate() {
+        let t = t.as_ref();
+        let (from, to) = (starts[n], starts[n] + t.len());
+        let inside: Vec<super::engine::Finding> = findings
+            .iter()
+            .filter(|f| from <= f.start && f.end <= to)
+            .map(|f| {
+                let mut f = f.clone();
+                (f.start, f.end) = (f.start - from, f.end - from);
+                f
+            })
+            .collect();
+        if let Some(new) = r.apply_findings(t, &inside, hits, t, |r| r) {
+            out.push((n, new));
+        }
+    }
+    out
 }
 
 /// Text decoded in one or more layers (JSON escaped more than once), innermost last.
@@ -1036,9 +1163,10 @@ fn redact_value_under(
         }
         AttrValue::Int(_) => {}
         AttrValue::Array(items) => {
-            for item in items {
+            for item in items.iter_mut() {
                 redact_value_under(r, item, hits, depth + 1, key);
             }
+            redact_argv_attribute(r, items, hits);
         }
         AttrValue::Map(attrs) => redact_attributes(r, attrs, hits, depth + 1),
         AttrValue::Bytes(b) => match std::str::from_utf8(b) {
@@ -1054,6 +1182,27 @@ fn redact_value_under(
             }
         },
         AttrValue::Bool(_) | AttrValue::Double(_) | AttrValue::Empty => {}
+    }
+}
+
+/// An array attribute of strings one of which is a flag (`process.command_args`), read as
+/// one command line as well ([`argv_redacted`]), after each item's own scan.
+fn redact_argv_attribute(r: &Redactor, items: &mut [AttrValue], hits: &mut Redactions) {
+    let strings: Option<Vec<&str>> = items
+        .iter()
+        .map(|i| match i {
+            AttrValue::Str(s) => Some(s.as_str()),
+            _ => None,
+        })
+        .collect();
+    let Some(strings) = strings.filter(|s| s.len() >= 2 && s.iter().any(|t| is_flag(t))) else {
+        return;
+    };
+    if strings.iter().map(|s| s.len() + 1).sum::<usize>() > ARGV_MAX_BYTES {
+        return;
+    }
+    for (n, new) in argv_redacted(r, &strings, hits) {
+        items[n] = AttrValue::Str(new);
     }
 }
 
@@ -1081,6 +1230,35 @@ pub struct Explanation {
     pub removed: bool,
     /// Why: the judgment's score and terms, or how a pattern rule matched.
     pub why: String,
+}
+
+/// What reading `items` as one command line finds inside an item ([`argv_edits`]), under
+/// the item's path.
+fn explain_argv(r: &Redactor, items: &[Value], path: &str, out: &mut Vec<Explanation>) {
+    let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+    let Some(strings) = strings.filter(|s| s.len() >= 2 && s.iter().any(|t| is_flag(t))) else {
+        return;
+    };
+    let line = strings.join(" ");
+    if line.len() > ARGV_MAX_BYTES {
+        return;
+    }
+    let mut from = 0;
+    let findings = r.scan(&line);
+    for (i, t) in strings.iter().enumerate() {
+        let to = from + t.len();
+        for f in findings.iter().filter(|f| from <= f.start && f.end <= to) {
+            out.push(Explanation {
+                path: format!("{path}[{i}]"),
+                rule: f.rule.to_string(),
+                start: f.start - from,
+                end: f.end - from,
+                removed: true,
+                why: "matched the rule's pattern in the array read as one command line".into(),
+            });
+        }
+        from = to + 1;
+    }
 }
 
 /// A judgment as one line: `score +1.2 (removed at 0 or more): key names a credential (+5.3); …`
@@ -1241,13 +1419,14 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
                     r,
                     item,
                     Place {
-                        path,
+                        path: path.clone(),
                         key,
                         depth: depth + 1,
                     },
                     out,
                 );
             }
+            explain_argv(r, items, &path, out);
         }
         Value::Object(map) => {
             let jwk = is_jwk(map);
@@ -1662,6 +1841,78 @@ mod tests {
             redact_string(&r, &mut s, &mut hits, 0);
             assert_eq!(s, kept, "{sent}");
         }
+    }
+
+    #[test]
+    fn an_array_of_arguments_is_read_as_the_command_line_it_is() {
+        let r = redactor(65536);
+        for (sent, kept) in [
+            // A flag and its value in items of their own, as subprocess calls, MCP servers'
+            // `args` and container commands write them.
+            (
+                r#"{"command":"psql","args":["-h","db","-U","app","--password","Vd8kLm2Zqr"]}"#,
+                r#"{"command":"psql","args":["-h","db","-U","app","--password","[REDACTED:cli_secret_flag]"]}"#,
+            ),
+            (
+                r#"{"cmd": ["redis-cli", "-a", "Vd8kLm2Zqr", "ping"]}"#,
+                r#"{"cmd": ["redis-cli", "-a", "[REDACTED:cli_password_client_flag]", "ping"]}"#,
+            ),
+            (
+                r#"["mysql", "-u", "root", "-pVd8kLm2Zqr"]"#,
+                r#"["mysql", "-u", "root", "-p[REDACTED:cli_password_short_flag]"]"#,
+            ),
+            // No keyword of the rule stands in the JSON text (`zip"`, not `zip `): the
+            // document is read because a string in it is a flag.
+            (
+                r#"{"a":{"b":["zip","-r","x.zip","d","-P","Vd8kLm2Zqr"]}}"#,
+                r#"{"a":{"b":["zip","-r","x.zip","d","-P","[REDACTED:cli_password_client_flag]"]}}"#,
+            ),
+            // Flags without secrets, and lists that are data, stay byte for byte.
+            (
+                r#"{"args": ["--verbose", "--output", "out.txt"], "tags": ["-x", "alpha"]}"#,
+                r#"{"args": ["--verbose", "--output", "out.txt"], "tags": ["-x", "alpha"]}"#,
+            ),
+            (
+                r#"{"words": ["password", "Vd8kLm2Zqr"]}"#,
+                r#"{"words": ["password", "Vd8kLm2Zqr"]}"#,
+            ),
+        ] {
+            let mut s = sent.to_string();
+            let mut hits = Redactions::new();
+            redact_string(&r, &mut s, &mut hits, 0);
+            assert_eq!(s, kept, "{sent}");
+        }
+        // An attribute holding a process's arguments (`process.command_args`).
+        let mut v = AttrValue::Array(
+            ["sshpass", "-p", "Vd8kLm2Zqr", "ssh", "host"]
+                .map(|t| AttrValue::Str(t.to_string()))
+                .to_vec(),
+        );
+        let mut hits = Redactions::new();
+        redact_value(&r, &mut v, &mut hits, 0);
+        assert_eq!(
+            v,
+            AttrValue::Array(
+                [
+                    "sshpass",
+                    "-p",
+                    "[REDACTED:cli_password_short_flag]",
+                    "ssh",
+                    "host"
+                ]
+                .map(|t| AttrValue::Str(t.to_string()))
+                .to_vec()
+            )
+        );
+        assert_eq!(hits.get("cli_password_short_flag"), Some(&1));
+        // --explain says where, under the item's path.
+        let why = explain(&r, r#"{"args": ["-h", "db", "--password", "Vd8kLm2Zqr"]}"#);
+        let found: Vec<(&str, &str, usize, usize)> = why
+            .iter()
+            .filter(|e| e.removed)
+            .map(|e| (e.path.as_str(), e.rule.as_str(), e.start, e.end))
+            .collect();
+        assert_eq!(found, [("$.args[3]", "cli_secret_flag", 0, 10)]);
     }
 
     #[test]
