@@ -599,6 +599,14 @@ fn classify_words(words: &[String]) -> KeyClass {
     if NOT_CREDENTIAL_HEAD_SET.contains(head) {
         return KeyClass::Other;
     }
+    // A preposition before the head makes the key name something about the credential, not
+    // hold it: `keyVaultToStoreSecrets`, `path_to_password`, `urlForToken`.
+    if words[..words.len() - 1]
+        .iter()
+        .any(|w| matches!(w.as_str(), "to" | "for" | "from" | "of" | "with"))
+    {
+        return KeyClass::Other;
+    }
     match head_class(head, prev) {
         KeyClass::Other => {
             // A credential word earlier, under a head that says nothing of its own
@@ -3307,6 +3315,9 @@ mod tests {
             ("PASSWORD_DIR_PROD", Other),
             ("token_count_v2", Other),
             ("password_policy", Other),
+            ("keyVaultToStoreSecrets", Other),
+            ("path_to_password", Other),
+            ("urlForToken", Other),
             ("secret_name", Other),
             // A key of qualifiers alone, or past two of them, is nothing.
             ("prod", Other),
