@@ -789,8 +789,10 @@ fn json_edits(
 
 /// True when a JSON string in `text` starts with a flag: `"-` and a letter or `-`.
 fn holds_flag_string(text: &str) -> bool {
+    // A vector search: `str::match_indices` (two-way, a byte at a time) cost a tenth of
+    // the order records' protection.
     let b = text.as_bytes();
-    text.match_indices("\"-").any(|(at, _)| {
+    memchr::memmem::find_iter(b, b"\"-").any(|at| {
         b.get(at + 2)
             .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'-')
     })
