@@ -1671,6 +1671,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     if let Some(c) = yaml_named_value(text, settled, ks..ke, after_key) {
         return Some(c);
     }
+    if before.ends_with(b"<key>") {
+        return plist_value(text, settled, ks..ke);
+    }
     let (sep, mut at) = separator(b, after_key)?;
     let flag = key.starts_with('-');
     let constant_key = key.contains('_')
@@ -1808,6 +1811,11 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         }
         let (mut start, mut end) = bare_value(b, at);
         // An auth scheme is not the credential: the token after it is.
+        // YAML's explicit tags of a scalar (`password: !!binary UXY3…`, `!!str 12345`): the
+        // value is the scalar after the tag.
+        if matches!(&text[start..end], "!!binary" | "!!str") && b.get(end) == Some(&b' ') {
+            (start, end) = bare_value(b, end + 1);
+        }
         let scheme = &text[start..end];
         if AUTH_SCHEMES.iter().any(|s| scheme.eq_ignore_ascii_case(s)) && b.get(end) == Some(&b' ')
         {
@@ -1992,6 +2000,33 @@ fn terraform_variable_default(
         i += 1;
     }
     None
+}
+
+/// The `<string>` after a property list's `<key>NAME</key>` (Apple's plists:
+/// `GoogleService-Info.plist`, app settings), judged under `NAME`; one line or several.
+fn plist_value(text: &str, settled: Settled<'_>, key: Range<usize>) -> Option<Candidate> {
+    let b = text.as_bytes();
+    let rest = b[key.end..].strip_prefix(b"</key>")?;
+    let at = key.end + "</key>".len();
+    let open = at + rest.iter().position(|c| !c.is_ascii_whitespace())?;
+    let start = open
+        + b[open..]
+            .strip_prefix(b"<string>")
+            .map(|_| "<string>".len())?;
+    let end = start + memchr::memmem::find(&b[start..], b"</string>")?;
+    let class = classify_key(&text[key.clone()]);
+    if class == KeyClass::Other || start == end {
+        return None;
+    }
+    Some(Candidate::judged(
+        text,
+        settled,
+        key,
+        start..end,
+        class,
+        Syntax::Quoted,
+        "",
+    ))
 }
 
 /// The `value:` of a YAML `name:` / `value:` pair whose name is the key at `ks` (its quote,
@@ -3469,6 +3504,16 @@ mod tests {
                 "Hb7nM2kLq9",
             ),
             ("requirepass Hb7nM2kLq9", "Hb7nM2kLq9"),
+            // Apple property lists, one line or several; YAML's explicit tags.
+            (
+                "<key>APIKey</key><string>Qv72mLx9pZ3kWn8R</string>",
+                "Qv72mLx9pZ3kWn8R",
+            ),
+            (
+                "<dict>\n  <key>password</key>\n  <string>Qv72mLx9pZ3k</string>\n</dict>",
+                "Qv72mLx9pZ3k",
+            ),
+            ("password: !!binary UXY3Mm1MeDlwWjNr", "UXY3Mm1MeDlwWjNr"),
             // Headers and auth schemes of particular services.
             ("X-Honeycomb-Team: Jk83mNq2vLp9Xw4Rt7Yz", "Jk83mNq2vLp9Xw4Rt7Yz"),
             (
@@ -3621,6 +3666,8 @@ mod tests {
             "- name: LOG_LEVEL\n  value: debug",
             "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: pw}",
             "Password incorrect",
+            "<key>PasswordPolicy</key><string>strict</string>",
+            "<key>token</key><integer>3</integer>",
             "user admin password policy",
             "password reset-link",
             "Token expired 3 times",
