@@ -577,8 +577,27 @@ pub fn is_password_word(w: &str) -> bool {
 
 /// The class of a key.
 pub fn classify_key(key: &str) -> KeyClass {
-    let words = key_words(key);
-    classify_words(&words)
+    class_of(key, &key_words(key))
+}
+
+/// Keys that name a credential whole, though no word of theirs does: Honeycomb's API key
+/// travels in a header named for the team.
+const CREDENTIAL_HEADERS: &[&str] = &["x-honeycomb-team"];
+
+/// The class of `key`, whose words are `words`: theirs, or a credential's when the key as a
+/// whole is a password label ([`is_password_label_key`]) or a credential header.
+fn class_of(key: &str, words: &[String]) -> KeyClass {
+    match classify_words(words) {
+        KeyClass::Other
+            if is_password_label_key(key)
+                || CREDENTIAL_HEADERS
+                    .iter()
+                    .any(|h| key.eq_ignore_ascii_case(h)) =>
+        {
+            KeyClass::Credential
+        }
+        class => class,
+    }
 }
 
 fn classify_words(words: &[String]) -> KeyClass {
@@ -639,9 +658,7 @@ fn without_qualifiers(words: &[String]) -> &[String] {
 
 fn head_class(head: &str, prev: Option<&str>) -> KeyClass {
     // A head is a lower-case ASCII word: the labels it can be are too.
-    if is_password_word(head)
-        || CREDENTIAL_WORDS.contains(&head)
-        || (head != "clave" && CREDENTIAL_LABELS.contains(&head))
+    if is_password_word(head) || CREDENTIAL_WORDS.contains(&head) || PASSWORD_LABELS.contains(&head)
     {
         return KeyClass::Credential;
     }
@@ -1126,17 +1143,17 @@ fn names_a_credential(v: &str) -> bool {
     !chosen && classify_key(v) != KeyClass::Other
 }
 
-/// The word for password, passphrase or key in the languages user interfaces are most often
+/// The word for password or passphrase in the languages user interfaces are most often
 /// translated to, lowercase: under a credential name, a value that is one of these (a colon
-/// or asterisk after it allowed) is a form's label, not a password anyone chose.
-const CREDENTIAL_LABELS: &[&str] = &[
+/// or asterisk after it allowed) is a form's label, not a password anyone chose; as a key,
+/// each names a credential (`Kennwort: …`, `密码：…`).
+const PASSWORD_LABELS: &[&str] = &[
     "passwort",
     "kennwort",
     "wachtwoord",
     "mot de passe",
     "contraseña",
     "contrasena",
-    "clave",
     "senha",
     "palavra-passe",
     "parola",
@@ -1172,36 +1189,38 @@ const CREDENTIAL_LABELS: &[&str] = &[
     "mật khẩu",
     "kata sandi",
     "kata laluan",
-    "schlüssel",
-    "clé",
 ];
 
-/// True when `key` (as written) is the word for password in another language
-/// ([`CREDENTIAL_LABELS`] less the words for a key, `clave`, `schlüssel`, `clé`, which name a
-/// map's keys as often): `Kennwort: …`, `contraseña=…`, `密码：…`.
+/// The word for key in languages where it also names a password: a label as a value, but as
+/// a key it names a map's keys as often (`clave: nombre`).
+const KEY_LABELS: &[&str] = &["clave", "schlüssel", "clé"];
+
+/// Every label a value can be ([`PASSWORD_LABELS`] and [`KEY_LABELS`]).
+fn credential_labels() -> impl Iterator<Item = &'static str> {
+    PASSWORD_LABELS.iter().chain(KEY_LABELS).copied()
+}
+
+/// True when `key` (as written) is a [`PASSWORD_LABELS`] word holding a blank or a letter
+/// outside ASCII (`mot de passe`, `contraseña`, `Пароль`), which key words cannot spell; a
+/// one-word ASCII label is a head word ([`head_class`]).
 fn is_password_label_key(key: &str) -> bool {
-    // No label is longer; most keys are turned away here without lowercasing.
-    if key.len() > 32 {
-        return false;
-    }
-    let lower = key.to_lowercase();
-    !matches!(lower.as_str(), "clave" | "schlüssel" | "clé")
-        && CREDENTIAL_LABELS.contains(&lower.as_str())
+    // No label is longer: most keys are turned away without lowercasing.
+    (!key.is_ascii() || key.contains(' '))
+        && key.len() <= 32
+        && PASSWORD_LABELS.contains(&key.to_lowercase().as_str())
 }
 
 /// The length in bytes of the password label ([`is_password_label_key`]) that starts at
-/// `at` when it holds a blank or a letter outside ASCII (`mot de passe`, `contraseña`,
-/// `пароль`): key bytes alone would cut it short. Case is ignored.
+/// `at`: key bytes alone would cut it short. Case is ignored.
 fn password_label_at(text: &str, at: usize) -> Option<usize> {
     // Every keyword hit asks, most of them `pass`, `key` or `token`: the first byte turns
     // them away (a capital and its small letter share it in Cyrillic, Greek and Latin
     // Extended).
     let first = text.as_bytes().get(at)?.to_ascii_lowercase();
     let rest = text.get(at..)?;
-    CREDENTIAL_LABELS
+    PASSWORD_LABELS
         .iter()
-        .filter(|l| l.as_bytes()[0] == first)
-        .filter(|l| (!l.is_ascii() || l.contains(' ')) && !matches!(**l, "schlüssel" | "clé"))
+        .filter(|l| l.as_bytes()[0] == first && (!l.is_ascii() || l.contains(' ')))
         .find_map(|l| {
             let n = l.chars().count();
             let end = rest.char_indices().nth(n).map_or(rest.len(), |(i, _)| i);
@@ -1213,7 +1232,7 @@ fn password_label_at(text: &str, at: usize) -> Option<usize> {
 }
 
 /// A form's label or message about a credential, not one: `v` (lowercased, less a closing
-/// `:`, `*`, `?`, `.` or `!`) is one of [`CREDENTIAL_LABELS`]; or a phrase of words (letters
+/// `:`, `*`, `?`, `.` or `!`) is one of [`credential_labels`]; or a phrase of words (letters
 /// only, with blanks between them, no digit) one of which is such a label or `password`
 /// (`Passwort vergessen?`, `Confirm your current password`); or holds a label written in a
 /// script without blanks between words (`กรุณาใส่รหัสผ่าน`, `パスワードを入力`).
@@ -1224,13 +1243,10 @@ fn is_credential_label(v: &str) -> bool {
     }
     let ends = |c: char| matches!(c, ':' | '*' | '?' | '.' | '!' | ',' | '(' | ')' | '"' | ' ');
     let lower = v.trim_end_matches(ends).to_lowercase();
-    if CREDENTIAL_LABELS.contains(&lower.as_str()) {
+    if credential_labels().any(|l| l == lower) {
         return true;
     }
-    if CREDENTIAL_LABELS
-        .iter()
-        .any(|label| unspaced_script(label) && lower.contains(label))
-    {
+    if credential_labels().any(|label| unspaced_script(label) && lower.contains(label)) {
         return true;
     }
     // A phrase: every word letters (a hyphen or apostrophe inside), punctuation at its ends.
@@ -1243,10 +1259,8 @@ fn is_credential_label(v: &str) -> bool {
         });
     phrase
         && (words()
-            .any(|w| matches!(w, "password" | "passphrase") || CREDENTIAL_LABELS.contains(&w))
-            || CREDENTIAL_LABELS
-                .iter()
-                .any(|label| label.contains(' ') && lower.contains(label)))
+            .any(|w| matches!(w, "password" | "passphrase") || credential_labels().any(|l| l == w))
+            || credential_labels().any(|label| label.contains(' ') && lower.contains(label)))
 }
 
 /// Written in a script that puts no blanks between words (Thai, Chinese, Japanese, Korean's
@@ -1306,8 +1320,8 @@ fn squashed(s: &str) -> impl Iterator<Item = u8> + '_ {
 
 // --- Text ---------------------------------------------------------------------------------
 
-/// The keywords whose hits start a candidate (matched case-insensitively anywhere).
-pub const KEYWORDS: &[&str] = &[
+/// The words whose hits start a candidate, besides the labels ([`keywords`]).
+const KEY_WORDS_HIT: &[&str] = &[
     "pass",
     "pw",
     "psw",
@@ -1331,53 +1345,36 @@ pub const KEYWORDS: &[&str] = &[
     "pin",
     "psk",
     "honeycomb-team",
-    // The word for password in other languages (`CREDENTIAL_LABELS`) where none of the
-    // above stands in it. ASCII case is ignored; other scripts' capitals are listed.
-    "kennwort",
-    "wachtwoord",
-    "mot de passe",
-    "contrase",
-    "senha",
-    "palavra-passe",
-    "parol",
-    "hasło",
-    "haslo",
-    "lösenord",
-    "losenord",
-    "adgangskode",
-    "salasana",
-    "jelszó",
-    "heslo",
-    "geslo",
-    "lozinka",
-    "šifra",
-    "Šifra",
-    "şifre",
-    "Şifre",
-    "sifre",
-    "пароль",
-    "Пароль",
-    "ПАРОЛЬ",
-    "лозинка",
-    "Лозинка",
-    "гасло",
-    "Гасло",
-    "κωδικός",
-    "Κωδικός",
-    "סיסמה",
-    "كلمة المرور",
-    "كلمة السر",
-    "رمز عبور",
-    "पासवर्ड",
-    "パスワード",
-    "密码",
-    "密碼",
-    "비밀번호",
-    "รหัสผ่าน",
-    "mật khẩu",
-    "kata sandi",
-    "kata laluan",
 ];
+
+/// The keywords whose hits start a candidate (matched ignoring ASCII case anywhere): the
+/// words above, and every [`PASSWORD_LABELS`] word, with its capitalized and upper-case
+/// forms where its script's case is not ASCII (`Пароль`, `ПАРОЛЬ`, `Şifre`).
+pub fn keywords() -> &'static [String] {
+    static ALL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        let mut all: Vec<String> = KEY_WORDS_HIT.iter().map(|k| k.to_string()).collect();
+        for label in PASSWORD_LABELS {
+            let mut chars = label.chars();
+            let capitalized = chars
+                .next()
+                .map(|c| c.to_uppercase().chain(chars).collect::<String>());
+            for form in [
+                Some(label.to_string()),
+                capitalized,
+                Some(label.to_uppercase()),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if !all.iter().any(|k| k.eq_ignore_ascii_case(&form)) {
+                    all.push(form);
+                }
+            }
+        }
+        all
+    });
+    &ALL
+}
 
 /// One key and value found in text, with its judgment.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -1709,13 +1706,7 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
             return Some(c);
         }
     }
-    let mut class = classify_words(&words);
-    // Honeycomb's API key travels in a header named for the team.
-    if class == KeyClass::Other
-        && (is_password_label_key(key) || key.eq_ignore_ascii_case("x-honeycomb-team"))
-    {
-        class = KeyClass::Credential;
-    }
+    let mut class = class_of(key, &words);
     // `Secret Key: …`, `access key: …`, `root password: …`: one word before a plain key
     // may qualify it.
     if class < KeyClass::Credential && ks >= 2 && b[ks - 1] == b' ' {
@@ -1863,14 +1854,27 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     ))
 }
 
+/// Bytes before a key read back for its line's start: a YAML list item's indentation and
+/// `- "name": "` fit in them.
+const LINE_PREFIX_BYTES: usize = 64;
+
+/// Where the line holding `at` starts, when it is [`LINE_PREFIX_BYTES`] or fewer before it:
+/// reading back no further keeps a long line with many candidates linear.
+fn line_start_near(b: &[u8], at: usize) -> Option<usize> {
+    let floor = at.saturating_sub(LINE_PREFIX_BYTES);
+    match b[floor..at].iter().rposition(|&c| c == b'\n') {
+        Some(p) => Some(floor + p + 1),
+        None => (floor == 0).then_some(0),
+    }
+}
+
 /// True when the key at `ks` starts its line and one word follows it at `at` to the line's
 /// end, with a digit or a symbol in it: a configuration file's directive (`requirepass
 /// f00bared`), not a sentence (`Password incorrect`, `password reset-link`).
 fn directive_line(b: &[u8], ks: usize, at: usize) -> bool {
-    let line_start = b[..ks]
-        .iter()
-        .rposition(|&c| c == b'\n')
-        .map_or(0, |p| p + 1);
+    let Some(line_start) = line_start_near(b, ks) else {
+        return false;
+    };
     if !b[line_start..ks].iter().all(|c| matches!(c, b' ' | b'\t')) {
         return false;
     }
@@ -2048,10 +2052,7 @@ fn yaml_named_value(
         _ => return None,
     };
     // `name:` before it on its line, perhaps after `- ` and blanks, perhaps quoted.
-    let line_start = b[..ks]
-        .iter()
-        .rposition(|&c| c == b'\n')
-        .map_or(0, |p| p + 1);
+    let line_start = line_start_near(b, ks)?;
     let mut before = &b[line_start..ks];
     if let Some(q) = before
         .strip_suffix(b"\"")
@@ -2701,7 +2702,7 @@ pub fn keyword_hits(text: &str) -> Vec<usize> {
         .get_or_init(|| {
             aho_corasick::AhoCorasickBuilder::new()
                 .ascii_case_insensitive(true)
-                .build(KEYWORDS)
+                .build(keywords())
                 .ok()
         })
         .as_ref()
@@ -3351,6 +3352,13 @@ mod tests {
             ("token_count_v2", Other),
             ("password_policy", Other),
             ("keyVaultToStoreSecrets", Other),
+            // The word for password in other languages, and a header named for a team: as
+            // keys of JSON as much as of text.
+            ("Пароль", Credential),
+            ("mot de passe", Credential),
+            ("Kennwort", Credential),
+            ("X-Honeycomb-Team", Credential),
+            ("clave", Other),
             ("path_to_password", Other),
             ("urlForToken", Other),
             ("secret_name", Other),

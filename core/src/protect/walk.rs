@@ -488,11 +488,12 @@ fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
     };
     // A string that is a flag (`"--password"`, `"-a"`) may head a value in the next item of
     // an array read as a command line ([`argv_edits`]), which no scan of the text sees.
-    let flags = holds_flag_string(text);
+    // Asked only of a document otherwise clean.
+    let flags = || holds_flag_string(text);
     let Some(scan) = r.scan_document(text) else {
         let clean = !r.has_key_scoped_detectors()
-            && !flags
             && marks.is_empty()
+            && !flags()
             && clean_text(text)
             && unescaped_clean();
         return match clean {
@@ -503,7 +504,7 @@ fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
             },
         };
     };
-    if scan.clean && !flags && marks.is_empty() && unescaped_clean() {
+    if scan.clean && marks.is_empty() && !flags() && unescaped_clean() {
         return Survey::Clean;
     }
     marks.extend(scan.marks);
@@ -834,19 +835,14 @@ fn argv_edits(
     }
     let mut arrays: Vec<(usize, Vec<usize>)> = items
         .into_iter()
-        .filter(|(_, its)| {
-            its.len() >= 2
-                && its.iter().all(|i| values[*i].kind == Kind::String)
-                && its.iter().any(|i| flag(&values[*i]))
-        })
+        .filter(|(_, its)| its.iter().all(|i| values[*i].kind == Kind::String))
         .collect();
     arrays.sort_unstable_by_key(|(a, _)| *a);
     for (a, its) in arrays {
         let span = &values[a].range;
-        if span.len() > ARGV_MAX_BYTES
-            || edits
-                .iter()
-                .any(|(e, _)| e.start < span.end && span.start < e.end)
+        if edits
+            .iter()
+            .any(|(e, _)| e.start < span.end && span.start < e.end)
         {
             continue;
         }
@@ -854,6 +850,9 @@ fn argv_edits(
             .iter()
             .map(|i| json_text::decode_string(&text[values[*i].range.clone()]))
             .collect();
+        if !reads_as_argv(&decoded) {
+            continue;
+        }
         for (n, new) in argv_redacted(r, &decoded, hits) {
             let range = values[its[n]].range.clone();
             let written = json_text::replace_string(&text[range.clone()], &new);
@@ -870,31 +869,31 @@ fn is_flag(item: &str) -> bool {
             .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'-')
 }
 
-/// `items` read as one command line, joined by blanks: each item that holds a finding, by
-/// position, with its findings replaced (learned and counted as a string's are). A finding
-/// across two items (none of the catalogue's captures a blank) is left to their own scans.
-fn argv_redacted<S: AsRef<str>>(
+/// True when strings `items` read as a command's arguments: two or more, one a flag, and
+/// the command line they make [`ARGV_MAX_BYTES`] at most (longer lists are data).
+fn reads_as_argv<S: AsRef<str>>(items: &[S]) -> bool {
+    items.len() >= 2
+        && items.iter().any(|t| is_flag(t.as_ref()))
+        && items.iter().map(|t| t.as_ref().len() + 1).sum::<usize>() <= ARGV_MAX_BYTES + 1
+}
+
+/// What a scan of `items` read as one command line (joined by blanks) finds inside each
+/// item, by position, in the item's own offsets. A finding across two items (none of the
+/// catalogue's captures a blank) is left to their own scans.
+fn argv_findings<S: AsRef<str>>(
     r: &Redactor,
     items: &[S],
-    hits: &mut Redactions,
-) -> Vec<(usize, String)> {
-    let mut line = String::new();
-    let mut starts = Vec::with_capacity(items.len());
-    for (n, t) in items.iter().enumerate() {
-        if n > 0 {
-            line.push(' ');
-        }
-        starts.push(line.len());
-        line.push_str(t.as_ref());
-    }
+) -> Vec<(usize, Vec<super::engine::Finding>)> {
+    let line = items
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<&str>>()
+        .join(" ");
     let findings = r.scan(&line);
-    if findings.is_empty() {
-        return Vec::new();
-    }
     let mut out = Vec::new();
+    let mut from = 0;
     for (n, t) in items.iter().enumerate() {
-        let t = t.as_ref();
-        let (from, to) = (starts[n], starts[n] + t.len());
+        let to = from + t.as_ref().len();
         let inside: Vec<super::engine::Finding> = findings
             .iter()
             .filter(|f| from <= f.start && f.end <= to)
@@ -904,11 +903,29 @@ fn argv_redacted<S: AsRef<str>>(
                 f
             })
             .collect();
-        if let Some(new) = r.apply_findings(t, &inside, hits, t, |r| r) {
-            out.push((n, new));
+        if !inside.is_empty() {
+            out.push((n, inside));
         }
+        from = to + 1;
     }
     out
+}
+
+/// `items` read as one command line ([`argv_findings`]): each item that holds a finding, by
+/// position, with its findings replaced (learned and counted as a string's are).
+fn argv_redacted<S: AsRef<str>>(
+    r: &Redactor,
+    items: &[S],
+    hits: &mut Redactions,
+) -> Vec<(usize, String)> {
+    argv_findings(r, items)
+        .into_iter()
+        .filter_map(|(n, found)| {
+            let t = items[n].as_ref();
+            r.apply_findings(t, &found, hits, t, |r| r)
+                .map(|new| (n, new))
+        })
+        .collect()
 }
 
 /// Text decoded in one or more layers (JSON escaped more than once), innermost last.
@@ -1197,12 +1214,9 @@ fn redact_argv_attribute(r: &Redactor, items: &mut [AttrValue], hits: &mut Redac
             _ => None,
         })
         .collect();
-    let Some(strings) = strings.filter(|s| s.len() >= 2 && s.iter().any(|t| is_flag(t))) else {
+    let Some(strings) = strings.filter(|s| reads_as_argv(s)) else {
         return;
     };
-    if strings.iter().map(|s| s.len() + 1).sum::<usize>() > ARGV_MAX_BYTES {
-        return;
-    }
     for (n, new) in argv_redacted(r, &strings, hits) {
         items[n] = AttrValue::Str(new);
     }
@@ -1238,28 +1252,18 @@ pub struct Explanation {
 /// the item's path.
 fn explain_argv(r: &Redactor, items: &[Value], path: &str, out: &mut Vec<Explanation>) {
     let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
-    let Some(strings) = strings.filter(|s| s.len() >= 2 && s.iter().any(|t| is_flag(t))) else {
+    let Some(strings) = strings.filter(|s| reads_as_argv(s)) else {
         return;
     };
-    let line = strings.join(" ");
-    if line.len() > ARGV_MAX_BYTES {
-        return;
-    }
-    let mut from = 0;
-    let findings = r.scan(&line);
-    for (i, t) in strings.iter().enumerate() {
-        let to = from + t.len();
-        for f in findings.iter().filter(|f| from <= f.start && f.end <= to) {
-            out.push(Explanation {
-                path: format!("{path}[{i}]"),
-                rule: f.rule.to_string(),
-                start: f.start - from,
-                end: f.end - from,
-                removed: true,
-                why: "matched the rule's pattern in the array read as one command line".into(),
-            });
-        }
-        from = to + 1;
+    for (i, found) in argv_findings(r, &strings) {
+        out.extend(found.into_iter().map(|f| Explanation {
+            path: format!("{path}[{i}]"),
+            rule: f.rule.to_string(),
+            start: f.start,
+            end: f.end,
+            removed: true,
+            why: "matched the rule's pattern in the array read as one command line".into(),
+        }));
     }
 }
 
