@@ -73,7 +73,25 @@ fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        _ => anyhow::bail!("usage: train_judgment words|weights|report [diff|all]"),
+        Some("code") => {
+            // `code ROOT… [--list]`: the judgment on code outside the training's sources.
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            let roots: Vec<PathBuf> = args
+                .iter()
+                .filter(|a| *a != "--list")
+                .map(PathBuf::from)
+                .collect();
+            let (judged, removed) = training::code_removals(&roots);
+            println!("candidates judged {judged}\tremoved {}", removed.len());
+            if args.iter().any(|a| a == "--list") {
+                for (line, value) in removed {
+                    println!("{value:?}\t{:?}", line.trim());
+                }
+            }
+        }
+        _ => anyhow::bail!(
+            "usage: train_judgment words|weights|report [diff|all]|code ROOT… [--list]"
+        ),
     }
     Ok(())
 }

@@ -761,6 +761,9 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "foo",
     "bar",
     "baz",
+    "fake",
+    "mock",
+    "bogus",
     "qux",
     "foobar",
     "access",
@@ -869,6 +872,14 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     if is_credential_label(v) {
         return Judgment::kept("a label: the word for password or key in a language (Wachtwoord)");
     }
+    if bare && variable_named_for_credential(v, next) {
+        return Judgment::kept(
+            "a variable named for a credential, passed on (auth_token=gateway_secret,)",
+        );
+    }
+    if random_seed(key, v) {
+        return Judgment::kept("a random generator's seed (seed=42)");
+    }
     if syntax == Syntax::Code && is_short_hex_number(v) {
         return Judgment::kept("a number written in hex, 32 bits at most (0xf1)");
     }
@@ -881,6 +892,129 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
         decided_by: None,
         features,
     }
+}
+
+/// Bytes a string of a list is read over ([`string_item_beside`]): a longer one ends the
+/// list there, and a text of many pairs stays linear.
+const LIST_ITEM_BYTES: usize = 256;
+
+/// True when two quoted strings or more stand beside the pair whose key's text starts at
+/// `ks` and whose value's closing quote ends before `after` (`"…", ` before the key's
+/// opening quote, `, "…"` after the value): a list of four strings or more. A third string
+/// alone may be a user name before the pair (`["admin", "password", "…"]`).
+fn string_item_beside(b: &[u8], ks: usize, after: usize) -> bool {
+    let blank = |c: &u8| matches!(c, b' ' | b'\t');
+    let quote = |c: u8| matches!(c, b'"' | b'\'');
+    let mut items = 0;
+    // Before: from the key's opening quote back, `<quote> , <quote>…` twice at most.
+    let mut i = ks.saturating_sub(1);
+    while items < 2 {
+        let mut j = i;
+        while j > 0 && blank(&b[j - 1]) {
+            j -= 1;
+        }
+        if j == 0 || b[j - 1] != b',' {
+            break;
+        }
+        j -= 1;
+        while j > 0 && blank(&b[j - 1]) {
+            j -= 1;
+        }
+        if j == 0 || !quote(b[j - 1]) {
+            break;
+        }
+        // The opening quote of that string.
+        let close = b[j - 1];
+        let floor = (j - 1).saturating_sub(LIST_ITEM_BYTES);
+        let Some(open) = b[floor..j - 1].iter().rposition(|&c| c == close) else {
+            break;
+        };
+        let open = floor + open;
+        items += 1;
+        i = open;
+    }
+    // After: `, <quote>…<quote>` twice at most.
+    let mut k = after;
+    while items < 2 {
+        while b.get(k).is_some_and(blank) {
+            k += 1;
+        }
+        if b.get(k) != Some(&b',') {
+            break;
+        }
+        k += 1;
+        while b.get(k).is_some_and(blank) {
+            k += 1;
+        }
+        let Some(&open) = b.get(k).filter(|&&c| quote(c)) else {
+            break;
+        };
+        let to = (k + 1 + LIST_ITEM_BYTES).min(b.len());
+        let Some(len) = b[k + 1..to].iter().position(|&c| c == open) else {
+            break;
+        };
+        items += 1;
+        k += len + 2;
+    }
+    items >= 2
+}
+
+/// Literal bytes an interpolating literal may hold around its names and still say nothing
+/// itself: a run of letters and digits this long could be a secret's own.
+const INTERPOLATED_LITERAL_RUN: usize = 12;
+
+/// True when the quoted value at `value` of `b` is a literal that interpolates: Python's
+/// `f"…{name}…"`, C#'s `$"…{name}…"` or JavaScript's `` `…${name}…` ``, with at least one
+/// name interpolated and no run of [`INTERPOLATED_LITERAL_RUN`] letters or digits of its own.
+/// What it holds comes from the names; the judgment sees them where they are assigned.
+fn interpolating_literal(b: &[u8], value: &Range<usize>) -> bool {
+    let Some(quote) = value.start.checked_sub(1).map(|q| b[q]) else {
+        return false;
+    };
+    let prefix = value.start.checked_sub(2).map(|p| b[p]);
+    let word_before = value
+        .start
+        .checked_sub(3)
+        .is_some_and(|w| b[w].is_ascii_alphanumeric() || b[w] == b'_');
+    let (dollar_braces, ok) = match (quote, prefix) {
+        (b'"' | b'\'', Some(b'f' | b'F' | b'$')) if !word_before => (false, true),
+        (b'`', _) => (true, true),
+        _ => (false, false),
+    };
+    if !ok {
+        return false;
+    }
+    let v = &b[value.clone()];
+    let (mut names, mut run, mut longest, mut i) = (0usize, 0usize, 0usize, 0usize);
+    while i < v.len() {
+        let opens = if dollar_braces {
+            v[i..].starts_with(b"${")
+        } else {
+            v[i] == b'{' && v.get(i + 1) != Some(&b'{')
+        };
+        if opens {
+            let from = i + if dollar_braces { 2 } else { 1 };
+            let Some(len) = v[from..].iter().position(|&c| c == b'}') else {
+                return false;
+            };
+            let inner = std::str::from_utf8(&v[from..from + len]).unwrap_or("");
+            if !interpolated(inner) {
+                return false;
+            }
+            names += 1;
+            run = 0;
+            i = from + len + 1;
+            continue;
+        }
+        run = if v[i].is_ascii_alphanumeric() {
+            run + 1
+        } else {
+            0
+        };
+        longest = longest.max(run);
+        i += 1;
+    }
+    names > 0 && longest < INTERPOLATED_LITERAL_RUN
 }
 
 /// What a format string interpolates between braces: a name, a path or call of names, maybe
@@ -1405,6 +1539,8 @@ impl Candidate {
     ) -> Candidate {
         let judgment = if settled.covers(&value) {
             Judgment::kept(SETTLED)
+        } else if syntax == Syntax::Quoted && interpolating_literal(text.as_bytes(), &value) {
+            Judgment::kept("a literal that interpolates names (f\"{user}-{suffix}\", `${x}`)")
         } else {
             judge(
                 class,
@@ -1683,6 +1819,12 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     if words.last().is_some_and(|w| w == "identified") && sep == Separator::Blank {
         // SQL `IDENTIFIED BY <password>`, MySQL's `IDENTIFIED WITH <plugin> BY <password>`.
         at = sql_identified_by(text, at)?;
+        // Bare, the password follows an account (`CREATE USER scott IDENTIFIED BY tiger`,
+        // `CONNECT TO u IDENTIFIED BY pw`); prose names things the same way ("a call
+        // identified by session_id").
+        if opening_quote(b, at).is_none() && !after_sql_account(b, ks) {
+            return None;
+        }
         sql = true;
         words = vec!["password".to_string()];
     } else if sep == Separator::Blank && words.last().is_some_and(|w| w == "password") {
@@ -1781,6 +1923,12 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         }
     }
     let at = skip_string_prefix(b, at);
+    // After blanks alone, a backtick opens Markdown's code span in prose ("pass `region`
+    // to …") or a shell command's substitution: neither is a literal. SQL quotes no
+    // password with one (MySQL's backticks quote names).
+    if sep == Separator::Blank && b.get(at) == Some(&b'`') {
+        return None;
+    }
     let (value, syntax, next) = if let Some((open, close)) = opening_quote(b, at) {
         let start = at + open;
         // A quote that never closes (a line cut short): the value runs to the line's end.
@@ -1791,6 +1939,11 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
                 .map_or(b.len(), |p| start + p)
         });
         let syntax = if sep == Separator::Comma {
+            // A third string before or after the two makes a list of names (`("authorization",
+            // "x-amz-date", "x-amz-security-token")`), not a name and its value.
+            if string_item_beside(b, ks, end + close.len()) {
+                return None;
+            }
             Syntax::Argument
         } else {
             Syntax::Quoted
@@ -1933,6 +2086,16 @@ fn sql_identified_by(text: &str, at: usize) -> Option<usize> {
         at = skip_blanks(b, at);
     }
     starts_with_ignoring_case(&text[at..], "by ").then(|| skip_blanks(b, at + 3))
+}
+
+/// True when the line before the key at `ks` (at most [`LINE_PREFIX_BYTES`] of it) names an
+/// account as SQL does before `IDENTIFIED BY`: `USER`, `ROLE`, `LOGIN` or `CONNECT TO`.
+fn after_sql_account(b: &[u8], ks: usize) -> bool {
+    let from = line_start_near(b, ks).unwrap_or(ks.saturating_sub(LINE_PREFIX_BYTES));
+    let before = b[from..ks].to_ascii_lowercase();
+    [&b"user "[..], b"role ", b"login ", b"connect to "]
+        .iter()
+        .any(|w| memchr::memmem::find(&before, w).is_some())
 }
 
 /// Bytes an account name may take in `SET PASSWORD FOR <account> =`.
@@ -2207,9 +2370,28 @@ fn bare_syntax(sep: Separator, flag: bool, xml: bool, next: &str) -> Syntax {
     }
     match sep {
         Separator::Assign { spaced: false } | Separator::Colon { spaced: false } => Syntax::Config,
-        Separator::Colon { spaced: true } if !next.starts_with([',', ';', ')']) => Syntax::Config,
+        Separator::Colon { spaced: true }
+            if !next.starts_with([',', ';', ')']) && !type_continues(next) =>
+        {
+            Syntax::Config
+        }
         _ => Syntax::Code,
     }
+}
+
+/// True when `next` (what follows a bare value after a spaced `:`) continues a type
+/// annotation, not a setting: type arguments (`credential: Arc<T>`), a union
+/// (`api_key: Key | None`) or a typed declaration's value (`seed: u64 = 0`). YAML ends a
+/// value at the line's end or a comment, never with these.
+fn type_continues(next: &str) -> bool {
+    if next.starts_with('<') {
+        return true;
+    }
+    let rest = next.trim_start_matches([' ', '\t']);
+    if rest.len() == next.len() {
+        return false;
+    }
+    rest.starts_with("| ") || (rest.starts_with("= ") && !rest.starts_with("=="))
 }
 
 /// An `=` that is no part of a comparison (`==`, `>=`, `<=`, `!=`).
@@ -2231,6 +2413,56 @@ fn variable_shaped(v: &[u8]) -> bool {
         && v.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
         && (hump || v.contains(&b'_') || v.contains(&b'.'))
+}
+
+/// A bare value shaped like a variable (snake_case, camelCase, a dotted path) with a
+/// credential's word in it, that an expression goes on after (`,` `)` `;` ` or ` ` and `):
+/// code passing a variable on (`auth_token=gateway_secret,`, `credentials=s3_credentials
+/// or None`). A value ending its line (an `.env` setting) is left to the model.
+fn variable_named_for_credential(v: &str, next: &str) -> bool {
+    let goes_on = next.starts_with([',', ')'])
+        || next.starts_with(" or ")
+        || next.starts_with(" and ")
+        || next.starts_with(" ||")
+        || next.starts_with(" &&");
+    // snake_case or a dotted path: camelCase humps split a chosen password as well
+    // (`s3cretPw`).
+    let b = v.as_bytes();
+    if !goes_on || !variable_shaped(b) || !b.iter().any(|c| matches!(c, b'_' | b'.')) {
+        return false;
+    }
+    let mut credential = false;
+    each_key_word(v, |w| {
+        credential |= VARIABLE_CREDENTIAL_WORDS.contains(&w);
+        !credential
+    });
+    credential
+}
+
+/// Whole words that name a credential in a variable's name (abbreviations like `pw` are as
+/// likely a chosen password's letters).
+const VARIABLE_CREDENTIAL_WORDS: &[&str] = &[
+    "password",
+    "passwords",
+    "passwd",
+    "secret",
+    "secrets",
+    "token",
+    "tokens",
+    "credential",
+    "credentials",
+    "key",
+    "keys",
+    "apikey",
+];
+
+/// A key whose last word is `seed` and a value of ten digits at most: what seeds a random
+/// number generator in code and docs (`seed=42`, `seed: 123456789`). Key material a seed
+/// derives is long hex, base64 or a word list.
+fn random_seed(key: &str, v: &str) -> bool {
+    v.len() <= 10
+        && v.bytes().all(|c| c.is_ascii_digit())
+        && key_words(key).last().is_some_and(|w| w == "seed")
 }
 
 /// `# AMQP_PASSWORD = yiwzi`, `// token = abc`: a key that only a comment marker precedes on
@@ -3468,6 +3700,19 @@ mod tests {
             ("service_key='c2VydmljZWtleTEy'", "c2VydmljZWtleTEy"),
             ("<password>qzva</password>", "qzva"),
             ("CREATE USER app IDENTIFIED BY s3cretPw;", "s3cretPw"),
+            ("create user scott identified by tiger9;", "tiger9"),
+            (
+                "CREATE DATABASE LINK r CONNECT TO scott IDENTIFIED BY tg8rQ USING 'orcl';",
+                "tg8rQ",
+            ),
+            ("password: S3cr3t!x # rotated", "S3cr3t!x"),
+            ("token: Xk9mP2qL | tee out.log", "Xk9mP2qL"),
+            ("login(user=\"bob\", password=Xk9_mP2q, host=\"db\")", "Xk9_mP2q"),
+            ("wallet_seed=1234567890123", "1234567890123"),
+            ("auth = (\"password\", \"Hq7vLp2xRw\")", "Hq7vLp2xRw"),
+            ("creds = [\"admin\", \"password\", \"Xk9mP2qLw\"]", "Xk9mP2qLw"),
+            ("password = f\"Sup3rS3cretValue{suffix}\"", "Sup3rS3cretValue{suffix}"),
+            ("const token = `Xk9mP2qLw8rT`;", "Xk9mP2qLw8rT"),
             ("ALTER ROLE app WITH PASSWORD 'Sq1pw';", "Sq1pw"),
             ("SET PASSWORD FOR 'app'@'%' = 'Hq7vLp2xRw';", "Hq7vLp2xRw"),
             (
@@ -3661,6 +3906,28 @@ mod tests {
         r.dedup();
         assert_eq!(r, ["kYjzVBB8Y0ZFabxSWbWovY3uYSQ2pTgmZeNu2VS4cg"]);
         let kept: &[&str] = &[
+            // Type annotations after a spaced colon: generics, unions, typed declarations.
+            "    credential: Arc<Credential>,",
+            "def tag_key(secret: FakeSecret | ReplicaSecret) -> bool:",
+            "    api_key: AzureApiKey | None,",
+            "const SEED: u64 = 0;",
+            // Markdown's code spans after a word, and prose naming things.
+            "Pass `region` to `bedrock(...)`, or set `AWS_REGION`.",
+            "Explicitly pass `header=0` to be sure.",
+            "The named pipe identified by `addr` is opened.",
+            "End a SIP call identified by session_id.",
+            // A variable named for a credential, passed on; a random generator's seed.
+            "    port=gateway_port, auth_token=gateway_secret, auto_convert=True",
+            "    credentials=s3_credentials or None,",
+            "model = ALS.train(ratings, 1, nonnegative=True, seed=123456789)",
+            // A list of names, not a name and its value; literals that interpolate names;
+            // values made of placeholder words.
+            "H = (\"authorization\", \"x-amz-content-sha256\", \"x-amz-date\", \"host\")",
+            "in (\"authorization\", \"proxy-authorization\", \"cookie\", \"x-api-key\")",
+            "password = f\"{registry_id}-auth-token\"",
+            "session_id = f\"pty-{uuid.uuid4().hex[:12]}\"",
+            "const token = `${prefix}-${id}`;",
+            "client_secret='fake-client-secret'",
             "token = Expect(Token::LBRACKET);",
             "SET PASSWORD FOR 'app'@'%' = @new_password;",
             "'Password' => 'Wachtwoord',",

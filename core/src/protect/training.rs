@@ -752,6 +752,28 @@ pub fn code_examples(roots: &[PathBuf]) -> Vec<Example> {
     out
 }
 
+/// What the key-context judgment does to the lines of real code under `roots` (code no
+/// example is drawn from, to measure the judgment on code it never saw): how many
+/// candidates it judges, and each line with the value it removes.
+pub fn code_removals(roots: &[PathBuf]) -> (usize, Vec<(String, String)>) {
+    let (mut judged, mut removed) = (0, Vec::new());
+    let mut seen = std::collections::BTreeSet::new();
+    for text in code_texts(roots) {
+        for line in text.lines().filter(|l| l.len() <= 400) {
+            if !seen.insert(line.trim().to_string()) {
+                continue;
+            }
+            for c in candidates(line, &keyword_hits(line)) {
+                judged += 1;
+                if c.judgment.removed {
+                    removed.push((line.to_string(), line[c.value].to_string()));
+                }
+            }
+        }
+    }
+    (judged, removed)
+}
+
 /// Common words of the code comments under `roots`: lowercase words of 3-14 letters found in
 /// comments of at least `min_files` files, the `max` most widespread.
 pub fn dictionary(roots: &[PathBuf], min_files: usize, max: usize) -> Vec<String> {
