@@ -426,6 +426,9 @@ const DETECTORS: &[D] = &[
     D { id: "aws_sigv4_signature", description: "Signature of an AWS Signature Version 4 Authorization header (AWS4-HMAC-SHA256 Credential=…, Signature=<64 hex>)",
         keywords: &["aws4-hmac-sha256"],
         regex: r"AWS4-HMAC-SHA256\s+Credential=[^\s,]+,\s*SignedHeaders=[^\s,]+,\s*Signature=([a-f0-9]{64})(?-u:\b)", group: 1, validator: None },
+    D { id: "smtp_auth_plain", description: "SMTP or IMAP AUTH PLAIN credentials (base64 of user and password), as a mail client's debug log writes them",
+        keywords: &["auth plain"],
+        regex: r"(?i)(?-u:\b)AUTH\s+PLAIN\s+([A-Za-z0-9+/]{8,}={0,2})(?:[^A-Za-z0-9+/=]|$)", group: 1, validator: None },
     D { id: "crypt_password_hash", description: "A password hash in crypt(3) form, as /etc/shadow and user tables hold it (MD5 $1$, SHA-256 $5$, SHA-512 $6$, bcrypt $2b$, yescrypt $y$, Argon2): crackable offline",
         keywords: &["$1$", "$5$", "$6$", "$2a$", "$2b$", "$2y$", "$y$", "$argon2"],
         regex: r"(?:^|[^A-Za-z0-9$])(\$[156]\$(?:rounds=\d{1,9}\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}|\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|\$y\$[./A-Za-z0-9]{1,12}\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{43}|\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]{11,}\$[A-Za-z0-9+/]{16,})(?:[^./A-Za-z0-9+$]|$)", group: 1, validator: None },
@@ -1043,6 +1046,7 @@ pub(crate) mod tests {
             ("vercel_blob_token", "BLOB_READ_WRITE_TOKEN=\"vercel_blob_rw_zZlu8pP57WcRgwJt_GCMtkua6UMUrX2rwcfM2AGDA6whQ95\"", "vercel_blob_rw_zZlu8pP57WcRgwJt_GCMtkua6UMUrX2rwcfM2AGDA6whQ95"),
             ("google_oauth_refresh_token", "{\"refresh_token\": \"1//0XMUza9jZrxk6yzPiWtu479-y99aEq_iQ72GWaI8A2Fc8kZUk4gI2VOhVUyM3mnNWfs-nszHqW9781L8g74Oi7MjAVO\", \"scope\": \"openid\"}", "1//0XMUza9jZrxk6yzPiWtu479-y99aEq_iQ72GWaI8A2Fc8kZUk4gI2VOhVUyM3mnNWfs-nszHqW9781L8g74Oi7MjAVO"),
             ("linear_oauth_token", "config value = lin_oauth_c2117d363c2039685af55d8a367105c98ac181c65e02d0d9771a4bc84f05a34f", "lin_oauth_c2117d363c2039685af55d8a367105c98ac181c65e02d0d9771a4bc84f05a34f"),
+            ("smtp_auth_plain", "send: 'AUTH PLAIN AGFwcABacjhrcTJMbVZ4OXc=\r\n'", "AGFwcABacjhrcTJMbVZ4OXc="),
         ] {
             tp(rule, s(text), s(secret));
         }
@@ -1788,6 +1792,7 @@ pub(crate) mod tests {
             ("vercel_blob_token", "vercel_blob_rw_ prefix"),
             ("google_oauth_refresh_token", "see https://example.com/a/1//0/b"),
             ("linear_oauth_token", "lin_oauth_token = get_token()"),
+            ("smtp_auth_plain", "250-AUTH PLAIN LOGIN XOAUTH2"),
             ("langsmith_api_key", "lsv2_pt_xxxxx"),
             (
                 "langfuse_secret_key",

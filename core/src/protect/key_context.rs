@@ -880,6 +880,12 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     if random_seed(key, v) {
         return Judgment::kept("a random generator's seed (seed=42)");
     }
+    if regular_expression(v) {
+        return Judgment::kept("a regular expression ((?P<token>[^/]+))");
+    }
+    if syntax == Syntax::Config && described(v, next) {
+        return Judgment::kept("a description after a name (session_id: Conversation ID.)");
+    }
     if syntax == Syntax::Code && is_short_hex_number(v) {
         return Judgment::kept("a number written in hex, 32 bits at most (0xf1)");
     }
@@ -1539,6 +1545,13 @@ impl Candidate {
     ) -> Candidate {
         let judgment = if settled.covers(&value) {
             Judgment::kept(SETTLED)
+        } else if syntax.is_bare()
+            && after_an_argument(text.as_bytes(), key.start)
+            && names_credential_variable(&text[value.clone()])
+        {
+            Judgment::kept(
+                "a variable named for a credential, passed on (auth_token=gateway_secret,)",
+            )
         } else if syntax == Syntax::Quoted && interpolating_literal(text.as_bytes(), &value) {
             Judgment::kept("a literal that interpolates names (f\"{user}-{suffix}\", `${x}`)")
         } else {
@@ -1800,7 +1813,8 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     if spelled_like_a_secret(key) {
         return Some(secret_spelled_as_key(text, settled, ks, ke, quoted_key));
     }
-    let xml = before.ends_with(b"<");
+    // Not a regular expression's named group (`(?P<token>…)`, `(?<token>…)`).
+    let xml = before.ends_with(b"<") && !before.ends_with(b"?P<") && !before.ends_with(b"(?<");
     if let Some(c) = yaml_named_value(text, settled, ks..ke, after_key) {
         return Some(c);
     }
@@ -1880,7 +1894,8 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     // (`requirepass …` in redis.conf).
     let directive = sep == Separator::Blank
         && (before_word_is(b, ks, b"define")
-            || (class == KeyClass::Credential && directive_line(b, ks, at)));
+            || ((class == KeyClass::Credential || key.eq_ignore_ascii_case("auth"))
+                && directive_line(b, ks, at)));
     if sep == Separator::Blank && !(flag || sql || directive) && opening_quote(b, at).is_none() {
         // Blanks alone separate a key from a quoted value (`SET password "…"`, `PASSWORD
         // 'x'` in SQL, `#define TOKEN "…"`), or from a word in a sentence.
@@ -2425,10 +2440,16 @@ fn variable_named_for_credential(v: &str, next: &str) -> bool {
         || next.starts_with(" and ")
         || next.starts_with(" ||")
         || next.starts_with(" &&");
+    goes_on && names_credential_variable(v)
+}
+
+/// True when `v` is a snake_case or dotted name holding one of
+/// [`VARIABLE_CREDENTIAL_WORDS`] whole.
+fn names_credential_variable(v: &str) -> bool {
     // snake_case or a dotted path: camelCase humps split a chosen password as well
     // (`s3cretPw`).
     let b = v.as_bytes();
-    if !goes_on || !variable_shaped(b) || !b.iter().any(|c| matches!(c, b'_' | b'.')) {
+    if !variable_shaped(b) || !b.iter().any(|c| matches!(c, b'_' | b'.')) {
         return false;
     }
     let mut credential = false;
@@ -2437,6 +2458,16 @@ fn variable_named_for_credential(v: &str, next: &str) -> bool {
         !credential
     });
     credential
+}
+
+/// True when the key at `ks` follows another argument of a call on its line (`, ` before
+/// it: `stateMachines=page, nextToken=token_for_next_page`).
+fn after_an_argument(b: &[u8], ks: usize) -> bool {
+    let mut i = ks;
+    while i > 0 && matches!(b[i - 1], b' ' | b'\t') {
+        i -= 1;
+    }
+    i < ks && i > 0 && b[i - 1] == b','
 }
 
 /// Whole words that name a credential in a variable's name (abbreviations like `pw` are as
@@ -2455,6 +2486,33 @@ const VARIABLE_CREDENTIAL_WORDS: &[&str] = &[
     "keys",
     "apikey",
 ];
+
+/// A regular expression's own syntax in `v`: a group or class no password is written with
+/// (`(?:`, `(?P<`, `(?<`, `[^`), or two of the shorter tokens (`\d`, `\w`, `\s`, `]+`, `]*`,
+/// `.*`, `.+`).
+fn regular_expression(v: &str) -> bool {
+    const STRONG: [&str; 4] = ["(?:", "(?P<", "(?<", "[^"];
+    const WEAK: [&str; 7] = ["\\d", "\\w", "\\s", "]+", "]*", ".*", ".+"];
+    STRONG.iter().any(|t| v.contains(t)) || WEAK.iter().filter(|t| v.contains(*t)).count() >= 2
+}
+
+/// True when a bare configuration value `v` and the rest of its line (`next`) read as a
+/// description: two words or more of letters, ending with a period (`session_id:
+/// Conversation ID.`, a docstring's argument list).
+fn described(v: &str, next: &str) -> bool {
+    if !next.starts_with(' ') {
+        return false;
+    }
+    let rest = next.split('\n').next().unwrap_or("").trim_end();
+    let Some(body) = rest.strip_suffix('.') else {
+        return false;
+    };
+    let words_only = |t: &str| {
+        t.bytes()
+            .all(|c| c.is_ascii_alphabetic() || matches!(c, b' ' | b'-' | b',' | b'\''))
+    };
+    v.bytes().all(|c| c.is_ascii_alphabetic()) && words_only(body) && !body.trim().is_empty()
+}
 
 /// A key whose last word is `seed` and a value of ten digits at most: what seeds a random
 /// number generator in code and docs (`seed=42`, `seed: 123456789`). Key material a seed
@@ -3713,6 +3771,10 @@ mod tests {
             ("creds = [\"admin\", \"password\", \"Xk9mP2qLw\"]", "Xk9mP2qLw"),
             ("password = f\"Sup3rS3cretValue{suffix}\"", "Sup3rS3cretValue{suffix}"),
             ("const token = `Xk9mP2qLw8rT`;", "Xk9mP2qLw8rT"),
+            ("user=bob, password=Xk9mP2qL, host=db", "Xk9mP2qL"),
+            ("password = \"ab.*cd\"", "ab.*cd"),
+            ("<token>Xk9mP2qLw8rT</token>", "Xk9mP2qLw8rT"),
+            ("AUTH Zr8kq2LmVx9w", "Zr8kq2LmVx9w"),
             ("ALTER ROLE app WITH PASSWORD 'Sq1pw';", "Sq1pw"),
             ("SET PASSWORD FOR 'app'@'%' = 'Hq7vLp2xRw';", "Hq7vLp2xRw"),
             (
@@ -3928,6 +3990,11 @@ mod tests {
             "session_id = f\"pty-{uuid.uuid4().hex[:12]}\"",
             "const token = `${prefix}-${id}`;",
             "client_secret='fake-client-secret'",
+            // Arguments, descriptions and regular expressions under credential names.
+            "    stateMachines=page, nextToken=token_for_next_page",
+            "    session_id: Conversation ID.",
+            "    r'(?P<token>[a-zA-Z0-9]+)$'",
+            "    region = re.sub(r\".*Credential=[^/]+/[^/]+/([^/]+)/.*\", r\"\\1\", auth)",
             "token = Expect(Token::LBRACKET);",
             "SET PASSWORD FOR 'app'@'%' = @new_password;",
             "'Password' => 'Wachtwoord',",
