@@ -764,6 +764,12 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "fake",
     "mock",
     "bogus",
+    // What a test passes to see a check fail or pass: `password: "wrong"`, `invalid-token`.
+    "valid",
+    "invalid",
+    "wrong",
+    "incorrect",
+    "correct",
     "qux",
     "foobar",
     "access",
@@ -1249,7 +1255,10 @@ fn is_placeholder(v: &str, key: &str) -> bool {
             .all(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'_' | b' '))
     };
     let phrase_ok = phrase_words == 0 || (words >= 2 && phrase_words < words && words_only());
-    if (words > 0 && all_placeholder_words && phrase_ok) || (your && here) || redacted {
+    // One placeholder word with digits or symbols beside it is a weak password someone chose
+    // (`Password123`, `Secret2024!`, `Wrong123!`), not a placeholder.
+    let chosen = words == 1 && !words_only();
+    if (words > 0 && all_placeholder_words && phrase_ok && !chosen) || (your && here) || redacted {
         return true;
     }
     if documented_or_counting(v) {
@@ -3775,6 +3784,9 @@ mod tests {
             ("password = \"ab.*cd\"", "ab.*cd"),
             ("<token>Xk9mP2qLw8rT</token>", "Xk9mP2qLw8rT"),
             ("AUTH Zr8kq2LmVx9w", "Zr8kq2LmVx9w"),
+            ("password = \"Password123\"", "Password123"),
+            ("password = \"Secret2024!\"", "Secret2024!"),
+            ("password = \"Wrong123!\"", "Wrong123!"),
             ("ALTER ROLE app WITH PASSWORD 'Sq1pw';", "Sq1pw"),
             ("SET PASSWORD FOR 'app'@'%' = 'Hq7vLp2xRw';", "Hq7vLp2xRw"),
             (
@@ -3990,6 +4002,8 @@ mod tests {
             "session_id = f\"pty-{uuid.uuid4().hex[:12]}\"",
             "const token = `${prefix}-${id}`;",
             "client_secret='fake-client-secret'",
+            "    'passwd' => 'wrong',",
+            "    token: \"invalid-token\"",
             // Arguments, descriptions and regular expressions under credential names.
             "    stateMachines=page, nextToken=token_for_next_page",
             "    session_id: Conversation ID.",
