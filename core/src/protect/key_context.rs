@@ -761,15 +761,6 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "foo",
     "bar",
     "baz",
-    "fake",
-    "mock",
-    "bogus",
-    // What a test passes to see a check fail or pass: `password: "wrong"`, `invalid-token`.
-    "valid",
-    "invalid",
-    "wrong",
-    "incorrect",
-    "correct",
     "qux",
     "foobar",
     "access",
@@ -779,6 +770,15 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "me",
     "change",
     "set",
+    "fake",
+    "mock",
+    "bogus",
+    // What a test passes to see a check fail or pass: `password: "wrong"`, `invalid-token`.
+    "valid",
+    "invalid",
+    "wrong",
+    "incorrect",
+    "correct",
 ];
 
 /// Words that describe a value, not one, in a phrase of two words or more with placeholder
@@ -877,11 +877,6 @@ pub fn judge(class: KeyClass, key: &str, value: &str, syntax: Syntax, next: &str
     }
     if is_credential_label(v) {
         return Judgment::kept("a label: the word for password or key in a language (Wachtwoord)");
-    }
-    if bare && variable_named_for_credential(v, next) {
-        return Judgment::kept(
-            "a variable named for a credential, passed on (auth_token=gateway_secret,)",
-        );
     }
     if random_seed(key, v) {
         return Judgment::kept("a random generator's seed (seed=42)");
@@ -1555,7 +1550,7 @@ impl Candidate {
         let judgment = if settled.covers(&value) {
             Judgment::kept(SETTLED)
         } else if syntax.is_bare()
-            && after_an_argument(text.as_bytes(), key.start)
+            && passed_on(text.as_bytes(), key.start, next)
             && names_credential_variable(&text[value.clone()])
         {
             Judgment::kept(
@@ -2439,17 +2434,17 @@ fn variable_shaped(v: &[u8]) -> bool {
         && (hump || v.contains(&b'_') || v.contains(&b'.'))
 }
 
-/// A bare value shaped like a variable (snake_case, camelCase, a dotted path) with a
-/// credential's word in it, that an expression goes on after (`,` `)` `;` ` or ` ` and `):
-/// code passing a variable on (`auth_token=gateway_secret,`, `credentials=s3_credentials
-/// or None`). A value ending its line (an `.env` setting) is left to the model.
-fn variable_named_for_credential(v: &str, next: &str) -> bool {
-    let goes_on = next.starts_with([',', ')'])
-        || next.starts_with(" or ")
-        || next.starts_with(" and ")
-        || next.starts_with(" ||")
-        || next.starts_with(" &&");
-    goes_on && names_credential_variable(v)
+/// True when the bare value of the key at `ks`, followed by `next`, is passed on as code
+/// passes a variable: an expression goes on after it (`,` `)` ` or ` ` and ` ` ||` ` &&`:
+/// `auth_token=gateway_secret,`, `credentials=s3_credentials or None`), or another argument
+/// stands before the key on its line (`stateMachines=page, nextToken=token_for_next_page`).
+/// A value ending its line alone (an `.env` setting) is not.
+fn passed_on(b: &[u8], ks: usize, next: &str) -> bool {
+    next.starts_with([',', ')'])
+        || [" or ", " and ", " ||", " &&"]
+            .iter()
+            .any(|op| next.starts_with(op))
+        || after_an_argument(b, ks)
 }
 
 /// True when `v` is a snake_case or dotted name holding one of
@@ -2470,7 +2465,7 @@ fn names_credential_variable(v: &str) -> bool {
 }
 
 /// True when the key at `ks` follows another argument of a call on its line (`, ` before
-/// it: `stateMachines=page, nextToken=token_for_next_page`).
+/// it).
 fn after_an_argument(b: &[u8], ks: usize) -> bool {
     let mut i = ks;
     while i > 0 && matches!(b[i - 1], b' ' | b'\t') {
@@ -2500,6 +2495,12 @@ const VARIABLE_CREDENTIAL_WORDS: &[&str] = &[
 /// (`(?:`, `(?P<`, `(?<`, `[^`), or two of the shorter tokens (`\d`, `\w`, `\s`, `]+`, `]*`,
 /// `.*`, `.+`).
 fn regular_expression(v: &str) -> bool {
+    // Every token holds one of these bytes; most values hold none and are done here.
+    if memchr::memchr3(b'(', b'[', b'\\', v.as_bytes()).is_none()
+        && memchr::memchr2(b']', b'.', v.as_bytes()).is_none()
+    {
+        return false;
+    }
     const STRONG: [&str; 4] = ["(?:", "(?P<", "(?<", "[^"];
     const WEAK: [&str; 7] = ["\\d", "\\w", "\\s", "]+", "]*", ".*", ".+"];
     STRONG.iter().any(|t| v.contains(t)) || WEAK.iter().filter(|t| v.contains(*t)).count() >= 2

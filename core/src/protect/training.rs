@@ -621,6 +621,8 @@ const CODE_EXTENSIONS: &[&str] = &[
     "rs", "py", "toml", "md", "json", "yaml", "yml", "cfg", "ini",
 ];
 const CODE_FILE_MAX: u64 = 512 * 1024;
+/// Longer lines of code (minified, generated) are not read.
+const CODE_LINE_MAX: usize = 400;
 /// At most this many examples from one file (generated tables would drown the rest).
 const CODE_PER_FILE: usize = 12;
 
@@ -730,7 +732,7 @@ pub fn code_examples(roots: &[PathBuf]) -> Vec<Example> {
     let mut out = Vec::new();
     for text in code_texts(roots) {
         let mut taken = 0;
-        for line in text.lines().filter(|l| l.len() <= 400) {
+        for line in text.lines().filter(|l| l.len() <= CODE_LINE_MAX) {
             if taken >= CODE_PER_FILE {
                 break;
             }
@@ -759,7 +761,7 @@ pub fn code_removals(roots: &[PathBuf]) -> (usize, Vec<(String, String)>) {
     let (mut judged, mut removed) = (0, Vec::new());
     let mut seen = std::collections::BTreeSet::new();
     for text in code_texts(roots) {
-        for line in text.lines().filter(|l| l.len() <= 400) {
+        for line in text.lines().filter(|l| l.len() <= CODE_LINE_MAX) {
             if !seen.insert(line.trim().to_string()) {
                 continue;
             }

@@ -833,9 +833,19 @@ fn argv_edits(
             items.entry(p).or_default().push(i);
         }
     }
+    // An item decodes to a flag only from `"-` or an escape (`"\u002d…`): arrays with
+    // neither are not decoded.
+    let may_be_flag = |i: &usize| {
+        matches!(
+            text.as_bytes().get(values[*i].range.start + 1),
+            Some(b'-' | b'\\')
+        )
+    };
     let mut arrays: Vec<(usize, Vec<usize>)> = items
         .into_iter()
-        .filter(|(_, its)| its.iter().all(|i| values[*i].kind == Kind::String))
+        .filter(|(_, its)| {
+            its.iter().all(|i| values[*i].kind == Kind::String) && its.iter().any(may_be_flag)
+        })
         .collect();
     arrays.sort_unstable_by_key(|(a, _)| *a);
     for (a, its) in arrays {
