@@ -183,7 +183,7 @@ fn redact_prints_redacted_text_and_explains_hits() {
     assert_eq!(
         text(&out.stdout),
         concat!(
-            "removed\tsecret_key_assignment\t$.cfg\t29..39\tscore +1.5 (removed at 0 or more; baseline -6.0): key names a credential (+5.4); a bare value in configuration syntax (+2.3); its length (log scale) (-0.4); letters no language strings together (few vowels, or four consonants running) (+0.3); key is an environment-style CONSTANT (-0.2); its letters all uppercase (+0.2)\n",
+            "removed\tsecret_key_assignment\t$.cfg\t29..39\tscore +1.4 (removed at 0 or more; baseline -6.1): key names a credential (+5.4); a bare value in configuration syntax (+2.3); its length (log scale) (-0.3); letters no language strings together (few vowels, or four consonants running) (+0.2); key is an environment-style CONSTANT (-0.2); its letters all uppercase (+0.2)\n",
             "kept\tsecret_key_assignment\t$.cfg\t8..23\ta call\n",
             "removed\turl_userinfo_password\t$.db\t15..23\tmatched the rule's pattern\n",
             "kept\tkey_context\t$.password\t0..8\ta template reference (${X}, {{x}}, %(x)s, #{x})\n",

@@ -61,6 +61,8 @@ features! {
     ShortLowercaseNotCredential = "short_lowercase_not_credential", "a short lowercase word under a key that is not a credential name", -1;
     Spaces = "spaces", "holds spaces", -1;
     SeveralWords = "several_words", "three words or more", 0;
+    FunctionWord = "function_word", "holds a word a sentence needs (the, is, your, must…)", -1;
+    Passphrase = "passphrase", "three to six lowercase words, none a function word (a passphrase)", 1;
     DictionaryShare = "dictionary_share", "share of its words found in a dictionary", 0;
     DictionaryWord = "dictionary_word", "one dictionary word", 0;
     Sentence = "sentence", "written like a sentence", 0;
@@ -80,6 +82,7 @@ features! {
     UuidShaped = "uuid_shaped", "shaped like a UUID", 0;
     UrlShaped = "url_shaped", "a URL", 0;
     PathShaped = "path_shaped", "a path (segments between slashes)", 0;
+    DottedName = "dotted_name", "lowercase names joined by dots (an attribute's or a setting's name)", 0;
     EmailShaped = "email_shaped", "an e-mail address", 0;
     UpperAndLower = "upper_and_lower", "upper- and lowercase letters", 0;
     AllUpper = "all_upper", "its letters all uppercase", 0;
@@ -553,6 +556,35 @@ fn time_shaped(digits: &[u8]) -> bool {
     }
 }
 
+/// Words a sentence needs and a chosen passphrase does without: a label or a message
+/// ("must be at least eight characters", "enter your password") holds one.
+const FUNCTION_WORDS: &[&str] = &[
+    "a", "am", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "cannot", "could",
+    "did", "do", "does", "for", "from", "had", "has", "have", "if", "in", "is", "it", "its",
+    "least", "may", "might", "must", "my", "no", "nor", "not", "of", "on", "or", "our", "please",
+    "should", "so", "than", "that", "the", "their", "then", "these", "this", "those", "to", "too",
+    "was", "were", "when", "will", "with", "would", "you", "your",
+];
+
+fn is_function_word(w: &str) -> bool {
+    FUNCTION_WORDS.binary_search(&w).is_ok()
+}
+
+/// Single-spaced lowercase words, none a function word: `correct horse battery staple`.
+fn passphrase_words(v: &str) -> bool {
+    v.split(' ')
+        .all(|w| w.len() >= 2 && w.bytes().all(|c| c.is_ascii_lowercase()) && !is_function_word(w))
+}
+
+/// `gen_ai.request.seed`, `llm.watsonx.random_seed`: segments of lowercase letters and `_`,
+/// each starting with a letter, no digits.
+fn dotted_name(b: &[u8]) -> bool {
+    b.split(|c| *c == b'.').all(|seg| {
+        seg.first().is_some_and(u8::is_ascii_lowercase)
+            && seg.iter().all(|c| c.is_ascii_lowercase() || *c == b'_')
+    })
+}
+
 fn concatenation(v: &str, s: &ValueShape) -> bool {
     (s.plus || (s.dot && s.quote))
         && ["\" +", "+ \"", "' +", "+ '", "\" .", ". \"", " + "]
@@ -627,6 +659,18 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         v.split_whitespace().count()
     };
     set(&mut x, SeveralWords, blank_words >= 3);
+    set(
+        &mut x,
+        FunctionWord,
+        s.spaces > 0
+            && v.split(|c: char| !c.is_ascii_alphabetic())
+                .any(|w| is_function_word(&w.to_ascii_lowercase())),
+    );
+    set(
+        &mut x,
+        Passphrase,
+        (3..=6).contains(&blank_words) && s.lower + s.spaces == len && passphrase_words(v),
+    );
     if s.words > 0 {
         x[DictionaryShare as usize] = s.dictionary_words as f32 / s.words as f32;
     }
@@ -692,6 +736,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         PathShaped,
         !s.url && s.spaces == 0 && s.slashes >= 2 && letters,
     );
+    set(&mut x, DottedName, s.dot && dotted_name(b));
     set(&mut x, EmailShaped, email_shaped(v, &s));
     set(&mut x, UpperAndLower, s.upper > 0 && s.lower > 0);
     set(&mut x, AllUpper, s.upper > 0 && s.lower == 0);
@@ -793,6 +838,24 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn function_words_are_sorted_and_tell_a_message_from_a_passphrase() {
+        assert!(FUNCTION_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(passphrase_words("correct horse battery staple"));
+        assert!(!passphrase_words("must be at least eight characters"));
+        assert!(!passphrase_words("enter your password"));
+        assert!(!passphrase_words("two  spaces here"));
+    }
+
+    #[test]
+    fn dotted_names_are_lowercase_segments() {
+        assert!(dotted_name(b"gen_ai.request.seed"));
+        assert!(!dotted_name(b"abc.def1"));
+        assert!(!dotted_name(b"a..b"));
+        assert!(!dotted_name(b".hidden"));
+        assert!(!dotted_name(b"My.Secret"));
+    }
 
     #[test]
     fn committed_weights_name_every_feature() {

@@ -2492,7 +2492,7 @@ const VARIABLE_CREDENTIAL_WORDS: &[&str] = &[
 ];
 
 /// A regular expression's own syntax in `v`: a group or class no password is written with
-/// (`(?:`, `(?P<`, `(?<`, `[^`), or two of the shorter tokens (`\d`, `\w`, `\s`, `]+`, `]*`,
+/// (`(?:`, `(?P<`, `(?<`, `[^`, a capture of anything: `(.*)`, `(.+)`), or two of the shorter tokens (`\d`, `\w`, `\s`, `]+`, `]*`,
 /// `.*`, `.+`).
 fn regular_expression(v: &str) -> bool {
     // Every token holds one of these bytes; most values hold none and are done here.
@@ -2501,7 +2501,7 @@ fn regular_expression(v: &str) -> bool {
     {
         return false;
     }
-    const STRONG: [&str; 4] = ["(?:", "(?P<", "(?<", "[^"];
+    const STRONG: [&str; 6] = ["(?:", "(?P<", "(?<", "[^", "(.*)", "(.+)"];
     const WEAK: [&str; 7] = ["\\d", "\\w", "\\s", "]+", "]*", ".*", ".+"];
     STRONG.iter().any(|t| v.contains(t)) || WEAK.iter().filter(|t| v.contains(*t)).count() >= 2
 }
@@ -3788,6 +3788,19 @@ mod tests {
             ("password = \"Password123\"", "Password123"),
             ("password = \"Secret2024!\"", "Secret2024!"),
             ("password = \"Wrong123!\"", "Wrong123!"),
+            // Passphrases: words, none a sentence needs.
+            (
+                "password = \"correct horse battery staple\"",
+                "correct horse battery staple",
+            ),
+            (
+                "DB_PASSWORD=\"purple monkey dishwasher lamp\"",
+                "purple monkey dishwasher lamp",
+            ),
+            (
+                "passphrase: \"tangerine volcano whisper orbit\"",
+                "tangerine volcano whisper orbit",
+            ),
             ("ALTER ROLE app WITH PASSWORD 'Sq1pw';", "Sq1pw"),
             ("SET PASSWORD FOR 'app'@'%' = 'Hq7vLp2xRw';", "Hq7vLp2xRw"),
             (
@@ -4009,6 +4022,12 @@ mod tests {
             "    stateMachines=page, nextToken=token_for_next_page",
             "    session_id: Conversation ID.",
             "    r'(?P<token>[a-zA-Z0-9]+)$'",
+            "OLDSTYLE_AUTH = re.compile(r\"auth=(.*)\", re.I)",
+            // Validation messages: sentences a form writes under the field's name.
+            "password: \"must be at least eight characters\"",
+            "\"password\": \"does not match the confirmation\",",
+            "'password' => 'the password field is required',",
+            "password: \"is too short\"",
             "    region = re.sub(r\".*Credential=[^/]+/[^/]+/([^/]+)/.*\", r\"\\1\", auth)",
             "token = Expect(Token::LBRACKET);",
             "SET PASSWORD FOR 'app'@'%' = @new_password;",

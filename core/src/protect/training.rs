@@ -232,12 +232,76 @@ const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 const SYMBOLS: &[u8] = b"!@#$%^&*?_-+=.~";
 
 /// A credential of one of the shapes people and services make.
+/// Words a passphrase is drawn from (diceware-style: common, concrete).
+const PASSPHRASE_WORDS: &[&str] = &[
+    "correct",
+    "horse",
+    "battery",
+    "staple",
+    "purple",
+    "monkey",
+    "dishwasher",
+    "lamp",
+    "river",
+    "candle",
+    "mosaic",
+    "thunder",
+    "orbit",
+    "velvet",
+    "garden",
+    "copper",
+    "lantern",
+    "meadow",
+    "glacier",
+    "pencil",
+    "harbor",
+    "walnut",
+    "saddle",
+    "quartz",
+    "ribbon",
+    "canyon",
+    "tunnel",
+    "marble",
+    "oyster",
+    "violin",
+    "blanket",
+    "ember",
+    "pickle",
+    "rocket",
+    "cactus",
+    "anchor",
+    "biscuit",
+    "falcon",
+    "pepper",
+    "salmon",
+];
+
+/// Keys a passphrase is written under.
+const PASSPHRASE_KEYS: &[&str] = &[
+    "password",
+    "passphrase",
+    "DB_PASSWORD",
+    "pass",
+    "passwd",
+    "adminPassword",
+    "ssh_passphrase",
+    "REDIS_PASSWORD",
+];
+
 fn secret_value(d: &mut Draw) -> String {
     let words = [
         "summer", "winter", "dragon", "monkey", "sunshine", "football", "shadow", "master",
         "tiger", "orange", "purple", "falcon", "silver", "rocket", "kitten", "pepper",
     ];
-    match d.below(12) {
+    match d.below(13) {
+        // A passphrase of common words (`correct horse battery staple`).
+        12 => {
+            let n = 3 + d.below(3);
+            (0..n)
+                .map(|_| d.pick(PASSPHRASE_WORDS))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
         // A person's password: a word, digits, a symbol.
         0 => {
             let mut w = d.pick(&words).to_string();
@@ -441,6 +505,15 @@ fn harmless_value(d: &mut Draw) -> String {
         "Geheimer Schlüssel",
         "Nouveau mot de passe",
         "Пароль не совпадает",
+        // Validation messages as forms and frameworks write them, lowercase.
+        "must be at least eight characters",
+        "is too short",
+        "does not match the confirmation",
+        "enter your password",
+        "the password field is required",
+        "cannot be blank",
+        "should contain a digit",
+        "is required when signing in",
     ];
     const CODE: &[&str] = &[
         "$this->getSupportedToken();",
@@ -498,6 +571,12 @@ fn harmless_value(d: &mut Draw) -> String {
         "vault",
         "keychain",
         "default",
+        // Names of settings and attributes that hold a credential, not the credential.
+        "spring.datasource.password",
+        "gen_ai.request.seed",
+        "auth.token.header",
+        "app.secret_name",
+        "http.request.header.authorization",
         // What sentences say a credential is.
         "hashed",
         "invalid",
@@ -546,15 +625,22 @@ pub fn generated_examples(seed: u64, n: usize) -> Vec<Example> {
     let mut out = Vec::new();
     for i in 0..2 * n {
         let secret = i % 2 == 0;
-        let key = d.pick(SECRET_KEYS);
+        let mut key = d.pick(SECRET_KEYS);
         let (template, value) = if secret {
             (d.pick(LINES), secret_value(&mut d))
         } else {
             (d.pick(HARMLESS_LINES), harmless_value(&mut d))
         };
+        let passphrase = secret && value.contains(' ');
+        if passphrase {
+            // A passphrase is a password's; an API key is never one.
+            key = d.pick(PASSPHRASE_KEYS);
+        }
         let line = plant(template, key, &value);
         for (features, found) in judged(&line) {
-            if overlaps(&found, &value) {
+            // A passphrase counts only where the line quotes it whole: a bare one's first
+            // word alone is no secret to learn from.
+            if overlaps(&found, &value) && (!passphrase || found == value) {
                 out.push(Example {
                     features,
                     secret,
