@@ -361,7 +361,21 @@ const DETECTORS: &[D] = &[
     D { id: "langfuse_secret_key", description: "Langfuse secret key (sk-lf- + UUID; the pk-lf- public key stays)",
         keywords: &["sk-lf-"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(sk-lf-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "e2b_api_key", description: "E2B sandbox API key (e2b_ + 40 hex)",
+        keywords: &["e2b_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(e2b_[a-f0-9]{40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "firecrawl_api_key", description: "Firecrawl API key (fc- + 32 hex)",
+        keywords: &["fc-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(fc-[a-f0-9]{32})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "browserbase_api_key", description: "Browserbase API key (bb_live_ + 20 to 40)",
+        keywords: &["bb_live_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(bb_live_[A-Za-z0-9_\-]{20,40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     // --- Developer platforms with prefixed tokens ---------------------------------------------
+    // Gated on the name: `pat` alone would flag every path and pattern for a token the
+    // bearer and key-context rules already take where it is used.
+    D { id: "airtable_pat", description: "Airtable personal access token (pat + 14 alphanumerics + . + 64 hex) in text naming Airtable",
+        keywords: &["airtable"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(pat[A-Za-z0-9]{14}\.[a-f0-9]{64})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "contentful_pat", description: "Contentful personal access token (CFPAT- + 43)",
         keywords: &["cfpat-"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(CFPAT-[A-Za-z0-9_\-]{43})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
@@ -1697,6 +1711,32 @@ pub(crate) mod tests {
             s("Langfuse(public_key=\"pk-lf-1234abcd-0000-4000-8000-0123456789ab\", secret_key=\"sk-lf-3f9a1c7e-5b2d-4046-8a1b-2c3d4e5f6a7b\")"),
             s("sk-lf-3f9a1c7e-5b2d-4046-8a1b-2c3d4e5f6a7b"),
         );
+        let e2b = format!("e2b_{}", cycle("3f9a1c7e5b2d8046", 40));
+        tp("e2b_api_key", format!("E2B_API_KEY={e2b}"), e2b);
+        let fc = format!("fc-{}", cycle("0a1b2c3d4e5f6789", 32));
+        tp(
+            "firecrawl_api_key",
+            format!("app = FirecrawlApp(api_key=\"{fc}\")"),
+            fc,
+        );
+        let bb = format!("bb_live_{}", cycle("aZ3kQ9mX2pL7vR4tY8wN6b", 27));
+        tp(
+            "browserbase_api_key",
+            format!("{{\"BROWSERBASE_API_KEY\": \"{bb}\"}}"),
+            bb,
+        );
+        let pat = format!(
+            "pat{}.{}",
+            cycle("Xk9mP2qLw8rTz4", 14),
+            cycle("3f9a1c7e5b2d8046", 64)
+        );
+        tp(
+            "airtable_pat",
+            format!(
+                "curl -H \"Authorization: Bearer {pat}\" https://api.airtable.com/v0/meta/bases"
+            ),
+            pat,
+        );
         let nrii = format!("NRII-{}", cycle("aZ3k-Q9mX2pL7vR4", 32));
         tp("new_relic_key", format!("insert key {nrii}"), nrii);
         let dt = format!(
@@ -1794,6 +1834,13 @@ pub(crate) mod tests {
             ("linear_oauth_token", "lin_oauth_token = get_token()"),
             ("smtp_auth_plain", "250-AUTH PLAIN LOGIN XOAUTH2"),
             ("langsmith_api_key", "lsv2_pt_xxxxx"),
+            ("e2b_api_key", "e2b_template_id = 'base' and e2b_3f9a"),
+            ("firecrawl_api_key", "fc-gap and fc-3f9a1c7e"),
+            ("browserbase_api_key", "bb_live_ prefix, bb_live_short"),
+            (
+                "airtable_pat",
+                "patient_records_v2.json and patXXXXXXXXXXXXXX.abc",
+            ),
             (
                 "langfuse_secret_key",
                 "pk-lf-1234abcd-0000-4000-8000-0123456789ab is the public key",
@@ -2729,6 +2776,14 @@ pub(crate) mod tests {
                 &[L("lsv2_sk_"), C(HEX, 32, 32), L("_"), C(HEX, 10, 10)],
             ),
             f("langfuse_secret_key", &[L("sk-lf-"), Uuid]),
+            f("e2b_api_key", &[L("e2b_"), C(HEX, 40, 40)]),
+            f("firecrawl_api_key", &[L("fc-"), C(HEX, 32, 32)]),
+            f("browserbase_api_key", &[L("bb_live_"), C(B64URL, 20, 40)]),
+            Format {
+                rule: "airtable_pat",
+                hint: "airtable ",
+                segs: &[L("pat"), C(ALNUM, 14, 14), L("."), C(HEX, 64, 64)],
+            },
             f(
                 "atlassian_api_token",
                 &[
