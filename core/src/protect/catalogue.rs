@@ -139,6 +139,9 @@ const DETECTORS: &[D] = &[
     D { id: "teams_webhook_url", description: "Microsoft Teams / Office 365 webhook URL",
         keywords: &["webhook.office.com", "logic.azure.com"],
         regex: r#"(https://[A-Za-z0-9.\-]+\.(?:webhook\.office\.com/webhookb2|logic\.azure\.com[:0-9]*/workflows)/[^\s"'<>]+)"#, group: 1, validator: None },
+    D { id: "zapier_webhook_url", description: "Zapier catch hook URL (anyone holding it can trigger the Zap)",
+        keywords: &["hooks.zapier.com"],
+        regex: r"(https://hooks\.zapier\.com/hooks/catch/\d+/[A-Za-z0-9]+/?)", group: 1, validator: None },
     D { id: "telegram_bot_token", description: "Telegram bot token (id:AA…)",
         keywords: &[":aa"],
         regex: r"(?:^|[^0-9])([0-9]{5,16}:AA[A-Za-z0-9_\-]{32,33})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
@@ -443,9 +446,9 @@ const DETECTORS: &[D] = &[
     D { id: "smtp_auth_plain", description: "SMTP or IMAP AUTH PLAIN credentials (base64 of user and password), as a mail client's debug log writes them",
         keywords: &["auth plain"],
         regex: r"(?i)(?-u:\b)AUTH\s+PLAIN\s+([A-Za-z0-9+/]{8,}={0,2})(?:[^A-Za-z0-9+/=]|$)", group: 1, validator: None },
-    D { id: "crypt_password_hash", description: "A password hash in crypt(3) form, as /etc/shadow and user tables hold it (MD5 $1$, SHA-256 $5$, SHA-512 $6$, bcrypt $2b$, yescrypt $y$, Argon2): crackable offline",
-        keywords: &["$1$", "$5$", "$6$", "$2a$", "$2b$", "$2y$", "$y$", "$argon2"],
-        regex: r"(?:^|[^A-Za-z0-9$])(\$[156]\$(?:rounds=\d{1,9}\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}|\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|\$y\$[./A-Za-z0-9]{1,12}\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{43}|\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]{11,}\$[A-Za-z0-9+/]{16,})(?:[^./A-Za-z0-9+$]|$)", group: 1, validator: None },
+    D { id: "crypt_password_hash", description: "A password hash in crypt(3) form, as /etc/shadow, user tables and .htpasswd hold it (MD5 $1$ and Apache's $apr1$, SHA-256 $5$, SHA-512 $6$, bcrypt $2b$, yescrypt $y$, Argon2): crackable offline",
+        keywords: &["$1$", "$apr1$", "$5$", "$6$", "$2a$", "$2b$", "$2y$", "$y$", "$argon2"],
+        regex: r"(?:^|[^A-Za-z0-9$])(\$(?:[156]|apr1)\$(?:rounds=\d{1,9}\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}|\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|\$y\$[./A-Za-z0-9]{1,12}\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{43}|\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]{11,}\$[A-Za-z0-9+/]{16,})(?:[^./A-Za-z0-9+$]|$)", group: 1, validator: None },
     D { id: "pgpass_password", description: "The password of a PostgreSQL password file line (host:port:database:user:password) on the default port or any",
         keywords: &[":5432:", ":*:"],
         regex: r"(?m)^[ \t]*(?:[A-Za-z0-9.\-]+|\*):(?:5432|\*):[^:\s]+:[^:\s]+:([^\s]+?)[ \t]*\r?$", group: 1, validator: Some(Validator::SecretLike) },
@@ -836,6 +839,11 @@ pub(crate) mod tests {
             cycle(B62, 68)
         );
         tp("discord_webhook_url", format!("hook: {dw}"), dw);
+        tp(
+            "zapier_webhook_url",
+            s("WEBHOOK_URL=https://hooks.zapier.com/hooks/catch/123456/abcdef9/"),
+            s("https://hooks.zapier.com/hooks/catch/123456/abcdef9/"),
+        );
         tp("teams_webhook_url", s("https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/0123abcd/ef45"), s("https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/0123abcd/ef45"));
         let tg = format!("123456789:AA{}", cycle(B62, 33));
         tp("telegram_bot_token", format!("bot{tg}/sendMessage"), tg);
@@ -1029,6 +1037,10 @@ pub(crate) mod tests {
             (
                 "hash = \"$argon2id$v=19$m=65536,t=3,p=4$c29tZXNhbHQ$RdescudvJCsgt3ub+b+dWRWJTmaaJObG\"",
                 "$argon2id$v=19$m=65536,t=3,p=4$c29tZXNhbHQ$RdescudvJCsgt3ub+b+dWRWJTmaaJObG",
+            ),
+            (
+                "admin:$apr1$Xk9mP2qL$Zr8kq2LmVx9wTz4Vb7Nc1/",
+                "$apr1$Xk9mP2qL$Zr8kq2LmVx9wTz4Vb7Nc1/",
             ),
         ] {
             tp("crypt_password_hash", s(text), s(secret));
@@ -1810,6 +1822,7 @@ pub(crate) mod tests {
             ("tavily_api_key", "tvly-YOUR_API_KEY"),
             ("crypt_password_hash", "the format is $6$salt$hash, see crypt(5)"),
             ("crypt_password_hash", "price: $5$ per month, $6$ with support"),
+            ("crypt_password_hash", "AuthUserFile holds $apr1$ hashes"),
             ("pgpass_password", "db:5432:shop:app:*"),
             ("pgpass_password", "ports 80:5432:6379: and more"),
             ("aws_sigv4_signature", "Authorization: AWS4-HMAC-SHA256 Credential=<id>/<scope>, SignedHeaders=host, Signature=<signature>"),
@@ -1923,6 +1936,7 @@ pub(crate) mod tests {
                 "https://discord.com/api/webhooks/ docs",
             ),
             ("teams_webhook_url", "https://learn.microsoft.com/webhooks"),
+            ("zapier_webhook_url", "https://hooks.zapier.com/hooks/catch/ is the prefix"),
             ("telegram_bot_token", "12:30:AA meeting"),
             ("sendgrid_api_key", "SG.short.value"),
             ("twilio_api_key", "SKU-0123456789"),
