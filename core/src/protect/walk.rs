@@ -59,6 +59,68 @@ const VALUE_MEMBERS: &[&str] = &[
     "parameterValue",
 ];
 
+/// The credential name a map's members are read under when its own key is that name's
+/// plural (`{"api_keys": {"openai": "…"}}`, `{"tokens": {"github": "…"}}`,
+/// `{"passwords": {"admin": "…"}}`): the singular. Only a map of strings alone is read so: a
+/// map under `tokens` holding counts (a model's usage) is no map of credentials. A plural
+/// that names a credential itself (`credentials`, `secrets`) already has its key rule for the
+/// whole map.
+fn singular_credential(key: &str) -> Option<&str> {
+    let one = key.strip_suffix('s').or_else(|| key.strip_suffix('S'))?;
+    (classify_key(key) == KeyClass::Other && classify_key(one) == KeyClass::Credential)
+        .then_some(one)
+}
+
+/// Members of a map under a credential name's plural that describe the credentials rather
+/// than name one (`{"tokens": {"model": "gpt-4o", "unit": "count"}}`): read under their own
+/// key.
+const DESCRIPTIVE_MEMBERS: &[&str] = &[
+    "completion",
+    "count",
+    "created",
+    "description",
+    "email",
+    "endpoint",
+    "env",
+    "expires",
+    "expires_at",
+    "expires_in",
+    "format",
+    "id",
+    "input",
+    "issued_at",
+    "kind",
+    "label",
+    "model",
+    "name",
+    "note",
+    "output",
+    "owner",
+    "prompt",
+    "provider",
+    "reasoning",
+    "region",
+    "scope",
+    "scopes",
+    "source",
+    "status",
+    "total",
+    "type",
+    "unit",
+    "updated",
+    "url",
+    "usage",
+    "user",
+    "username",
+    "version",
+];
+
+/// The name a member of a map under a credential name's plural is read under: the singular,
+/// unless the member describes ([`DESCRIPTIVE_MEMBERS`]).
+fn plural_member_name<'a>(one: &'a str, member: &str) -> Option<&'a str> {
+    (!DESCRIPTIVE_MEMBERS.contains(&member.to_ascii_lowercase().as_str())).then_some(one)
+}
+
 /// Members that hold a JSON Web Key's private or symmetric key material (RFC 7518 section
 /// 6.3.2 for RSA, 6.2.2 for EC and OKP's `d`, 6.4.1 for `oct`'s `k`).
 const JWK_PRIVATE_MEMBERS: &[&str] = &["d", "p", "q", "dp", "dq", "qi", "k", "oth"];
@@ -616,6 +678,8 @@ fn json_edits(
     // member (`{"name": "DB_PASSWORD", "value": "…"}`): the name, by object. Few documents
     // have any, so nothing is allocated until one does.
     let mut named: crate::maps::FastMap<usize, std::borrow::Cow<'_, str>> = crate::maps::map();
+    // The maps under a credential name's plural: the singular, by map.
+    let mut plural: crate::maps::FastMap<usize, String> = crate::maps::map();
     // Each value's own key, decoded once.
     let mut own_key: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(values.len());
     for v in values {
@@ -631,7 +695,19 @@ fn json_edits(
                 }
             }
         }
+        if let (Some(k), Kind::Object) = (&k, v.kind) {
+            if let Some(one) = singular_credential(k) {
+                plural.insert(own_key.len(), one.to_string());
+            }
+        }
         own_key.push(k);
+    }
+    if !plural.is_empty() {
+        for v in values {
+            if let (Some(p), false) = (v.parent, v.kind == Kind::String) {
+                plural.remove(&p);
+            }
+        }
     }
     // The value whose key a value is read under: its own, or through arrays its container's.
     let mut key_from: Vec<Option<usize>> = Vec::with_capacity(values.len());
@@ -695,6 +771,9 @@ fn json_edits(
         // The value member of an object that names a credential is read under that name.
         let under_name = match (own_key[i].as_deref(), v.parent) {
             (Some(k), Some(p)) if VALUE_MEMBERS.contains(&k) => named.get(&p).map(|n| n.as_ref()),
+            (Some(k), Some(p)) if v.kind == Kind::String => {
+                plural.get(&p).and_then(|one| plural_member_name(one, k))
+            }
             _ => None,
         };
         let (own, verdict) = match under_name {
@@ -1447,11 +1526,16 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
         Value::Object(map) => {
             let jwk = is_jwk(map);
             let named = named_credential(map);
+            let plural = key
+                .and_then(singular_credential)
+                .filter(|_| map.values().all(Value::is_string));
             for (k, val) in map {
                 let p = format!("{path}.{k}");
-                // The value member of an object that names a credential: read under the name.
-                let k = match named {
-                    Some(name) if VALUE_MEMBERS.contains(&k.as_str()) => name,
+                // The value member of an object that names a credential: read under the name;
+                // a string in a map under a credential name's plural, under the singular.
+                let k = match (named, plural) {
+                    (Some(name), _) if VALUE_MEMBERS.contains(&k.as_str()) => name,
+                    (_, Some(one)) if plural_member_name(one, k).is_some() => one,
                     _ => k.as_str(),
                 };
                 if jwk && jwk_private_member(k, val) {
@@ -1857,6 +1941,63 @@ mod tests {
             redact_string(&r, &mut s, &mut hits, 0);
             assert_eq!(s, kept, "{sent}");
         }
+    }
+
+    #[test]
+    fn a_map_under_a_credential_names_plural_is_read_member_by_member() {
+        let r = redactor(65536);
+        for (sent, kept) in [
+            // Credentials by service, environment or user.
+            (
+                r#"{"api_keys": {"openai": "Zr8kq2LmVx9wTz4Vb7Nc1Qd5", "serp": "3f9a1c7e5b2d8046"}}"#,
+                r#"{"api_keys": {"openai": "[REDACTED:credential_key]", "serp": "[REDACTED:credential_key]"}}"#,
+            ),
+            (
+                r#"{"tokens":{"github":"Xk9mP2qLw8rTz4Vb7Nc1","slack":"Vd8kLm2Zqr"}}"#,
+                r#"{"tokens":{"github":"[REDACTED:credential_key]","slack":"[REDACTED:credential_key]"}}"#,
+            ),
+            (
+                r#"{"apiKeys": {"stripe": "Vd8kLm2Zqr"}, "access_tokens": {"prod": "Vd8kLm2Zqr"}}"#,
+                r#"{"apiKeys": {"stripe": "[REDACTED:credential_key]"}, "access_tokens": {"prod": "[REDACTED:credential_key]"}}"#,
+            ),
+            // A model's usage and a token's description are no map of credentials.
+            (
+                r#"{"tokens": {"input": 1234, "output": 567, "total": 1801}}"#,
+                r#"{"tokens": {"input": 1234, "output": 567, "total": 1801}}"#,
+            ),
+            (
+                r#"{"tokens": {"input": "1234", "output": "567"}}"#,
+                r#"{"tokens": {"input": "1234", "output": "567"}}"#,
+            ),
+            (
+                r#"{"tokens": {"model": "gpt-4o", "unit": "count", "kind": "prompt"}}"#,
+                r#"{"tokens": {"model": "gpt-4o", "unit": "count", "kind": "prompt"}}"#,
+            ),
+            (
+                r#"{"tokens": {"type": "bearer", "expires_in": 3600}}"#,
+                r#"{"tokens": {"type": "bearer", "expires_in": 3600}}"#,
+            ),
+            // Neither is a plain `keys` map: a key is no credential by its name.
+            (
+                r#"{"keys": {"a": "b", "prod": "Zr8kq2LmVx9w"}}"#,
+                r#"{"keys": {"a": "b", "prod": "Zr8kq2LmVx9w"}}"#,
+            ),
+        ] {
+            let mut s = sent.to_string();
+            let mut hits = Redactions::new();
+            redact_string(&r, &mut s, &mut hits, 0);
+            assert_eq!(s, kept, "{sent}");
+        }
+        let e = explain(
+            &r,
+            r#"{"api_keys": {"openai": "Zr8kq2LmVx9wTz4Vb7Nc1Qd5", "model": "gpt-4o"}}"#,
+        );
+        let removed: Vec<&str> = e
+            .iter()
+            .filter(|x| x.removed)
+            .map(|x| x.path.as_str())
+            .collect();
+        assert_eq!(removed, ["$.api_keys.openai"]);
     }
 
     #[test]
