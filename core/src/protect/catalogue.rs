@@ -449,6 +449,10 @@ const DETECTORS: &[D] = &[
     D { id: "crypt_password_hash", description: "A password hash in crypt(3) form, as /etc/shadow, user tables and .htpasswd hold it (MD5 $1$ and Apache's $apr1$, SHA-256 $5$, SHA-512 $6$, bcrypt $2b$, yescrypt $y$, Argon2): crackable offline",
         keywords: &["$1$", "$apr1$", "$5$", "$6$", "$2a$", "$2b$", "$2y$", "$y$", "$argon2"],
         regex: r"(?:^|[^A-Za-z0-9$])(\$(?:[156]|apr1)\$(?:rounds=\d{1,9}\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}|\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|\$y\$[./A-Za-z0-9]{1,12}\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{43}|\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]{11,}\$[A-Za-z0-9+/]{16,})(?:[^./A-Za-z0-9+$]|$)", group: 1, validator: None },
+    // The hash alone is the group: a match starting with `{` reads as a template reference.
+    D { id: "htpasswd_sha1", description: "Apache htpasswd SHA-1 password hash ({SHA} + 28 base64): crackable offline",
+        keywords: &["{sha}"],
+        regex: r"\{SHA\}([A-Za-z0-9+/]{27}=)(?:[^A-Za-z0-9+/=]|$)", group: 1, validator: None },
     D { id: "pgpass_password", description: "The password of a PostgreSQL password file line (host:port:database:user:password) on the default port or any",
         keywords: &[":5432:", ":*:"],
         regex: r"(?m)^[ \t]*(?:[A-Za-z0-9.\-]+|\*):(?:5432|\*):[^:\s]+:[^:\s]+:([^\s]+?)[ \t]*\r?$", group: 1, validator: Some(Validator::SecretLike) },
@@ -1045,6 +1049,11 @@ pub(crate) mod tests {
         ] {
             tp("crypt_password_hash", s(text), s(secret));
         }
+        tp(
+            "htpasswd_sha1",
+            s("deploy:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g="),
+            s("W6ph5Mm5Pz8GgiULbPgzG37mj9g="),
+        );
         tp(
             "pgpass_password",
             s("$ cat ~/.pgpass\ndb.internal:5432:shop:app:Qw83nvLp2xR\n*:*:*:replicator:Zt7kQ2mXw9"),
@@ -1823,6 +1832,7 @@ pub(crate) mod tests {
             ("crypt_password_hash", "the format is $6$salt$hash, see crypt(5)"),
             ("crypt_password_hash", "price: $5$ per month, $6$ with support"),
             ("crypt_password_hash", "AuthUserFile holds $apr1$ hashes"),
+            ("htpasswd_sha1", "{SHA} is the scheme, {SHA}short= is not a hash"),
             ("pgpass_password", "db:5432:shop:app:*"),
             ("pgpass_password", "ports 80:5432:6379: and more"),
             ("aws_sigv4_signature", "Authorization: AWS4-HMAC-SHA256 Credential=<id>/<scope>, SignedHeaders=host, Signature=<signature>"),
