@@ -116,9 +116,15 @@ const DESCRIPTIVE_MEMBERS: &[&str] = &[
 ];
 
 /// The name a member of a map under a credential name's plural is read under: the singular,
-/// unless the member describes ([`DESCRIPTIVE_MEMBERS`]).
-fn plural_member_name<'a>(one: &'a str, member: &str) -> Option<&'a str> {
-    (!DESCRIPTIVE_MEMBERS.contains(&member.to_ascii_lowercase().as_str())).then_some(one)
+/// unless the member describes ([`DESCRIPTIVE_MEMBERS`]) or its value is not one token of
+/// eight characters or more. Such maps also hold design tokens (`{"tokens": {"primary":
+/// "blue", "spacing": "4px"}}`) and labels (`{"tokens": {"fr": "Se connecter"}}`); the keys
+/// and tokens they hold by service or environment are long.
+fn plural_member_name<'a>(one: &'a str, member: &str, value: &str) -> Option<&'a str> {
+    (value.len() >= 8
+        && !value.bytes().any(|c| c.is_ascii_whitespace())
+        && !DESCRIPTIVE_MEMBERS.contains(&member.to_ascii_lowercase().as_str()))
+    .then_some(one)
 }
 
 /// Members that hold a JSON Web Key's private or symmetric key material (RFC 7518 section
@@ -771,9 +777,9 @@ fn json_edits(
         // The value member of an object that names a credential is read under that name.
         let under_name = match (own_key[i].as_deref(), v.parent) {
             (Some(k), Some(p)) if VALUE_MEMBERS.contains(&k) => named.get(&p).map(|n| n.as_ref()),
-            (Some(k), Some(p)) if v.kind == Kind::String => {
-                plural.get(&p).and_then(|one| plural_member_name(one, k))
-            }
+            (Some(k), Some(p)) if v.kind == Kind::String => plural
+                .get(&p)
+                .and_then(|one| plural_member_name(one, k, string.as_deref().unwrap_or_default())),
             _ => None,
         };
         let (own, verdict) = match under_name {
@@ -1535,7 +1541,12 @@ fn explain_json(r: &Redactor, v: &Value, at: Place<'_>, out: &mut Vec<Explanatio
                 // a string in a map under a credential name's plural, under the singular.
                 let k = match (named, plural) {
                     (Some(name), _) if VALUE_MEMBERS.contains(&k.as_str()) => name,
-                    (_, Some(one)) if plural_member_name(one, k).is_some() => one,
+                    (_, Some(one))
+                        if plural_member_name(one, k, val.as_str().unwrap_or_default())
+                            .is_some() =>
+                    {
+                        one
+                    }
                     _ => k.as_str(),
                 };
                 if jwk && jwk_private_member(k, val) {
@@ -1976,6 +1987,15 @@ mod tests {
             (
                 r#"{"tokens": {"type": "bearer", "expires_in": 3600}}"#,
                 r#"{"tokens": {"type": "bearer", "expires_in": 3600}}"#,
+            ),
+            // Design tokens and labels: short values, or words.
+            (
+                r##"{"tokens": {"primary": "blue", "spacing": "4px"}, "design_tokens": {"color": "#ff0000"}}"##,
+                r##"{"tokens": {"primary": "blue", "spacing": "4px"}, "design_tokens": {"color": "#ff0000"}}"##,
+            ),
+            (
+                r#"{"tokens": {"en": "Sign in", "fr": "Se connecter"}}"#,
+                r#"{"tokens": {"en": "Sign in", "fr": "Se connecter"}}"#,
             ),
             // Neither is a plain `keys` map: a key is no credential by its name.
             (
