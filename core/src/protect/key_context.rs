@@ -1093,6 +1093,10 @@ fn reference(v: &str, bare: bool, next: &str) -> Option<&'static str> {
     if v.starts_with('{') && v.ends_with('}') && interpolated(&v[1..v.len() - 1]) {
         return Some("a format placeholder ({name}, {self.token}, {pw:?})");
     }
+    // `env:OPENAI_API_KEY` names the variable a configuration reads the secret from.
+    if v.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("env:")) && ident(&v[4..]) {
+        return Some("an environment reference (env:NAME)");
+    }
     if !bare {
         return None;
     }
@@ -4023,6 +4027,7 @@ mod tests {
             "    session_id: Conversation ID.",
             "    r'(?P<token>[a-zA-Z0-9]+)$'",
             "OLDSTYLE_AUTH = re.compile(r\"auth=(.*)\", re.I)",
+            "{\"api_key\": \"env:SERP_API_KEY\"}",
             // Validation messages: sentences a form writes under the field's name.
             "password: \"must be at least eight characters\"",
             "\"password\": \"does not match the confirmation\",",
