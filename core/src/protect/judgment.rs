@@ -566,8 +566,17 @@ const FUNCTION_WORDS: &[&str] = &[
     "was", "were", "when", "will", "with", "would", "you", "your",
 ];
 
+/// `w` in any case is one of [`FUNCTION_WORDS`] (six letters at most): folded on the stack,
+/// as every judged value with a blank asks.
 fn is_function_word(w: &str) -> bool {
-    FUNCTION_WORDS.binary_search(&w).is_ok()
+    let mut buf = [0u8; 6];
+    if w.is_empty() || w.len() > buf.len() {
+        return false;
+    }
+    for (d, c) in buf.iter_mut().zip(w.bytes()) {
+        *d = c.to_ascii_lowercase();
+    }
+    std::str::from_utf8(&buf[..w.len()]).is_ok_and(|w| FUNCTION_WORDS.binary_search(&w).is_ok())
 }
 
 /// Single-spaced lowercase words, none a function word: `correct horse battery staple`.
@@ -664,7 +673,7 @@ pub fn features(ctx: &Context<'_>, v: &str) -> FeatureVector {
         FunctionWord,
         s.spaces > 0
             && v.split(|c: char| !c.is_ascii_alphabetic())
-                .any(|w| is_function_word(&w.to_ascii_lowercase())),
+                .any(is_function_word),
     );
     set(
         &mut x,
@@ -842,6 +851,8 @@ mod tests {
     #[test]
     fn function_words_are_sorted_and_tell_a_message_from_a_passphrase() {
         assert!(FUNCTION_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(FUNCTION_WORDS.iter().all(|w| w.len() <= 6));
+        assert!(is_function_word("The") && is_function_word("MUST") && !is_function_word(""));
         assert!(passphrase_words("correct horse battery staple"));
         assert!(!passphrase_words("must be at least eight characters"));
         assert!(!passphrase_words("enter your password"));

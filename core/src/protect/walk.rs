@@ -67,7 +67,8 @@ const VALUE_MEMBERS: &[&str] = &[
 /// whole map.
 fn singular_credential(key: &str) -> Option<&str> {
     let one = key.strip_suffix('s').or_else(|| key.strip_suffix('S'))?;
-    (classify_key(key) == KeyClass::Other && classify_key(one) == KeyClass::Credential)
+    // The singular first: most plural keys (`items`, `results`) stop there.
+    (classify_key(one) == KeyClass::Credential && classify_key(key) == KeyClass::Other)
         .then_some(one)
 }
 
@@ -123,7 +124,9 @@ const DESCRIPTIVE_MEMBERS: &[&str] = &[
 fn plural_member_name<'a>(one: &'a str, member: &str, value: &str) -> Option<&'a str> {
     (value.len() >= 8
         && !value.bytes().any(|c| c.is_ascii_whitespace())
-        && !DESCRIPTIVE_MEMBERS.contains(&member.to_ascii_lowercase().as_str()))
+        && !DESCRIPTIVE_MEMBERS
+            .iter()
+            .any(|d| d.eq_ignore_ascii_case(member)))
     .then_some(one)
 }
 
