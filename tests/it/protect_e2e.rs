@@ -20,6 +20,8 @@ pub const CANARIES: &[&str] = &[
     "DE89370400440532013000",
     "078-05-1120",
     "hunter2-C4n4ry!",
+    // No vendor's shape: found only as a member of a YAML block under `secrets:`.
+    "Qm7vTz2KpX9wLr4NbY6cJd3s",
 ];
 
 pub fn kv(key: &str, value: Value) -> Value {
@@ -33,8 +35,11 @@ pub fn s(v: &str) -> Value {
 /// One span and one log record carrying every canary in a different place.
 pub fn canary_request(trace: &str, tenant: &str) -> (Value, Value) {
     let c = CANARIES;
-    let tool_args =
-        json!({ "order_ref": "ORD-77", "card": c[5], "notes": { "iban": c[6] } }).to_string();
+    let values_yaml = format!("secrets:\n  openai: {}\n  enabled: true\n", c[9]);
+    let tool_args = json!({
+        "order_ref": "ORD-77", "card": c[5], "notes": { "iban": c[6] }, "content": values_yaml,
+    })
+    .to_string();
     let double = json!({ "arguments": json!({ "ssn": c[7] }).to_string() }).to_string();
     let resource = json!({ "attributes": [
         kv("service.name", s("canary-executor")),
@@ -228,6 +233,10 @@ async fn no_planted_secret_leaves_toolwatch() {
         assert_eq!(args["order_ref"], "ORD-77");
         assert_eq!(args["card"], "[REDACTED:payment_card_number]");
         assert_eq!(args["notes"]["iban"], "[REDACTED:iban]");
+        assert_eq!(
+            args["content"],
+            "secrets:\n  openai: [REDACTED:secret_key_assignment]\n  enabled: true\n"
+        );
         let attrs: Value =
             serde_json::from_str(row["attributes"].as_str().expect("attrs")).expect("JSON");
         assert_eq!(attrs["db.password"], "[REDACTED:credential_key]");
@@ -242,6 +251,7 @@ async fn no_planted_secret_leaves_toolwatch() {
             "gitlab_token",
             "stripe_webhook_secret",
             "aws_access_key_id",
+            "secret_key_assignment",
         ] {
             assert!(
                 redactions.get(rule).and_then(Value::as_u64).unwrap_or(0) >= 1,

@@ -1551,6 +1551,23 @@ impl Candidate {
         syntax: Syntax,
         next: &str,
     ) -> Candidate {
+        let name = &text[key.clone()];
+        Candidate::judged_as(text, settled, key.clone(), name, value, class, syntax, next)
+    }
+
+    /// As [`Candidate::judged`], judged under `name` rather than the key as written (a
+    /// member of a block under a credential name's plural is judged under that name).
+    #[allow(clippy::too_many_arguments)]
+    fn judged_as(
+        text: &str,
+        settled: Settled<'_>,
+        key: Range<usize>,
+        name: &str,
+        value: Range<usize>,
+        class: KeyClass,
+        syntax: Syntax,
+        next: &str,
+    ) -> Candidate {
         let judgment = if settled.covers(&value) {
             Judgment::kept(SETTLED)
         } else if syntax.is_bare()
@@ -1563,13 +1580,7 @@ impl Candidate {
         } else if syntax == Syntax::Quoted && interpolating_literal(text.as_bytes(), &value) {
             Judgment::kept("a literal that interpolates names (f\"{user}-{suffix}\", `${x}`)")
         } else {
-            judge(
-                class,
-                &text[key.clone()],
-                &text[value.clone()],
-                syntax,
-                next,
-            )
+            judge(class, name, &text[value.clone()], syntax, next)
         };
         Candidate {
             key,
@@ -1624,6 +1635,9 @@ fn candidates_outside(text: &str, hits: &[usize], settled: Settled<'_>) -> Vec<C
     let b = text.as_bytes();
     let mut out: Vec<Candidate> = Vec::new();
     let mut last_key_end = 0;
+    // The end of the last block under a credential name's plural that was read: a header
+    // inside it is not read again, so each line is read once.
+    let mut block_end = 0;
     let mut sorted: Vec<usize> = hits.to_vec();
     sorted.sort_unstable();
     for &hit in &sorted {
@@ -1653,9 +1667,19 @@ fn candidates_outside(text: &str, hits: &[usize], settled: Settled<'_>) -> Vec<C
         if ks >= ke {
             continue;
         }
+        if ks >= block_end {
+            if let Some((members, end)) = plural_block_members(text, settled, ks, ke) {
+                out.extend(members);
+                block_end = end;
+            }
+        }
         if let Some(c) = candidate_at(text, settled, ks, ke) {
             out.push(c);
         }
+    }
+    // A block's members stand after its header, before later hits' candidates.
+    if block_end > 0 {
+        out.sort_by_key(|c| c.key.start);
     }
     out
 }
@@ -2218,6 +2242,349 @@ fn plist_value(text: &str, settled: Settled<'_>, key: Range<usize>) -> Option<Ca
         "",
     ))
 }
+
+/// The credential name a map's members are read under when its own key is that name's
+/// plural (`{"api_keys": {"openai": "…"}}`, `{"tokens": {"github": "…"}}`,
+/// `{"passwords": {"admin": "…"}}`): the singular. Only a map of strings alone is read so: a
+/// map under `tokens` holding counts (a model's usage) is no map of credentials. A plural
+/// that names a credential itself (`credentials`, `secrets`) already has its key rule for the
+/// whole map.
+pub(crate) fn singular_credential(key: &str) -> Option<&str> {
+    let one = key.strip_suffix('s').or_else(|| key.strip_suffix('S'))?;
+    // The singular first: most plural keys (`items`, `results`) stop there.
+    (classify_key(one) == KeyClass::Credential && classify_key(key) == KeyClass::Other)
+        .then_some(one)
+}
+
+/// Members of a map under a credential name's plural that describe the credentials rather
+/// than name one (`{"tokens": {"model": "gpt-4o", "unit": "count"}}`): read under their own
+/// key.
+const DESCRIPTIVE_MEMBERS: &[&str] = &[
+    "algorithm",
+    "backend",
+    "completion",
+    "count",
+    "created",
+    "description",
+    "email",
+    "endpoint",
+    "env",
+    "expires",
+    "expires_at",
+    "expires_in",
+    "file",
+    "format",
+    "host",
+    "id",
+    "input",
+    "issued_at",
+    "kind",
+    "label",
+    "mode",
+    "model",
+    "name",
+    "namespace",
+    "note",
+    "output",
+    "owner",
+    "path",
+    "profile",
+    "prompt",
+    "provider",
+    "reasoning",
+    "region",
+    "role",
+    "scope",
+    "scopes",
+    "source",
+    "status",
+    "store",
+    "total",
+    "type",
+    "unit",
+    "updated",
+    "url",
+    "usage",
+    "user",
+    "username",
+    "version",
+];
+
+/// The name a member of a JSON map under a credential name's plural is read under: the
+/// singular, where [`plural_member_shaped`] reads the member so and the judgment under that
+/// name removes its value by [`PLURAL_MEMBER_MARGIN`] or more, as it would a quoted literal in
+/// text: a structured value's own weight would carry any string of a map past the margin.
+pub(crate) fn plural_member_name<'a>(one: &'a str, member: &str, value: &str) -> Option<&'a str> {
+    (plural_member_shaped(member, value)
+        && clears_member_margin(&judge(classify_key(one), one, value, Syntax::Quoted, "")))
+    .then_some(one)
+}
+
+/// Bytes a member's value under a credential name's plural needs: the keys and tokens such
+/// maps hold by service or environment are long; settings' words and colours are short.
+const PLURAL_MEMBER_MIN_BYTES: usize = 12;
+
+/// How far past the judgment's own threshold a member of a map under a credential name's
+/// plural must score: its own key names a service or a setting, not a credential's slot, so
+/// a setting's word (`backend: kubernetes`, `profile: production`) must not pass for a
+/// password there, as it may after `password:`.
+const PLURAL_MEMBER_MARGIN: f64 = 3.0;
+
+/// True when a member of a map under a credential name's plural may be read under the
+/// singular: it does not describe ([`DESCRIPTIVE_MEMBERS`]) and its value is one token of
+/// [`PLURAL_MEMBER_MIN_BYTES`] or more. Such maps also hold design tokens (`{"tokens":
+/// {"primary": "blue", "spacing": "4px"}}`) and labels (`{"tokens": {"fr": "Se connecter"}}`).
+fn plural_member_shaped(member: &str, value: &str) -> bool {
+    value.len() >= PLURAL_MEMBER_MIN_BYTES
+        && !value.bytes().any(|c| c.is_ascii_whitespace())
+        && !DESCRIPTIVE_MEMBERS
+            .iter()
+            .any(|d| d.eq_ignore_ascii_case(member))
+        && !key_words(member)
+            .last()
+            .is_some_and(|w| DESCRIBING_LAST_WORDS.contains(&w.as_str()))
+}
+
+/// Last words of a member's name that say what its value is, when that is no credential
+/// (`keyVaultName`, `serviceAccount`, `secretRef`, `jwksUri`, `tokenLifetime`).
+const DESCRIBING_LAST_WORDS: &[&str] = &[
+    "account",
+    "algorithm",
+    "arn",
+    "audience",
+    "endpoint",
+    "file",
+    "format",
+    "host",
+    "id",
+    "issuer",
+    "lifetime",
+    "mode",
+    "name",
+    "path",
+    "ref",
+    "region",
+    "role",
+    "ttl",
+    "type",
+    "uri",
+    "url",
+    "version",
+];
+
+/// True when `j` removes a member's value by [`PLURAL_MEMBER_MARGIN`] or more, or by a
+/// precise reason.
+fn clears_member_margin(j: &Judgment) -> bool {
+    j.removed && (j.decided_by.is_some() || j.score >= PLURAL_MEMBER_MARGIN)
+}
+
+/// A YAML mapping or a TOML or INI table under a credential name's plural: where its members
+/// are and the name they are read under.
+struct PluralBlock<'a> {
+    /// The name each member is judged under: the plural itself where it names a credential
+    /// (`secrets`, `passwords`), else its singular (`tokens` → `token`).
+    name: &'a str,
+    /// The byte after the header's line.
+    body: usize,
+    /// The header's indentation (YAML); a TOML table ends at the next header instead.
+    indent: Option<usize>,
+}
+
+/// The block whose header is the key at `ks..ke`:
+/// `secrets:` ending its line, or `[tokens]` alone on its line. A singular name's block is no
+/// such block: `secret:` over `secretName: …` is how Kubernetes mounts one by name.
+fn plural_block(text: &str, ks: usize, ke: usize) -> Option<PluralBlock<'_>> {
+    let b = text.as_bytes();
+    let key = &text[ks..ke];
+    // A plural's last word ends in one `s` (`smtp_pass` is no plural).
+    let plural = key.ends_with(['s', 'S']) && !key.to_ascii_lowercase().ends_with("ss");
+    let name = if plural && classify_key(key) == KeyClass::Credential {
+        key
+    } else if !plural {
+        return None;
+    } else {
+        singular_credential(key)?
+    };
+    let line_start = line_start_near(b, ks)?;
+    let before = &b[line_start..ks];
+    let indent = before.iter().take_while(|&&c| c == b' ').count();
+    let (indent, at) = match &before[indent..] {
+        b"[" if b.get(ke) == Some(&b']') => (None, ke + 1),
+        b"" => (Some(indent), ke),
+        [q @ (b'"' | b'\'')] if b.get(ke) == Some(q) => (Some(indent), ke + 1),
+        _ => return None,
+    };
+    let at = match indent {
+        Some(_) => {
+            let at = skip_blanks(b, at);
+            if b.get(at) != Some(&b':') {
+                return None;
+            }
+            at + 1
+        }
+        None => at,
+    };
+    let at = skip_blanks(b, at);
+    let eol = line_end(b, at);
+    if !(at == eol || b[at] == b'#') {
+        return None;
+    }
+    let body = (eol + 1).min(b.len());
+    Some(PluralBlock { name, body, indent })
+}
+
+/// Where the line holding `at` ends (its `\n`, or the text's end); a `\r` before the `\n`
+/// stays on the line.
+fn line_end(b: &[u8], at: usize) -> usize {
+    memchr::memchr(b'\n', &b[at.min(b.len())..]).map_or(b.len(), |p| at + p)
+}
+
+/// The members of the plural block whose header is the key at `ks..ke`, each judged under the
+/// block's name where [`plural_member_name`] reads it so, and where the block ends.
+/// Members whose own key names a credential are left to their own keyword hit; a nested
+/// mapping's members, a list and a multi-line scalar are not read. The block's lines are read
+/// once: the caller reads no header inside a block already read.
+fn plural_block_members(
+    text: &str,
+    settled: Settled<'_>,
+    ks: usize,
+    ke: usize,
+) -> Option<(Vec<Candidate>, usize)> {
+    let block = plural_block(text, ks, ke)?;
+    let b = text.as_bytes();
+    let class = classify_key(block.name);
+    let mut out = Vec::new();
+    let mut member_indent = None;
+    let mut line = block.body;
+    while line < b.len() {
+        let eol = line_end(b, line);
+        let next_line = (eol + 1).min(b.len());
+        let content = &b[line..eol];
+        let indent = content
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count();
+        let first = content.get(indent).copied();
+        if matches!(first, None | Some(b'#' | b';' | b'\r')) {
+            // Blank lines and comments neither end a block nor belong to it.
+            line = next_line;
+            continue;
+        }
+        match block.indent {
+            Some(parent) => {
+                if indent <= parent {
+                    break;
+                }
+                if *member_indent.get_or_insert(indent) != indent {
+                    if indent < member_indent.unwrap_or(indent) {
+                        break;
+                    }
+                    line = next_line;
+                    continue;
+                }
+                if first == Some(b'-') {
+                    // A list, not a mapping of names.
+                    return Some((Vec::new(), eol));
+                }
+            }
+            None if first == Some(b'[') => break,
+            None => {}
+        }
+        if let Some(c) = block_member(text, settled, line + indent, eol, &block, class) {
+            out.push(c);
+        }
+        line = next_line;
+    }
+    Some((out, line))
+}
+
+/// The member on the line from `at` to `eol` of `block`, when it is `name: value` (YAML) or
+/// `name = value` (TOML, INI) with a one-line value [`plural_member_name`] reads under the
+/// block's name.
+fn block_member(
+    text: &str,
+    settled: Settled<'_>,
+    at: usize,
+    eol: usize,
+    block: &PluralBlock<'_>,
+    class: KeyClass,
+) -> Option<Candidate> {
+    let b = &text.as_bytes()[..eol];
+    let (open, close) = match opening_quote(b, at) {
+        Some((1, close)) => (1, close),
+        _ => (0, &b""[..]),
+    };
+    let ks = at + open;
+    let mut ke = ks;
+    while ke < b.len() && is_key_byte(b[ke]) {
+        ke += 1;
+    }
+    if ke == ks || !b[ke..].starts_with(close) {
+        return None;
+    }
+    let member = &text[ks..ke];
+    // A member named for a credential is judged under its own name: by its own keyword hit,
+    // or here where its name holds none (`jwt`).
+    let own = classify_key(member);
+    if own != KeyClass::Other && !keyword_hits(member).is_empty() {
+        return None;
+    }
+    let sep = skip_blanks(b, ke + close.len());
+    let wanted = if block.indent.is_some() { b':' } else { b'=' };
+    if b.get(sep) != Some(&wanted) {
+        return None;
+    }
+    let at = skip_blanks(b, sep + 1);
+    let (value, syntax) = match opening_quote(b, at) {
+        Some((1, close)) if close != b"`" => {
+            (at + 1..closing_quote(b, at + 1, close)?, Syntax::Quoted)
+        }
+        Some(_) => return None,
+        None => {
+            let mut end = b.len();
+            if let Some(p) = memchr::memmem::find(&b[at..], b" #") {
+                end = at + p;
+            }
+            let end = at + b[at..end].trim_ascii_end().len();
+            // Flow collections, block scalars, anchors, aliases and tags are no one-line value.
+            if b[at..end].starts_with(b"{")
+                || b[at..end].starts_with(b"[")
+                || matches!(b.get(at), Some(b'|' | b'>' | b'&' | b'*' | b'!'))
+            {
+                return None;
+            }
+            (at..end, Syntax::Config)
+        }
+    };
+    if value.is_empty() {
+        return None;
+    }
+    if own != KeyClass::Other {
+        return Some(Candidate::judged(
+            text,
+            settled,
+            ks..ke,
+            value,
+            own,
+            syntax,
+            "",
+        ));
+    }
+    if !plural_member_shaped(member, &text[value.clone()]) {
+        return None;
+    }
+    let mut c = Candidate::judged_as(text, settled, ks..ke, block.name, value, class, syntax, "");
+    if c.judgment.decided_by.is_none() && !clears_member_margin(&c.judgment) {
+        c.judgment.removed = false;
+        c.judgment.decided_by = Some(UNDER_PLURAL_MARGIN);
+    }
+    Some(c)
+}
+
+/// Why a member of a block under a credential name's plural that the judgment would remove
+/// is kept.
+const UNDER_PLURAL_MARGIN: &str =
+    "a member under a credential name's plural, short of the margin such members need";
 
 /// The `value:` of a YAML `name:` / `value:` pair whose name is the key at `ks` (its quote,
 /// if any, ends at `after_key`), judged under that name: a container's environment as
@@ -3479,6 +3846,58 @@ mod tests {
     }
 
     #[test]
+    fn members_of_a_block_under_a_credential_plural_are_read_under_it() {
+        let key = "q8Zr2LmT5vXa91KpWd0sYb7c";
+        let secrets = format!("secrets:\n  openai: {key}\n  enabled: true\n");
+        let tokens = format!("tokens:\n  github: \"{key}\"\n");
+        let table = format!("[secrets]\nserp = \"{key}\"\n\n[server]\nport = 8080");
+        let ini = format!("[api_keys]\n; rotated monthly\nmaps = {key} # prod\n");
+        let nested = format!("app:\n  secrets:\n    # jwt\n    jwt: {key}\n  port: 80");
+        let passwords = "passwords:\n  admin: \"Xk9#mP2$vL7q\"\n  backup: correcthorsebattery";
+        removes_each(&[
+            (&secrets, Some(key)),
+            (&tokens, Some(key)),
+            (&table, Some(key)),
+            (&ini, Some(key)),
+            (&nested, Some(key)),
+            (passwords, Some("Xk9#mP2$vL7q")),
+        ]);
+        let list = format!("secrets:\n  - openai: {key}\n");
+        let deeper = format!("secrets:\n  db:\n    file: {key}\n");
+        let after = format!("secrets:\n  enabled: true\nopenai: {key}\n");
+        let singular = format!("secret:\n  secretName: {key}\n[smtp_pass]\nvalue = \"{key}\"\n");
+        let inline = format!("x = 1 # secrets:\n  openai: {key}\n");
+        let past_table = format!("[tokens]\nx = 1\n[server]\nopenai = \"{key}\"\n");
+        removes_each(&[
+            // Settings' words, paths, names and colours fall short of the margin or the
+            // length such members need, or describe.
+            (
+                "secrets:\n  backend: kubernetes\n  storeName: aws-secretsmanager\n  \
+                 mountPath: /var/run/secrets/app\n  provider: q8Zr2LmT5vXa91KpWd0sYb7c",
+                None,
+            ),
+            (
+                "credentials:\n  profile: production\n  \
+                 roleArn: arn:aws:iam::123456789012:role/deployer\n  \
+                 keyVaultName: kv-prod-westeurope-01\n  \
+                 serviceAccount: deployer@project-123456.iam.gserviceaccount.com",
+                None,
+            ),
+            (
+                "tokens:\n  colorPrimary: \"#0055ffcc\"\n  fontFamily: Inter,sans-serif",
+                None,
+            ),
+            // No mapping of names under the plural, or not inside its block.
+            (&list, None),
+            (&deeper, None),
+            (&after, None),
+            (&singular, None),
+            (&inline, None),
+            (&past_table, None),
+        ]);
+    }
+
+    #[test]
     fn labels_short_hex_numbers_and_computed_values_are_kept() {
         removes_each(&[
             ("'Password' => 'Wachtwoord'", None),
@@ -4605,5 +5024,54 @@ mod tests {
         assert!(removed
             .iter()
             .all(|r| values.contains(&text[r.clone()].to_string())));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// A YAML block or a TOML table under a credential name's plural, at any indentation,
+        /// with comments and blank lines between members: every random token member goes,
+        /// every word member stays, and nothing outside the members' values is touched.
+        #[test]
+        fn a_plural_block_removes_its_token_members_and_nothing_else(
+            header in proptest::sample::select(vec!["secrets", "tokens", "api_keys", "passwords", "credentials"]),
+            toml in proptest::bool::ANY,
+            indent in 0usize..5,
+            members in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec!["openai", "serp", "stripe", "prod", "staging", "maps"]),
+                    proptest::bool::ANY,
+                    "([a-z][0-9][A-Z]){8}",
+                    proptest::sample::select(vec!["kubernetes", "production", "enabled", "monthly"]),
+                    proptest::sample::select(vec!["", "# rotated\n", "\n"]),
+                ),
+                1..6,
+            ),
+        ) {
+            let pad = " ".repeat(indent);
+            let mut text = if toml {
+                format!("[{header}]\n")
+            } else {
+                format!("{pad}{header}:\n")
+            };
+            let mut tokens = Vec::new();
+            for (name, token, random, word, between) in &members {
+                text.push_str(between);
+                let value = if *token { random.as_str() } else { word };
+                if toml {
+                    text.push_str(&format!("{name} = \"{value}\"\n"));
+                } else {
+                    text.push_str(&format!("{pad}  {name}: {value}\n"));
+                }
+                if *token {
+                    tokens.push(value.to_string());
+                }
+            }
+            text.push_str(if toml { "[server]\nport = 8080\n" } else { "port: 8080\n" });
+            let mut gone: Vec<String> = removed(&text);
+            gone.sort();
+            tokens.sort();
+            proptest::prop_assert_eq!(gone, tokens, "{}", text);
+        }
     }
 }

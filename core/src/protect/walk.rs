@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::attention::Attention;
 use super::engine::{KeyRuleDecision, KeyVerdict, Redactor};
 use super::json_text::{self, Decoded, Escape};
-use super::key_context::{classify_key, KeyClass};
+use super::key_context::{classify_key, plural_member_name, singular_credential, KeyClass};
 use super::rules::Action;
 use super::{lanes, validators};
 use crate::event::{AttrValue, Attributes, Redactions};
@@ -58,77 +58,6 @@ const VALUE_MEMBERS: &[&str] = &[
     "ParameterValue",
     "parameterValue",
 ];
-
-/// The credential name a map's members are read under when its own key is that name's
-/// plural (`{"api_keys": {"openai": "…"}}`, `{"tokens": {"github": "…"}}`,
-/// `{"passwords": {"admin": "…"}}`): the singular. Only a map of strings alone is read so: a
-/// map under `tokens` holding counts (a model's usage) is no map of credentials. A plural
-/// that names a credential itself (`credentials`, `secrets`) already has its key rule for the
-/// whole map.
-fn singular_credential(key: &str) -> Option<&str> {
-    let one = key.strip_suffix('s').or_else(|| key.strip_suffix('S'))?;
-    // The singular first: most plural keys (`items`, `results`) stop there.
-    (classify_key(one) == KeyClass::Credential && classify_key(key) == KeyClass::Other)
-        .then_some(one)
-}
-
-/// Members of a map under a credential name's plural that describe the credentials rather
-/// than name one (`{"tokens": {"model": "gpt-4o", "unit": "count"}}`): read under their own
-/// key.
-const DESCRIPTIVE_MEMBERS: &[&str] = &[
-    "completion",
-    "count",
-    "created",
-    "description",
-    "email",
-    "endpoint",
-    "env",
-    "expires",
-    "expires_at",
-    "expires_in",
-    "format",
-    "id",
-    "input",
-    "issued_at",
-    "kind",
-    "label",
-    "model",
-    "name",
-    "note",
-    "output",
-    "owner",
-    "prompt",
-    "provider",
-    "reasoning",
-    "region",
-    "scope",
-    "scopes",
-    "source",
-    "status",
-    "total",
-    "type",
-    "unit",
-    "updated",
-    "url",
-    "usage",
-    "user",
-    "username",
-    "version",
-];
-
-/// The name a member of a map under a credential name's plural is read under: the singular,
-/// unless the member describes ([`DESCRIPTIVE_MEMBERS`]) or its value is not one token of
-/// eight characters or more. Such maps also hold design tokens (`{"tokens": {"primary":
-/// "blue", "spacing": "4px"}}`) and labels (`{"tokens": {"fr": "Se connecter"}}`); the keys
-/// and tokens they hold by service or environment are long.
-fn plural_member_name<'a>(one: &'a str, member: &str, value: &str) -> Option<&'a str> {
-    (value.len() >= 8
-        && !value.bytes().any(|c| c.is_ascii_whitespace())
-        && !DESCRIPTIVE_MEMBERS
-            .iter()
-            .any(|d| d.eq_ignore_ascii_case(member)))
-    .then_some(one)
-}
 
 /// Members that hold a JSON Web Key's private or symmetric key material (RFC 7518 section
 /// 6.3.2 for RSA, 6.2.2 for EC and OKP's `d`, 6.4.1 for `oct`'s `k`).
@@ -1967,11 +1896,11 @@ mod tests {
                 r#"{"api_keys": {"openai": "[REDACTED:credential_key]", "serp": "[REDACTED:credential_key]"}}"#,
             ),
             (
-                r#"{"tokens":{"github":"Xk9mP2qLw8rTz4Vb7Nc1","slack":"Vd8kLm2Zqr"}}"#,
+                r#"{"tokens":{"github":"Xk9mP2qLw8rTz4Vb7Nc1","slack":"Vd8kLm2Zqr4T"}}"#,
                 r#"{"tokens":{"github":"[REDACTED:credential_key]","slack":"[REDACTED:credential_key]"}}"#,
             ),
             (
-                r#"{"apiKeys": {"stripe": "Vd8kLm2Zqr"}, "access_tokens": {"prod": "Vd8kLm2Zqr"}}"#,
+                r#"{"apiKeys": {"stripe": "Vd8kLm2Zqr4T"}, "access_tokens": {"prod": "Vd8kLm2Zqr4T"}}"#,
                 r#"{"apiKeys": {"stripe": "[REDACTED:credential_key]"}, "access_tokens": {"prod": "[REDACTED:credential_key]"}}"#,
             ),
             // A model's usage and a token's description are no map of credentials.
@@ -1999,6 +1928,12 @@ mod tests {
             (
                 r#"{"tokens": {"en": "Sign in", "fr": "Se connecter"}}"#,
                 r#"{"tokens": {"en": "Sign in", "fr": "Se connecter"}}"#,
+            ),
+            // Settings' words, a colour and a font stack: short of the margin or the
+            // length such members need.
+            (
+                r##"{"api_keys": {"backend": "kubernetes", "store": "aws-secretsmanager", "colorPrimary": "#0055ffcc", "fontFamily": "Inter,sans-serif"}}"##,
+                r##"{"api_keys": {"backend": "kubernetes", "store": "aws-secretsmanager", "colorPrimary": "#0055ffcc", "fontFamily": "Inter,sans-serif"}}"##,
             ),
             // Neither is a plain `keys` map: a key is no credential by its name.
             (
