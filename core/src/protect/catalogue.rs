@@ -176,9 +176,9 @@ const DETECTORS: &[D] = &[
     D { id: "age_secret_key", description: "age encryption secret key (AGE-SECRET-KEY-1…)",
         keywords: &["age-secret-key-1"],
         regex: r"(?-u:\b)(AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58})(?-u:\b)", group: 1, validator: None },
-    D { id: "notion_api_token", description: "Notion integration token (ntn_…)",
-        keywords: &["ntn_"],
-        regex: r"(?-u:\b)(ntn_[A-Za-z0-9]{46})(?-u:\b)", group: 1, validator: None },
+    D { id: "notion_api_token", description: "Notion integration token (ntn_…, and secret_ + 43 as issued before 2024)",
+        keywords: &["ntn_", "secret_"],
+        regex: r"(?-u:\b)(ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43})(?-u:\b)", group: 1, validator: None },
     D { id: "sourcegraph_access_token", description: "Sourcegraph access token (sgp_…)",
         keywords: &["sgp_"],
         regex: r"(?-u:\b)(sgp_(?:(?:[A-Fa-f0-9]{16}|local)_)?[A-Fa-f0-9]{40})(?-u:\b)", group: 1, validator: None },
@@ -373,6 +373,18 @@ const DETECTORS: &[D] = &[
     D { id: "browserbase_api_key", description: "Browserbase API key (bb_live_ + 20 to 40)",
         keywords: &["bb_live_"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(bb_live_[A-Za-z0-9_\-]{20,40})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "elevenlabs_api_key", description: "ElevenLabs API key (sk_ + 48 hex)",
+        keywords: &["sk_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sk_[a-f0-9]{48})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "axiom_api_token", description: "Axiom API or personal token (xaat-/xapt- + UUID)",
+        keywords: &["xaat-", "xapt-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(xa[ap]t-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "plaid_access_token", description: "Plaid access token (access-sandbox-/-development-/-production- + UUID)",
+        keywords: &["access-sandbox-", "access-development-", "access-production-"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(access-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
+    D { id: "mongodb_atlas_service_account_secret", description: "MongoDB Atlas service-account secret (mdb_sa_sk_ + 20 to 100)",
+        keywords: &["mdb_sa_sk_"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(mdb_sa_sk_[A-Za-z0-9_\-]{20,100})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     // --- Developer platforms with prefixed tokens ---------------------------------------------
     // Gated on the name: `pat` alone would flag every path and pattern for a token the
     // bearer and key-context rules already take where it is used.
@@ -1758,6 +1770,32 @@ pub(crate) mod tests {
             ),
             pat,
         );
+        let eleven = format!("sk_{}", cycle("3f9a1c7e5b2d8046", 48));
+        tp(
+            "elevenlabs_api_key",
+            format!("client = ElevenLabs(api_key=\"{eleven}\")"),
+            eleven,
+        );
+        let xaat = "xaat-3f9a1c7e-5b2d-4046-8a1b-2c3d4e5f6a7b".to_string();
+        tp(
+            "axiom_api_token",
+            format!("curl -H 'Authorization: Bearer {xaat}' https://api.axiom.co/v1/datasets"),
+            xaat,
+        );
+        let plaid = "access-sandbox-de3ce8ef-33f8-452c-a685-8671031fc0f6".to_string();
+        tp(
+            "plaid_access_token",
+            format!("{{\"item\": {{\"handle\": \"{plaid}\"}}}}"),
+            plaid,
+        );
+        let mdb = format!("mdb_sa_sk_{}", cycle("aZ3kQ9mX2pL7vR4tY8wN6b", 40));
+        tp(
+            "mongodb_atlas_service_account_secret",
+            format!("atlas auth login --clientSecret {mdb}"),
+            mdb,
+        );
+        let notion = format!("secret_{}", cycle(B62, 43));
+        tp("notion_api_token", format!("NOTION_KEY: {notion}"), notion);
         let nrii = format!("NRII-{}", cycle("aZ3k-Q9mX2pL7vR4", 32));
         tp("new_relic_key", format!("insert key {nrii}"), nrii);
         let dt = format!(
@@ -1860,6 +1898,22 @@ pub(crate) mod tests {
             ("e2b_api_key", "e2b_template_id = 'base' and e2b_3f9a"),
             ("firecrawl_api_key", "fc-gap and fc-3f9a1c7e"),
             ("browserbase_api_key", "bb_live_ prefix, bb_live_short"),
+            (
+                "elevenlabs_api_key",
+                "sk_live_3f9a1c7e5b2d80463f9a1c7e5b2d80463f9a1c7e5b2d8046 and sk_3f9a1c7e",
+            ),
+            (
+                "axiom_api_token",
+                "xaat-token and xapt-3f9a1c7e-5b2d-4046-8a1b",
+            ),
+            (
+                "plaid_access_token",
+                "access-sandbox-enabled and public-sandbox-de3ce8ef-33f8-452c-a685-8671031fc0f6",
+            ),
+            (
+                "mongodb_atlas_service_account_secret",
+                "mdb_sa_id_3f9a1c7e5b2d8046aZ3kQ9mX and mdb_sa_sk_short",
+            ),
             (
                 "airtable_pat",
                 "patient_records_v2.json and patXXXXXXXXXXXXXX.abc",
@@ -2162,7 +2216,10 @@ pub(crate) mod tests {
                 "ops_eyJ is only a prefix",
             ),
             ("age_secret_key", "AGE-SECRET-KEY-1 followed by nothing"),
-            ("notion_api_token", "ntn_ too short ntn_123"),
+            (
+                "notion_api_token",
+                "ntn_ too short ntn_123, secret_key_base and secret_abc",
+            ),
             ("sourcegraph_access_token", "sgp_local is a name"),
             ("intra42_client_secret", "s-s4t2ud- cut short"),
             ("facebook_access_token", "EAAC certification body"),
@@ -2803,6 +2860,14 @@ pub(crate) mod tests {
             f("e2b_api_key", &[L("e2b_"), C(HEX, 40, 40)]),
             f("firecrawl_api_key", &[L("fc-"), C(HEX, 32, 32)]),
             f("browserbase_api_key", &[L("bb_live_"), C(B64URL, 20, 40)]),
+            f("elevenlabs_api_key", &[L("sk_"), C(HEX, 48, 48)]),
+            f("axiom_api_token", &[L("xaat-"), Uuid]),
+            f("axiom_api_token", &[L("xapt-"), Uuid]),
+            f("plaid_access_token", &[L("access-production-"), Uuid]),
+            f(
+                "mongodb_atlas_service_account_secret",
+                &[L("mdb_sa_sk_"), C(B64URL, 20, 100)],
+            ),
             Format {
                 rule: "airtable_pat",
                 hint: "airtable ",
@@ -2876,6 +2941,7 @@ pub(crate) mod tests {
             f("heroku_api_key", &[L("HRKU-"), Uuid]),
             f("docker_pat", &[L("dckr_oat_"), C(B64URL, 27, 40)]),
             f("notion_api_token", &[L("ntn_"), C(ALNUM, 46, 46)]),
+            f("notion_api_token", &[L("secret_"), C(ALNUM, 43, 43)]),
             f("supabase_secret_key", &[L("sbp_v0_"), C(HEX, 40, 40)]),
             // Older rules whose alphabets allow `-` and `_` at their ends (once `\b`-anchored,
             // so a token ending in `-` was missed or cut).
