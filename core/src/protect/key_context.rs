@@ -1908,6 +1908,19 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
             class = class.max(classify_words(&two));
         }
     }
+    // `secrets.db=…`, `app.api_keys.openai: …`: a plural's member written as a dotted path,
+    // read as a block's member is (a setting or a value of its own key stays).
+    let plural_member = match class {
+        KeyClass::Other => dotted_plural_member(key),
+        _ => None,
+    };
+    if plural_member.is_some() && !matches!(sep, Separator::Assign { .. } | Separator::Colon { .. })
+    {
+        return None;
+    }
+    if let Some((name, _)) = plural_member {
+        class = classify_key(name);
+    }
     if class == KeyClass::Other {
         return None;
     }
@@ -1934,7 +1947,8 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         return prose_candidate(text, settled, ks, ke, at, class);
     }
     let mut at = skip_blanks(b, at);
-    if matches!(sep, Separator::Assign { .. } | Separator::Colon { .. }) {
+    if plural_member.is_none() && matches!(sep, Separator::Assign { .. } | Separator::Colon { .. })
+    {
         if let Some(c) = auth_pair_candidate(text, settled, ks, ke, at, &words) {
             return Some(c);
         }
@@ -2042,6 +2056,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     };
     if value.is_empty() {
         return None;
+    }
+    if let Some((name, member)) = plural_member {
+        return plural_member_candidate(text, settled, ks..ke, name, member, value, syntax, next);
     }
     Some(Candidate::judged(
         text,
@@ -2396,15 +2413,10 @@ struct PluralBlock<'a> {
 fn plural_block(text: &str, ks: usize, ke: usize) -> Option<PluralBlock<'_>> {
     let b = text.as_bytes();
     let key = &text[ks..ke];
-    // A plural's last word ends in one `s` (`smtp_pass` is no plural).
-    let plural = key.ends_with(['s', 'S']) && !key.to_ascii_lowercase().ends_with("ss");
-    let name = if plural && classify_key(key) == KeyClass::Credential {
-        key
-    } else if !plural {
+    // The shape of the line is tested before the name's class: most keys stop there.
+    if !plural_shaped(key) {
         return None;
-    } else {
-        singular_credential(key)?
-    };
+    }
     let line_start = line_start_near(b, ks)?;
     let before = &b[line_start..ks];
     let indent = before.iter().take_while(|&&c| c == b' ').count();
@@ -2426,11 +2438,72 @@ fn plural_block(text: &str, ks: usize, ke: usize) -> Option<PluralBlock<'_>> {
     };
     let at = skip_blanks(b, at);
     let eol = line_end(b, at);
-    if !(at == eol || b[at] == b'#') {
+    let ends_line = at == eol || b[at] == b'#' || (b[at] == b'\r' && at + 1 == eol);
+    if !ends_line {
         return None;
     }
+    let name = plural_name(key)?;
     let body = (eol + 1).min(b.len());
     Some(PluralBlock { name, body, indent })
+}
+
+/// True when `key` ends as a plural: one `s` (`smtp_pass` is no plural).
+fn plural_shaped(key: &str) -> bool {
+    let kb = key.as_bytes();
+    kb.len() >= 2
+        && kb[kb.len() - 1].eq_ignore_ascii_case(&b's')
+        && !kb[kb.len() - 2].eq_ignore_ascii_case(&b's')
+}
+
+/// The name a plural's members are judged under: the plural itself where it names a
+/// credential (`secrets`, `passwords`), else its singular where that does (`tokens` →
+/// `token`); `None` for any other key.
+fn plural_name(key: &str) -> Option<&str> {
+    if !plural_shaped(key) {
+        return None;
+    }
+    if classify_key(key) == KeyClass::Credential {
+        Some(key)
+    } else {
+        singular_credential(key)
+    }
+}
+
+/// A key written as a dotted path whose last step is a member of a plural
+/// (`secrets.db`, `app.api_keys.openai`, `tokens.github`): the plural's name
+/// ([`plural_name`]) and the member.
+fn dotted_plural_member(key: &str) -> Option<(&str, &str)> {
+    let (path, member) = key.rsplit_once('.')?;
+    let parent = path.rsplit_once('.').map_or(path, |(_, p)| p);
+    if member.is_empty() {
+        return None;
+    }
+    Some((plural_name(parent)?, member))
+}
+
+/// The candidate of a plural's member: judged under the plural's name where
+/// [`plural_member_shaped`] reads it so, and kept unless it clears [`PLURAL_MEMBER_MARGIN`].
+#[allow(clippy::too_many_arguments)]
+fn plural_member_candidate(
+    text: &str,
+    settled: Settled<'_>,
+    key: Range<usize>,
+    name: &str,
+    member: &str,
+    value: Range<usize>,
+    syntax: Syntax,
+    next: &str,
+) -> Option<Candidate> {
+    if !plural_member_shaped(member, &text[value.clone()]) {
+        return None;
+    }
+    let class = classify_key(name);
+    let mut c = Candidate::judged_as(text, settled, key, name, value, class, syntax, next);
+    if c.judgment.decided_by.is_none() && !clears_member_margin(&c.judgment) {
+        c.judgment.removed = false;
+        c.judgment.decided_by = Some(UNDER_PLURAL_MARGIN);
+    }
+    Some(c)
 }
 
 /// Where the line holding `at` ends (its `\n`, or the text's end); a `\r` before the `\n`
@@ -2440,7 +2513,8 @@ fn line_end(b: &[u8], at: usize) -> usize {
 }
 
 /// The members of the plural block whose header is the key at `ks..ke`, each judged under the
-/// block's name where [`plural_member_name`] reads it so, and where the block ends.
+/// block's name where [`plural_member_shaped`] reads it so and it clears
+/// [`PLURAL_MEMBER_MARGIN`], and where the block ends.
 /// Members whose own key names a credential are left to their own keyword hit; a nested
 /// mapping's members, a list and a multi-line scalar are not read. The block's lines are read
 /// once: the caller reads no header inside a block already read.
@@ -2452,7 +2526,6 @@ fn plural_block_members(
 ) -> Option<(Vec<Candidate>, usize)> {
     let block = plural_block(text, ks, ke)?;
     let b = text.as_bytes();
-    let class = classify_key(block.name);
     let mut out = Vec::new();
     let mut member_indent = None;
     let mut line = block.body;
@@ -2490,7 +2563,7 @@ fn plural_block_members(
             None if first == Some(b'[') => break,
             None => {}
         }
-        if let Some(c) = block_member(text, settled, line + indent, eol, &block, class) {
+        if let Some(c) = block_member(text, settled, line + indent, eol, &block) {
             out.push(c);
         }
         line = next_line;
@@ -2507,7 +2580,6 @@ fn block_member(
     at: usize,
     eol: usize,
     block: &PluralBlock<'_>,
-    class: KeyClass,
 ) -> Option<Candidate> {
     let b = &text.as_bytes()[..eol];
     let (open, close) = match opening_quote(b, at) {
@@ -2570,15 +2642,7 @@ fn block_member(
             "",
         ));
     }
-    if !plural_member_shaped(member, &text[value.clone()]) {
-        return None;
-    }
-    let mut c = Candidate::judged_as(text, settled, ks..ke, block.name, value, class, syntax, "");
-    if c.judgment.decided_by.is_none() && !clears_member_margin(&c.judgment) {
-        c.judgment.removed = false;
-        c.judgment.decided_by = Some(UNDER_PLURAL_MARGIN);
-    }
-    Some(c)
+    plural_member_candidate(text, settled, ks..ke, block.name, member, value, syntax, "")
 }
 
 /// Why a member of a block under a credential name's plural that the judgment would remove
@@ -3852,6 +3916,10 @@ mod tests {
         let tokens = format!("tokens:\n  github: \"{key}\"\n");
         let table = format!("[secrets]\nserp = \"{key}\"\n\n[server]\nport = 8080");
         let ini = format!("[api_keys]\n; rotated monthly\nmaps = {key} # prod\n");
+        let crlf = format!("tokens:\r\n  github: {key}\r\n  enabled: true\r\n");
+        let dotted = format!("x=1\nsecrets.db={key}\n");
+        let dotted_deep = format!("app.api_keys.openai: \"{key}\"");
+        let dotted_singular = format!("tokens.github = \"{key}\"");
         let nested = format!("app:\n  secrets:\n    # jwt\n    jwt: {key}\n  port: 80");
         let passwords = "passwords:\n  admin: \"Xk9#mP2$vL7q\"\n  backup: correcthorsebattery";
         removes_each(&[
@@ -3859,6 +3927,10 @@ mod tests {
             (&tokens, Some(key)),
             (&table, Some(key)),
             (&ini, Some(key)),
+            (&crlf, Some(key)),
+            (&dotted, Some(key)),
+            (&dotted_deep, Some(key)),
+            (&dotted_singular, Some(key)),
             (&nested, Some(key)),
             (passwords, Some("Xk9#mP2$vL7q")),
         ]);
@@ -3885,6 +3957,14 @@ mod tests {
             ),
             (
                 "tokens:\n  colorPrimary: \"#0055ffcc\"\n  fontFamily: Inter,sans-serif",
+                None,
+            ),
+            // Dotted paths: a plural's settings, a path, a number, a member of a singular or
+            // of no credential name, and a call.
+            (
+                "secrets.enabled=true\nsecrets.dir=/run/secrets\ntokens.maxPerMinute=100000\n\
+                 credentials.provider=aws-secretsmanager\nsecret.db=q8Zr2LmT5vXa91KpWd0sYb7c\n\
+                 items.db=q8Zr2LmT5vXa91KpWd0sYb7c\nsecrets.get(q8Zr2LmT5vXa91KpWd0sYb7c)",
                 None,
             ),
             // No mapping of names under the plural, or not inside its block.
