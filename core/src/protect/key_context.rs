@@ -1800,6 +1800,10 @@ fn operator(b: &[u8], ke: usize) -> Option<(Separator, usize)> {
     if rest.starts_with("：".as_bytes()) {
         return Some((Separator::Colon { spaced: true }, at + "：".len()));
     }
+    // An arrow in prose (`API key → …`).
+    if spaced && rest.starts_with("→".as_bytes()) {
+        return Some((Separator::Colon { spaced: true }, at + "→".len()));
+    }
     if rest.starts_with(b",") {
         return Some((Separator::Comma, at + 1));
     }
@@ -1853,7 +1857,36 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     if before.ends_with(b"<key>") {
         return plist_value(text, settled, ks..ke);
     }
+    // Markdown, as chat and agents' answers write a setting: `**Password:** …`,
+    // `**Password**: …`, and a table's row `| password | … |`.
+    let emphasized = before.ends_with(b"*");
+    if emphasized {
+        while b.get(after_key) == Some(&b'*') {
+            after_key += 1;
+        }
+    }
+    if let Some(cell) = table_cell_after(b, ks, after_key) {
+        let class = class_of(key, &key_words(key));
+        if class == KeyClass::Other || cell.is_empty() {
+            return None;
+        }
+        let next = &text[cell.end..];
+        return Some(Candidate::judged(
+            text,
+            settled,
+            ks..ke,
+            cell,
+            class,
+            Syntax::Config,
+            next,
+        ));
+    }
     let (sep, mut at) = separator(b, after_key)?;
+    if emphasized && matches!(sep, Separator::Colon { .. }) {
+        while b.get(at) == Some(&b'*') {
+            at += 1;
+        }
+    }
     let flag = key.starts_with('-');
     let constant_key = key.contains('_')
         && key
@@ -2036,6 +2069,11 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
                     return None;
                 }
             }
+        }
+        // `username/password: deploy / Tr0ub…`, `credentials: admin / hunter2`: a user and
+        // a password written as a pair; the password is the word after the slash.
+        if let Some(second) = password_after_slash(b, ks, &words, end) {
+            (start, end) = second;
         }
         if b.get(end) != Some(&b'(') && b[start..end].ends_with(b"(") {
             if let Some(c) = env_default_candidate(text, settled, ks, ke, start..end, class) {
@@ -2811,6 +2849,77 @@ fn bare_value(b: &[u8], at: usize) -> (usize, usize) {
     (at, end)
 }
 
+/// The next cell's content (blanks, and the backticks or asterisks around it, left out) when
+/// the key at `ks`, ending at `after_key`, is the first cell of a Markdown table's row
+/// (`| password | … |`, `` | `API_KEY` | `…` | ``): a cell is a value whole, spaces and all.
+fn table_cell_after(b: &[u8], ks: usize, after_key: usize) -> Option<Range<usize>> {
+    let line_start = line_start_near(b, ks)?;
+    let wrapper = |c: &u8| matches!(c, b'*' | b'`');
+    let before = b[line_start..ks].trim_ascii_end();
+    let opened = before.iter().rev().take_while(|c| wrapper(c)).count();
+    if before[..before.len() - opened].trim_ascii() != b"|" {
+        return None;
+    }
+    let mut at = after_key;
+    while b.get(at).is_some_and(wrapper) {
+        at += 1;
+    }
+    let pipe = skip_blanks(b, at);
+    if b.get(pipe) != Some(&b'|') || pipe == at {
+        return None;
+    }
+    let start = skip_blanks(b, pipe + 1);
+    let end = start + b[start..].iter().position(|&c| c == b'|' || c == b'\n')?;
+    let cell = b[start..end].trim_ascii_end();
+    let around = cell.iter().take_while(|c| wrapper(c)).count();
+    let inner = &cell[around..];
+    let inner = &inner[..inner.len() - inner.iter().rev().take_while(|c| wrapper(c)).count()];
+    Some(start + around..start + around + inner.len())
+}
+
+/// Words that name the user of a `user / password` pair.
+const PAIR_USER_WORDS: &[&str] = &["user", "username", "login", "email", "id"];
+
+/// The password of a pair written `<user> / <password>` after a key that names both
+/// (`username/password:`, `User / Password:`) or credentials as a whole (`credentials:`,
+/// `creds:`), where the first value, bare, ends at `end`: the word after a slash with blanks
+/// beside it (a path or `user/password` with none is one word, judged whole).
+fn password_after_slash(
+    b: &[u8],
+    ks: usize,
+    words: &[String],
+    end: usize,
+) -> Option<(usize, usize)> {
+    let slash = skip_blanks(b, end);
+    if b.get(slash) != Some(&b'/') || slash == end {
+        return None;
+    }
+    let pair_key = match words {
+        [w] if w == "credentials" || w == "creds" => true,
+        [.., last] if is_password_word(last) => {
+            // `user/`, `Username / ` right before the key.
+            let before = b[..ks].trim_ascii_end();
+            before.strip_suffix(b"/").is_some_and(|head| {
+                let head = head.trim_ascii_end();
+                let from = head
+                    .iter()
+                    .rposition(|c| !c.is_ascii_alphabetic())
+                    .map_or(0, |p| p + 1);
+                let user = &head[from..];
+                PAIR_USER_WORDS
+                    .iter()
+                    .any(|w| user.eq_ignore_ascii_case(w.as_bytes()))
+            })
+        }
+        _ => false,
+    };
+    if !pair_key {
+        return None;
+    }
+    let (start, stop) = bare_value(b, skip_blanks(b, slash + 1));
+    (stop > start).then_some((start, stop))
+}
+
 /// Config or code: a spaced `=` is how code assigns (`password = qzva` names a variable), a
 /// spaced `:` followed by `,` `;` `)` is an object literal or a type annotation; an unspaced
 /// `=` or `:` is `.env`, a cookie, a connection string, and a spaced `:` ending its value
@@ -2999,6 +3108,17 @@ fn commented_out_setting(b: &[u8], ks: usize, next: &str) -> bool {
 /// Verbs that join a key to its value in a sentence (`the password is …`), each with the
 /// blank after it.
 const COPULAS: &[&str] = &[
+    // The longer first: the first that matches is taken.
+    "was changed to ",
+    "was set to ",
+    "was reset to ",
+    "was updated to ",
+    "has been changed to ",
+    "has been set to ",
+    "has been reset to ",
+    "has been updated to ",
+    "is set to ",
+    "updated to ",
     "is now ",
     "is: ",
     "is ",
@@ -3974,6 +4094,59 @@ mod tests {
             (&singular, None),
             (&inline, None),
             (&past_table, None),
+        ]);
+    }
+
+    #[test]
+    fn markdown_settings_and_arrows_are_read_as_settings() {
+        let pw = Some("Tr0ub4dor-and-3");
+        removes_each(&[
+            ("**Password:** Tr0ub4dor-and-3", pw),
+            ("**Password**: Tr0ub4dor-and-3", pw),
+            ("- *password*: `Tr0ub4dor-and-3`", pw),
+            ("| password | Tr0ub4dor-and-3 |", pw),
+            (
+                "| API_KEY | Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd |",
+                Some("Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"),
+            ),
+            (
+                "| `API_KEY` | `Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd` |",
+                Some("Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"),
+            ),
+            ("| **password** | Tr0ub4dor-and-3 |", pw),
+            ("| SECRET_KEY | Django's secret key |", None),
+            ("| token | string | Yes | The API token |", None),
+            (
+                "API key → Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd",
+                Some("Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"),
+            ),
+            ("password was changed to \"Tr0ub4dor-and-3\"", pw),
+            ("Your password has been reset to Tr0ub4dor-and-3.", pw),
+            ("the password was changed to match the policy", None),
+            // A table's header, a description cell, a cell that is not the row's first, and
+            // a pointer's dereference are no settings.
+            ("| password | description |", None),
+            ("| password | The user's password. |", None),
+            ("| name | password | Tr0ub4dor-and-3 |", None),
+            ("*password = lookup(name);", None),
+        ]);
+    }
+
+    #[test]
+    fn the_password_of_a_user_slash_password_pair_goes() {
+        let pw = Some("Tr0ub4dor-and-3");
+        removes_each(&[
+            ("username/password: deploy / Tr0ub4dor-and-3", pw),
+            ("Username / Password: admin / Tr0ub4dor-and-3", pw),
+            ("login/pass: deploy /Tr0ub4dor-and-3", pw),
+            ("credentials: admin / Tr0ub4dor-and-3", pw),
+            // Without blanks, one word: judged whole.
+            (
+                "user/pass: deploy/Tr0ub4dor-and-3",
+                Some("deploy/Tr0ub4dor-and-3"),
+            ),
+            // No pair in the key: the first word is the value, as before.
+            ("password: Tr0ub4dor-and-3 / expires monthly", pw),
         ]);
     }
 
