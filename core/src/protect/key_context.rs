@@ -3130,6 +3130,15 @@ const COPULAS: &[&str] = &[
     "changed to ",
 ];
 
+/// [`COPULAS`] in the languages whose word for password is a key (`Passwort lautet …`, `le
+/// mot de passe est …`, `la contraseña es …`, `a senha é …`, `la password è …`). A word of
+/// letters after one is a word of the sentence however it sounds (`falsch`: English
+/// pronounceability says nothing of German); a value has a digit or a symbol, or quotes.
+const OTHER_COPULAS: &[&str] = &[
+    "lautet: ", "lautet ", "ist: ", "ist ", "est : ", "est: ", "est ", "es: ", "es ", "é: ", "é ",
+    "è: ", "è ",
+];
+
 /// Shortest value taken right after a key in a sentence with no verb between (`auth token
 /// 3f78…`): shorter words there name things (`token limit`, `password reset`).
 const PROSE_VALUE_WITHOUT_VERB: usize = 16;
@@ -3266,7 +3275,13 @@ fn prose_candidate(
     let b = text.as_bytes();
     let at = past_whose(text, at);
     let rest = &text[at..];
-    let verb = COPULAS.iter().find(|c| starts_with_ignoring_case(rest, c));
+    let english = COPULAS.iter().find(|c| starts_with_ignoring_case(rest, c));
+    let foreign = english.is_none();
+    let verb = english.or_else(|| {
+        OTHER_COPULAS
+            .iter()
+            .find(|c| starts_with_ignoring_case(rest, c))
+    });
     let start = match verb {
         Some(v) => skip_blanks(b, at + v.len()),
         None => at,
@@ -3313,6 +3328,14 @@ fn prose_candidate(
     // together (`xkcdqwrtzp`).
     // Quotes around a word in a sentence (`the password is "sunshine"`) make it the value.
     if syntax == Syntax::Prose && spoken_words(&b[value.clone()]) {
+        return None;
+    }
+    let letters_only = || {
+        text[value.clone()]
+            .chars()
+            .all(|c| c.is_alphabetic() || c == '-')
+    };
+    if foreign && verb.is_some() && syntax == Syntax::Prose && letters_only() {
         return None;
     }
     if value.is_empty() || (verb.is_none() && !key_material_shaped(&b[value.clone()])) {
@@ -4123,6 +4146,15 @@ mod tests {
             ("password was changed to \"Tr0ub4dor-and-3\"", pw),
             ("Your password has been reset to Tr0ub4dor-and-3.", pw),
             ("the password was changed to match the policy", None),
+            ("Das Passwort lautet Tr0ub4dor-and-3", pw),
+            ("Das Passwort ist: Tr0ub4dor-and-3", pw),
+            ("Le mot de passe est Tr0ub4dor-and-3", pw),
+            ("La contraseña es Tr0ub4dor-and-3", pw),
+            ("A senha é Tr0ub4dor-and-3", pw),
+            ("Das Passwort ist falsch", None),
+            ("Le mot de passe est incorrect.", None),
+            ("La contraseña es obligatoria", None),
+            ("A senha é obrigatória", None),
             // A table's header, a description cell, a cell that is not the row's first, and
             // a pointer's dereference are no settings.
             ("| password | description |", None),
