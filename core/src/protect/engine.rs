@@ -267,6 +267,10 @@ pub enum KeyVerdict {
     Rule(usize),
     /// A judged rule covers the key, which is of this class.
     Judged(usize, KeyClass),
+    /// A judged rule covers the plural the key is a member of, written as a dotted path
+    /// (`app.secrets.db`, `config.api_keys.openai`): judged under the plural's name, of this
+    /// class, with the margin a plural's members need.
+    PluralMember(usize, KeyClass),
     /// No key rule covers it.
     Free,
 }
@@ -491,13 +495,20 @@ impl Redactor {
         if self.judged_rules.iter().all(Option::is_none) {
             return KeyVerdict::Free;
         }
-        let class = key_context::classify_key(key);
-        let rule = match class {
+        let rule_of = |class| match class {
             KeyClass::Credential => self.judged_rules[0],
             KeyClass::Material | KeyClass::Key => self.judged_rules[1],
             KeyClass::Other => None,
         };
-        rule.map_or(KeyVerdict::Free, |i| KeyVerdict::Judged(i, class))
+        let class = key_context::classify_key(key);
+        if class == KeyClass::Other {
+            if let Some(name) = key_context::dotted_plural_name(key) {
+                let class = key_context::classify_key(name);
+                return rule_of(class)
+                    .map_or(KeyVerdict::Free, |i| KeyVerdict::PluralMember(i, class));
+            }
+        }
+        rule_of(class).map_or(KeyVerdict::Free, |i| KeyVerdict::Judged(i, class))
     }
 
     /// For the clean-JSON test: `None` when `text` may hold a key a key rule covers (it must
@@ -556,6 +567,16 @@ impl Redactor {
                         }
                     }
                     None if class == KeyClass::Credential => KeyRuleDecision::Fires(rule, None),
+                    None => KeyRuleDecision::None,
+                }
+            }
+            KeyVerdict::PluralMember(i, class) => {
+                let (Some(rule), Some(v)) = (self.key_rules.get(i), value) else {
+                    return KeyRuleDecision::None;
+                };
+                match key_context::judge_dotted_plural_member(class, key, v) {
+                    Some(j) if j.removed => KeyRuleDecision::Fires(rule, Some(j)),
+                    Some(j) => KeyRuleDecision::Kept(j),
                     None => KeyRuleDecision::None,
                 }
             }

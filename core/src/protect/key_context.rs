@@ -2519,6 +2519,31 @@ fn dotted_plural_member(key: &str) -> Option<(&str, &str)> {
     Some((plural_name(parent)?, member))
 }
 
+/// The name of the plural a dotted key is a member of (`app.secrets.db` → `secrets`), for the
+/// key rules of structured values ([`dotted_plural_member`]).
+pub(crate) fn dotted_plural_name(key: &str) -> Option<&str> {
+    dotted_plural_member(key).map(|(name, _)| name)
+}
+
+/// The judgment of a structured value (an attribute's, a JSON member's) under a dotted key
+/// that is a plural's member, of the plural's `class`: `None` where [`plural_member_shaped`]
+/// does not read the member so; kept unless it clears [`PLURAL_MEMBER_MARGIN`] as a quoted
+/// literal would (as [`plural_member_name`] asks of a JSON map's members).
+pub(crate) fn judge_dotted_plural_member(
+    class: KeyClass,
+    key: &str,
+    value: &str,
+) -> Option<Judgment> {
+    let (name, member) = dotted_plural_member(key)?;
+    if !plural_member_shaped(member, value) {
+        return None;
+    }
+    if !clears_member_margin(&judge(class, name, value, Syntax::Quoted, "")) {
+        return Some(Judgment::kept(UNDER_PLURAL_MARGIN));
+    }
+    Some(judge(class, name, value, Syntax::Structured, ""))
+}
+
 /// The candidate of a plural's member: judged under the plural's name where
 /// [`plural_member_shaped`] reads it so, and kept unless it clears [`PLURAL_MEMBER_MARGIN`].
 #[allow(clippy::too_many_arguments)]

@@ -1887,6 +1887,44 @@ mod tests {
     }
 
     #[test]
+    fn a_plural_s_member_as_a_dotted_key_is_judged_under_the_plural() {
+        let r = redactor(65536);
+        let mut hits = Redactions::new();
+        let mut s = r#"{"app.secrets.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd", "app.secrets.enabled": "true", "app.tokens.backend": "kubernetes-vault", "app.items.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"}"#.to_string();
+        redact_string(&r, &mut s, &mut hits, 0);
+        assert_eq!(
+            s,
+            r#"{"app.secrets.db": "[REDACTED:credential_key]", "app.secrets.enabled": "true", "app.tokens.backend": "kubernetes-vault", "app.items.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"}"#
+        );
+        let mut attrs = Attributes(vec![
+            (
+                "config.api_keys.openai".into(),
+                AttrValue::Str("Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd".into()),
+            ),
+            (
+                "config.credentials.profile".into(),
+                AttrValue::Str("production-eu-west".into()),
+            ),
+            ("gen_ai.usage.input_tokens".into(), AttrValue::Int(1234)),
+            (
+                "llm.tokens.model".into(),
+                AttrValue::Str("gpt-4o-mini-2024-07-18".into()),
+            ),
+        ]);
+        redact_attributes(&r, &mut attrs, &mut hits, 0);
+        assert_eq!(
+            attrs.0[0].1,
+            AttrValue::Str("[REDACTED:credential_key]".into())
+        );
+        assert_eq!(attrs.0[1].1, AttrValue::Str("production-eu-west".into()));
+        assert_eq!(attrs.0[2].1, AttrValue::Int(1234));
+        assert_eq!(
+            attrs.0[3].1,
+            AttrValue::Str("gpt-4o-mini-2024-07-18".into())
+        );
+    }
+
+    #[test]
     fn a_map_under_a_credential_names_plural_is_read_member_by_member() {
         let r = redactor(65536);
         for (sent, kept) in [
