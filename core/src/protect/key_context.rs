@@ -1865,8 +1865,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
             after_key += 1;
         }
     }
+    let mut words = key_words(key);
     if let Some(cell) = table_cell_after(b, ks, after_key) {
-        let class = class_of(key, &key_words(key));
+        let class = class_of(key, &words);
         if class == KeyClass::Other || cell.is_empty() {
             return None;
         }
@@ -1892,7 +1893,6 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         && key
             .bytes()
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_');
-    let mut words = key_words(key);
     // A value a keyword of a statement or a file format introduces, bare: read as a flag's.
     let mut sql = false;
     if words.last().is_some_and(|w| w == "identified") && sep == Separator::Blank {
@@ -2096,7 +2096,16 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
         return None;
     }
     if let Some((name, member)) = plural_member {
-        return plural_member_candidate(text, settled, ks..ke, name, member, value, syntax, next);
+        return plural_member_candidate(
+            text,
+            settled,
+            ks..ke,
+            (name, class),
+            member,
+            value,
+            syntax,
+            next,
+        );
     }
     Some(Candidate::judged(
         text,
@@ -2305,10 +2314,14 @@ fn plist_value(text: &str, settled: Settled<'_>, key: Range<usize>) -> Option<Ca
 /// that names a credential itself (`credentials`, `secrets`) already has its key rule for the
 /// whole map.
 pub(crate) fn singular_credential(key: &str) -> Option<&str> {
-    let one = key.strip_suffix('s').or_else(|| key.strip_suffix('S'))?;
     // The singular first: most plural keys (`items`, `results`) stop there.
-    (classify_key(one) == KeyClass::Credential && classify_key(key) == KeyClass::Other)
-        .then_some(one)
+    credential_singular(key).filter(|_| classify_key(key) == KeyClass::Other)
+}
+
+/// `key` less its final `s`, where that names a credential (whatever `key` itself names).
+fn credential_singular(key: &str) -> Option<&str> {
+    let one = key.strip_suffix('s').or_else(|| key.strip_suffix('S'))?;
+    (classify_key(one) == KeyClass::Credential).then_some(one)
 }
 
 /// Members of a map under a credential name's plural that describe the credentials rather
@@ -2370,9 +2383,9 @@ const DESCRIPTIVE_MEMBERS: &[&str] = &[
 /// name removes its value by [`PLURAL_MEMBER_MARGIN`] or more, as it would a quoted literal in
 /// text: a structured value's own weight would carry any string of a map past the margin.
 pub(crate) fn plural_member_name<'a>(one: &'a str, member: &str, value: &str) -> Option<&'a str> {
-    (plural_member_shaped(member, value)
-        && clears_member_margin(&judge(classify_key(one), one, value, Syntax::Quoted, "")))
-    .then_some(one)
+    judge_plural_member(classify_key(one), one, member, value)
+        .is_some_and(|j| j.removed)
+        .then_some(one)
 }
 
 /// Bytes a member's value under a credential name's plural needs: the keys and tokens such
@@ -2427,10 +2440,14 @@ const DESCRIBING_LAST_WORDS: &[&str] = &[
     "version",
 ];
 
-/// True when `j` removes a member's value by [`PLURAL_MEMBER_MARGIN`] or more, or by a
-/// precise reason.
-fn clears_member_margin(j: &Judgment) -> bool {
-    j.removed && (j.decided_by.is_some() || j.score >= PLURAL_MEMBER_MARGIN)
+/// `j`, a plural member's judgment, kept where the model removes it by less than
+/// [`PLURAL_MEMBER_MARGIN`] (a precise reason decides as it does anywhere).
+fn held_to_margin(mut j: Judgment) -> Judgment {
+    if j.removed && j.decided_by.is_none() && j.score < PLURAL_MEMBER_MARGIN {
+        j.removed = false;
+        j.decided_by = Some(UNDER_PLURAL_MARGIN);
+    }
+    j
 }
 
 /// A YAML mapping or a TOML or INI table under a credential name's plural: where its members
@@ -2439,6 +2456,8 @@ struct PluralBlock<'a> {
     /// The name each member is judged under: the plural itself where it names a credential
     /// (`secrets`, `passwords`), else its singular (`tokens` → `token`).
     name: &'a str,
+    /// The class of `name`.
+    class: KeyClass,
     /// The byte after the header's line.
     body: usize,
     /// The header's indentation (YAML); a TOML table ends at the next header instead.
@@ -2482,7 +2501,12 @@ fn plural_block(text: &str, ks: usize, ke: usize) -> Option<PluralBlock<'_>> {
     }
     let name = plural_name(key)?;
     let body = (eol + 1).min(b.len());
-    Some(PluralBlock { name, body, indent })
+    Some(PluralBlock {
+        name,
+        class: classify_key(name),
+        body,
+        indent,
+    })
 }
 
 /// True when `key` ends as a plural: one `s` (`smtp_pass` is no plural).
@@ -2500,10 +2524,10 @@ fn plural_name(key: &str) -> Option<&str> {
     if !plural_shaped(key) {
         return None;
     }
-    if classify_key(key) == KeyClass::Credential {
-        Some(key)
-    } else {
-        singular_credential(key)
+    match classify_key(key) {
+        KeyClass::Credential => Some(key),
+        KeyClass::Other => credential_singular(key),
+        _ => None,
     }
 }
 
@@ -2526,22 +2550,23 @@ pub(crate) fn dotted_plural_name(key: &str) -> Option<&str> {
 }
 
 /// The judgment of a structured value (an attribute's, a JSON member's) under a dotted key
-/// that is a plural's member, of the plural's `class`: `None` where [`plural_member_shaped`]
-/// does not read the member so; kept unless it clears [`PLURAL_MEMBER_MARGIN`] as a quoted
-/// literal would (as [`plural_member_name`] asks of a JSON map's members).
+/// that is a plural's member, of the plural's `class` ([`judge_plural_member`]).
 pub(crate) fn judge_dotted_plural_member(
     class: KeyClass,
     key: &str,
     value: &str,
 ) -> Option<Judgment> {
     let (name, member) = dotted_plural_member(key)?;
-    if !plural_member_shaped(member, value) {
-        return None;
-    }
-    if !clears_member_margin(&judge(class, name, value, Syntax::Quoted, "")) {
-        return Some(Judgment::kept(UNDER_PLURAL_MARGIN));
-    }
-    Some(judge(class, name, value, Syntax::Structured, ""))
+    judge_plural_member(class, name, member, value)
+}
+
+/// The judgment of a structured value `member` of the plural `name` (of `class`) holds:
+/// `None` where [`plural_member_shaped`] does not read the member so; else judged as a quoted
+/// literal, [`held_to_margin`]: a structured value's own weight would carry any string of a
+/// map past the margin, and what clears it as a literal is removed as data all the more.
+fn judge_plural_member(class: KeyClass, name: &str, member: &str, value: &str) -> Option<Judgment> {
+    plural_member_shaped(member, value)
+        .then(|| held_to_margin(judge(class, name, value, Syntax::Quoted, "")))
 }
 
 /// The candidate of a plural's member: judged under the plural's name where
@@ -2551,7 +2576,7 @@ fn plural_member_candidate(
     text: &str,
     settled: Settled<'_>,
     key: Range<usize>,
-    name: &str,
+    (name, class): (&str, KeyClass),
     member: &str,
     value: Range<usize>,
     syntax: Syntax,
@@ -2560,12 +2585,8 @@ fn plural_member_candidate(
     if !plural_member_shaped(member, &text[value.clone()]) {
         return None;
     }
-    let class = classify_key(name);
     let mut c = Candidate::judged_as(text, settled, key, name, value, class, syntax, next);
-    if c.judgment.decided_by.is_none() && !clears_member_margin(&c.judgment) {
-        c.judgment.removed = false;
-        c.judgment.decided_by = Some(UNDER_PLURAL_MARGIN);
-    }
+    c.judgment = held_to_margin(c.judgment);
     Some(c)
 }
 
@@ -2611,10 +2632,13 @@ fn plural_block_members(
                 if indent <= parent {
                     break;
                 }
-                if *member_indent.get_or_insert(indent) != indent {
-                    if indent < member_indent.unwrap_or(indent) {
-                        break;
-                    }
+                // The first member's indentation is every member's; a line less indented
+                // ends the block, a line more indented is a nested member's.
+                let members_at = *member_indent.get_or_insert(indent);
+                if indent < members_at {
+                    break;
+                }
+                if indent > members_at {
                     line = next_line;
                     continue;
                 }
@@ -2705,7 +2729,16 @@ fn block_member(
             "",
         ));
     }
-    plural_member_candidate(text, settled, ks..ke, block.name, member, value, syntax, "")
+    plural_member_candidate(
+        text,
+        settled,
+        ks..ke,
+        (block.name, block.class),
+        member,
+        value,
+        syntax,
+        "",
+    )
 }
 
 /// Why a member of a block under a credential name's plural that the judgment would remove
@@ -2878,19 +2911,20 @@ fn bare_value(b: &[u8], at: usize) -> (usize, usize) {
 /// the key at `ks`, ending at `after_key`, is the first cell of a Markdown table's row
 /// (`| password | … |`, `` | `API_KEY` | `…` | ``): a cell is a value whole, spaces and all.
 fn table_cell_after(b: &[u8], ks: usize, after_key: usize) -> Option<Range<usize>> {
-    let line_start = line_start_near(b, ks)?;
     let wrapper = |c: &u8| matches!(c, b'*' | b'`');
-    let before = b[line_start..ks].trim_ascii_end();
-    let opened = before.iter().rev().take_while(|c| wrapper(c)).count();
-    if before[..before.len() - opened].trim_ascii() != b"|" {
-        return None;
-    }
+    // The cell's end first: every candidate asks, and few keys have a spaced `|` after them.
     let mut at = after_key;
     while b.get(at).is_some_and(wrapper) {
         at += 1;
     }
     let pipe = skip_blanks(b, at);
     if b.get(pipe) != Some(&b'|') || pipe == at {
+        return None;
+    }
+    let line_start = line_start_near(b, ks)?;
+    let before = b[line_start..ks].trim_ascii_end();
+    let opened = before.iter().rev().take_while(|c| wrapper(c)).count();
+    if before[..before.len() - opened].trim_ascii() != b"|" {
         return None;
     }
     let start = skip_blanks(b, pipe + 1);
@@ -3301,12 +3335,13 @@ fn prose_candidate(
     let at = past_whose(text, at);
     let rest = &text[at..];
     let english = COPULAS.iter().find(|c| starts_with_ignoring_case(rest, c));
-    let foreign = english.is_none();
-    let verb = english.or_else(|| {
+    let foreign = english.is_none().then(|| {
         OTHER_COPULAS
             .iter()
             .find(|c| starts_with_ignoring_case(rest, c))
     });
+    let foreign = foreign.flatten();
+    let verb = english.or(foreign);
     let start = match verb {
         Some(v) => skip_blanks(b, at + v.len()),
         None => at,
@@ -3360,7 +3395,7 @@ fn prose_candidate(
             .chars()
             .all(|c| c.is_alphabetic() || c == '-')
     };
-    if foreign && verb.is_some() && syntax == Syntax::Prose && letters_only() {
+    if foreign.is_some() && syntax == Syntax::Prose && letters_only() {
         return None;
     }
     if value.is_empty() || (verb.is_none() && !key_material_shaped(&b[value.clone()])) {
