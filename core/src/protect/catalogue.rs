@@ -528,6 +528,12 @@ const DETECTORS: &[D] = &[
     D { id: "go_sql_dsn_password", description: "Password in a Go database DSN (user:password@tcp(host)/db, @unix(…))",
         keywords: &["@tcp(", "@unix(", "@udp("],
         regex: r#"(?:^|[\s"'`=(])[^\s:"'`/@()]+:([^\s@"'`/]+)@(?:tcp|unix|udp)\("#, group: 1, validator: Some(Validator::SecretLike) },
+    D { id: "one_time_code", description: "One-time code of 4 to 8 digits after the words that name one (verification code, one-time code, 2FA or MFA code, login code, OTP, passcode)",
+        keywords: &["verification code", "verification pin", "one-time code", "one time code", "one-time pin", "one time pin", "2fa code", "2fa pin", "mfa code", "mfa pin", "security code", "security pin", "login code", "login pin", "two-factor code", "two factor code", "sign-in code", "confirmation code", "authentication code", "otp", "passcode"],
+        regex: r"(?i)(?-u:\b)(?:(?:verification|one[- ]time|2fa|mfa|security|login)[ \t\r\n](?:code|pin)|(?:two[- ]factor|sign-in|confirmation|authentication)[ \t\r\n]code|otp|passcode)(?-u:\b)[^A-Za-z0-9_\n]{0,3}(?:(?:is|was)[^A-Za-z0-9_\n]{1,3})?([0-9]{4,8}|[0-9]{3}[ -][0-9]{3})(?:[^A-Za-z0-9_\-.]|\.(?:[^0-9]|$)|$)", group: 1, validator: Some(Validator::NotTrivial) },
+    D { id: "account_recovery_codes", description: "Recovery or backup codes after the words that name them, the whole list (8 digits, GitHub's 5-5 hex, or 4-5 capitals and digits in 4 to 7 groups)",
+        keywords: &["recovery code", "backup code", "recovery key"],
+        regex: r"(?i)(?-u:\b)(?:recovery|backup)[ -](?:codes?|key)(?-u:\b)[^A-Za-z0-9_\n]{0,3}(?:(?:is|are|was|were)[^A-Za-z0-9_\n]{1,3})?(?:\n[ \t\r\n]*(?:[-*][ \t\r\n]+|[0-9]{1,2}[.)][ \t\r\n]+)?)?((?:[0-9]{4}[ -]?[0-9]{4}|[0-9a-f]{5}-[0-9a-f]{5}|(?-i:[A-Z0-9]{4,5}(?:-[A-Z0-9]{4,5}){3,6}))(?:[ \t]*[,;]?[ \t\r\n]+(?:[-*][ \t\r\n]+|[0-9]{1,2}[.)][ \t\r\n]+)?(?:[0-9]{4}[ -]?[0-9]{4}|[0-9a-f]{5}-[0-9a-f]{5}|(?-i:[A-Z0-9]{4,5}(?:-[A-Z0-9]{4,5}){3,6})))*)(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "url_secret_query_param", description: "Secret in a URL query parameter (token=, sig=, code=, key=, …)",
         keywords: &["token=", "sig=", "signature=", "code=", "key=", "secret=", "password=", "auth=", "credential="],
         regex: r#"(?i)[?&](?:token|access_token|refresh_token|id_token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential|code|secret|client_secret|password|auth|credential)=([^&#\s"'<>]{4,})"#, group: 1, validator: None },
@@ -1770,6 +1776,30 @@ pub(crate) mod tests {
             ),
             pat,
         );
+        for (line, code) in [
+            ("Your verification code is 482913.", "482913"),
+            ("sms: ACME login code: 4821 (valid 10 minutes)", "4821"),
+            ("your OTP is 719-204", "719-204"),
+            ("Enter the one-time code 55210937 to continue", "55210937"),
+        ] {
+            tp("one_time_code", s(line), s(code));
+        }
+        for (line, codes) in [
+            (
+                "GitHub recovery codes: 3f9a1-c7e5b 2d804-6a1b2 9c3d4-e5f6a",
+                "3f9a1-c7e5b 2d804-6a1b2 9c3d4-e5f6a",
+            ),
+            (
+                "Backup codes:\n- 8231 4471\n- 9923 1187\n- 5502 7716",
+                "8231 4471\n- 9923 1187\n- 5502 7716",
+            ),
+            (
+                "recovery key: K7QX2-9MZ4T-WP3LD-8RBN6-YH5CV",
+                "K7QX2-9MZ4T-WP3LD-8RBN6-YH5CV",
+            ),
+        ] {
+            tp("account_recovery_codes", s(line), s(codes));
+        }
         let eleven = format!("sk_{}", cycle("3f9a1c7e5b2d8046", 48));
         tp(
             "elevenlabs_api_key",
@@ -2155,6 +2185,11 @@ pub(crate) mod tests {
             ("cli_password_client_flag", "sqlplus / as sysdba"),
             ("call_positional_password", "l.simple_bind_s(who, cred)"),
             ("cli_password_client_flag", "zip -r backup.zip data"),
+            ("one_time_code", "the verification code expired after 300 seconds: request 0000 again"),
+            ("one_time_code", "security code review #4821-b"),
+            ("one_time_code", "OTP length is 6 digits; login code 1234.5 ms"),
+            ("account_recovery_codes", "Store your recovery codes in a safe place."),
+            ("account_recovery_codes", "backup codes generated: 10, used: 2, at 2026-12-06"),
             ("go_sql_dsn_password", "db, err := sql.Open(\"mysql\", dsn) // user@tcp(host)/db"),
             ("go_sql_dsn_password", "listening on 0.0.0.0:8080@tcp(ready)"),
             ("cli_password_client_flag", "redis-cli info | grep -a keyspace_hits2"),

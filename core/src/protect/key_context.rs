@@ -1373,9 +1373,12 @@ fn password_label_at(text: &str, at: usize) -> Option<usize> {
             let n = l.chars().count();
             let end = rest.char_indices().nth(n).map_or(rest.len(), |(i, _)| i);
             let word = &rest[..end];
-            // The label ends a word: `parolă` but not `парольный`.
+            // The label ends a word: `parolă` but not `парольный`. In the scripts that put no
+            // blank between words, a particle may follow it (`パスワードは…`).
             let next = rest[end..].chars().next();
-            (word.to_lowercase() == *l && !next.is_some_and(char::is_alphanumeric)).then_some(end)
+            let ends_word = !next.is_some_and(char::is_alphanumeric)
+                || particle_at(&rest.as_bytes()[end..]).is_some();
+            (word.to_lowercase() == *l && ends_word).then_some(end)
         })
 }
 
@@ -1800,6 +1803,11 @@ fn operator(b: &[u8], ke: usize) -> Option<(Separator, usize)> {
     if rest.starts_with("：".as_bytes()) {
         return Some((Separator::Colon { spaced: true }, at + "：".len()));
     }
+    // A particle after a key in Japanese, Chinese or Korean (`パスワードは…`, `密码是…`):
+    // a sentence, read as one ([`prose_candidate`]).
+    if particle_at(rest).is_some() {
+        return Some((Separator::Blank, at));
+    }
     // An arrow in prose (`API key → …`).
     if spaced && rest.starts_with("→".as_bytes()) {
         return Some((Separator::Colon { spaced: true }, at + "→".len()));
@@ -1966,6 +1974,9 @@ fn candidate_at(text: &str, settled: Settled<'_>, ks: usize, ke: usize) -> Optio
     }
     if sep == Separator::Call {
         return call_candidate(text, settled, ks, ke, at, &words, class);
+    }
+    if sep == Separator::Blank && particle_at(&b[at..]).is_some() {
+        return prose_candidate(text, settled, ks, ke, at, class);
     }
     // `#define TOKEN abc`, `%define token abc`: a macro's body is its value, quoted or not;
     // so is the one word after a credential that starts its line in a configuration file
@@ -3198,6 +3209,64 @@ const OTHER_COPULAS: &[&str] = &[
     "è: ", "è ",
 ];
 
+/// Particles that join a key to what is said of it in Japanese (`は`, `が`, `を`), Chinese
+/// (`是`, `为`) and Korean (`는`, `은`, `이`, `가`, `를`, `을`), written right after the key
+/// (`パスワードはXq9…です`, `密码是 Xq9…`, `비밀번호는 Xq9… 입니다`). A value after one is
+/// ASCII: the sentence goes on in its own script right after it.
+const PARTICLES: &[&str] = &[
+    "は", "が", "を", "是", "为", "為", "는", "은", "이", "가", "를", "을",
+];
+
+/// The length of the [`PARTICLES`] word `rest` starts with.
+fn particle_at(rest: &[u8]) -> Option<usize> {
+    // Every particle is three bytes of UTF-8 led by 0xE3 to 0xEC (kana, hanzi, hangul): most
+    // text is turned away by its first byte.
+    if !matches!(rest.first(), Some(0xE3..=0xEC)) {
+        return None;
+    }
+    PARTICLES
+        .iter()
+        .find(|p| rest.starts_with(p.as_bytes()))
+        .map(|p| p.len())
+}
+
+/// Verbs that set a credential to a value, with the key after them and `to` after the key
+/// (`set the token to …`, `changed my password to …`).
+const SETTING_VERBS: &[&str] = &[
+    "set", "sets", "change", "changed", "changes", "reset", "resets", "update", "updated",
+    "updates", "rotate", "rotated",
+];
+
+/// Words read back from a key for a [`SETTING_VERBS`] verb (`set the admin password to`).
+const SETTING_VERB_WORDS_BACK: usize = 3;
+
+/// True when one of the [`SETTING_VERB_WORDS_BACK`] words before the key at `ks` is a
+/// [`SETTING_VERBS`] verb.
+fn setting_verb_before(b: &[u8], ks: usize) -> bool {
+    let mut end = ks;
+    for _ in 0..SETTING_VERB_WORDS_BACK {
+        while end > 0 && b[end - 1] == b' ' {
+            end -= 1;
+        }
+        let mut start = end;
+        while start > 0 && b[start - 1].is_ascii_alphabetic() {
+            start -= 1;
+        }
+        if start == end || (start > 0 && !matches!(b[start - 1], b' ' | b'\n' | b'\t')) {
+            return false;
+        }
+        let word = &b[start..end];
+        if SETTING_VERBS
+            .iter()
+            .any(|v| word.eq_ignore_ascii_case(v.as_bytes()))
+        {
+            return true;
+        }
+        end = start;
+    }
+    false
+}
+
 /// Shortest value taken right after a key in a sentence with no verb between (`auth token
 /// 3f78…`): shorter words there name things (`token limit`, `password reset`).
 const PROSE_VALUE_WITHOUT_VERB: usize = 16;
@@ -3327,10 +3396,6 @@ fn prose_candidate(
     at: usize,
     class: KeyClass,
 ) -> Option<Candidate> {
-    // A plain key in a sentence (`the key is …`, `key rotation`) is too often a word of it.
-    if class == KeyClass::Key {
-        return None;
-    }
     let b = text.as_bytes();
     let at = past_whose(text, at);
     let rest = &text[at..];
@@ -3341,9 +3406,17 @@ fn prose_candidate(
             .find(|c| starts_with_ignoring_case(rest, c))
     });
     let foreign = foreign.flatten();
-    let verb = english.or(foreign);
+    let particle = particle_at(rest.as_bytes());
+    // `set the token to …`: `to` joins a key to its value after a verb that sets one.
+    let setting_to =
+        english.is_none() && starts_with_ignoring_case(rest, "to ") && setting_verb_before(b, ks);
+    let verb = english
+        .or(foreign)
+        .map(|v| v.len())
+        .or(particle)
+        .or(setting_to.then_some("to ".len()));
     let start = match verb {
-        Some(v) => skip_blanks(b, at + v.len()),
+        Some(n) => skip_blanks(b, at + n),
         None => at,
     };
     // `password is not set`, `token is a JWT`: what follows says what it is, not its value.
@@ -3373,6 +3446,7 @@ fn prose_candidate(
         while end < b.len()
             && !b[end].is_ascii_whitespace()
             && !matches!(b[end], b'"' | b'\'' | b'`' | b'<' | b'\\')
+            && (particle.is_none() || b[end].is_ascii())
         {
             end += 1;
         }
@@ -3396,6 +3470,16 @@ fn prose_candidate(
             .all(|c| c.is_alphabetic() || c == '-')
     };
     if foreign.is_some() && syntax == Syntax::Prose && letters_only() {
+        return None;
+    }
+    // After `set … to`, quoted or not, a word of letters is a setting's name or mode
+    // (`set fetch credentials to 'include'`, `set old AWSCURRENT secret to AWSPREVIOUS`).
+    if setting_to && letters_only() {
+        return None;
+    }
+    // A plain key in a sentence (`the key is …`, `key rotation`) is too often a word of it:
+    // only key material after a verb is its value (`The key is Qz8vL2…`).
+    if class == KeyClass::Key && !(verb.is_some() && key_material_shaped(&b[value.clone()])) {
         return None;
     }
     if value.is_empty() || (verb.is_none() && !key_material_shaped(&b[value.clone()])) {
@@ -4221,6 +4305,49 @@ mod tests {
             ("| password | The user's password. |", None),
             ("| name | password | Tr0ub4dor-and-3 |", None),
             ("*password = lookup(name);", None),
+        ]);
+    }
+
+    #[test]
+    fn a_value_said_in_a_sentence_is_read_after_particles_setting_verbs_and_plain_keys() {
+        let pw = Some("Tr0ub4dor-and-3");
+        removes_each(&[
+            ("パスワードは Tr0ub4dor-and-3 です", pw),
+            ("パスワードはTr0ub4dor-and-3です", pw),
+            ("パスワードを Tr0ub4dor-and-3 に変更しました", pw),
+            ("密码是 Tr0ub4dor-and-3", pw),
+            ("密码是Tr0ub4dor-and-3，请保存", pw),
+            ("密碼為 Tr0ub4dor-and-3", pw),
+            ("비밀번호는 Tr0ub4dor-and-3 입니다", pw),
+            ("비밀번호를 Tr0ub4dor-and-3로 변경했습니다", pw),
+            (
+                "I set the token to Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd",
+                Some("Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"),
+            ),
+            ("please change your password to Tr0ub4dor-and-3 now", pw),
+            ("I reset the admin password to \"Tr0ub4dor-and-3\"", pw),
+            // What the sentence says of the password, in its own script or in words.
+            ("パスワードが違います", None),
+            ("パスワードを入力してください", None),
+            ("パスワードは8文字以上です", None),
+            ("密码是否正确", None),
+            ("密码为空", None),
+            ("비밀번호가 틀렸습니다", None),
+            ("set the password to expire in 90 days", None),
+            ("rotate the api key to a new value", None),
+            ("we updated the password to use argon2id", None),
+            ("pass the token to requests.get", None),
+            ("send the token to the auth service", None),
+            (
+                "Done. The key is Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd",
+                Some("Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"),
+            ),
+            ("the key is to keep it simple", None),
+            ("The key is user_id, the value its count", None),
+            ("The primary key is 20261206 for that row", None),
+            ("key rotation 3f9a1c7e5b2d8046 done", None),
+            ("// Set fetch credentials to 'same-origin'", None),
+            ("# set old AWSCURRENT secret to AWSPREVIOUS", None),
         ]);
     }
 
