@@ -10,6 +10,9 @@
 #   LOAD_CONFIG=file.toml benches/blast.sh ...          a configuration file [default: none, the
 #                                  embedded defaults; only ports and data dir are set here]
 #   PERF_OUT=perf.data benches/blast.sh ...             also sample the daemon with perf, start to exit
+#   PERF_CALL_GRAPH="--call-graph dwarf,16384" ...      perf's call-graph option [default: -g,
+#                                  frame pointers, which the release build does not keep: use
+#                                  dwarf to see callers, and `perf script`, not `perf report`]
 # Defaults: --duration 15 --tenants 20 --tenant-on root --connections 2 --requests-per-batch 40.
 #
 # Starts `serve` under `/usr/bin/time -v` (start to exit) on free ports with a fresh data
@@ -94,7 +97,7 @@ daemon_pid=$(pgrep -P "$time_pid")
 # PERF_OUT=file: sample the daemon from here to its exit (perf record -F 499 -g; per thread
 # with `perf report --sort comm,sym`).
 if [ -n "${PERF_OUT:-}" ]; then
-  perf record -q -F 499 -g -p "$daemon_pid" -o "$PERF_OUT" 2>/dev/null &
+  perf record -q -F 499 ${PERF_CALL_GRAPH:--g} -p "$daemon_pid" -o "$PERF_OUT" 2>/dev/null &
 fi
 
 rc=0

@@ -487,7 +487,14 @@ fn take_sources(ex: &mut Extraction, sources: &[(&'static str, Field)]) {
 
 /// Normalizes a trace export request. Any invalid span rejects the whole request.
 pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeError> {
-    let mut out = Vec::new();
+    // Sized once: a span record is large, and growing the vector copied each one again.
+    let mut out = Vec::with_capacity(
+        req.resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .map(|ss| ss.spans.len())
+            .sum(),
+    );
     for (ri, rs) in req.resource_spans.into_iter().enumerate() {
         let res = Arc::new(resource(rs.resource));
         let res_audit = resource_audit(&res);
@@ -581,7 +588,13 @@ pub fn spans(req: ExportTraceServiceRequest) -> Result<EventBatch, NormalizeErro
 
 /// Normalizes a logs export request. Any invalid record rejects the whole request.
 pub fn logs(req: ExportLogsServiceRequest) -> Result<EventBatch, NormalizeError> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(
+        req.resource_logs
+            .iter()
+            .flat_map(|rl| &rl.scope_logs)
+            .map(|sl| sl.log_records.len())
+            .sum(),
+    );
     for (ri, rl) in req.resource_logs.into_iter().enumerate() {
         let res = Arc::new(resource(rl.resource));
         let res_audit = resource_audit(&res);
