@@ -2542,16 +2542,46 @@ fn plural_name(key: &str) -> Option<&str> {
     }
 }
 
+/// Steps of a dotted path that name an environment, between a plural and its member
+/// (`secrets.prod.db`, `api_keys.staging.openai`).
+const ENVIRONMENT_STEPS: &[&str] = &[
+    "prod",
+    "production",
+    "staging",
+    "stage",
+    "preprod",
+    "dev",
+    "development",
+    "test",
+    "testing",
+    "qa",
+    "uat",
+    "local",
+    "default",
+    "sandbox",
+    "live",
+];
+
 /// A key written as a dotted path whose last step is a member of a plural
-/// (`secrets.db`, `app.api_keys.openai`, `tokens.github`): the plural's name
-/// ([`plural_name`]) and the member.
+/// (`secrets.db`, `app.api_keys.openai`, `tokens.github`), or of an environment's step under
+/// one (`secrets.prod.db`): the plural's name ([`plural_name`]) and the member.
 fn dotted_plural_member(key: &str) -> Option<(&str, &str)> {
     let (path, member) = key.rsplit_once('.')?;
-    let parent = path.rsplit_once('.').map_or(path, |(_, p)| p);
     if member.is_empty() {
         return None;
     }
-    Some((plural_name(parent)?, member))
+    let (above, parent) = path.rsplit_once('.').unwrap_or(("", path));
+    if let Some(name) = plural_name(parent) {
+        return Some((name, member));
+    }
+    if !ENVIRONMENT_STEPS
+        .iter()
+        .any(|e| parent.eq_ignore_ascii_case(e))
+    {
+        return None;
+    }
+    let grandparent = above.rsplit_once('.').map_or(above, |(_, g)| g);
+    Some((plural_name(grandparent)?, member))
 }
 
 /// The name of the plural a dotted key is a member of (`app.secrets.db` → `secrets`), for the
@@ -4207,6 +4237,7 @@ mod tests {
         let dotted = format!("x=1\nsecrets.db={key}\n");
         let dotted_deep = format!("app.api_keys.openai: \"{key}\"");
         let dotted_singular = format!("tokens.github = \"{key}\"");
+        let dotted_env = format!("app.secrets.prod.db={key}");
         let nested = format!("app:\n  secrets:\n    # jwt\n    jwt: {key}\n  port: 80");
         let passwords = "passwords:\n  admin: \"Xk9#mP2$vL7q\"\n  backup: correcthorsebattery";
         removes_each(&[
@@ -4218,6 +4249,7 @@ mod tests {
             (&dotted, Some(key)),
             (&dotted_deep, Some(key)),
             (&dotted_singular, Some(key)),
+            (&dotted_env, Some(key)),
             (&nested, Some(key)),
             (passwords, Some("Xk9#mP2$vL7q")),
         ]);

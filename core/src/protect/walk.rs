@@ -1890,11 +1890,11 @@ mod tests {
     fn a_plural_s_member_as_a_dotted_key_is_judged_under_the_plural() {
         let r = redactor(65536);
         let mut hits = Redactions::new();
-        let mut s = r#"{"app.secrets.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd", "app.secrets.enabled": "true", "app.tokens.backend": "kubernetes-vault", "app.items.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"}"#.to_string();
+        let mut s = r#"{"app.secrets.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd", "app.secrets.enabled": "true", "app.tokens.backend": "kubernetes-vault", "app.items.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd", "secrets.prod.stripe": "Vd8kLm2Zqr5Tx9Wb3Nc6", "items.prod.sku": "Vd8kLm2Zqr5Tx9Wb3Nc6"}"#.to_string();
         redact_string(&r, &mut s, &mut hits, 0);
         assert_eq!(
             s,
-            r#"{"app.secrets.db": "[REDACTED:credential_key]", "app.secrets.enabled": "true", "app.tokens.backend": "kubernetes-vault", "app.items.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd"}"#
+            r#"{"app.secrets.db": "[REDACTED:credential_key]", "app.secrets.enabled": "true", "app.tokens.backend": "kubernetes-vault", "app.items.db": "Qz8vL2mTx9Kp4Rw7Yb3Nc6Jd", "secrets.prod.stripe": "[REDACTED:credential_key]", "items.prod.sku": "Vd8kLm2Zqr5Tx9Wb3Nc6"}"#
         );
         let mut attrs = Attributes(vec![
             (
