@@ -38,53 +38,95 @@ const OPENINFERENCE_KIND: &str = "openinference.span.kind";
 const TRACELOOP_KIND: &str = "traceloop.span.kind";
 
 impl Field {
-    /// Stores `value` if it can be read as this field's type; false leaves it untouched.
-    fn store(self, value: &AttrValue, gen_ai: &mut GenAiFields, audit: &mut AuditFields) -> bool {
+    /// The slot of a field whose text a string value is, as sent ([`as_text`] and
+    /// [`as_json_text`] of a string are the string itself); `None` for the fields that parse
+    /// or convert what they read.
+    fn text_slot<'a>(
+        self,
+        gen_ai: &'a mut GenAiFields,
+        audit: &'a mut AuditFields,
+    ) -> Option<&'a mut Option<String>> {
         use Field as F;
-        let text = |slot: &mut Option<String>| put(slot, as_text(value));
+        Some(match self {
+            F::Operation => &mut gen_ai.operation,
+            F::Provider => &mut gen_ai.provider,
+            F::RequestModel => &mut gen_ai.request_model,
+            F::ResponseModel => &mut gen_ai.response_model,
+            F::ResponseId => &mut gen_ai.response_id,
+            F::ConversationId => &mut gen_ai.conversation_id,
+            F::AgentId => &mut gen_ai.agent_id,
+            F::AgentName => &mut gen_ai.agent_name,
+            F::ToolName => &mut gen_ai.tool_name,
+            F::ToolCallId => &mut gen_ai.tool_call_id,
+            F::ToolType => &mut gen_ai.tool_type,
+            F::ToolArguments => &mut gen_ai.tool_arguments,
+            F::ToolResult => &mut gen_ai.tool_result,
+            F::McpMethod => &mut gen_ai.mcp_method,
+            F::McpSessionId => &mut gen_ai.mcp_session_id,
+            F::RequestId => &mut audit.request_id,
+            F::ClaimedTenant => &mut audit.claimed_tenant,
+            F::PrincipalId => &mut audit.principal_id,
+            F::ResourceId => &mut audit.resource_id,
+            F::ResourceVersion => &mut audit.resource_version,
+            F::ToolVersion => &mut audit.tool_version,
+            F::ToolSchemaVersion => &mut audit.tool_schema_version,
+            F::PromptVersion => &mut audit.prompt_version,
+            F::EffectClass => &mut audit.effect_class,
+            F::PolicyDecision => &mut audit.policy_decision,
+            F::PolicyReason => &mut audit.policy_reason,
+            F::IdempotencyKey => &mut audit.idempotency_key,
+            F::ResultCode => &mut audit.result_code,
+            F::ConfirmationStatus => &mut audit.confirmation_status,
+            F::ConfirmationDigest => &mut audit.confirmation_digest,
+            F::StopReason => &mut audit.stop_reason,
+            F::FinishReasons
+            | F::InputTokens
+            | F::OutputTokens
+            | F::CacheReadInputTokens
+            | F::CacheCreationInputTokens
+            | F::RetryAttempt
+            | F::TimeoutMs
+            | F::ResultBytes
+            | F::Cancelled
+            | F::ClaimedCostUsd => return None,
+        })
+    }
+
+    /// Stores `value` if it can be read as this field's type; false leaves it untouched. A
+    /// string read as text is moved into the field, leaving an empty string behind (the
+    /// tool arguments and results are most of a span's bytes: copying them cost an
+    /// allocation and a copy per span).
+    fn store(
+        self,
+        value: &mut AttrValue,
+        gen_ai: &mut GenAiFields,
+        audit: &mut AuditFields,
+    ) -> bool {
+        use Field as F;
+        if let Some(slot) = self.text_slot(gen_ai, audit) {
+            let text = match value {
+                AttrValue::Str(s) => Some(std::mem::take(s)),
+                other if matches!(self, F::ToolArguments | F::ToolResult) => {
+                    Some(as_json_text(other))
+                }
+                other => as_text(other),
+            };
+            return put(slot, text);
+        }
         let int = |slot: &mut Option<i64>| put(slot, as_int(value));
         match self {
-            F::Operation => text(&mut gen_ai.operation),
-            F::Provider => text(&mut gen_ai.provider),
-            F::RequestModel => text(&mut gen_ai.request_model),
-            F::ResponseModel => text(&mut gen_ai.response_model),
-            F::ResponseId => text(&mut gen_ai.response_id),
             F::FinishReasons => put(&mut gen_ai.finish_reasons, as_joined_list(value)),
             F::InputTokens => int(&mut gen_ai.input_tokens),
             F::OutputTokens => int(&mut gen_ai.output_tokens),
             F::CacheReadInputTokens => int(&mut gen_ai.cache_read_input_tokens),
             F::CacheCreationInputTokens => int(&mut gen_ai.cache_creation_input_tokens),
-            F::ConversationId => text(&mut gen_ai.conversation_id),
-            F::AgentId => text(&mut gen_ai.agent_id),
-            F::AgentName => text(&mut gen_ai.agent_name),
-            F::ToolName => text(&mut gen_ai.tool_name),
-            F::ToolCallId => text(&mut gen_ai.tool_call_id),
-            F::ToolType => text(&mut gen_ai.tool_type),
-            F::ToolArguments => put(&mut gen_ai.tool_arguments, Some(as_json_text(value))),
-            F::ToolResult => put(&mut gen_ai.tool_result, Some(as_json_text(value))),
-            F::McpMethod => text(&mut gen_ai.mcp_method),
-            F::McpSessionId => text(&mut gen_ai.mcp_session_id),
-            F::RequestId => text(&mut audit.request_id),
-            F::ClaimedTenant => text(&mut audit.claimed_tenant),
-            F::PrincipalId => text(&mut audit.principal_id),
-            F::ResourceId => text(&mut audit.resource_id),
-            F::ResourceVersion => text(&mut audit.resource_version),
-            F::ToolVersion => text(&mut audit.tool_version),
-            F::ToolSchemaVersion => text(&mut audit.tool_schema_version),
-            F::PromptVersion => text(&mut audit.prompt_version),
-            F::EffectClass => text(&mut audit.effect_class),
-            F::PolicyDecision => text(&mut audit.policy_decision),
-            F::PolicyReason => text(&mut audit.policy_reason),
-            F::IdempotencyKey => text(&mut audit.idempotency_key),
             F::RetryAttempt => int(&mut audit.retry_attempt),
             F::TimeoutMs => int(&mut audit.timeout_ms),
-            F::ResultCode => text(&mut audit.result_code),
             F::ResultBytes => int(&mut audit.result_bytes),
-            F::ConfirmationStatus => text(&mut audit.confirmation_status),
-            F::ConfirmationDigest => text(&mut audit.confirmation_digest),
             F::Cancelled => put(&mut audit.cancelled, as_bool(value)),
-            F::StopReason => text(&mut audit.stop_reason),
             F::ClaimedCostUsd => put(&mut audit.claimed_cost_usd, as_float(value)),
+            // Every other field has a text slot, read above.
+            _ => false,
         }
     }
 }
@@ -171,7 +213,7 @@ struct Extraction {
     sources: SourceKeys,
 }
 
-fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
+fn extract(mut attrs: Attributes, audit_only: bool) -> Extraction {
     let index = field_index();
     let mut gen_ai = GenAiFields::default();
     let mut audit = AuditFields::default();
@@ -180,8 +222,8 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
     let mut held: Vec<(Field, u8, usize)> = Vec::new();
     let mut consumed = vec![false; attrs.0.len()];
     let mut sources = SourceKeys::default();
-    for (i, (key, value)) in attrs.0.iter().enumerate() {
-        let Some((&name, &(field, rank))) = index.get_key_value(key.as_str()) else {
+    for i in 0..attrs.0.len() {
+        let Some((&name, &(field, rank))) = index.get_key_value(attrs.0[i].0.as_str()) else {
             continue;
         };
         if audit_only && !field.is_audit() {
@@ -191,11 +233,22 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
         if slot.is_some_and(|s| held[s].1 <= rank) {
             continue;
         }
-        if field.store(value, &mut gen_ai, &mut audit) {
+        // What a lower-precedence name put in the field: its string goes back to its
+        // attribute if this one takes the field, into the field again if not.
+        let previous = slot
+            .and_then(|_| field.text_slot(&mut gen_ai, &mut audit))
+            .and_then(Option::take);
+        if field.store(&mut attrs.0[i].1, &mut gen_ai, &mut audit) {
             // A displaced lower-precedence name goes back to the attributes.
             match slot {
                 Some(s) => {
-                    consumed[held[s].2] = false;
+                    let displaced = held[s].2;
+                    if let (Some(text), AttrValue::Str(moved)) =
+                        (previous, &mut attrs.0[displaced].1)
+                    {
+                        *moved = text;
+                    }
+                    consumed[displaced] = false;
                     held[s] = (field, rank, i);
                 }
                 None => held.push((field, rank, i)),
@@ -206,6 +259,11 @@ fn extract(attrs: Attributes, audit_only: bool) -> Extraction {
             sources.0.retain(|(f, _)| *f != field);
             if name != field.key() {
                 sources.0.push((field, Source::Key(name)));
+            }
+        } else if let Some(text) = previous {
+            // Nothing displaced: the field keeps what it had.
+            if let Some(slot) = field.text_slot(&mut gen_ai, &mut audit) {
+                *slot = Some(text);
             }
         }
     }
@@ -477,7 +535,7 @@ fn take_sources(ex: &mut Extraction, sources: &[(&'static str, Field)]) {
         }
         if let Some(pos) = ex.rest.0.iter().position(|(k, _)| k == name) {
             // Content always reads (as JSON text); a name that does not read stays an attribute.
-            if field.store(&ex.rest.0[pos].1, &mut ex.gen_ai, &mut ex.audit) {
+            if field.store(&mut ex.rest.0[pos].1, &mut ex.gen_ai, &mut ex.audit) {
                 ex.rest.0.remove(pos);
                 ex.sources.0.push((field, Source::Key(name)));
             }
