@@ -195,6 +195,11 @@ const DETECTORS: &[D] = &[
     D { id: "harness_api_key", description: "Harness personal or service-account token (pat./sat.)",
         keywords: &["pat.", "sat."],
         regex: r"(?-u:\b)((?:pat|sat)\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20})(?-u:\b)", group: 1, validator: None },
+    // A seed's first two bytes are fixed per key type: its text starts S, the type's letter
+    // and A. The checksum makes a bare one, with no word of NATS near it, certain enough.
+    D { id: "nats_nkey_seed_checked", description: "NATS NKEY seed (SUA/SAA/SOA/SNA/SCA/SXA + 55 base32) with a valid CRC-16 checksum, anywhere",
+        keywords: &["sua", "saa", "soa", "sna", "sca", "sxa"],
+        regex: r"(?:^|[^A-Za-z0-9_\-])(S[AUONCX]A[A-Z2-7]{55})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: Some(Validator::NkeyCrc16) },
     // --- More vendor tokens (issue 13) -------------------------------------------------------
     // Formats from the vendors' documentation and public rule sets (gitleaks, trufflehog).
     // Each token is anchored by a character outside its alphabet (or the text's ends) on both
@@ -1469,8 +1474,15 @@ pub(crate) mod tests {
         tp("mailgun_api_key", format!("mailgun signing {mg2}"), mg2);
         tp(
             "nats_nkey_seed",
-            s("-----BEGIN USER NKEY SEED-----\nSUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY\n------END USER NKEY SEED------"),
-            s("SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY"),
+            // A valid seed is named by its checksum (`nats_nkey_seed_checked`); this one's
+            // last character is changed, so only the word NATS near it names it.
+            s("-----BEGIN USER NKEY SEED-----\nSUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VA\n------END USER NKEY SEED------"),
+            s("SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VA"),
+        );
+        tp(
+            "nats_nkey_seed_checked",
+            s("# SUAGMJH5XLGZKQQWAWKRZJIGMOU4HPFUYLXJMXOO5NLFEO2OOQJ5LPRDPM (ci user)"),
+            s("SUAGMJH5XLGZKQQWAWKRZJIGMOU4HPFUYLXJMXOO5NLFEO2OOQJ5LPRDPM"),
         );
         let okta = format!("00{}-_", cycle(B62, 38));
         tp(
@@ -2089,6 +2101,10 @@ pub(crate) mod tests {
                 "nats user UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4",
             ),
             (
+                "nats_nkey_seed_checked",
+                "# SUAM3CUGQIYRX5P6TULWVZZ5OM3X2VXLTDKMFBZFIIWNKCBAZ2ULG6PCFE fails its checksum",
+            ),
+            (
                 "okta_api_token",
                 "okta user 00u1a2b3c4d5e6f7g8h9 and 00ab3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jKaZ3kQ9mX2 elsewhere",
             ),
@@ -2513,7 +2529,7 @@ pub(crate) mod tests {
         for (text, expected) in [
             (
                 "# nats: SUAGMJH5XLGZKQQWAWKRZJIGMOU4HPFUYLXJMXOO5NLFEO2OOQJ5LPRDPM".to_string(),
-                "# nats: [REDACTED:nats_nkey_seed]".to_string(),
+                "# nats: [REDACTED:nats_nkey_seed_checked]".to_string(),
             ),
             (
                 "const jwk = { kty: 'oct', k: 'GawgguFyGrWKav7AX4VKUg7xW8nK3dRdB9d4kO3nXHc' };".into(),

@@ -51,6 +51,9 @@ pub enum Validator {
     Ipv4,
     /// A PEM block with at least 16 characters of base64 key material.
     PemBody,
+    /// A NATS NKEY seed: base32 whose last two bytes are the CRC-16 (XMODEM) of the rest,
+    /// little-endian.
+    NkeyCrc16,
 }
 
 impl Validator {
@@ -83,8 +86,44 @@ impl Validator {
                     && !a.is_documentation()
             }),
             Validator::PemBody => pem_body(text),
+            Validator::NkeyCrc16 => nkey_crc16(text),
         }
     }
+}
+
+/// True when `text` is unpadded RFC 4648 base32 whose decoded bytes end in the CRC-16
+/// (XMODEM) of the bytes before, little-endian: how NATS checks an NKEY (a random text
+/// passes one time in 65,536).
+pub fn nkey_crc16(text: &str) -> bool {
+    let mut bytes = Vec::with_capacity(text.len() * 5 / 8);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'2'..=b'7' => c - b'2' + 26,
+            _ => return false,
+        };
+        acc = (acc << 5) | u32::from(v);
+        bits += 5;
+        if bits >= 8 {
+            bits -= 8;
+            bytes.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    let Some((body, sum)) = bytes.split_last_chunk::<2>() else {
+        return false;
+    };
+    let crc = body.iter().fold(0u16, |crc, &b| {
+        (0..8).fold(crc ^ (u16::from(b) << 8), |c, _| {
+            if c & 0x8000 != 0 {
+                (c << 1) ^ 0x1021
+            } else {
+                c << 1
+            }
+        })
+    });
+    crc == u16::from_le_bytes(*sum)
 }
 
 /// Luhn checksum over the digits of `text` (separators ignored); 12 to 19 digits.
