@@ -76,6 +76,26 @@ write("orders", [order(i, False) for i in range(6000)])
 rng = random.Random(36)
 write("orders_secret", [order(i, i % 4 == 0) for i in range(6000)])
 
+# Tool calls whose arguments are a JSON document in a string, about 512 bytes, a secret in
+# each: every document is surveyed and read on its own, as protect's 1 KiB bench has it (the
+# inputs above are one text each to `redact`, which hides the cost paid per document).
+rng = random.Random(36)
+calls = []
+for i in range(2000):
+    records, size = [], 0
+    while size < 512:
+        n = i * 3 + len(records)
+        record = {"order_id": f"ORD-{n * 7919 % 10**8:08d}", "amount_cents": n * 31 % 500000,
+                  "note": " ".join(rng.choice(ITEMS) for _ in range(6)),
+                  "updated": "2026-11-30T05:17:14.133Z", "trace": f"{rng.getrandbits(128):032x}"}
+        if not records:
+            record["contact"] = order(i, True)["note"]
+        records.append(record)
+        size += len(json.dumps(record)) + 1
+    calls.append({"tool": "search_orders", "arguments": json.dumps({"items": records})})
+# One JSON array: `redact` reads its file as one text, and JSON lines would be read as text.
+write("tool_calls", [calls])
+
 MESSAGES = [
     "Привет! Я проверил журнал сборки, ошибка в модуле оплаты, исправлю сегодня вечером.",
     "构建日志显示支付模块出错，我今晚会修复它，然后重新部署到测试环境。",

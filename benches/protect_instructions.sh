@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions protect spends on four fixed inputs, for one build or two side by side:
+# Instructions protect spends on five fixed inputs, for one build or two side by side:
 #   benches/protect_instructions.sh BIN [BIN_B]
 # Counts come from valgrind's callgrind (`toolwatch redact FILE`, less the same run on an
 # empty file: start-up and rule compilation), so they do not move with the machine's load as
@@ -9,6 +9,8 @@
 #   orders        6,000 order records (addresses with "zip", "login" keys), no secret
 #   orders_secret the same, a secret (e-mail, phone, OpenAI key, card, GitHub token) in a quarter
 #   languages     4,000 chat messages in nine languages and scripts, no secret
+#   tool_calls    2,000 tool calls whose arguments are a ~512-byte JSON document in a string,
+#                 a secret in each: the cost paid per document
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 2; }
@@ -25,7 +27,7 @@ for bin in "$@"; do printf '\t%s (M instructions)' "$bin"; done
 printf '\n'
 declare -A base
 for bin in "$@"; do base[$bin]=$(count "$bin" "$INPUTS/empty"); done
-for input in corpus_mix orders orders_secret languages; do
+for input in corpus_mix orders orders_secret languages tool_calls; do
   printf '%s' "$input"
   for bin in "$@"; do
     n=$(count "$bin" "$INPUTS/$input")
