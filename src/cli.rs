@@ -560,6 +560,17 @@ fn seconds(s: &str) -> Result<std::time::Duration, String> {
 pub fn main() -> ExitCode {
     std::panic::set_hook(Box::new(report_panic_without_data));
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Redact(_)
+            | Command::HashKey(_)
+            | Command::Query(_)
+            | Command::Trace(_)
+            | Command::Ddl(_)
+            | Command::CheckConfig(_)
+    ) {
+        end_quietly_when_the_reader_leaves();
+    }
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::CheckConfig(args) => check_config(args),
@@ -1488,6 +1499,19 @@ fn redact(args: RedactArgs) -> ExitCode {
         print!("{}", walk::redact_document(&redactor, &input, &mut hits));
     }
     ExitCode::SUCCESS
+}
+
+/// `toolwatch redact FILE | head`: a command that only prints ends, quietly, when its reader
+/// closes the pipe, as `cat` does. Rust ignores SIGPIPE, so the next print would fail and
+/// panic, and the user read "internal error". Not for commands that speak to sockets (the
+/// daemon, loadgen, replay, upload), where a closed peer is an error to handle.
+fn end_quietly_when_the_reader_leaves() {
+    #[cfg(unix)]
+    // SAFETY: sets this process's disposition of one signal to its default; no memory is
+    // touched and no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// Panic messages built at run time can quote the data being processed (a string slice

@@ -241,3 +241,35 @@ fn redact_prints_redacted_text_and_explains_hits() {
         text(&out.stderr)
     );
 }
+
+/// `toolwatch redact FILE | head -c 64`: the reader leaves early; redact ends by the pipe's
+/// signal, as `cat` would, and writes nothing to its error stream (it used to panic on the
+/// closed pipe and print "internal error").
+#[cfg(unix)]
+#[test]
+fn redact_into_a_pipe_closed_early_ends_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("big.txt");
+    let line = "order 42 shipped to jane.doe@example.com, token ghp_T3stOnlyT0ken7f3a9c2e1d5b8a4c6e0f2d9\n";
+    std::fs::write(&file, line.repeat(200_000)).expect("write");
+    let mut child = toolwatch()
+        .args(["redact", file.to_str().expect("utf-8")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut head = [0u8; 64];
+    let mut stdout = child.stdout.take().expect("stdout");
+    stdout.read_exact(&mut head).expect("the first bytes");
+    drop(stdout);
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        text(&head),
+        "order 42 shipped to [REDACTED:email_address], token [REDACTED:gi"
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+    assert_eq!(text(&out.stderr), "");
+}
