@@ -3445,6 +3445,11 @@ fn prose_candidate(
         .map(|v| v.len())
         .or(particle)
         .or(setting_to.then_some("to ".len()));
+    // A plain key is read only after a verb (below, and only as key material): the common
+    // word `key` in a sentence stops here.
+    if class == KeyClass::Key && verb.is_none() {
+        return None;
+    }
     let start = match verb {
         Some(n) => skip_blanks(b, at + n),
         None => at,

@@ -95,22 +95,9 @@ impl Validator {
 /// (XMODEM) of the bytes before, little-endian: how NATS checks an NKEY (a random text
 /// passes one time in 65,536).
 pub fn nkey_crc16(text: &str) -> bool {
-    let mut bytes = Vec::with_capacity(text.len() * 5 / 8);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in text.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'2'..=b'7' => c - b'2' + 26,
-            _ => return false,
-        };
-        acc = (acc << 5) | u32::from(v);
-        bits += 5;
-        if bits >= 8 {
-            bits -= 8;
-            bytes.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
+    let Ok(bytes) = data_encoding::BASE32_NOPAD.decode(text.as_bytes()) else {
+        return false;
+    };
     let Some((body, sum)) = bytes.split_last_chunk::<2>() else {
         return false;
     };
