@@ -425,6 +425,16 @@ impl AuditColumns {
         out.push(Arc::new(self.claimed_cost_usd.finish()));
     }
 
+    /// Its text builders, in a fixed order.
+    fn text_builders(&mut self) -> impl Iterator<Item = &mut StringBuilder> {
+        self.text.iter_mut().chain([
+            &mut self.result_code,
+            &mut self.confirmation_status,
+            &mut self.confirmation_digest,
+            &mut self.stop_reason,
+        ])
+    }
+
     /// [`AuditColumns::finish`]'s columns, copied: the builders keep their rows.
     fn finish_cloned(&self, out: &mut Vec<ArrayRef>) {
         out.extend(
@@ -520,6 +530,11 @@ pub struct SpanRows {
     redactions: CountsColumn,
     sender: StringBuilder,
     scratch: Vec<u8>,
+    /// Rows and bytes each text builder held when last finished: the room the next batch's
+    /// builders start with, so that a busy partition's batches do not each grow them again
+    /// from [`INITIAL_ROWS`] by doubling (a copy and fresh pages each time). Taken by the
+    /// first row after [`TableRows::finish`]; a partition that gets none holds no room.
+    room: Vec<(usize, usize)>,
 }
 
 impl Default for SpanRows {
@@ -541,6 +556,7 @@ impl Default for SpanRows {
             redactions: CountsColumn::default(),
             sender: StringBuilder::small(),
             scratch: Vec::new(),
+            room: Vec::new(),
         }
     }
 }
@@ -568,6 +584,15 @@ impl TableRows for SpanRows {
     }
 
     fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        self.room = self
+            .text_builders()
+            .map(|b| {
+                (
+                    b.offsets_slice().len().saturating_sub(1),
+                    b.values_slice().len(),
+                )
+            })
+            .collect();
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         cols.push(Arc::new(self.schema_version.finish()));
         cols.extend(
@@ -636,8 +661,31 @@ impl TableRows for SpanRows {
 }
 
 impl SpanRows {
+    /// Its text builders, in a fixed order (that of [`SpanRows::room`]).
+    fn text_builders(&mut self) -> impl Iterator<Item = &mut StringBuilder> {
+        self.head
+            .iter_mut()
+            .chain([&mut self.status_code, &mut self.status_message])
+            .chain(self.gen_ai.text1.iter_mut())
+            .chain(self.gen_ai.text2.iter_mut())
+            .chain(self.audit.text_builders())
+            .chain(self.json.iter_mut())
+            .chain([&mut self.sender])
+    }
+
+    /// Empty text builders with the room the last batch took.
+    fn make_room(&mut self) {
+        let room = std::mem::take(&mut self.room);
+        for (b, (rows, bytes)) in self.text_builders().zip(room) {
+            *b = StringBuilder::with_capacity(rows.max(INITIAL_ROWS), bytes.max(INITIAL_ROWS * 16));
+        }
+    }
+
     /// Adds one span.
     pub fn append(&mut self, s: &SpanRecord) -> Result<(), ArrowError> {
+        if self.len == 0 && !self.room.is_empty() {
+            self.make_room();
+        }
         self.schema_version.append_value(SCHEMA_VERSION);
         // The columns between schema_version and start_time, in schema order.
         let [trace_id, span_id, parent, trace_state, request_id, service, scope_name, scope_version, class, kind, name] =
@@ -863,43 +911,69 @@ mod tests {
     use crate::archive::table::rows::assert_snapshot_is_finish;
     use crate::event::{fixtures, SpanEventRecord, SpanLinkRecord};
 
+    /// Spans that differ in every kind of column: nulls, map entries, JSON, times.
+    fn varied_spans() -> [SpanRecord; 3] {
+        let plain = fixtures::span();
+        let mut full = fixtures::span();
+        full.span_id = [3; 8];
+        full.parent_span_id = Some([2; 8]);
+        full.name = "chat".into();
+        full.start_ns = 1_000;
+        full.end_ns = 3_500;
+        full.status_message = "slow".into();
+        full.gen_ai.request_model = Some("gpt-4o".into());
+        full.gen_ai.input_tokens = Some(1_000);
+        full.gen_ai.tool_name = Some("search".into());
+        full.audit.request_id = Some("req-1".into());
+        full.audit.retry_attempt = Some(1);
+        full.audit.cancelled = Some(false);
+        full.audit.claimed_cost_usd = Some(0.25);
+        full.events.push(SpanEventRecord {
+            time_ns: 2_000,
+            name: "retry".into(),
+            attributes: Attributes::default(),
+        });
+        full.links.push(SpanLinkRecord {
+            trace_id: [4; 16],
+            span_id: [5; 8],
+            trace_state: String::new(),
+            attributes: Attributes::default(),
+        });
+        full.dropped.events = 2;
+        full.redactions.insert("email".into(), 2);
+        full.redactions.insert("card".into(), 1);
+        [plain.clone(), full, plain]
+    }
+
     #[test]
     fn a_span_snapshot_is_the_batch_finish_makes() {
         assert_snapshot_is_finish(|rows: &mut SpanRows| {
-            // Rows that differ in every kind of column: nulls, map entries, JSON, times.
-            let plain = fixtures::span();
-            let mut full = fixtures::span();
-            full.span_id = [3; 8];
-            full.parent_span_id = Some([2; 8]);
-            full.name = "chat".into();
-            full.start_ns = 1_000;
-            full.end_ns = 3_500;
-            full.status_message = "slow".into();
-            full.gen_ai.request_model = Some("gpt-4o".into());
-            full.gen_ai.input_tokens = Some(1_000);
-            full.gen_ai.tool_name = Some("search".into());
-            full.audit.request_id = Some("req-1".into());
-            full.audit.retry_attempt = Some(1);
-            full.audit.cancelled = Some(false);
-            full.audit.claimed_cost_usd = Some(0.25);
-            full.events.push(SpanEventRecord {
-                time_ns: 2_000,
-                name: "retry".into(),
-                attributes: Attributes::default(),
-            });
-            full.links.push(SpanLinkRecord {
-                trace_id: [4; 16],
-                span_id: [5; 8],
-                trace_state: String::new(),
-                attributes: Attributes::default(),
-            });
-            full.dropped.events = 2;
-            full.redactions.insert("email".into(), 2);
-            full.redactions.insert("card".into(), 1);
-            for s in [&plain, &full, &plain] {
+            for s in &varied_spans() {
                 rows.append(s).expect("append");
             }
         });
+    }
+
+    /// Builders that start a batch with the room the last one took make the batch fresh
+    /// builders make, whether it is smaller than that room or outgrows it.
+    #[test]
+    fn builders_kept_across_batches_make_the_batches_fresh_ones_do() {
+        let spans = varied_spans();
+        let batch_of = |rows: &mut SpanRows, n: usize| {
+            for s in spans.iter().cycle().take(n) {
+                rows.append(s).expect("append");
+            }
+            rows.finish().expect("finish")
+        };
+        let mut kept = SpanRows::default();
+        for n in [40, 3, 1, 100, 7] {
+            let from_kept = batch_of(&mut kept, n);
+            assert!(
+                kept.room.len() > 40,
+                "finish records each text builder's room"
+            );
+            assert_eq!(from_kept, batch_of(&mut SpanRows::default(), n), "{n} rows");
+        }
     }
 
     #[test]

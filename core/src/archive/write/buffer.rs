@@ -140,7 +140,8 @@ impl PartitionBuffer {
 
     /// Encodes the builders' rows into the in-memory file.
     fn encode(&mut self, props: &WriterProperties) -> Result<(), ArchiveError> {
-        let Some(mut rows) = self.rows.take() else {
+        // The builders stay: finished, they are empty, and keep what sizes the next batch.
+        let Some(rows) = self.rows.as_mut() else {
             return Ok(());
         };
         self.rows_bytes = 0;
