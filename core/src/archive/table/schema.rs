@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::rows::TableRows;
 use crate::event::{
     hex_id, AttrValue, Attributes, AuditFields, GenAiFields, HexId, LogRecord, Redactions,
-    SpanRecord,
+    Resource, SpanRecord,
 };
 
 /// Written into every row's `schema_version` column (the event contract's version).
@@ -252,6 +252,28 @@ fn json_text<'b, T: Serialize + ?Sized>(v: &T, buf: &'b mut Vec<u8>) -> &'b str 
         buf.extend_from_slice(b"{}");
     }
     std::str::from_utf8(buf).unwrap_or("{}")
+}
+
+/// The `resource_attributes` text of the last row's resource, kept for the next row: the
+/// items of one batch share their resource (one `Arc`, through protect and the journal), so
+/// its attributes are written out as JSON once a run of rows, not once a row.
+#[derive(Default)]
+struct ResourceJson {
+    /// The resource the text is of; held, so that its address is not reused meanwhile.
+    of: Option<Arc<Resource>>,
+    text: String,
+}
+
+impl ResourceJson {
+    /// The JSON text of `r`'s attributes.
+    fn text(&mut self, r: &Arc<Resource>, scratch: &mut Vec<u8>) -> &str {
+        if !self.of.as_ref().is_some_and(|last| Arc::ptr_eq(last, r)) {
+            self.text.clear();
+            self.text.push_str(json_text(&r.attributes, scratch));
+            self.of = Some(Arc::clone(r));
+        }
+        &self.text
+    }
 }
 
 struct GenAiColumns {
@@ -530,6 +552,7 @@ pub struct SpanRows {
     redactions: CountsColumn,
     sender: StringBuilder,
     scratch: Vec<u8>,
+    resource_json: ResourceJson,
     /// Rows and bytes each text builder held when last finished: the room the next batch's
     /// builders start with, so that a busy partition's batches do not each grow them again
     /// from [`INITIAL_ROWS`] by doubling (a copy and fresh pages each time). Taken by the
@@ -556,6 +579,7 @@ impl Default for SpanRows {
             redactions: CountsColumn::default(),
             sender: StringBuilder::small(),
             scratch: Vec::new(),
+            resource_json: ResourceJson::default(),
             room: Vec::new(),
         }
     }
@@ -711,7 +735,7 @@ impl SpanRows {
         self.gen_ai.append(&s.gen_ai);
         self.audit.append(&s.audit);
         let [res_json, attr_json, events_json, links_json] = &mut self.json;
-        res_json.append_value(json_text(&s.resource.attributes, &mut self.scratch));
+        res_json.append_value(self.resource_json.text(&s.resource, &mut self.scratch));
         attr_json.append_value(json_text(&s.attributes, &mut self.scratch));
         let events: Vec<EventJson> = s
             .events
@@ -762,6 +786,7 @@ pub struct LogRows {
     redactions: CountsColumn,
     sender: StringBuilder,
     scratch: Vec<u8>,
+    resource_json: ResourceJson,
 }
 
 impl Default for LogRows {
@@ -781,6 +806,7 @@ impl Default for LogRows {
             redactions: CountsColumn::default(),
             sender: StringBuilder::small(),
             scratch: Vec::new(),
+            resource_json: ResourceJson::default(),
         }
     }
 }
@@ -894,7 +920,7 @@ impl LogRows {
         }
         self.audit.append(&r.audit);
         let [res_json, attr_json] = &mut self.json;
-        res_json.append_value(json_text(&r.resource.attributes, &mut self.scratch));
+        res_json.append_value(self.resource_json.text(&r.resource, &mut self.scratch));
         attr_json.append_value(json_text(&r.attributes, &mut self.scratch));
         self.dropped.append_value(i64::from(r.dropped_attributes));
         self.redactions.append_redactions(&r.redactions)?;
@@ -952,6 +978,53 @@ mod tests {
                 rows.append(s).expect("append");
             }
         });
+    }
+
+    /// The resource's attributes are written once a run of rows that share it, and each
+    /// row's column is still its own resource's: runs of one resource, a resource seen
+    /// again after another, and an equal resource in another `Arc`.
+    #[test]
+    fn each_row_has_its_own_resources_attributes_written_once_a_run() {
+        let resource = |service: &str| {
+            let mut r = Resource {
+                service_name: service.into(),
+                ..Resource::default()
+            };
+            r.attributes
+                .0
+                .push(("service.name".into(), AttrValue::Str(service.into())));
+            Arc::new(r)
+        };
+        let (a, b, a_again) = (resource("orders"), resource("billing"), resource("orders"));
+        let mut rows = SpanRows::default();
+        let mut logs = LogRows::default();
+        let order = [&a, &a, &b, &a, &a_again, &b, &b];
+        for r in order {
+            let mut span = fixtures::span();
+            span.resource = Arc::clone(r);
+            rows.append(&span).expect("append");
+            let mut log = fixtures::log();
+            log.resource = Arc::clone(r);
+            logs.append(&log).expect("append");
+        }
+        let expected: Vec<String> = order
+            .iter()
+            .map(|r| serde_json::to_string(&r.attributes).expect("json"))
+            .collect();
+        for batch in [
+            rows.finish().expect("finish"),
+            logs.finish().expect("finish"),
+        ] {
+            let column = batch
+                .column_by_name("resource_attributes")
+                .expect("column")
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .expect("text");
+            let got: Vec<&str> = column.iter().map(|v| v.unwrap_or_default()).collect();
+            assert_eq!(got, expected);
+            assert!(got[2].contains("billing") && got[4].contains("orders"));
+        }
     }
 
     /// Builders that start a batch with the room the last one took make the batch fresh
