@@ -9,6 +9,10 @@
 # (`benches/blast.sh`) stays the figure users read. Kernel work (syscalls, page faults) is not
 # counted, and valgrind runs the daemon's threads one at a time, so batching between threads
 # (journal commits shared by exports) differs from a native run.
+# `SHAPE=small` sends small exports instead: loadgen's default shape, one agent run (~10 spans,
+# a log record or so) per OTLP/gRPC export, 4 exports in flight, 40 runs per batch counted; it
+# adds instructions per export.
+# `DAEMON_CONFIG=FILE` runs the daemon with that configuration file.
 # Per thread: `CALLGRIND_KEEP=DIR` keeps the callgrind files (one per thread) for
 # `callgrind_annotate`.
 set -euo pipefail
@@ -23,7 +27,7 @@ run() {
   work=$(mktemp -d)
   valgrind --tool=callgrind --separate-threads=yes \
     --callgrind-out-file="$work/cg.out" \
-    "$bin" serve --data-dir "$work/data" \
+    "$bin" serve ${DAEMON_CONFIG:+--config "$DAEMON_CONFIG"} --data-dir "$work/data" \
     --otlp-grpc 127.0.0.1:0 --otlp-http 127.0.0.1:0 --admin 127.0.0.1:0 \
     > /dev/null 2> "$work/serve.log" &
   local vg=$!
@@ -36,7 +40,12 @@ run() {
   [ -n "$ready" ] || { echo "not ready after 120 s" >&2; kill "$vg"; exit 1; }
   local http
   http=$(grep -oE 'otlp_http[^0-9]*[0-9.]+:[0-9]+' <<< "$ready" | grep -oE '[0-9.]+:[0-9]+$')
-  if [ "$n" -gt 0 ]; then
+  if [ "$n" -gt 0 ] && [ "${SHAPE:-blast}" = small ]; then
+    local grpc
+    grpc=$(grep -oE 'otlp_grpc[^0-9]*[0-9.]+:[0-9]+' <<< "$ready" | grep -oE '[0-9.]+:[0-9]+$')
+    "$bin" loadgen --target "http://$grpc" --requests $((n * 40)) --tenants 20 \
+      --concurrency 4 > "$work/report.txt"
+  elif [ "$n" -gt 0 ]; then
     "$bin" loadgen --blast --json --target "http://$http" --batches "$n" --tenants 20 \
       --tenant-on root --connections 2 > "$work/report.json"
   fi
@@ -48,22 +57,26 @@ run() {
     n_f=$(sed -n 's/^summary: \([0-9]*\).*/\1/p' "$f" | head -1)
     ir=$(( ir + ${n_f:-0} ))
   done
-  local written=0
+  local written=0 bytes=0
   if [ "$n" -gt 0 ]; then
     written=$("$bin" query --data-dir "$work/data" --format csv "SELECT count(*) FROM spans" | tail -1)
+    bytes=$(find "$work/data/spans" -name '*.parquet' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
   fi
   if [ -n "${CALLGRIND_KEEP:-}" ] && [ "$n" -gt 0 ]; then
     mkdir -p "$CALLGRIND_KEEP/$(basename "$bin")"
     cp "$work"/cg.out* "$CALLGRIND_KEEP/$(basename "$bin")/"
   fi
   rm -rf "$work"
-  echo "$ir $written"
+  echo "$ir $written $bytes"
 }
 
-printf 'build\tspans written\tM instructions (load, less start-up)\tinstructions / span\tstart-up and exit (M)\n'
+exports=$((batches * 40))
+[ "${SHAPE:-blast}" = small ] || exports=$batches
+printf 'build\tspans written\tM instructions (load, less start-up)\tinstructions / span\tinstructions / export\tstart-up and exit (M)\tspan files (bytes)\n'
 for bin in "$@"; do
-  read -r base _ < <(run "$bin" 0)
-  read -r total written < <(run "$bin" "$batches")
-  printf '%s\t%d\t%d\t%d\t%d\n' "$bin" "$written" $(( (total - base) / 1000000 )) \
-    $(( (total - base) / (written > 0 ? written : 1) )) $(( base / 1000000 ))
+  read -r base _ _ < <(run "$bin" 0)
+  read -r total written bytes < <(run "$bin" "$batches")
+  printf '%s\t%d\t%d\t%d\t%d\t%d\t%d\n' "$bin" "$written" $(( (total - base) / 1000000 )) \
+    $(( (total - base) / (written > 0 ? written : 1) )) $(( (total - base) / exports )) \
+    $(( base / 1000000 )) "$bytes"
 done
