@@ -278,8 +278,12 @@ pub struct Protector {
 /// set: items of different tenants may share a resource).
 #[derive(Default)]
 struct SharedParts {
-    resources: HashMap<(*const Resource, *const Redactor, usize), (Arc<Resource>, Redactions)>,
-    scopes: HashMap<(*const Scope, *const Redactor, usize), (Arc<Scope>, Redactions)>,
+    // Keyed by addresses, looked up once per item: foldhash, not SipHash.
+    resources: crate::maps::FastMap<
+        (*const Resource, *const Redactor, usize),
+        (Arc<Resource>, Redactions),
+    >,
+    scopes: crate::maps::FastMap<(*const Scope, *const Redactor, usize), (Arc<Scope>, Redactions)>,
     /// The learning scope of the item being protected (its index in [`BatchScopes`]): a
     /// resource shared by two tenants is protected once for each, so learned values never
     /// cross tenants.
