@@ -83,19 +83,16 @@ impl Canonical<'_> {
                 }
             }
             Canonical::Object(members) => {
-                // A stable sort keeps repeated keys in the order written; the last of each
-                // run is the value a JSON map keeps.
-                let mut sorted: Vec<&(Cow<str>, Canonical)> = members.iter().collect();
-                sorted.sort_by(|a, b| a.0.cmp(&b.0));
-                let last_of_key = |i: usize| sorted.get(i + 1).is_none_or(|n| n.0 != sorted[i].0);
-                let kept = (0..sorted.len()).filter(|&i| last_of_key(i)).count();
+                // Reversed before a stable sort, a repeated key's last member leads its run,
+                // and `dedup_by` keeps it: the value a JSON map keeps.
+                let mut kept: Vec<&(Cow<str>, Canonical)> = members.iter().rev().collect();
+                kept.sort_by(|a, b| a.0.cmp(&b.0));
+                kept.dedup_by(|a, b| a.0 == b.0);
                 out.push(b'{');
-                out.extend_from_slice(&(kept as u64).to_le_bytes());
-                for (i, (k, v)) in sorted.iter().enumerate() {
-                    if last_of_key(i) {
-                        string(k, out);
-                        v.encode(out);
-                    }
+                out.extend_from_slice(&(kept.len() as u64).to_le_bytes());
+                for (k, v) in kept {
+                    string(k, out);
+                    v.encode(out);
                 }
             }
         }

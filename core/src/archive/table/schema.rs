@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, MapBuilder,
+    ArrayBuilder, ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, MapBuilder,
     MapFieldNames, StringBuilder, TimestampNanosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -610,12 +610,7 @@ impl TableRows for SpanRows {
     fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
         self.room = self
             .text_builders()
-            .map(|b| {
-                (
-                    b.offsets_slice().len().saturating_sub(1),
-                    b.values_slice().len(),
-                )
-            })
+            .map(|b| (b.len(), b.values_slice().len()))
             .collect();
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         cols.push(Arc::new(self.schema_version.finish()));
