@@ -44,6 +44,11 @@ enum Command {
     /// Show one request (by request id or trace id) as a tree of agent, model turns, tool
     /// calls and downstream calls, with its summary.
     Trace(TraceArgs),
+    /// Serve the responder's console (read-only pages in a browser, under /ui/) over an
+    /// archive no daemon serves: a data directory, e.g. one copied off a host after an
+    /// incident, or object storage (--url). `serve` serves the same console on its admin
+    /// listener.
+    Console(ConsoleArgs),
     /// Merge each partition's small archive files into one sorted file, atomically for
     /// readers; safe while the daemon runs (it waits for a partition the daemon is writing).
     Compact(CompactArgs),
@@ -344,6 +349,23 @@ struct TraceArgs {
 }
 
 #[derive(Args)]
+struct ConsoleArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
+    data_dir: DataDirArg,
+    #[command(flatten)]
+    store: StoreArg,
+    /// Address to serve the console on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9465")]
+    listen: std::net::SocketAddr,
+    /// Show only this tenant (repeat for more): nothing of any other tenant is read, and its
+    /// requests answer "not found".
+    #[arg(long, value_name = "ID")]
+    tenant: Vec<String>,
+}
+
+#[derive(Args)]
 struct HashKeyArgs {
     #[command(flatten)]
     config: ConfigArg,
@@ -580,6 +602,7 @@ pub fn main() -> ExitCode {
         Command::HashKey(args) => hash_key(args),
         Command::Query(args) => query(args),
         Command::Trace(args) => trace(args),
+        Command::Console(args) => console(args),
         Command::Compact(args) => compact(args),
         Command::Verify(args) => verify(args),
         Command::Retention(args) => retention(args),
@@ -1408,6 +1431,101 @@ fn trace(args: TraceArgs) -> ExitCode {
     }
 }
 
+/// The keys idempotency keys were hashed under (current first), for the console's search;
+/// none when the data directory has no key (search by a raw key then finds nothing).
+fn known_hashers(config: &Config, data_dir: &std::path::Path) -> Vec<crate::protect::KeyedHasher> {
+    let current = config.hashing.existing(data_dir).ok().flatten();
+    let previous = config.hashing.previous().unwrap_or_default();
+    current.into_iter().chain(previous).collect()
+}
+
+/// The console for `serve`: every tenant (the admin access decides who gets in), the
+/// daemon's buffers and budget state read in the process.
+fn daemon_console(config: &Config) -> crate::serve::AdminPages {
+    let config = config.clone();
+    Some(Box::new(
+        move |state: crate::admin::AdminState, archive: PathBuf| {
+            use crate::console::{ArchiveSource, Console};
+            let hashers = known_hashers(&config, &config.storage.data_dir);
+            let source = match state.flush.clone() {
+                Some(points) => ArchiveSource::Daemon {
+                    data_dir: archive,
+                    points,
+                },
+                None => ArchiveSource::Local(archive),
+            };
+            crate::console::router(Console::new(
+                source,
+                crate::query::TenantScope::all(),
+                Some(state.budgets.clone()),
+                hashers,
+            ))
+        },
+    ))
+}
+
+fn console(args: ConsoleArgs) -> ExitCode {
+    use crate::console::{ArchiveSource, Console};
+    let config = match load_config(&args.config) {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
+    init_logging(&config);
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let remote = match args.store.remote() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let dir = match &args.data_dir.data_dir {
+        Some(d) => d.clone(),
+        None => config.storage.archive_root(),
+    };
+    let hashers = known_hashers(
+        &config,
+        args.data_dir
+            .data_dir
+            .as_deref()
+            .unwrap_or(&config.storage.data_dir),
+    );
+    let source = match remote {
+        Some(r) => ArchiveSource::Remote(r),
+        None if !dir.is_dir() => {
+            return usage_error(format!(
+                "data directory {} does not exist (set --data-dir, or --url for object storage)",
+                dir.display()
+            ))
+        }
+        None => ArchiveSource::Local(dir),
+    };
+    let scope = if args.tenant.is_empty() {
+        crate::query::TenantScope::all()
+    } else {
+        crate::query::TenantScope::only(args.tenant.iter().cloned())
+    };
+    let app = crate::console::router(Console::new(source, scope, None, hashers));
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(args.listen).await {
+            Ok(l) => l,
+            Err(e) => return usage_error(format!("cannot listen on {}: {e}", args.listen)),
+        };
+        let addr = listener.local_addr().unwrap_or(args.listen);
+        eprintln!("toolwatch console: http://{addr}/ui/");
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(crate::serve::stop_signal())
+            .await;
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("toolwatch: console: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
 fn hash_key(args: HashKeyArgs) -> ExitCode {
     let mut config = match load_config(&args.config) {
         Ok(c) => c,
@@ -1586,10 +1704,12 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    match runtime.block_on(crate::serve::run(
+    let pages = daemon_console(&config);
+    match runtime.block_on(crate::serve::run_with_pages(
         config,
         crate::serve::stop_signal(),
         reload,
+        pages,
     )) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,6 +1,6 @@
 //! toolwatch's command line ([`cli`]), the SQL over the archive ([`query`], the only code
-//! that needs DataFusion) and the load client ([`loadgen`], which sends OTLP to a daemon
-//! rather than being part of one).
+//! that needs DataFusion), the responder's console over it ([`console`]) and the load client
+//! ([`loadgen`], which sends OTLP to a daemon rather than being part of one).
 //!
 //! The pipeline is the `toolwatch` library (package `toolwatch-core`, in `core/`); its modules
 //! are re-exported here under their names, so `crate::archive` reads the same on both sides.
@@ -16,5 +16,6 @@ pub use toolwatch::{
 };
 
 pub mod cli;
+pub mod console;
 pub mod loadgen;
 pub mod query;

@@ -58,6 +58,25 @@ pub struct FlushPoints {
 }
 
 impl FlushPoints {
+    /// Copies of every archive writer's buffers, once each has read the records committed
+    /// now; the name of a writer that did not answer within 10 s. For readers inside the
+    /// daemon (the console) and for `GET /v1/archive/buffered`.
+    pub async fn copies(&self) -> Result<crate::archive::write::snapshot::BufferedSet, String> {
+        let records = self.head.committed();
+        let all = self.all();
+        let asked: Vec<_> = all.iter().map(|p| p.want_copies(records)).collect();
+        self.head.nudge();
+        let deadline = tokio::time::Instant::now() + FLUSH_TIMEOUT;
+        let mut files = Vec::new();
+        for (p, rx) in all.into_iter().zip(asked) {
+            match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(copies)) => files.extend(copies),
+                _ => return Err(p.name.to_string()),
+            }
+        }
+        Ok(crate::archive::write::snapshot::BufferedSet { records, files })
+    }
+
     /// Every writer's point.
     fn all(&self) -> Vec<&Arc<FlushPoint>> {
         self.archive
@@ -129,30 +148,22 @@ async fn buffered(
         return json_response(StatusCode::NOT_FOUND, json!({"error": "no archive here"}));
     };
     let asked_at = std::time::Instant::now();
-    let records = points.head.committed();
-    let all = points.all();
-    let asked: Vec<_> = all.iter().map(|p| p.want_copies(records)).collect();
-    points.head.nudge();
-    let deadline = tokio::time::Instant::now() + FLUSH_TIMEOUT;
-    let mut files = Vec::new();
-    for (p, rx) in all.into_iter().zip(asked) {
-        match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(copies)) => files.extend(copies),
-            _ => {
-                state
-                    .metrics
-                    .reader_copy(false, asked_at.elapsed().as_secs_f64());
-                return json_response(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    json!({"error": "an archive writer did not answer", "writer": p.name}),
-                );
-            }
+    let set = match points.copies().await {
+        Ok(set) => set,
+        Err(writer) => {
+            state
+                .metrics
+                .reader_copy(false, asked_at.elapsed().as_secs_f64());
+            return json_response(
+                StatusCode::GATEWAY_TIMEOUT,
+                json!({"error": "an archive writer did not answer", "writer": writer}),
+            );
         }
-    }
+    };
     state
         .metrics
         .reader_copy(true, asked_at.elapsed().as_secs_f64());
-    let body = crate::archive::write::snapshot::BufferedSet { records, files }.encode();
+    let body = set.encode();
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, BUFFERED_CONTENT_TYPE)],
@@ -170,17 +181,22 @@ fn json_response(status: StatusCode, v: Value) -> axum::response::Response {
         .into_response()
 }
 
-/// The admin routes, behind the admin token where `[admin]` and `[auth]` ask for one.
-pub fn router(state: AdminState) -> Router {
-    Router::new()
+/// The admin routes, and `pages` (the console, built by the binary) beside them, all behind
+/// the admin token where `[admin]` and `[auth]` ask for one.
+pub fn router(state: AdminState, pages: Option<Router>) -> Router {
+    let routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/v1/budgets", get(budgets))
         .route("/v1/archive/flush", post(flush))
         .route("/v1/archive/buffered", get(buffered))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
-        .with_state(state)
+        .with_state(state.clone());
+    let routes = match pages {
+        Some(p) => routes.merge(p),
+        None => routes,
+    };
+    routes.layer(axum::middleware::from_fn_with_state(state, admit))
 }
 
 /// Answers 401 to a request the admin access does not let in (nothing of it is read).
@@ -308,7 +324,7 @@ mod tests {
                 addr,
                 client_names: Arc::from(Vec::new()),
             }));
-        let resp = router(state()).oneshot(req).await.expect("answer");
+        let resp = router(state(), None).oneshot(req).await.expect("answer");
         let status = resp.status();
         let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await

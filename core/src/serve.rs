@@ -140,11 +140,25 @@ fn bound(l: &TcpListener, fallback: SocketAddr) -> SocketAddr {
 pub type ConfigSource =
     Option<Box<dyn Fn() -> Result<Config, crate::config::ConfigError> + Send + Sync>>;
 
+/// Pages served beside the admin API (the console): built once the daemon's admin state
+/// exists, from that state and the archive's folder; behind the same admin access.
+pub type AdminPages = Option<Box<dyn FnOnce(AdminState, PathBuf) -> axum::Router + Send>>;
+
 /// Runs the daemon until `stop` completes; returns what the archive wrote.
 pub async fn run(
     config: Config,
     stop: impl Future<Output = ()> + Send + 'static,
     reload: ConfigSource,
+) -> Result<ArchiveTotals, ServeError> {
+    run_with_pages(config, stop, reload, None).await
+}
+
+/// [`run`], with `pages` served on the admin listener.
+pub async fn run_with_pages(
+    config: Config,
+    stop: impl Future<Output = ()> + Send + 'static,
+    reload: ConfigSource,
+    pages: AdminPages,
 ) -> Result<ArchiveTotals, ServeError> {
     // Polled once now: a stop signal's handlers are installed on its first poll, and until
     // then SIGTERM kills the process outright. A SIGTERM soon after "ready" (a supervisor, a
@@ -438,14 +452,16 @@ pub async fn run(
             addr: config.listen.admin,
             source,
         })?;
+    let admin_state = AdminState {
+        metrics: Arc::clone(&metrics),
+        budgets: evaluator,
+        flush: Some(flush_points),
+        access: Arc::clone(&admin_access),
+    };
+    let pages = pages.map(|build| build(admin_state.clone(), archive_dir.clone()));
     let admin_server = tokio::spawn(serve_until(
         admin_listener,
-        crate::admin::router(AdminState {
-            metrics: Arc::clone(&metrics),
-            budgets: evaluator,
-            flush: Some(flush_points),
-            access: Arc::clone(&admin_access),
-        }),
+        crate::admin::router(admin_state, pages),
         stop_admin.clone(),
     ));
     // The receivers own the intake (and its journal writer) from here on.

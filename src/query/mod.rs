@@ -102,7 +102,7 @@ pub async fn with_session<T, F, Fut>(
     data_dir: &Path,
     freshen: Freshen,
     scope: &TenantScope,
-    mut work: F,
+    work: F,
 ) -> Result<(T, Freshness), QueryError>
 where
     F: FnMut(SessionContext) -> Fut,
@@ -111,29 +111,61 @@ where
     if !data_dir.is_dir() {
         return Err(QueryError::NoDataDir(data_dir.to_path_buf()));
     }
-    let mut freshness = match freshen {
+    let freshness = std::sync::Mutex::new(match freshen {
         Freshen::Flush => fresh::flush_daemon(data_dir).await,
         _ => Freshness::NoDaemon,
-    };
+    });
+    let t = with_session_copying(
+        data_dir,
+        scope,
+        || async {
+            if freshen == Freshen::Copies {
+                let (copies, how) = fresh::buffered_rows(data_dir).await;
+                *freshness
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = how;
+                copies
+            } else {
+                None
+            }
+        },
+        work,
+    )
+    .await?;
+    let freshness = freshness
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok((t, freshness))
+}
+
+/// Runs `work` on a fresh session over the archive under `data_dir` with the rows `copies`
+/// gives beside the files (inside the daemon: taken from its writers, not over HTTP), again
+/// (with fresh copies and a fresh listing, up to [`VANISHED_TRIES`] in all) if a file
+/// vanished under it.
+pub async fn with_session_copying<T, F, Fut, C, CopiesFut>(
+    data_dir: &Path,
+    scope: &TenantScope,
+    mut copies: C,
+    mut work: F,
+) -> Result<T, QueryError>
+where
+    F: FnMut(SessionContext) -> Fut,
+    Fut: std::future::Future<Output = Result<T, QueryError>>,
+    C: FnMut() -> CopiesFut,
+    CopiesFut: std::future::Future<Output = Option<BufferedSet>>,
+{
     let mut tries = 0;
     loop {
         tries += 1;
         // Held while listing and reading: no compaction swaps a listed file away meanwhile
         // (other readers of the archive retry instead).
         let readers = ReadersLock::shared(data_dir);
-        let copies = if freshen == Freshen::Copies {
-            let (copies, how) = fresh::buffered_rows(data_dir).await;
-            freshness = how;
-            copies
-        } else {
-            None
-        };
-        let ctx = session_scoped(data_dir, copies, scope).await?;
+        let ctx = session_scoped(data_dir, copies().await, scope).await?;
         let result = work(ctx).await;
         drop(readers);
         match result {
             Err(e) if tries < VANISHED_TRIES && e.is_vanished_file() => continue,
-            r => return r.map(|t| (t, freshness)),
+            r => return r,
         }
     }
 }
@@ -251,6 +283,16 @@ impl TenantScope {
     /// True when some tenants are left out.
     pub fn is_scoped(&self) -> bool {
         self.0.is_some()
+    }
+
+    /// The tenants admitted, or `None` for every tenant.
+    pub fn tenants(&self) -> Option<&std::collections::BTreeSet<String>> {
+        self.0.as_ref()
+    }
+
+    /// Whether `tenant`'s rows may be read.
+    pub fn admits_tenant(&self, tenant: &str) -> bool {
+        self.0.as_ref().is_none_or(|t| t.contains(tenant))
     }
 
     /// Whether a file at `relative` (to its table's folder: `tenant=<T>/date=…/…`) is in scope.

@@ -43,7 +43,10 @@ pub struct Node {
     pub children: Vec<Node>,
 }
 
-async fn rows(ctx: &SessionContext, sql: &str) -> Result<Vec<Map<String, Value>>, QueryError> {
+pub(crate) async fn rows(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<Vec<Map<String, Value>>, QueryError> {
     let (_, batches) = run(ctx, sql, |_| {}).await?;
     let values: Vec<Value> = serde_json::from_slice(&super::output::json_array(&batches)?)
         .map_err(|e| QueryError::Output(e.to_string()))?;
@@ -56,15 +59,15 @@ async fn rows(ctx: &SessionContext, sql: &str) -> Result<Vec<Map<String, Value>>
         .collect())
 }
 
-fn is_trace_id(id: &str) -> bool {
+pub(crate) fn is_trace_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-fn text(row: &Map<String, Value>, key: &str) -> Option<String> {
+pub(crate) fn text(row: &Map<String, Value>, key: &str) -> Option<String> {
     row.get(key).and_then(Value::as_str).map(str::to_string)
 }
 
-fn int(row: &Map<String, Value>, key: &str) -> Option<i64> {
+pub(crate) fn int(row: &Map<String, Value>, key: &str) -> Option<i64> {
     row.get(key).and_then(Value::as_i64)
 }
 
@@ -193,7 +196,7 @@ pub async fn find(
              provider, COALESCE(response_model, request_model) AS model, input_tokens, \
              output_tokens, cache_read_input_tokens, tool_name, tool_call_id, tool_arguments, \
              policy_decision, policy_reason, confirmation_status, result_code, retry_attempt, \
-             principal_id, redactions \
+             principal_id, idempotency_key_hash, redactions \
              FROM spans WHERE trace_id IN ({in_traces}){prune} ORDER BY start_ns, span_id"
         ),
     )
@@ -261,7 +264,7 @@ async fn open_findings(
 }
 
 /// Span id → the rules whose evidence names it.
-fn marks(findings: &[Map<String, Value>]) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn marks(findings: &[Map<String, Value>]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for f in findings {
         let rule = text(f, "rule").unwrap_or_default();
@@ -333,7 +336,7 @@ fn tree(spans: Vec<Map<String, Value>>, logs: Vec<Map<String, Value>>) -> Vec<No
 }
 
 /// Shortens text to `max` characters, marking the cut.
-fn shorten(s: &str, max: usize) -> String {
+pub(crate) fn shorten(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();
     }
@@ -548,7 +551,7 @@ fn summary_text(s: &Map<String, Value>) -> String {
 
 /// A span's status where it says something: `error` (with its message), or `ok` when the
 /// sender set it. `unset`, what a span has when nobody set one, says nothing.
-fn status_word(code: Option<&str>, message: Option<&str>) -> Option<String> {
+pub(crate) fn status_word(code: Option<&str>, message: Option<&str>) -> Option<String> {
     match code? {
         "error" => Some(match message.filter(|m| !m.is_empty()) {
             Some(m) => format!("error: {}", shorten(m, 60)),

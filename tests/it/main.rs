@@ -8,6 +8,7 @@ mod bad_input;
 mod budget;
 mod cli;
 mod compaction;
+mod console;
 mod corpora;
 mod dashboards;
 mod deploy;

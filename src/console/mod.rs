@@ -1,0 +1,208 @@
+//! The responder's console: the archive in a browser, under `/ui/`.
+//!
+//! Read-only pages rendered on the server from the archive's protected rows (never anything
+//! else), with no script and no asset from elsewhere: requests (filtered, paged), one request
+//! as a tree with its findings, alarms and summary versions, findings, alarms, budgets, and
+//! search. `toolwatch serve` serves it on the admin listener, behind the admin access; the
+//! rows the daemon buffers are read beside its files, so what it acknowledged a moment ago is
+//! there. `toolwatch console` serves it over an archive no daemon serves (a data directory,
+//! or object storage). A tenant-scoped console reads only its tenants' partitions: another
+//! tenant's request is "not found", exactly as a missing one.
+
+mod budgets;
+pub mod html;
+mod lists;
+mod request;
+mod requests;
+mod search;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::Router;
+use datafusion::execution::context::SessionContext;
+
+use crate::admin::FlushPoints;
+use crate::archive::store::remote::RemoteArchive;
+use crate::budget::SharedEvaluator;
+use crate::protect::KeyedHasher;
+
+use crate::query::{QueryError, TenantScope};
+
+/// Where the console reads the archive.
+pub enum ArchiveSource {
+    /// The archive under a data directory; a daemon serving it (if one does) is asked for
+    /// copies of the rows it buffers, as `toolwatch trace` asks.
+    Local(PathBuf),
+    /// Inside the daemon: its writers' buffers are copied directly.
+    Daemon {
+        /// The daemon's data directory.
+        data_dir: PathBuf,
+        /// Its archive writers.
+        points: FlushPoints,
+    },
+    /// The archive in object storage: the files its uploaded manifests record.
+    Remote(RemoteArchive),
+}
+
+/// What the console's pages read.
+#[derive(Clone)]
+pub struct Console {
+    source: Arc<ArchiveSource>,
+    scope: TenantScope,
+    budgets: Option<SharedEvaluator>,
+    hashers: Arc<Vec<KeyedHasher>>,
+}
+
+impl Console {
+    /// A console over `source`, reading the tenants `scope` admits; with the daemon's live
+    /// budget state where there is one, and the keys idempotency keys are hashed under
+    /// (current first), to search by a raw key.
+    pub fn new(
+        source: ArchiveSource,
+        scope: TenantScope,
+        budgets: Option<SharedEvaluator>,
+        hashers: Vec<KeyedHasher>,
+    ) -> Console {
+        Console {
+            source: Arc::new(source),
+            scope,
+            budgets,
+            hashers: Arc::new(hashers),
+        }
+    }
+
+    /// Runs `work` on a fresh session over the archive, in scope.
+    async fn read<T, F, Fut>(&self, work: F) -> Result<T, QueryError>
+    where
+        F: FnMut(SessionContext) -> Fut,
+        Fut: std::future::Future<Output = Result<T, QueryError>>,
+    {
+        match &*self.source {
+            ArchiveSource::Local(dir) => crate::query::with_session(
+                dir,
+                crate::query::fresh::Freshen::Copies,
+                &self.scope,
+                work,
+            )
+            .await
+            .map(|(t, _)| t),
+            ArchiveSource::Daemon { data_dir, points } => {
+                crate::query::with_session_copying(
+                    data_dir,
+                    &self.scope,
+                    || async {
+                        // A writer that does not answer in time: its files are read as they
+                        // are (the rows are safe in the journal), as `trace` does.
+                        points.copies().await.ok()
+                    },
+                    work,
+                )
+                .await
+            }
+            ArchiveSource::Remote(r) => crate::query::with_remote_session(r, &self.scope, work)
+                .await
+                .map(|(t, _)| t),
+        }
+    }
+}
+
+/// The console's routes, each answer with headers that keep a page to itself (no script, no
+/// framing, no referrer, not cached).
+pub fn router(console: Console) -> Router {
+    Router::new()
+        .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
+        .route("/ui/", get(requests::page))
+        .route("/ui/style.css", get(style))
+        .route("/ui/requests/{tenant}/{request_id}", get(request::page))
+        .route("/ui/findings", get(lists::findings))
+        .route("/ui/alarms", get(lists::alarms))
+        .route("/ui/budgets", get(budgets::page))
+        .route("/ui/search", get(search::form).post(search::find))
+        .layer(axum::middleware::map_response(page_headers))
+        .with_state(console)
+}
+
+async fn style() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        html::STYLE,
+    )
+        .into_response()
+}
+
+async fn page_headers(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// A rendered page.
+fn html_page(status: StatusCode, section: html::Section, title: &str, body: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        html::page(section, title, body),
+    )
+        .into_response()
+}
+
+/// The answer for a read that failed: "not found" for what is not there or not in scope,
+/// else a page that says the archive could not be read. The error is logged by its kind
+/// only: its text may hold what was searched for.
+fn failed(section: html::Section, e: QueryError) -> Response {
+    match e {
+        QueryError::NotFound(_) => not_found(section),
+        QueryError::NoDataDir(_) => html_page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            section,
+            "No archive",
+            "<p>The data directory holds no archive yet.</p>",
+        ),
+        e => {
+            let kind = match e {
+                QueryError::Sql(_) => "sql",
+                _ => "output",
+            };
+            tracing::warn!(kind, "console: the archive could not be read");
+            html_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                section,
+                "The archive could not be read",
+                "<p>The archive could not be read just now; the daemon's log says why. Try again.</p>",
+            )
+        }
+    }
+}
+
+fn not_found(section: html::Section) -> Response {
+    html_page(
+        StatusCode::NOT_FOUND,
+        section,
+        "Not found",
+        "<p>Nothing in the archive matches this address.</p>",
+    )
+}
+
+/// A form field: `None` when absent or blank.
+fn field(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
