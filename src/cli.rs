@@ -1454,12 +1454,19 @@ fn daemon_console(config: &Config) -> crate::serve::AdminPages {
                 },
                 None => ArchiveSource::Local(archive),
             };
-            crate::console::router(Console::new(
-                source,
-                crate::query::TenantScope::all(),
-                Some(state.budgets.clone()),
-                hashers,
-            ))
+            let login = crate::console::Login {
+                access: std::sync::Arc::clone(&state.access),
+                tls: config.admin.tls,
+            };
+            crate::console::router(
+                Console::new(
+                    source,
+                    crate::query::TenantScope::all(),
+                    Some(state.budgets.clone()),
+                    hashers,
+                )
+                .with_login(login),
+            )
         },
     ))
 }
@@ -1505,7 +1512,21 @@ fn console(args: ConsoleArgs) -> ExitCode {
     } else {
         crate::query::TenantScope::only(args.tenant.iter().cloned())
     };
-    let app = crate::console::router(Console::new(source, scope, None, hashers));
+    // The same access as the daemon's admin port: with auth required, the admin token or a
+    // console reader's token signs in.
+    let access = match crate::receive::auth::AdminAccess::from_config(&config.auth, &config.admin) {
+        Ok(a) => std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(a))),
+        Err(e) => return usage_error(e),
+    };
+    let login = crate::console::Login {
+        access: std::sync::Arc::clone(&access),
+        tls: false,
+    };
+    let app = crate::admin::guarded(
+        crate::console::router(Console::new(source, scope, None, hashers).with_login(login)),
+        access,
+        std::sync::Arc::new(crate::metrics::Metrics::new()),
+    );
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::bind(args.listen).await {
             Ok(l) => l,

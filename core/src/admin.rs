@@ -41,7 +41,7 @@ pub struct AdminState {
     /// The archive writers' flush points (none: flush answers 404).
     pub flush: Option<FlushPoints>,
     /// Who may use which endpoint (replaced on SIGHUP).
-    pub access: Arc<std::sync::RwLock<Arc<crate::receive::auth::AdminAccess>>>,
+    pub access: SharedAdminAccess,
 }
 
 /// The flush points of the daemon's archive writers.
@@ -196,18 +196,51 @@ pub fn router(state: AdminState, pages: Option<Router>) -> Router {
         Some(p) => routes.merge(p),
         None => routes,
     };
-    routes.layer(axum::middleware::from_fn_with_state(state, admit))
+    guarded(routes, state.access, state.metrics)
+}
+
+/// Who may get in, and where refusals are counted.
+#[derive(Clone)]
+struct Guard {
+    access: SharedAdminAccess,
+    metrics: Arc<Metrics>,
+}
+
+/// The admin access, replaced on SIGHUP.
+pub type SharedAdminAccess = Arc<std::sync::RwLock<Arc<crate::receive::auth::AdminAccess>>>;
+
+/// `routes` behind the admin access: each admitted request carries its
+/// [`AdminGrant`](crate::receive::auth::AdminGrant) as an extension (what the console may
+/// show it); a refused one gets 401, or on the console a redirect to its login page.
+pub fn guarded(routes: Router, access: SharedAdminAccess, metrics: Arc<Metrics>) -> Router {
+    routes.layer(axum::middleware::from_fn_with_state(
+        Guard { access, metrics },
+        admit,
+    ))
 }
 
 /// Answers 401 to a request the admin access does not let in (nothing of it is read).
 async fn admit(
-    State(s): State<AdminState>,
-    req: axum::extract::Request,
+    State(s): State<Guard>,
+    mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let access = Arc::clone(&s.access.read().unwrap_or_else(PoisonError::into_inner));
-    match access.admit(req.uri().path(), req.headers()) {
-        Ok(()) => next.run(req).await,
+    let path = req.uri().path().to_string();
+    match access.admit(&path, req.headers()) {
+        Ok(grant) => {
+            req.extensions_mut().insert(grant);
+            next.run(req).await
+        }
+        Err(why) if path == "/ui" || path.starts_with("/ui/") => {
+            s.metrics.auth_refused_on("admin", why.as_str());
+            (
+                StatusCode::SEE_OTHER,
+                [(header::LOCATION, "/ui/login")],
+                "sign in at /ui/login\n",
+            )
+                .into_response()
+        }
         Err(why) => {
             s.metrics.auth_refused_on("admin", why.as_str());
             let mut resp = json_response(

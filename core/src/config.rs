@@ -597,6 +597,11 @@ impl Config {
                 *h = "<hidden>".into();
             }
         }
+        for r in &mut shown.admin.readers {
+            for h in &mut r.token_sha256 {
+                *h = "<hidden>".into();
+            }
+        }
         shown.to_toml()
     }
 }

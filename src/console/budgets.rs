@@ -2,14 +2,14 @@
 //! `GET /v1/budgets` reports it. Live state of the daemon's budget stage: a console over an
 //! archive alone has none (the archive's `alarms` table holds what was raised).
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::html::{self, esc, Section};
-use super::{field, html_page, Console};
+use super::{field, html_page, Reader};
 
 /// `?tenant=T`: one tenant, with every request it has open.
 #[derive(Debug, Default, Deserialize)]
@@ -18,7 +18,7 @@ pub struct BudgetFilter {
 }
 
 /// `GET /ui/budgets`.
-pub async fn page(State(console): State<Console>, Query(f): Query<BudgetFilter>) -> Response {
+pub async fn page(Reader(console): Reader, Query(f): Query<BudgetFilter>) -> Response {
     let title = "Budgets";
     let Some(evaluator) = console.budgets.clone() else {
         return html_page(

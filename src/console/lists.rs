@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::html::{self, esc, Section};
 use super::requests::time_bound;
-use super::{failed, field, html_page, Console};
+use super::{failed, field, html_page, Console, Reader};
 use crate::query::sql_string;
 use crate::query::trace::{int, rows, text};
 
@@ -151,7 +151,7 @@ async fn list(
 }
 
 /// `GET /ui/findings`: the newest row of each finding.
-pub async fn findings(State(console): State<Console>, Query(f): Query<ListFilter>) -> Response {
+pub async fn findings(Reader(console): Reader, Query(f): Query<ListFilter>) -> Response {
     let sql = conditions(&f, "rule", crate::clock::now_ns()).map(|c| {
         format!(
             "SELECT * FROM (SELECT tenant, CAST(time AS BIGINT) AS time_ns, finding_id, rule, \
@@ -220,7 +220,7 @@ fn findings_table(shown: &[Map<String, Value>]) -> String {
 }
 
 /// `GET /ui/alarms`: every alarm row (warnings, limits, resolutions).
-pub async fn alarms(State(console): State<Console>, Query(f): Query<ListFilter>) -> Response {
+pub async fn alarms(Reader(console): Reader, Query(f): Query<ListFilter>) -> Response {
     let sql = conditions(&f, "budget", crate::clock::now_ns()).map(|c| {
         format!(
             "SELECT tenant, CAST(time AS BIGINT) AS time_ns, alarm_id, scope, scope_id, budget, \

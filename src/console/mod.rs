@@ -12,6 +12,7 @@
 mod budgets;
 pub mod html;
 mod lists;
+mod login;
 mod request;
 mod requests;
 mod search;
@@ -25,7 +26,7 @@ use axum::routing::get;
 use axum::Router;
 use datafusion::execution::context::SessionContext;
 
-use crate::admin::FlushPoints;
+use crate::admin::{FlushPoints, SharedAdminAccess};
 use crate::archive::store::remote::RemoteArchive;
 use crate::budget::SharedEvaluator;
 use crate::protect::KeyedHasher;
@@ -55,6 +56,35 @@ pub struct Console {
     scope: TenantScope,
     budgets: Option<SharedEvaluator>,
     hashers: Arc<Vec<KeyedHasher>>,
+    login: Option<Login>,
+}
+
+/// How a browser signs in: the access that checks a token, and whether the login cookie
+/// travels over TLS only.
+#[derive(Clone)]
+pub struct Login {
+    /// Who may get in (the admin token, the console readers' tokens).
+    pub access: SharedAdminAccess,
+    /// The listener is TLS: the cookie is marked `Secure`.
+    pub tls: bool,
+}
+
+/// The console as one request may read it: narrowed to the tenants its sign-in grants.
+pub struct Reader(pub Console);
+
+impl axum::extract::FromRequestParts<Console> for Reader {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        console: &Console,
+    ) -> Result<Reader, Self::Rejection> {
+        let mut c = console.clone();
+        if let Some(crate::receive::auth::AdminGrant::Tenants(t)) = parts.extensions.get() {
+            c.scope = c.scope.within(t);
+        }
+        Ok(Reader(c))
+    }
 }
 
 impl Console {
@@ -72,7 +102,15 @@ impl Console {
             scope,
             budgets,
             hashers: Arc::new(hashers),
+            login: None,
         }
+    }
+
+    /// The console with a sign-in page for browsers (`/ui/login`), for access that needs
+    /// a token.
+    pub fn with_login(mut self, login: Login) -> Console {
+        self.login = Some(login);
+        self
     }
 
     /// Runs `work` on a fresh session over the archive, in scope.
@@ -122,6 +160,8 @@ pub fn router(console: Console) -> Router {
         .route("/ui/alarms", get(lists::alarms))
         .route("/ui/budgets", get(budgets::page))
         .route("/ui/search", get(search::form).post(search::find))
+        .route("/ui/login", get(login::form).post(login::sign_in))
+        .route("/ui/logout", axum::routing::post(login::sign_out))
         .layer(axum::middleware::map_response(page_headers))
         .with_state(console)
 }

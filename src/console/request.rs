@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value};
 
 use super::html::{self, esc, Section};
-use super::{failed, html_page, not_found, Console};
+use super::{failed, html_page, not_found, Reader};
 use crate::query::sql_string;
 use crate::query::trace::{self, int, marks, rows, status_word, text, Node, RequestView};
 
@@ -25,7 +25,7 @@ struct RequestPage {
 
 /// `GET /ui/requests/{tenant}/{request_id}`.
 pub async fn page(
-    State(console): State<Console>,
+    Reader(console): Reader,
     Path((tenant, request_id)): Path<(String, String)>,
 ) -> Response {
     // Out of scope reads as missing: the same answer, so a guess learns nothing.

@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::html::{self, esc, url_part, Section};
-use super::{failed, field, html_page, Console};
+use super::{failed, field, html_page, Reader};
 use crate::query::sql_string;
 use crate::query::trace::{int, rows, text};
 
@@ -161,7 +161,7 @@ fn alarms_sql(shown: &[Map<String, Value>]) -> Option<String> {
 }
 
 /// `GET /ui/`.
-pub async fn page(State(console): State<Console>, Query(f): Query<RequestFilter>) -> Response {
+pub async fn page(Reader(console): Reader, Query(f): Query<RequestFilter>) -> Response {
     let now_ns = crate::clock::now_ns();
     let (pruning, newest) = match conditions(&f, now_ns) {
         Ok(c) => c,

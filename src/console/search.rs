@@ -5,7 +5,6 @@
 
 use std::fmt::Write as _;
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
@@ -13,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::html::{self, esc, Section};
-use super::{failed, html_page, Console};
+use super::{failed, html_page, Reader};
 use crate::query::sql_string;
 use crate::query::trace::{is_trace_id, rows, text};
 use crate::query::QueryError;
@@ -69,7 +68,7 @@ pub async fn form() -> Response {
 }
 
 /// `POST /ui/search`.
-pub async fn find(State(console): State<Console>, Form(f): Form<SearchForm>) -> Response {
+pub async fn find(Reader(console): Reader, Form(f): Form<SearchForm>) -> Response {
     let q = f.q.as_deref().map(str::trim).unwrap_or("").to_string();
     if q.is_empty() {
         return Redirect::to("/ui/search").into_response();

@@ -290,6 +290,17 @@ impl TenantScope {
         self.0.as_ref()
     }
 
+    /// This scope narrowed to `tenants`.
+    pub fn within(&self, tenants: &[String]) -> TenantScope {
+        TenantScope(Some(
+            tenants
+                .iter()
+                .filter(|t| self.admits_tenant(t))
+                .cloned()
+                .collect(),
+        ))
+    }
+
     /// Whether `tenant`'s rows may be read.
     pub fn admits_tenant(&self, tenant: &str) -> bool {
         self.0.as_ref().is_none_or(|t| t.contains(tenant))

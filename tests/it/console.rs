@@ -446,3 +446,153 @@ async fn a_console_over_a_copied_archive_sees_only_its_tenants_and_reads_object_
     child.kill().ok();
     child.wait().ok();
 }
+
+/// The hex SHA-256 of a token, as `token_sha256` wants it.
+fn sha(token: &str) -> String {
+    toolwatch::receive::auth::token_sha256(token)
+}
+
+/// A browser signs in with a token; a console reader's token sees its tenant only, on the
+/// console only; a refused token is not repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_required_a_browser_signs_in_and_a_reader_sees_only_its_tenant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("toolwatch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[auth]\nmode = \"required\"\n\n[[auth.senders]]\nname = \"executor\"\n\
+             token_sha256 = \"{}\"\ntenants = [\"tenant-0\", \"tenant-1\"]\n\n\
+             [admin]\ntoken_sha256 = \"{}\"\nopen_metrics = true\n\n\
+             [[admin.readers]]\nname = \"t1-oncall\"\ntoken_sha256 = [\"{}\"]\ntenants = [\"tenant-1\"]\n\n\
+             [assemble]\nquiet_period = \"1s\"\n",
+            sha("sender-tok-5b1e"),
+            sha("admin-tok-93aa"),
+            sha("reader+tok/77")
+        ),
+    )
+    .expect("config");
+    let token_file = dir.path().join("sender.token");
+    std::fs::write(&token_file, "sender-tok-5b1e\n").expect("token file");
+    let mut d = Daemon::start_with(DaemonOptions {
+        config: Some(config),
+        ..Default::default()
+    });
+    let report = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "4",
+        "--tenants",
+        "2",
+        "--seed",
+        "51",
+        "--token-file",
+        token_file.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(report["failed_batches"], 0);
+    d.wait_for_complete_summaries(4);
+    let base = format!("http://{}", d.admin);
+
+    // No sign-in: the pages send a browser to the login form; the style sheet is open.
+    let (status, _) = get(&base, "/ui/login").await;
+    assert_eq!(status, 200);
+    let resp = client()
+        .get(format!("{base}/ui/"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status().as_u16(), 303);
+    assert_eq!(resp.headers()["location"], "/ui/login");
+    assert_eq!(get(&base, "/ui/style.css").await.0, 200);
+
+    // A wrong token: refused, and not repeated.
+    let resp = client()
+        .post(format!("{base}/ui/login"))
+        .form(&[("token", "wrong-tok-c0ffee")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status().as_u16(), 401);
+    assert!(resp.headers().get("set-cookie").is_none());
+    let body = resp.text().await.expect("body");
+    assert!(body.contains("That token is not one toolwatch knows."));
+    assert!(!body.contains("wrong-tok-c0ffee"));
+
+    // The reader's token: a cookie for /ui only, and tenant-1's rows only.
+    let resp = client()
+        .post(format!("{base}/ui/login"))
+        .form(&[("token", "reader+tok/77")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status().as_u16(), 303);
+    let cookie = resp.headers()["set-cookie"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    assert_eq!(
+        cookie,
+        "toolwatch_token=reader%2Btok%2F77; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=43200"
+    );
+    let with_cookie = |path: &str| {
+        let url = format!("{base}{path}");
+        let pair = cookie.split(';').next().unwrap_or_default().to_string();
+        async move {
+            let resp = client()
+                .get(url)
+                .header("cookie", pair)
+                .send()
+                .await
+                .expect("GET");
+            let status = resp.status().as_u16();
+            (status, resp.text().await.expect("body"))
+        }
+    };
+    let (status, page) = with_cookie("/ui/").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        links(&page, "/ui/requests/"),
+        [
+            "/ui/requests/tenant-1/req-51-00000003",
+            "/ui/requests/tenant-1/req-51-00000001"
+        ]
+    );
+    assert_eq!(
+        with_cookie("/ui/requests/tenant-0/req-51-00000000").await.0,
+        404
+    );
+    assert_eq!(
+        with_cookie("/ui/requests/tenant-1/req-51-00000001").await.0,
+        200
+    );
+    let (_, budgets) = with_cookie("/ui/budgets").await;
+    assert!(budgets.contains("<h2>Tenant tenant-1</h2>"), "{budgets}");
+    assert!(!budgets.contains("tenant-0"), "{budgets}");
+    // The reader's token is for the console only; the cookie counts nowhere else.
+    let resp = client()
+        .get(format!("{base}/v1/budgets"))
+        .bearer_auth("reader+tok/77")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status().as_u16(), 401);
+    // The admin token, as a bearer header, reads every tenant.
+    let resp = client()
+        .get(format!("{base}/ui/"))
+        .bearer_auth("admin-tok-93aa")
+        .send()
+        .await
+        .expect("GET");
+    let page = resp.text().await.expect("body");
+    assert_eq!(links(&page, "/ui/requests/").len(), 4, "{page}");
+    d.stop();
+    for secret in [
+        "reader+tok/77",
+        "reader%2Btok%2F77",
+        "admin-tok-93aa",
+        "wrong-tok-c0ffee",
+    ] {
+        assert!(!d.log_text().contains(secret), "{secret} in the log");
+    }
+}

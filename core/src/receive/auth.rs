@@ -150,6 +150,9 @@ pub enum AuthFailure {
     /// A sender's token past the time its entry gave (`<hash> until <time>`).
     #[error("authentication failed: the token has expired")]
     Expired,
+    /// A console reader's token, on an admin endpoint that is not the console.
+    #[error("authentication failed: this token reads the console (/ui/) only")]
+    ConsoleOnly,
 }
 
 impl AuthFailure {
@@ -160,6 +163,7 @@ impl AuthFailure {
             AuthFailure::Malformed => "malformed",
             AuthFailure::Unknown => "unknown_token",
             AuthFailure::Expired => "expired_token",
+            AuthFailure::ConsoleOnly => "console_only_token",
         }
     }
 }
@@ -384,6 +388,33 @@ pub struct AdminConfig {
     pub token_sha256: String,
     /// Leave `/metrics` open without a token (as many Prometheus setups expect).
     pub open_metrics: bool,
+    /// Tokens that read the console (`/ui/`) only, each for some tenants.
+    pub readers: Vec<ConsoleReaderConfig>,
+}
+
+/// `[[admin.readers]]`: a token for the console that sees only some tenants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleReaderConfig {
+    /// A name for the reader (logs and `check-config`).
+    pub name: String,
+    /// Hex SHA-256 of each of its tokens.
+    pub token_sha256: Vec<String>,
+    /// The tenants whose rows it may read (at least one).
+    pub tenants: Vec<String>,
+}
+
+/// The name of the cookie that carries a console login (the token itself, `HttpOnly`,
+/// `SameSite=Strict`, for `/ui` only), percent-encoded.
+pub const CONSOLE_COOKIE: &str = "toolwatch_token";
+
+/// What an admitted request may read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminGrant {
+    /// Everything: the admin token, or no auth required.
+    All,
+    /// The console only, for these tenants.
+    Tenants(Vec<String>),
 }
 
 /// Who may use the admin endpoints.
@@ -392,6 +423,49 @@ pub struct AdminAccess {
     required: bool,
     token: Option<[u8; 32]>,
     open_metrics: bool,
+    readers: Vec<([u8; 32], Vec<String>)>,
+}
+
+/// The console's pages (and its login), where a reader's token and the login cookie count.
+fn is_console(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
+}
+
+/// The token of a console login cookie among `headers`' cookies.
+fn cookie_token(headers: &HeaderMap) -> Option<Vec<u8>> {
+    let prefix = format!("{CONSOLE_COOKIE}=");
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(&prefix).map(str::to_string))
+        .map(|v| percent_decode(v.as_bytes()))
+        .filter(|t| !t.is_empty())
+}
+
+/// `%XX` escapes decoded (a cookie value cannot hold every byte a token may).
+fn percent_decode(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            v[i],
+            v.get(i + 1).copied().and_then(hex),
+            v.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 impl AdminAccess {
@@ -405,31 +479,80 @@ impl AdminAccess {
                     "admin.token_sha256 is not 64 hex digits (the hex SHA-256 of the token)",
                 )?)
             };
+        let mut readers = Vec::new();
+        for r in &admin.readers {
+            if !valid_name(&r.name) {
+                return Err(format!(
+                    "admin.readers: name {:?} is not 1-64 letters, digits, '.', '_' or '-'",
+                    r.name
+                ));
+            }
+            if r.tenants.is_empty() || r.tenants.iter().any(|t| t.is_empty() || t == "*") {
+                return Err(format!(
+                    "admin.readers {:?}: tenants must name at least one tenant (no \"*\": the admin token reads every tenant)",
+                    r.name
+                ));
+            }
+            if r.token_sha256.is_empty() {
+                return Err(format!("admin.readers {:?}: no token_sha256", r.name));
+            }
+            for h in &r.token_sha256 {
+                let hash = parse_hash(h).ok_or_else(|| {
+                    format!(
+                        "admin.readers {:?}: a token_sha256 is not 64 hex digits (the hex SHA-256 of the token)",
+                        r.name
+                    )
+                })?;
+                readers.push((hash, r.tenants.clone()));
+            }
+        }
         Ok(AdminAccess {
             required: auth.mode == AuthMode::Required,
             token,
             open_metrics: admin.open_metrics,
+            readers,
         })
     }
 
-    /// Whether a request for `path` with `headers` may be answered; the refusal's reason.
-    pub fn admit(&self, path: &str, headers: &HeaderMap) -> Result<(), AuthFailure> {
-        let open = matches!(path, "/healthz" | "/readyz")
+    /// Whether a request for `path` with `headers` may be answered, and what it may read;
+    /// the refusal's reason. On the console's pages a login cookie counts as the bearer
+    /// token, and a reader's token admits them for its tenants.
+    pub fn admit(&self, path: &str, headers: &HeaderMap) -> Result<AdminGrant, AuthFailure> {
+        let open = matches!(path, "/healthz" | "/readyz" | "/ui/login" | "/ui/style.css")
             || (path == "/metrics" && self.open_metrics)
             || !self.required;
         if open {
-            return Ok(());
+            return Ok(AdminGrant::All);
         }
-        let value = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or(AuthFailure::Missing)?;
-        let token = bearer_token(value.as_bytes()).ok_or(AuthFailure::Malformed)?;
+        let token = match headers.get(axum::http::header::AUTHORIZATION) {
+            Some(value) => bearer_token(value.as_bytes())
+                .ok_or(AuthFailure::Malformed)?
+                .to_vec(),
+            None if is_console(path) => cookie_token(headers).ok_or(AuthFailure::Missing)?,
+            None => return Err(AuthFailure::Missing),
+        };
+        match self.grant_of(&token) {
+            Some(AdminGrant::Tenants(_)) if !is_console(path) => Err(AuthFailure::ConsoleOnly),
+            Some(grant) => Ok(grant),
+            None => Err(AuthFailure::Unknown),
+        }
+    }
+
+    /// What `token` may read: the admin token everything, a reader's its tenants.
+    pub fn grant_of(&self, token: &[u8]) -> Option<AdminGrant> {
         let hash: [u8; 32] = Sha256::digest(token).into();
         if self.token == Some(hash) {
-            Ok(())
-        } else {
-            Err(AuthFailure::Unknown)
+            return Some(AdminGrant::All);
         }
+        self.readers
+            .iter()
+            .find(|(h, _)| *h == hash)
+            .map(|(_, tenants)| AdminGrant::Tenants(tenants.clone()))
+    }
+
+    /// True when a token is needed (`auth.mode = "required"`).
+    pub fn required(&self) -> bool {
+        self.required
     }
 }
 
@@ -553,10 +676,11 @@ mod tests {
             tls: false,
             token_sha256: token_sha256("admin-tok"),
             open_metrics: false,
+            readers: Vec::new(),
         };
         let a = AdminAccess::from_config(&config(AuthMode::Required), &admin).expect("valid");
         for open in ["/healthz", "/readyz"] {
-            assert_eq!(a.admit(open, &headers(None)), Ok(()));
+            assert_eq!(a.admit(open, &headers(None)), Ok(AdminGrant::All));
         }
         for closed in ["/metrics", "/v1/budgets", "/v1/archive/buffered"] {
             assert_eq!(a.admit(closed, &headers(None)), Err(AuthFailure::Missing));
@@ -565,16 +689,22 @@ mod tests {
                 Err(AuthFailure::Unknown),
                 "a sender's token is not the admin's"
             );
-            assert_eq!(a.admit(closed, &headers(Some("Bearer admin-tok"))), Ok(()));
+            assert_eq!(
+                a.admit(closed, &headers(Some("Bearer admin-tok"))),
+                Ok(AdminGrant::All)
+            );
         }
         let open = AdminConfig {
             open_metrics: true,
             ..admin.clone()
         };
         let a = AdminAccess::from_config(&config(AuthMode::Required), &open).expect("valid");
-        assert_eq!(a.admit("/metrics", &headers(None)), Ok(()));
+        assert_eq!(a.admit("/metrics", &headers(None)), Ok(AdminGrant::All));
         let off = AdminAccess::from_config(&config(AuthMode::Off), &admin).expect("valid");
-        assert_eq!(off.admit("/v1/budgets", &headers(None)), Ok(()));
+        assert_eq!(
+            off.admit("/v1/budgets", &headers(None)),
+            Ok(AdminGrant::All)
+        );
         let none = AdminConfig::default();
         let a = AdminAccess::from_config(&config(AuthMode::Required), &none).expect("valid");
         assert_eq!(
@@ -587,6 +717,58 @@ mod tests {
             ..none
         };
         assert!(AdminAccess::from_config(&config(AuthMode::Required), &bad).is_err());
+    }
+
+    #[test]
+    fn a_console_reader_reads_its_tenants_pages_only_by_header_or_cookie() {
+        let admin = AdminConfig {
+            token_sha256: token_sha256("admin-tok"),
+            readers: vec![ConsoleReaderConfig {
+                name: "acme-oncall".into(),
+                token_sha256: vec![token_sha256("read+acme/1")],
+                tenants: vec!["acme".into()],
+            }],
+            ..Default::default()
+        };
+        let a = AdminAccess::from_config(&config(AuthMode::Required), &admin).expect("valid");
+        let acme = Ok(AdminGrant::Tenants(vec!["acme".into()]));
+        assert_eq!(a.admit("/ui/", &headers(Some("Bearer read+acme/1"))), acme);
+        let mut cookie = headers(None);
+        cookie.insert(
+            axum::http::header::COOKIE,
+            HeaderValue::from_static("theme=dark; toolwatch_token=read%2Bacme%2F1"),
+        );
+        assert_eq!(a.admit("/ui/requests/acme/r1", &cookie), acme);
+        assert_eq!(
+            a.admit("/v1/budgets", &cookie),
+            Err(AuthFailure::Missing),
+            "the cookie counts on the console only"
+        );
+        assert_eq!(
+            a.admit("/v1/budgets", &headers(Some("Bearer read+acme/1"))),
+            Err(AuthFailure::ConsoleOnly)
+        );
+        assert_eq!(
+            a.admit("/ui/", &headers(Some("Bearer admin-tok"))),
+            Ok(AdminGrant::All)
+        );
+        assert_eq!(a.admit("/ui/", &headers(None)), Err(AuthFailure::Missing));
+        assert_eq!(a.admit("/ui/login", &headers(None)), Ok(AdminGrant::All));
+        for (tenants, name) in [
+            (vec![], "r"),
+            (vec!["*".to_string()], "r"),
+            (vec!["a".into()], "bad name!"),
+        ] {
+            let bad = AdminConfig {
+                readers: vec![ConsoleReaderConfig {
+                    name: name.into(),
+                    token_sha256: vec![token_sha256("t")],
+                    tenants,
+                }],
+                ..Default::default()
+            };
+            assert!(AdminAccess::from_config(&config(AuthMode::Required), &bad).is_err());
+        }
     }
 
     #[test]
