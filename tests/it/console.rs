@@ -596,3 +596,164 @@ async fn with_auth_required_a_browser_signs_in_and_a_reader_sees_only_its_tenant
         assert!(!d.log_text().contains(secret), "{secret} in the log");
     }
 }
+
+/// In Debian's headless Chromium, driven by selenium: from an alarm and from a finding to the
+/// request and its evidence span, by clicks and by keyboard, with the exact text shown; no
+/// canary and no script in any page's DOM. Screenshots of each page are kept under
+/// `target/console-screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_a_responder_clicks_from_an_alarm_and_a_finding_to_the_evidence() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
+        ..Default::default()
+    });
+    let (spans, logs) = canary_request("0af7651916cd43dd8448eb211c80319c", "canary-http");
+    post_accepted(&d, "/v1/traces", &spans).await;
+    post_accepted(&d, "/v1/logs", &logs).await;
+    let faults = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--profile",
+        "faults",
+        "--requests",
+        "8",
+        "--seed",
+        "61",
+    ]);
+    assert_eq!(faults["failed_batches"], 0);
+    let runaway = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--profile",
+        "runaway",
+        "--requests",
+        "2",
+        "--seed",
+        "62",
+        "--tenant-prefix",
+        "ops-",
+    ]);
+    assert_eq!(runaway["failed_batches"], 0);
+    d.wait_for_complete_summaries(11);
+
+    let base = format!("http://{}", d.admin);
+    let out_dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+    let pages = json!({
+        "canary": "/ui/requests/canary-http/0af7651916cd43dd8448eb211c80319c",
+        "canary-list": "/ui/?tenant=canary-http",
+    })
+    .to_string();
+    let script_base = base.clone();
+    let dir = out_dir.to_str().expect("utf-8").to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        crate::harness::run_python_env(
+            "console_browser.py",
+            &[&script_base, &dir, "req-61-00000004"],
+            &[("CONSOLE_PAGES", &pages)],
+        )
+    })
+    .await
+    .expect("browser run");
+    let seen: Value = serde_json::from_str(&out).expect("the script's JSON");
+
+    assert_eq!(seen["alarm_to"], "/ui/requests/ops-0/req-62-00000000");
+    assert_eq!(seen["alarm_h1"], "Request req-62-00000000");
+    assert_eq!(seen["alarm_model_turns"], "30");
+    let rows: Vec<&str> = seen["alarm_rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows[0].ends_with(" model_turns warning warning:model_turns 20 of 25"),
+        "{rows:?}"
+    );
+    assert!(
+        rows[1].ends_with(" model_turns limit budget_exhausted:model_turns 25 of 25"),
+        "{rows:?}"
+    );
+
+    let to = seen["finding_to"].as_str().expect("url");
+    assert!(
+        to.starts_with("/ui/requests/tenant-0/req-61-00000000#span-"),
+        "{to}"
+    );
+    assert_eq!(seen["evidence_class"], "marked");
+    let line = seen["evidence_line"].as_str().expect("line");
+    assert!(line.starts_with("tool "), "{line}");
+    assert!(line.contains("finding: write_without_allow"), "{line}");
+    assert_eq!(seen["evidence_open"], true);
+    let columns: Vec<&str> = seen["evidence_columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for c in ["span_id", "tool_name", "tool_arguments", "policy_decision"] {
+        assert!(columns.contains(&c), "{c} in {columns:?}");
+    }
+
+    assert_eq!(
+        seen["tab_first"],
+        json!({"tag": "a", "text": "Skip to content", "href": "/ui/#main"})
+    );
+    assert_eq!(seen["after_skip"], "main");
+    let order: Vec<(String, String)> = seen["tab_order"]
+        .as_array()
+        .expect("order")
+        .iter()
+        .map(|f| {
+            (
+                f["tag"].as_str().unwrap_or_default().to_string(),
+                f["text"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("a", "Requests"),
+        ("a", "Findings"),
+        ("a", "Alarms"),
+        ("a", "Budgets"),
+        ("input", "q"),
+        ("button", "Find"),
+        ("input", "tenant"),
+        ("input", "since"),
+    ]
+    .iter()
+    .map(|(t, x)| (t.to_string(), x.to_string()))
+    .collect();
+    assert_eq!(order, want);
+    assert_eq!(seen["search_to"], "/ui/requests/tenant-0/req-61-00000004");
+
+    let doms = seen["doms"].as_object().expect("doms");
+    let mut names: Vec<&str> = doms.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "alarms",
+            "budgets",
+            "canary",
+            "canary-list",
+            "evidence",
+            "findings",
+            "request",
+            "requests",
+            "search"
+        ]
+    );
+    for (name, dom) in doms {
+        let dom = dom.as_str().expect("html");
+        assert_clean(dom, name);
+        assert!(!dom.contains("<script"), "{name} holds a script");
+        assert!(out_dir.join(format!("{name}.png")).exists(), "{name}.png");
+    }
+    assert!(doms["canary"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("refund_order"));
+    d.stop();
+}
