@@ -85,7 +85,8 @@ pub fn page(section: Section, title: &str, body: &str) -> String {
          <label for=\"q\">Search</label>\
          <input id=\"q\" name=\"q\" type=\"search\" autocomplete=\"off\" \
          placeholder=\"request id, trace id, span id or idempotency key\">\
-         <button type=\"submit\">Find</button></form></header>\
+         <button type=\"submit\">Find</button></form>\
+         <a class=\"account\" href=\"/ui/login\">Sign in or out</a></header>\
          <main id=\"main\" tabindex=\"-1\"><h1>{title}</h1>\n{body}</main></body></html>\n",
         title = esc(title),
     )

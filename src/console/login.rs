@@ -26,7 +26,8 @@ const FORM: &str = "<form method=\"post\" action=\"/ui/login\">\
     <label for=\"token\">Admin token, or a console reader's token</label> \
     <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" size=\"50\"> \
     <button type=\"submit\">Sign in</button></form>\
-    <p class=\"muted\">Kept in a cookie for this console's pages only, for 12 hours.</p>";
+    <p class=\"muted\">Kept in a cookie for this console's pages only, for 12 hours.</p>\
+    <form method=\"post\" action=\"/ui/logout\"><button type=\"submit\">Sign out</button></form>";
 
 /// `GET /ui/login`.
 pub async fn form(State(console): State<Console>) -> Response {

@@ -569,6 +569,18 @@ async fn with_auth_required_a_browser_signs_in_and_a_reader_sees_only_its_tenant
     let (_, budgets) = with_cookie("/ui/budgets").await;
     assert!(budgets.contains("<h2>Tenant tenant-1</h2>"), "{budgets}");
     assert!(!budgets.contains("tenant-0"), "{budgets}");
+    // Signing out clears the cookie.
+    let resp = client()
+        .post(format!("{base}/ui/logout"))
+        .header("cookie", cookie.split(';').next().unwrap_or_default())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status().as_u16(), 303);
+    assert_eq!(
+        resp.headers()["set-cookie"],
+        "toolwatch_token=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"
+    );
     // The reader's token is for the console only; the cookie counts nowhere else.
     let resp = client()
         .get(format!("{base}/v1/budgets"))
@@ -719,8 +731,8 @@ async fn in_a_real_browser_a_responder_clicks_from_an_alarm_and_a_finding_to_the
         ("a", "Budgets"),
         ("input", "q"),
         ("button", "Find"),
+        ("a", "Sign in or out"),
         ("input", "tenant"),
-        ("input", "since"),
     ]
     .iter()
     .map(|(t, x)| (t.to_string(), x.to_string()))
