@@ -47,15 +47,20 @@ for _ in $(seq 100); do
 done
 [ -n "$base" ] || { echo "the console did not start:" >&2; cat "$work/err" >&2; exit 1; }
 
-# A request in the middle of the archive, and a tenant, from the newest page itself.
-first=$(curl -sf "$base/ui/?page=20" | grep -o 'href="/ui/requests/[^"]*"' | head -n1 | cut -d'"' -f2)
+# Page 21, by following each page's "Older" link; a request and a tenant from it.
+deep="/ui/"
+for _ in $(seq 20); do
+  deep=$(curl -sf "$base$deep" | grep -o '<a rel="next" href="[^"]*"' | cut -d'"' -f4 | sed 's/&amp;/\&/g')
+  [ -n "$deep" ] || { echo "the archive has fewer than 21 pages of requests" >&2; exit 1; }
+done
+first=$(curl -sf "$base$deep" | grep -o 'href="/ui/requests/[^"]*"' | head -n1 | cut -d'"' -f2)
 [ -n "$first" ] || { echo "no request on page 21 of the archive" >&2; exit 1; }
 tenant=$(echo "$first" | cut -d/ -f4)
 pages=(
   "/ui/"
   "/ui/?tenant=$tenant"
   "/ui/?tenant=$tenant&since=2000-01-01&findings=1"
-  "/ui/?page=20"
+  "$deep"
   "$first"
   "/ui/findings"
   "/ui/alarms"

@@ -33,7 +33,73 @@ pub struct RequestFilter {
     until: Option<String>,
     findings: Option<String>,
     alarms: Option<String>,
+    /// The page's number, shown only: where it starts is the cursor below.
     page: Option<usize>,
+    after_ns: Option<i64>,
+    after_tenant: Option<String>,
+    after_id: Option<String>,
+}
+
+/// Where an older page starts: after this row of the page before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    start_ns: i64,
+    tenant: String,
+    request_id: String,
+}
+
+impl Cursor {
+    /// The cursor of a request filter's `after_*` fields, when all three are there.
+    fn of(f: &RequestFilter) -> Option<Cursor> {
+        Some(Cursor {
+            start_ns: f.after_ns?,
+            tenant: f.after_tenant.clone()?,
+            request_id: f.after_id.clone()?,
+        })
+    }
+
+    /// The cursor after `row` (a page's last).
+    fn after(row: &Map<String, Value>) -> Option<Cursor> {
+        Some(Cursor {
+            start_ns: int(row, "start_ns")?,
+            tenant: text(row, "tenant")?,
+            request_id: text(row, "request_id")?,
+        })
+    }
+
+    /// The SQL condition on `requests` aliased `r`: rows the list puts after this one.
+    fn condition(&self) -> String {
+        let (t, i) = (sql_string(&self.tenant), sql_string(&self.request_id));
+        format!(
+            "(CAST(r.start_time AS BIGINT) < {ns} OR (CAST(r.start_time AS BIGINT) = {ns} \
+             AND (r.tenant > {t} OR (r.tenant = {t} AND r.request_id > {i}))))",
+            ns = self.start_ns
+        )
+    }
+
+    /// Where the cursor's row is in the list's order.
+    fn key(&self) -> ListKey {
+        (
+            std::cmp::Reverse(Some(self.start_ns)),
+            Some(self.tenant.clone()),
+            Some(self.request_id.clone()),
+        )
+    }
+}
+
+/// The list's order: newest start first, then tenant and request id.
+type ListKey = (
+    std::cmp::Reverse<Option<i64>>,
+    Option<String>,
+    Option<String>,
+);
+
+fn list_key(r: &Map<String, Value>) -> ListKey {
+    (
+        std::cmp::Reverse(int(r, "start_ns")),
+        text(r, "tenant"),
+        text(r, "request_id"),
+    )
 }
 
 /// A time bound of the form: an age (`90m`, `24h`, `7d`: that long before now) or a UTC time
@@ -123,18 +189,18 @@ fn conditions(f: &RequestFilter, now_ns: i64) -> Result<(Vec<String>, Vec<String
 
 /// The SQL of one page: the newest summary of each request, newest first; one row more than
 /// a page, to know whether another follows.
-fn page_sql(pruning: &[String], newest: &[String], page: usize) -> String {
+fn page_sql(pruning: &[String], newest: &[String], after: Option<&Cursor>) -> String {
     let mut outer = vec!["r.newest = 1".to_string()];
     outer.extend(newest.iter().cloned());
+    outer.extend(after.map(Cursor::condition));
     format!(
         "SELECT {COLUMNS} \
          FROM (SELECT *, row_number() OVER (PARTITION BY tenant, request_id \
          ORDER BY summary_version DESC) AS newest FROM requests{}) r \
-         WHERE {} ORDER BY start_ns DESC, r.tenant, r.request_id LIMIT {} OFFSET {}",
+         WHERE {} ORDER BY start_ns DESC, r.tenant, r.request_id LIMIT {}",
         where_clause(pruning, None),
         outer.join(" AND "),
         PAGE_ROWS + 1,
-        page * PAGE_ROWS
     )
 }
 
@@ -154,28 +220,33 @@ fn where_clause(conditions: &[String], extra: Option<String>) -> String {
     }
 }
 
-/// One page's rows, and one more to know whether another follows. With conditions on the
-/// newest summary, a window over every version picks each request's newest; without (the
-/// page a responder opens first), the newest rows by start time are read (a top-k read,
-/// not a sort of every request) and each one's versions looked up.
+/// One page's rows (those after `after`, or the newest), and one more to know whether
+/// another follows. With conditions on the newest summary, a window over every version
+/// picks each request's newest; without (the page a responder opens first), the newest rows
+/// by start time are read (a top-k read, not a sort of every request) and each one's
+/// versions looked up. A page costs the same however deep it is.
 async fn page_rows(
     ctx: &SessionContext,
     pruning: &[String],
     newest: &[String],
-    page: usize,
+    after: Option<&Cursor>,
 ) -> Result<Vec<Map<String, Value>>, QueryError> {
     if !newest.is_empty() {
-        return rows(ctx, &page_sql(pruning, newest, page)).await;
+        return rows(ctx, &page_sql(pruning, newest, after)).await;
     }
-    let need = (page + 1) * PAGE_ROWS + 1;
+    let need = PAGE_ROWS + 1;
     let mut k = need * 2;
+    let mut top_conditions = pruning.to_vec();
+    // Nothing the page can show starts after the cursor's row.
+    top_conditions.extend(after.map(|c| format!("CAST(start_time AS BIGINT) <= {}", c.start_ns)));
+    let after_key = after.map(Cursor::key);
     loop {
         let top = rows(
             ctx,
             &format!(
                 "SELECT tenant, request_id, CAST(start_time AS BIGINT) AS start_ns FROM requests{} \
                  ORDER BY start_ns DESC LIMIT {k}",
-                where_clause(pruning, None)
+                where_clause(&top_conditions, None)
             ),
         )
         .await?;
@@ -224,23 +295,12 @@ async fn page_rows(
         let mut out: Vec<Map<String, Value>> = newest_rows
             .into_values()
             .filter(|r| bound.is_none_or(|b| int(r, "start_ns").unwrap_or(i64::MIN) > b))
+            .filter(|r| after_key.as_ref().is_none_or(|a| list_key(r) > *a))
             .collect();
-        out.sort_by(|a, b| {
-            let key = |r: &Map<String, Value>| {
-                (
-                    std::cmp::Reverse(int(r, "start_ns")),
-                    text(r, "tenant"),
-                    text(r, "request_id"),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
+        out.sort_by_key(list_key);
         if out.len() >= need || everything {
-            return Ok(out
-                .into_iter()
-                .skip(page * PAGE_ROWS)
-                .take(PAGE_ROWS + 1)
-                .collect());
+            out.truncate(need);
+            return Ok(out);
         }
         k = k.saturating_mul(4);
     }
@@ -282,12 +342,13 @@ pub async fn page(Reader(console): Reader, Query(f): Query<RequestFilter>) -> Re
             );
         }
     };
-    let page = f.page.unwrap_or(0).min(100_000);
+    let page = f.page.unwrap_or(0).min(1_000_000);
+    let after = Cursor::of(&f);
     let read = console
         .read(|ctx| {
-            let (pruning, newest) = (pruning.clone(), newest.clone());
+            let (pruning, newest, after) = (pruning.clone(), newest.clone(), after.clone());
             async move {
-                let shown = page_rows(&ctx, &pruning, &newest, page).await?;
+                let shown = page_rows(&ctx, &pruning, &newest, after.as_ref()).await?;
                 let alarms = match alarms_sql(&shown) {
                     Some(q) => rows(&ctx, &q).await?,
                     None => Vec::new(),
@@ -302,6 +363,7 @@ pub async fn page(Reader(console): Reader, Query(f): Query<RequestFilter>) -> Re
     };
     let more = shown.len() > PAGE_ROWS;
     shown.truncate(PAGE_ROWS);
+    let next = more.then(|| shown.last().and_then(Cursor::after)).flatten();
     let mut alarms: BTreeMap<(String, String), i64> = BTreeMap::new();
     for a in alarm_rows {
         if let (Some(t), Some(r)) = (text(&a, "tenant"), text(&a, "request_id")) {
@@ -310,7 +372,7 @@ pub async fn page(Reader(console): Reader, Query(f): Query<RequestFilter>) -> Re
     }
     let mut body = filter_form(&f);
     body.push_str(&table(&shown, &alarms));
-    body.push_str(&pager(&f, page, more));
+    body.push_str(&pager(&f, page, next.as_ref()));
     html_page(StatusCode::OK, Section::Requests, "Requests", &body)
 }
 
@@ -410,8 +472,8 @@ fn table(shown: &[Map<String, Value>], alarms: &BTreeMap<(String, String), i64>)
     )
 }
 
-/// Links to the pages before and after, keeping the filters.
-fn pager(f: &RequestFilter, page: usize, more: bool) -> String {
+/// Links to the newest page and the next older one, keeping the filters.
+fn pager(f: &RequestFilter, page: usize, next: Option<&Cursor>) -> String {
     let mut keep = String::new();
     for (k, v) in [
         ("tenant", &f.tenant),
@@ -431,18 +493,20 @@ fn pager(f: &RequestFilter, page: usize, more: bool) -> String {
     if page > 0 {
         let _ = write!(
             out,
-            "<a rel=\"prev\" href=\"/ui/?{}page={}\">Newer</a>",
-            esc(&keep),
-            page - 1
+            "<a rel=\"first\" href=\"/ui/?{}\">Newest</a>",
+            esc(keep.trim_end_matches('&'))
         );
     }
     let _ = write!(out, "<span class=\"muted\">Page {}</span>", page + 1);
-    if more {
+    if let Some(c) = next {
         let _ = write!(
             out,
-            "<a rel=\"next\" href=\"/ui/?{}page={}\">Older</a>",
+            "<a rel=\"next\" href=\"/ui/?{}page={}&after_ns={}&after_tenant={}&after_id={}\">Older</a>",
             esc(&keep),
-            page + 1
+            page + 1,
+            c.start_ns,
+            esc(&url_part(&c.tenant)),
+            esc(&url_part(&c.request_id))
         );
     }
     out.push_str("</nav>");
@@ -559,16 +623,39 @@ mod tests {
             }
             let ctx = session(&versions);
             let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-            let (fast, window) = rt.block_on(async {
-                let fast = page_rows(&ctx, &[], &[], page).await.expect("fast");
-                let window = rows(&ctx, &page_sql(&[], &[], page)).await.expect("window");
-                (fast, window)
+            let (fast, window, by_cursor) = rt.block_on(async {
+                // Page `page` reached by following each page's cursor, both ways.
+                // Past the last page, both are empty.
+                let mut after: Option<Cursor> = None;
+                let mut fast = Vec::new();
+                let mut by_cursor = Vec::new();
+                for step in 0..=page {
+                    if step > 0 && after.is_none() {
+                        fast.clear();
+                        by_cursor.clear();
+                        break;
+                    }
+                    fast = page_rows(&ctx, &[], &[], after.as_ref()).await.expect("fast");
+                    by_cursor = rows(&ctx, &page_sql(&[], &[], after.as_ref())).await.expect("cursor");
+                    after = (fast.len() > PAGE_ROWS)
+                        .then(|| fast.get(PAGE_ROWS - 1).and_then(Cursor::after))
+                        .flatten();
+                }
+                // The reference: the window over every version, by offset.
+                let offset = page_sql(&[], &[], None).replace(
+                    &format!("LIMIT {}", PAGE_ROWS + 1),
+                    &format!("LIMIT {} OFFSET {}", PAGE_ROWS + 1, page * PAGE_ROWS),
+                );
+                let window = rows(&ctx, &offset).await.expect("window");
+                (fast, window, by_cursor)
             });
+
             let ids = |rs: &[Map<String, Value>]| -> Vec<Shown> {
                 rs.iter()
                     .map(|r| (text(r, "tenant"), text(r, "request_id"), int(r, "start_ns"), int(r, "span_count")))
                     .collect()
             };
+            prop_assert_eq!(ids(&fast), ids(&by_cursor));
             prop_assert_eq!(ids(&fast), ids(&window));
         }
     }
