@@ -60,6 +60,8 @@ pages=(
   "/ui/"
   "/ui/?tenant=$tenant"
   "/ui/?tenant=$tenant&since=2000-01-01&findings=1"
+  "/ui/?findings=1"
+  "/ui/?outcome=ok&since=7d"
   "$deep"
   "$first"
   "/ui/findings"

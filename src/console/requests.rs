@@ -68,6 +68,7 @@ impl Cursor {
     }
 
     /// The SQL condition on `requests` aliased `r`: rows the list puts after this one.
+    #[cfg(test)]
     fn condition(&self) -> String {
         let (t, i) = (sql_string(&self.tenant), sql_string(&self.request_id));
         format!(
@@ -187,8 +188,9 @@ fn conditions(f: &RequestFilter, now_ns: i64) -> Result<(Vec<String>, Vec<String
     Ok((pruning, newest))
 }
 
-/// The SQL of one page: the newest summary of each request, newest first; one row more than
-/// a page, to know whether another follows.
+/// What the tests hold [`page_rows`] to: a window over every version picks each request's
+/// newest summary, which must meet the conditions; one row more than a page.
+#[cfg(test)]
 fn page_sql(pruning: &[String], newest: &[String], after: Option<&Cursor>) -> String {
     let mut outer = vec!["r.newest = 1".to_string()];
     outer.extend(newest.iter().cloned());
@@ -221,31 +223,30 @@ fn where_clause(conditions: &[String], extra: Option<String>) -> String {
 }
 
 /// One page's rows (those after `after`, or the newest), and one more to know whether
-/// another follows. With conditions on the newest summary, a window over every version
-/// picks each request's newest; without (the page a responder opens first), the newest rows
-/// by start time are read (a top-k read, not a sort of every request) and each one's
-/// versions looked up. A page costs the same however deep it is.
+/// another follows: each request's newest summary, where it meets the `newest` conditions.
+/// The newest rows by start time that meet them in any version are read (a top-k read, not a
+/// sort of every request), then those requests' versions: a page costs the same however
+/// deep it is and however many requests the archive holds.
 async fn page_rows(
     ctx: &SessionContext,
     pruning: &[String],
     newest: &[String],
     after: Option<&Cursor>,
 ) -> Result<Vec<Map<String, Value>>, QueryError> {
-    if !newest.is_empty() {
-        return rows(ctx, &page_sql(pruning, newest, after)).await;
-    }
     let need = PAGE_ROWS + 1;
     let mut k = need * 2;
     let mut top_conditions = pruning.to_vec();
     // Nothing the page can show starts after the cursor's row.
     top_conditions.extend(after.map(|c| format!("CAST(start_time AS BIGINT) <= {}", c.start_ns)));
+    // A request whose newest summary meets the conditions has a row that does.
+    top_conditions.extend(newest.iter().cloned());
     let after_key = after.map(Cursor::key);
     loop {
         let top = rows(
             ctx,
             &format!(
-                "SELECT tenant, request_id, CAST(start_time AS BIGINT) AS start_ns FROM requests{} \
-                 ORDER BY start_ns DESC LIMIT {k}",
+                "SELECT r.tenant, r.request_id, CAST(r.start_time AS BIGINT) AS start_ns \
+                 FROM requests r{} ORDER BY start_ns DESC LIMIT {k}",
                 where_clause(&top_conditions, None)
             ),
         )
@@ -267,14 +268,41 @@ async fn page_rows(
         }
         let ids: BTreeSet<String> = keys.iter().map(|(_, id)| sql_string(id)).collect();
         let ids: Vec<String> = ids.into_iter().collect();
+        let of_ids = format!("r.request_id IN ({})", ids.join(", "));
         let versions = rows(
             ctx,
             &format!(
                 "SELECT {COLUMNS}, r.summary_version FROM requests r{}",
-                where_clause(pruning, Some(format!("request_id IN ({})", ids.join(", "))))
+                where_clause(pruning, Some(of_ids.clone()))
             ),
         )
         .await?;
+        // The versions that meet the conditions: a request is shown if its newest does.
+        let meeting: Option<BTreeSet<(String, String, i64)>> = if newest.is_empty() {
+            None
+        } else {
+            let mut c = pruning.to_vec();
+            c.extend(newest.iter().cloned());
+            let met = rows(
+                ctx,
+                &format!(
+                    "SELECT r.tenant, r.request_id, r.summary_version FROM requests r{}",
+                    where_clause(&c, Some(of_ids))
+                ),
+            )
+            .await?;
+            Some(
+                met.iter()
+                    .filter_map(|r| {
+                        Some((
+                            text(r, "tenant")?,
+                            text(r, "request_id")?,
+                            int(r, "summary_version")?,
+                        ))
+                    })
+                    .collect(),
+            )
+        };
         let mut newest_rows: BTreeMap<(String, String), Map<String, Value>> = BTreeMap::new();
         for v in versions {
             let key = (
@@ -293,7 +321,14 @@ async fn page_rows(
             }
         }
         let mut out: Vec<Map<String, Value>> = newest_rows
-            .into_values()
+            .into_iter()
+            .filter(|((t, id), r)| {
+                meeting.as_ref().is_none_or(|m| {
+                    int(r, "summary_version")
+                        .is_some_and(|v| m.contains(&(t.clone(), id.clone(), v)))
+                })
+            })
+            .map(|(_, r)| r)
             .filter(|r| bound.is_none_or(|b| int(r, "start_ns").unwrap_or(i64::MIN) > b))
             .filter(|r| after_key.as_ref().is_none_or(|a| list_key(r) > *a))
             .collect();
@@ -526,8 +561,8 @@ mod tests {
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::datasource::MemTable;
 
-    /// One summary version: (tenant, request, version, start).
-    type Version = (u8, u8, i32, i64);
+    /// One summary version: (tenant, request, version, start, outcome is `error`).
+    type Version = (u8, u8, i32, i64, bool);
 
     /// A row of a page as compared: tenant, request, start, version shown.
     type Shown = (Option<String>, Option<String>, Option<i64>, Option<i64>);
@@ -587,7 +622,7 @@ mod tests {
                 ints(0),
                 ints(0),
                 Arc::new(Float64Array::from(vec![0.0; n])),
-                text(&|_| "ok".into()),
+                text(&|v| if v.4 { "error".into() } else { "ok".into() }),
                 ints(0),
                 text(&|_| "complete".into()),
             ],
@@ -603,13 +638,23 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         /// The top-k read gives every page exactly what the window over every version gives,
-        /// whatever the versions and their starts (a newer version may start earlier; starts
-        /// tie often here).
+        /// whatever the versions, their starts (a newer version may start earlier; starts
+        /// tie often here) and outcomes, with and without a condition on the newest summary
+        /// (`error` that an older version may have had and the newest not, or the reverse).
         #[test]
         fn newest_first_pages_equal_the_window_over_every_version(
-            requests in proptest::collection::vec((0u8..3, 1i32..4, proptest::collection::vec(0i64..40, 3)), 1..130),
+            requests in proptest::collection::vec(
+                (0u8..3, 1i32..4, proptest::collection::vec((0i64..40, proptest::bool::ANY), 3)),
+                1..130,
+            ),
             page in 0usize..3,
+            errors_only in proptest::bool::ANY,
         ) {
+            let newest: Vec<String> = if errors_only {
+                vec!["r.outcome = 'error'".into()]
+            } else {
+                Vec::new()
+            };
             let mut versions = Vec::new();
             let mut seen = BTreeSet::new();
             for (i, (tenant, count, starts)) in requests.iter().enumerate() {
@@ -618,7 +663,8 @@ mod tests {
                     continue;
                 }
                 for v in 1..=*count {
-                    versions.push((*tenant, id, v, starts[(v - 1) as usize] * 1_000_000_000));
+                    let (start, error) = starts[(v - 1) as usize];
+                    versions.push((*tenant, id, v, start * 1_000_000_000, error));
                 }
             }
             let ctx = session(&versions);
@@ -635,14 +681,14 @@ mod tests {
                         by_cursor.clear();
                         break;
                     }
-                    fast = page_rows(&ctx, &[], &[], after.as_ref()).await.expect("fast");
-                    by_cursor = rows(&ctx, &page_sql(&[], &[], after.as_ref())).await.expect("cursor");
+                    fast = page_rows(&ctx, &[], &newest, after.as_ref()).await.expect("fast");
+                    by_cursor = rows(&ctx, &page_sql(&[], &newest, after.as_ref())).await.expect("cursor");
                     after = (fast.len() > PAGE_ROWS)
                         .then(|| fast.get(PAGE_ROWS - 1).and_then(Cursor::after))
                         .flatten();
                 }
                 // The reference: the window over every version, by offset.
-                let offset = page_sql(&[], &[], None).replace(
+                let offset = page_sql(&[], &newest, None).replace(
                     &format!("LIMIT {}", PAGE_ROWS + 1),
                     &format!("LIMIT {} OFFSET {}", PAGE_ROWS + 1, page * PAGE_ROWS),
                 );
