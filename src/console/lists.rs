@@ -135,14 +135,15 @@ async fn list(
             async move { rows(&ctx, &sql).await }
         })
         .await;
-    let mut shown = match read {
+    let (mut shown, notice) = match read {
         Ok(r) => r,
         Err(e) => return failed(section, e),
     };
     let more = shown.len() > PAGE_ROWS;
     shown.truncate(PAGE_ROWS);
     let body = format!(
-        "{}{}{}",
+        "{}{}{}{}",
+        notice.html(),
         form(action, rule_label, f),
         render(&shown),
         pager(action, f, page, more)

@@ -114,36 +114,89 @@ impl Console {
     }
 
     /// Runs `work` on a fresh session over the archive, in scope.
-    async fn read<T, F, Fut>(&self, work: F) -> Result<T, QueryError>
+    /// Also says what the answer may lack, for the page to show.
+    async fn read<T, F, Fut>(&self, work: F) -> Result<(T, Notice), QueryError>
     where
         F: FnMut(SessionContext) -> Fut,
         Fut: std::future::Future<Output = Result<T, QueryError>>,
     {
         match &*self.source {
-            ArchiveSource::Local(dir) => crate::query::with_session(
-                dir,
-                crate::query::fresh::Freshen::Copies,
-                &self.scope,
-                work,
-            )
-            .await
-            .map(|(t, _)| t),
+            ArchiveSource::Local(dir) => {
+                let (t, how) = crate::query::with_session(
+                    dir,
+                    crate::query::fresh::Freshen::Copies,
+                    &self.scope,
+                    work,
+                )
+                .await?;
+                let notice = match how {
+                    crate::query::fresh::Freshness::Partial(why) => Notice(Some(format!(
+                        "The daemon serving this archive did not hand over all it buffers \
+                         ({why}): rows it acknowledged in the last moments may be missing."
+                    ))),
+                    _ => Notice(None),
+                };
+                Ok((t, notice))
+            }
             ArchiveSource::Daemon { data_dir, points } => {
-                crate::query::with_session_copying(
+                let late = std::sync::Mutex::new(None);
+                let t = crate::query::with_session_copying(
                     data_dir,
                     &self.scope,
                     || async {
                         // A writer that does not answer in time: its files are read as they
-                        // are (the rows are safe in the journal), as `trace` does.
-                        points.copies().await.ok()
+                        // are (the rows are safe in the journal), and the page says so.
+                        match points.copies().await {
+                            Ok(set) => Some(set),
+                            Err(writer) => {
+                                *late
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                                    Some(writer);
+                                None
+                            }
+                        }
                     },
                     work,
                 )
-                .await
+                .await?;
+                let late = late
+                    .into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let notice = Notice(late.map(|w| {
+                    format!(
+                        "The archive writer {w} did not answer within 10 s: rows acknowledged \
+                         in the last moments may be missing (they are safe in the journal)."
+                    )
+                }));
+                Ok((t, notice))
             }
-            ArchiveSource::Remote(r) => crate::query::with_remote_session(r, &self.scope, work)
-                .await
-                .map(|(t, _)| t),
+            ArchiveSource::Remote(r) => {
+                let (t, missing) = crate::query::with_remote_session(r, &self.scope, work).await?;
+                let notice = Notice((!missing.is_empty()).then(|| {
+                    format!(
+                        "{} files the store's manifests record are not in it \
+                         (`toolwatch verify --url` names them): their rows are missing here.",
+                        missing.len()
+                    )
+                }));
+                Ok((t, notice))
+            }
+        }
+    }
+}
+
+/// What a page's answer may lack (rows the daemon did not hand over in time, files missing
+/// from object storage), shown above it.
+#[derive(Debug, Default)]
+pub struct Notice(Option<String>);
+
+impl Notice {
+    /// The notice as HTML, or nothing.
+    fn html(&self) -> String {
+        match &self.0 {
+            Some(n) => format!("<p class=\"warn\" role=\"status\">{}</p>", html::esc(n)),
+            None => String::new(),
         }
     }
 }

@@ -69,14 +69,10 @@ pub async fn page(
         })
         .await;
     match read {
-        Ok(p) => {
+        Ok((p, notice)) => {
             let title = format!("Request {}", p.view.request_id);
-            html_page(
-                StatusCode::OK,
-                Section::Requests,
-                &title,
-                &body(&tenant, &p),
-            )
+            let page = format!("{}{}", notice.html(), body(&tenant, &p));
+            html_page(StatusCode::OK, Section::Requests, &title, &page)
         }
         Err(e) => failed(Section::Requests, e),
     }

@@ -392,7 +392,7 @@ pub async fn page(Reader(console): Reader, Query(f): Query<RequestFilter>) -> Re
             }
         })
         .await;
-    let (mut shown, alarm_rows) = match read {
+    let ((mut shown, alarm_rows), notice) = match read {
         Ok(r) => r,
         Err(e) => return failed(Section::Requests, e),
     };
@@ -405,7 +405,8 @@ pub async fn page(Reader(console): Reader, Query(f): Query<RequestFilter>) -> Re
             alarms.insert((t, r), int(&a, "n").unwrap_or(0));
         }
     }
-    let mut body = filter_form(&f);
+    let mut body = notice.html();
+    body.push_str(&filter_form(&f));
     body.push_str(&table(&shown, &alarms));
     body.push_str(&pager(&f, page, next.as_ref()));
     html_page(StatusCode::OK, Section::Requests, "Requests", &body)

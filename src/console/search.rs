@@ -81,7 +81,7 @@ pub async fn find(Reader(console): Reader, Form(f): Form<SearchForm>) -> Respons
         })
         .await;
     match read {
-        Ok(Found::Matches { rows, .. }) if rows.len() == 1 => {
+        Ok((Found::Matches { rows, .. }, _)) if rows.len() == 1 => {
             let (tenant, request, span) = &rows[0];
             let mut href = html::request_href(tenant, request);
             if let Some(s) = span {
@@ -89,7 +89,7 @@ pub async fn find(Reader(console): Reader, Form(f): Form<SearchForm>) -> Respons
             }
             Redirect::to(&href).into_response()
         }
-        Ok(Found::Matches { what, rows }) => {
+        Ok((Found::Matches { what, rows }, notice)) => {
             let list: Vec<Vec<String>> = rows
                 .iter()
                 .map(|(t, r, s)| {
@@ -104,10 +104,14 @@ pub async fn find(Reader(console): Reader, Form(f): Form<SearchForm>) -> Respons
                     ]
                 })
                 .collect();
-            let body = html::table(what, &["Tenant", "Request", "Span"], &list);
+            let body = format!(
+                "{}{}",
+                notice.html(),
+                html::table(what, &["Tenant", "Request", "Span"], &list)
+            );
             html_page(StatusCode::OK, Section::Search, "Search results", &body)
         }
-        Ok(Found::Nothing) => html_page(
+        Ok((Found::Nothing, _)) => html_page(
             StatusCode::NOT_FOUND,
             Section::Search,
             "Nothing found",

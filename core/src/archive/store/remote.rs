@@ -108,6 +108,9 @@ pub struct RemoteArchive {
     multipart: Option<Arc<dyn object_store::multipart::MultipartStore>>,
     prefix: ObjectPath,
     url: String,
+    /// A `file://` store's folder, with a trailing `/`: its errors name files by their
+    /// path on disk, not by key.
+    local_root: Option<String>,
 }
 
 impl std::fmt::Debug for RemoteArchive {
@@ -222,6 +225,7 @@ impl RemoteArchive {
             .split_once("://")
             .ok_or_else(|| bad("not a URL (expected s3://bucket/prefix or file:///path)"))?;
         type Multipart = Option<Arc<dyn object_store::multipart::MultipartStore>>;
+        let mut local_root = None;
         let (store, multipart, prefix): (Arc<dyn ObjectStore>, Multipart, &str) = match scheme {
             "s3" | "s3a" => {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -238,6 +242,7 @@ impl RemoteArchive {
                 std::fs::create_dir_all(rest).map_err(|e| bad(&e.to_string()))?;
                 let local = object_store::local::LocalFileSystem::new_with_prefix(rest)
                     .map_err(|e| bad(&e.to_string()))?;
+                local_root = Some(format!("{}/", rest.trim_end_matches('/')));
                 (Arc::new(local), None, "")
             }
             other => return Err(bad(&format!("unsupported scheme {other:?} (s3 or file)"))),
@@ -250,6 +255,7 @@ impl RemoteArchive {
             multipart,
             prefix,
             url,
+            local_root,
         })
     }
 
@@ -306,8 +312,13 @@ impl RemoteArchive {
         })
     }
 
-    /// The archive path (as manifests name it) of object `key` (a key under the prefix).
+    /// The archive path (as manifests name it) of object `key` (a key under the prefix, or
+    /// for a `file://` store the file's path on disk).
     pub fn archive_path(&self, key: &str) -> String {
+        let key = match &self.local_root {
+            Some(root) => key.strip_prefix(root.as_str()).unwrap_or(key),
+            None => key,
+        };
         let prefix = self.prefix.as_ref();
         if prefix.is_empty() {
             return key.to_string();
