@@ -786,3 +786,85 @@ fn store_count_sql(endpoint: SocketAddr, sql: &str) -> u64 {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("rows");
     rows[0]["n"].as_u64().expect("count")
 }
+
+/// The console over the archive in S3 (`toolwatch console --url s3://…`), as `query --url`
+/// reads it: the uploaded requests, a finding marked on its evidence span, and the store's
+/// secret key on no page and in no line the console prints.
+#[test]
+fn the_console_reads_the_archive_in_s3() {
+    use std::io::{BufRead, BufReader};
+    let s3 = S3Server::start();
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
+        ..Default::default()
+    });
+    let report = loadgen(&[
+        "--target",
+        &d.grpc_url(),
+        "--requests",
+        "4",
+        "--seed",
+        "71",
+        "--profile",
+        "faults",
+    ]);
+    assert_eq!(report["failed_batches"], 0);
+    d.wait_for_complete_summaries(4);
+    d.stop();
+    let data = d.data_dir.to_str().expect("utf-8").to_string();
+    let (code, _, err) = run(
+        s3.addr,
+        &["upload", "--data-dir", &data, "--url", &store_url()],
+    );
+    assert_eq!(code, 0, "{err}");
+
+    let mut child = toolwatch()
+        .args(["console", "--listen", "127.0.0.1:0", "--url", &store_url()])
+        .envs(s3_env(s3.addr))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolwatch console");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let base = wait_for("the console to say where it listens", || {
+        let line = lines.next()?.ok()?;
+        assert!(!line.contains(CANARY_SECRET), "{line}");
+        line.strip_prefix("toolwatch console: ")
+            .and_then(|u| u.strip_suffix("/ui/"))
+            .map(str::to_string)
+    });
+    let get = |path: &str| {
+        try_request(reqwest::Method::GET, &format!("{base}{path}"), Vec::new())
+            .unwrap_or_else(|| panic!("GET {path}"))
+    };
+    let (status, page) = get("/ui/");
+    assert_eq!(status, 200, "{page}");
+    let links: Vec<&str> = page
+        .match_indices("href=\"/ui/requests/")
+        .map(|(at, _)| {
+            let rest = &page[at + "href=\"".len()..];
+            &rest[..rest.find('"').unwrap_or(rest.len())]
+        })
+        .collect();
+    assert_eq!(
+        links,
+        [
+            "/ui/requests/tenant-0/req-71-00000003",
+            "/ui/requests/tenant-0/req-71-00000002",
+            "/ui/requests/tenant-0/req-71-00000001",
+            "/ui/requests/tenant-0/req-71-00000000",
+        ]
+    );
+    let (status, request) = get("/ui/requests/tenant-0/req-71-00000000");
+    assert_eq!(status, 200);
+    assert!(
+        request.contains("<span class=\"warn\">finding: write_without_allow</span>"),
+        "{request}"
+    );
+    for (path, body) in [("/ui/", &page), ("request", &request)] {
+        assert!(!body.contains(CANARY_SECRET), "{path}");
+        assert!(!body.contains("role=\"status\""), "nothing missing: {path}");
+    }
+    child.kill().ok();
+    child.wait().ok();
+}
