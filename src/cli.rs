@@ -1431,12 +1431,16 @@ fn trace(args: TraceArgs) -> ExitCode {
     }
 }
 
-/// The keys idempotency keys were hashed under (current first), for the console's search;
-/// none when the data directory has no key (search by a raw key then finds nothing).
-fn known_hashers(config: &Config, data_dir: &std::path::Path) -> Vec<crate::protect::KeyedHasher> {
-    let current = config.hashing.existing(data_dir).ok().flatten();
-    let previous = config.hashing.previous().unwrap_or_default();
-    current.into_iter().chain(previous).collect()
+/// The keys idempotency keys were hashed under (current first), for the console's search:
+/// none current when the data directory has no key (search by a raw key then finds nothing
+/// it hashed); a key file that cannot be read is an error.
+fn known_hashers(
+    config: &Config,
+    data_dir: &std::path::Path,
+) -> Result<Vec<crate::protect::KeyedHasher>, crate::protect::KeyError> {
+    let current = config.hashing.existing(data_dir)?;
+    let previous = config.hashing.previous()?;
+    Ok(current.into_iter().chain(previous).collect())
 }
 
 /// The console for `serve`: every tenant (the admin access decides who gets in), the
@@ -1446,7 +1450,12 @@ fn daemon_console(config: &Config) -> crate::serve::AdminPages {
     Some(Box::new(
         move |state: crate::admin::AdminState, archive: PathBuf| {
             use crate::console::{ArchiveSource, Console};
-            let hashers = known_hashers(&config, &config.storage.data_dir);
+            // The daemon loaded these keys at start; should one fail now, search by a raw
+            // key finds nothing rather than the console going away.
+            let hashers = known_hashers(&config, &config.storage.data_dir).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "console: idempotency keys unreadable; search by key is off");
+                Vec::new()
+            });
             let source = match state.flush.clone() {
                 Some(points) => ArchiveSource::Daemon {
                     data_dir: archive,
@@ -1490,13 +1499,16 @@ fn console(args: ConsoleArgs) -> ExitCode {
         Some(d) => d.clone(),
         None => config.storage.archive_root(),
     };
-    let hashers = known_hashers(
+    let hashers = match known_hashers(
         &config,
         args.data_dir
             .data_dir
             .as_deref()
             .unwrap_or(&config.storage.data_dir),
-    );
+    ) {
+        Ok(h) => h,
+        Err(e) => return usage_error(e),
+    };
     let source = match remote {
         Some(r) => ArchiveSource::Remote(r),
         None if !dir.is_dir() => {
@@ -1726,7 +1738,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Err(code) => return code,
     };
     let pages = daemon_console(&config);
-    match runtime.block_on(crate::serve::run_with_pages(
+    match runtime.block_on(crate::serve::run(
         config,
         crate::serve::stop_signal(),
         reload,

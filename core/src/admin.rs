@@ -232,7 +232,7 @@ async fn admit(
             req.extensions_mut().insert(grant);
             next.run(req).await
         }
-        Err(why) if path == "/ui" || path.starts_with("/ui/") => {
+        Err(why) if crate::receive::auth::is_console(&path) => {
             s.metrics.auth_refused_on("admin", why.as_str());
             (
                 StatusCode::SEE_OTHER,
@@ -278,22 +278,33 @@ async fn budgets(
     State(s): State<AdminState>,
     Query(q): Query<BudgetQuery>,
 ) -> axum::response::Response {
-    let evaluator = Arc::clone(&s.budgets);
-    let tenant = q.tenant;
-    // The evaluator's lock is shared with the budget thread: take it off the async workers.
-    let body = tokio::task::spawn_blocking(move || {
-        let mut e = evaluator.lock().unwrap_or_else(PoisonError::into_inner);
-        budget_report(&mut e, tenant.as_deref(), crate::clock::now_ns())
-    })
-    .await;
-    match body {
-        Ok(v) => json_response(StatusCode::OK, v),
-        Err(_) => (
+    match budget_reports(Arc::clone(&s.budgets), vec![q.tenant]).await {
+        Some(mut v) if !v.is_empty() => json_response(StatusCode::OK, v.swap_remove(0)),
+        _ => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "budget state unavailable\n",
         )
             .into_response(),
     }
+}
+
+/// [`budget_report`] for each of `tenants` (`None`: every tenant with usage), read off the
+/// async workers (the evaluator's lock is shared with the budget thread); `None` if the
+/// state could not be read.
+pub async fn budget_reports(
+    evaluator: SharedEvaluator,
+    tenants: Vec<Option<String>>,
+) -> Option<Vec<Value>> {
+    tokio::task::spawn_blocking(move || {
+        let mut e = evaluator.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = crate::clock::now_ns();
+        tenants
+            .iter()
+            .map(|t| budget_report(&mut e, t.as_deref(), now))
+            .collect()
+    })
+    .await
+    .ok()
 }
 
 /// Usage and limits, by tenant: every tenant with usage, or the one asked for (with its

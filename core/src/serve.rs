@@ -144,17 +144,9 @@ pub type ConfigSource =
 /// exists, from that state and the archive's folder; behind the same admin access.
 pub type AdminPages = Option<Box<dyn FnOnce(AdminState, PathBuf) -> axum::Router + Send>>;
 
-/// Runs the daemon until `stop` completes; returns what the archive wrote.
+/// Runs the daemon until `stop` completes, with `pages` served on the admin listener;
+/// returns what the archive wrote.
 pub async fn run(
-    config: Config,
-    stop: impl Future<Output = ()> + Send + 'static,
-    reload: ConfigSource,
-) -> Result<ArchiveTotals, ServeError> {
-    run_with_pages(config, stop, reload, None).await
-}
-
-/// [`run`], with `pages` served on the admin listener.
-pub async fn run_with_pages(
     config: Config,
     stop: impl Future<Output = ()> + Send + 'static,
     reload: ConfigSource,

@@ -38,18 +38,7 @@ pub async fn page(Reader(console): Reader, Query(f): Query<BudgetFilter>) -> Res
         (Some(scope), None) => scope.iter().cloned().map(Some).collect(),
         (None, t) => vec![t.clone()],
     };
-    let report = tokio::task::spawn_blocking(move || {
-        let mut e = evaluator
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = crate::clock::now_ns();
-        tenants
-            .iter()
-            .map(|t| crate::admin::budget_report(&mut e, t.as_deref(), now))
-            .collect::<Vec<Value>>()
-    })
-    .await;
-    let Ok(reports) = report else {
+    let Some(reports) = crate::admin::budget_reports(evaluator, tenants).await else {
         return html_page(
             StatusCode::INTERNAL_SERVER_ERROR,
             Section::Budgets,

@@ -102,6 +102,12 @@ pub fn time(ns: i64) -> String {
     }
 }
 
+/// The UTC day (`YYYY-MM-DD`, the archive's `date` partition) of `ns` since the epoch.
+pub fn day(ns: i64) -> String {
+    let t = time(ns);
+    t.get(..10).unwrap_or(&t).to_string()
+}
+
 /// A duration in the unit that reads best: `840 µs`, `12.4 ms`, `3.20 s`, `11 min 5 s`.
 pub fn duration(ns: i64) -> String {
     let ns = ns.max(0);
@@ -194,6 +200,7 @@ mod tests {
         assert_eq!(duration(3_200_000_000), "3.20 s");
         assert_eq!(duration(665_000_000_000), "11 min 5 s");
         assert_eq!(time(1_767_225_600_123_000_000), "2026-01-01 00:00:00.123");
+        assert_eq!(day(1_767_225_600_123_000_000), "2026-01-01");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::html::{self, esc, Section};
 use super::requests::time_bound;
-use super::{failed, field, html_page, Console, Reader};
+use super::{failed, field, html_page, kept_filters, Console, Reader};
 use crate::query::sql_string;
 use crate::query::trace::{int, rows, text};
 
@@ -39,12 +39,12 @@ fn conditions(f: &ListFilter, column: &str, now_ns: i64) -> Result<Vec<String>, 
     }
     if let Some(s) = field(&f.since) {
         let ns = time_bound(s, now_ns).map_err(|e| format!("From: {e}"))?;
-        out.push(format!("date >= '{}'", &html::time(ns)[..10]));
+        out.push(format!("date >= '{}'", html::day(ns)));
         out.push(format!("CAST(time AS BIGINT) >= {ns}"));
     }
     if let Some(u) = field(&f.until) {
         let ns = time_bound(u, now_ns).map_err(|e| format!("To: {e}"))?;
-        out.push(format!("date <= '{}'", &html::time(ns)[..10]));
+        out.push(format!("date <= '{}'", html::day(ns)));
         out.push(format!("CAST(time AS BIGINT) <= {ns}"));
     }
     Ok(out)
@@ -75,18 +75,12 @@ fn form(action: &str, rule_label: &str, f: &ListFilter) -> String {
 }
 
 fn pager(action: &str, f: &ListFilter, page: usize, more: bool) -> String {
-    let mut keep = String::new();
-    for (k, v) in [
+    let keep = esc(&kept_filters(&[
         ("tenant", &f.tenant),
         ("rule", &f.rule),
         ("since", &f.since),
         ("until", &f.until),
-    ] {
-        if let Some(v) = field(v) {
-            let _ = write!(keep, "{k}={}&", html::url_part(v));
-        }
-    }
-    let keep = esc(&keep);
+    ]));
     let mut out = String::from("<nav class=\"pager\" aria-label=\"Pages\">");
     if page > 0 {
         let _ = write!(

@@ -299,3 +299,15 @@ fn not_found(section: html::Section) -> Response {
 fn field(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
+
+/// The filters a page keeps in its links to other pages: `k=v&` for each one set,
+/// percent-encoded (not yet escaped for an attribute).
+fn kept_filters(filters: &[(&str, &Option<String>)]) -> String {
+    let mut out = String::new();
+    for (k, v) in filters {
+        if let Some(v) = field(v) {
+            out.push_str(&format!("{k}={}&", html::url_part(v)));
+        }
+    }
+    out
+}

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::html::{self, esc, url_part, Section};
-use super::{failed, field, html_page, Reader};
+use super::{failed, field, html_page, kept_filters, Reader};
 use crate::query::trace::{int, rows, text};
 use crate::query::{sql_string, QueryError};
 
@@ -136,11 +136,6 @@ pub fn time_bound(text: &str, now_ns: i64) -> Result<i64, String> {
     ))
 }
 
-/// The `date` partition (UTC day) of `ns`.
-fn day(ns: i64) -> String {
-    html::time(ns)[..10].to_string()
-}
-
 /// The SQL conditions the filter makes on `requests` (aliased `r`), or what is wrong with it:
 /// those on its partitions and times first (they prune files), then those on the newest
 /// summary.
@@ -152,12 +147,12 @@ fn conditions(f: &RequestFilter, now_ns: i64) -> Result<(Vec<String>, Vec<String
     }
     if let Some(s) = field(&f.since) {
         let ns = time_bound(s, now_ns).map_err(|e| format!("From: {e}"))?;
-        pruning.push(format!("date >= '{}'", day(ns)));
+        pruning.push(format!("date >= '{}'", html::day(ns)));
         pruning.push(format!("CAST(start_time AS BIGINT) >= {ns}"));
     }
     if let Some(u) = field(&f.until) {
         let ns = time_bound(u, now_ns).map_err(|e| format!("To: {e}"))?;
-        pruning.push(format!("date <= '{}'", day(ns)));
+        pruning.push(format!("date <= '{}'", html::day(ns)));
         pruning.push(format!("CAST(start_time AS BIGINT) <= {ns}"));
     }
     if let Some(p) = field(&f.principal) {
@@ -510,8 +505,7 @@ fn table(shown: &[Map<String, Value>], alarms: &BTreeMap<(String, String), i64>)
 
 /// Links to the newest page and the next older one, keeping the filters.
 fn pager(f: &RequestFilter, page: usize, next: Option<&Cursor>) -> String {
-    let mut keep = String::new();
-    for (k, v) in [
+    let keep = kept_filters(&[
         ("tenant", &f.tenant),
         ("since", &f.since),
         ("until", &f.until),
@@ -520,11 +514,7 @@ fn pager(f: &RequestFilter, page: usize, next: Option<&Cursor>) -> String {
         ("outcome", &f.outcome),
         ("findings", &f.findings),
         ("alarms", &f.alarms),
-    ] {
-        if let Some(v) = field(v) {
-            let _ = write!(keep, "{k}={}&", url_part(v));
-        }
-    }
+    ]);
     let mut out = String::from("<nav class=\"pager\" aria-label=\"Pages\">");
     if page > 0 {
         let _ = write!(

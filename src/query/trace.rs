@@ -336,7 +336,7 @@ fn tree(spans: Vec<Map<String, Value>>, logs: Vec<Map<String, Value>>) -> Vec<No
 }
 
 /// Shortens text to `max` characters, marking the cut.
-pub(crate) fn shorten(s: &str, max: usize) -> String {
+fn shorten(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();
     }

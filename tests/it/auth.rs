@@ -20,7 +20,7 @@ const SOLO_TOKEN: &str = "tw-solo-8b1e5d3c7a902f64aa31";
 const CANARY: &str = "tw-canary-d41d8cd98f00b204e980";
 const RETIRED_TOKEN: &str = "tw-retired-77e1c0d9b3a2";
 
-fn sha(token: &str) -> String {
+pub fn sha(token: &str) -> String {
     toolwatch::receive::auth::token_sha256(token)
 }
 

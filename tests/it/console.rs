@@ -11,6 +11,7 @@ use std::process::{Child, Stdio};
 
 use serde_json::{json, Value};
 
+use crate::auth::sha;
 use crate::harness::{loadgen, toolwatch, wait_for, Daemon, DaemonOptions};
 use crate::otlp_json::post_accepted;
 use crate::protect_e2e::{assert_clean, canary_request, kv, s};
@@ -99,12 +100,48 @@ fn keyed_call() -> Value {
     }]})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_daemon_serves_the_console_from_an_alarm_and_a_finding_to_the_evidence() {
-    let mut d = Daemon::start_with(DaemonOptions {
+/// A daemon that summarizes a request 1 s after it goes quiet.
+pub fn quick_daemon() -> Daemon {
+    Daemon::start_with(DaemonOptions {
         env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
         ..Default::default()
-    });
+    })
+}
+
+/// Eight `--profile faults` runs (tenant-0, runs 0 and 4 faulty) and two `--profile runaway`
+/// runs (tenant ops-0: a turn loop and a tool loop), with the seeds given.
+fn send_faults_and_runaway(d: &Daemon, faults_seed: u64, runaway_seed: u64) {
+    let (faults_seed, runaway_seed) = (faults_seed.to_string(), runaway_seed.to_string());
+    let target = d.grpc_url();
+    let faults = loadgen(&[
+        "--target",
+        &target,
+        "--profile",
+        "faults",
+        "--requests",
+        "8",
+        "--seed",
+        &faults_seed,
+    ]);
+    assert_eq!(faults["failed_batches"], 0);
+    let runaway = loadgen(&[
+        "--target",
+        &target,
+        "--profile",
+        "runaway",
+        "--requests",
+        "2",
+        "--seed",
+        &runaway_seed,
+        "--tenant-prefix",
+        "ops-",
+    ]);
+    assert_eq!(runaway["failed_batches"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_serves_the_console_from_an_alarm_and_a_finding_to_the_evidence() {
+    let mut d = quick_daemon();
     let base = format!("http://{}", d.admin);
 
     // Acknowledged a moment ago, in no file yet: the console reads the daemon's buffers.
@@ -128,30 +165,7 @@ async fn the_daemon_serves_the_console_from_an_alarm_and_a_finding_to_the_eviden
     assert_clean(&fresh, "a fresh request's page");
 
     post_accepted(&d, "/v1/traces", &keyed_call()).await;
-    let faults = loadgen(&[
-        "--target",
-        &d.grpc_url(),
-        "--profile",
-        "faults",
-        "--requests",
-        "8",
-        "--seed",
-        "31",
-    ]);
-    assert_eq!(faults["failed_batches"], 0);
-    let runaway = loadgen(&[
-        "--target",
-        &d.grpc_url(),
-        "--profile",
-        "runaway",
-        "--requests",
-        "2",
-        "--seed",
-        "32",
-        "--tenant-prefix",
-        "ops-",
-    ]);
-    assert_eq!(runaway["failed_batches"], 0);
+    send_faults_and_runaway(&d, 31, 32);
     // 8 + 2 loadgen runs, the canary trace and the keyed call.
     d.wait_for_complete_summaries(12);
 
@@ -341,10 +355,21 @@ async fn the_daemon_serves_the_console_from_an_alarm_and_a_finding_to_the_eviden
 
 /// A `toolwatch console` child and its base URL (from the line it prints once listening).
 fn console(args: &[&str]) -> (Child, String) {
+    console_with_env(args, &[], |_| {})
+}
+
+/// [`console`] with extra environment; `seen` is shown each line the console prints before
+/// it listens.
+pub fn console_with_env(
+    args: &[&str],
+    env: &[(String, String)],
+    mut seen: impl FnMut(&str),
+) -> (Child, String) {
     let mut child = toolwatch()
         .arg("console")
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -353,6 +378,7 @@ fn console(args: &[&str]) -> (Child, String) {
     let mut lines = BufReader::new(stderr).lines();
     let base = wait_for("the console to say where it listens", || {
         let line = lines.next()?.ok()?;
+        seen(&line);
         line.strip_prefix("toolwatch console: ")
             .and_then(|u| u.strip_suffix("/ui/"))
             .map(str::to_string)
@@ -362,10 +388,7 @@ fn console(args: &[&str]) -> (Child, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_console_over_a_copied_archive_sees_only_its_tenants_and_reads_object_storage() {
-    let mut d = Daemon::start_with(DaemonOptions {
-        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
-        ..Default::default()
-    });
+    let mut d = quick_daemon();
     let report = loadgen(&[
         "--target",
         &d.grpc_url(),
@@ -479,11 +502,6 @@ async fn a_console_over_a_copied_archive_sees_only_its_tenants_and_reads_object_
     );
     child.kill().ok();
     child.wait().ok();
-}
-
-/// The hex SHA-256 of a token, as `token_sha256` wants it.
-fn sha(token: &str) -> String {
-    toolwatch::receive::auth::token_sha256(token)
 }
 
 /// A browser signs in with a token; a console reader's token sees its tenant only, on the
@@ -649,42 +667,18 @@ async fn with_auth_required_a_browser_signs_in_and_a_reader_sees_only_its_tenant
 /// `target/console-screenshots/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_real_browser_a_responder_clicks_from_an_alarm_and_a_finding_to_the_evidence() {
-    let mut d = Daemon::start_with(DaemonOptions {
-        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
-        ..Default::default()
-    });
+    let mut d = quick_daemon();
     let (spans, logs) = canary_request("0af7651916cd43dd8448eb211c80319c", "canary-http");
     post_accepted(&d, "/v1/traces", &spans).await;
     post_accepted(&d, "/v1/logs", &logs).await;
-    let faults = loadgen(&[
-        "--target",
-        &d.grpc_url(),
-        "--profile",
-        "faults",
-        "--requests",
-        "8",
-        "--seed",
-        "61",
-    ]);
-    assert_eq!(faults["failed_batches"], 0);
-    let runaway = loadgen(&[
-        "--target",
-        &d.grpc_url(),
-        "--profile",
-        "runaway",
-        "--requests",
-        "2",
-        "--seed",
-        "62",
-        "--tenant-prefix",
-        "ops-",
-    ]);
-    assert_eq!(runaway["failed_batches"], 0);
+    send_faults_and_runaway(&d, 61, 62);
     d.wait_for_complete_summaries(11);
 
     let base = format!("http://{}", d.admin);
     let out_dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+    // Emptied first: a screenshot left by an earlier run must not pass for this one's.
+    let _ = std::fs::remove_dir_all(&out_dir);
     let pages = json!({
         "canary": "/ui/requests/canary-http/0af7651916cd43dd8448eb211c80319c",
         "canary-list": "/ui/?tenant=canary-http",

@@ -792,12 +792,8 @@ fn store_count_sql(endpoint: SocketAddr, sql: &str) -> u64 {
 /// secret key on no page and in no line the console prints.
 #[test]
 fn the_console_reads_the_archive_in_s3() {
-    use std::io::{BufRead, BufReader};
     let s3 = S3Server::start();
-    let mut d = Daemon::start_with(DaemonOptions {
-        env: vec![("TOOLWATCH_ASSEMBLE__QUIET_PERIOD".into(), "1s".into())],
-        ..Default::default()
-    });
+    let mut d = crate::console::quick_daemon();
     let report = loadgen(&[
         "--target",
         &d.grpc_url(),
@@ -818,21 +814,10 @@ fn the_console_reads_the_archive_in_s3() {
     );
     assert_eq!(code, 0, "{err}");
 
-    let mut child = toolwatch()
-        .args(["console", "--listen", "127.0.0.1:0", "--url", &store_url()])
-        .envs(s3_env(s3.addr))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolwatch console");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let base = wait_for("the console to say where it listens", || {
-        let line = lines.next()?.ok()?;
-        assert!(!line.contains(CANARY_SECRET), "{line}");
-        line.strip_prefix("toolwatch console: ")
-            .and_then(|u| u.strip_suffix("/ui/"))
-            .map(str::to_string)
-    });
+    let (mut child, base) =
+        crate::console::console_with_env(&["--url", &store_url()], &s3_env(s3.addr), |line| {
+            assert!(!line.contains(CANARY_SECRET), "{line}")
+        });
     let get = |path: &str| {
         try_request(reqwest::Method::GET, &format!("{base}{path}"), Vec::new())
             .unwrap_or_else(|| panic!("GET {path}"))

@@ -257,9 +257,10 @@ impl RuleSet {
         let traces = Arc::new(Redactor::new(&for_traces, hasher.clone())?);
         // Unless some detector is limited to one signal, both signals have the same rules:
         // compiled once (a third of a second of start-up each), one redactor for both.
-        let logs = match for_logs == for_traces {
-            true => Arc::clone(&traces),
-            false => Arc::new(Redactor::new(&for_logs, hasher.clone())?),
+        let logs = if for_logs == for_traces {
+            Arc::clone(&traces)
+        } else {
+            Arc::new(Redactor::new(&for_logs, hasher.clone())?)
         };
         Ok(RuleSet { traces, logs })
     }

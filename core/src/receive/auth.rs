@@ -427,7 +427,7 @@ pub struct AdminAccess {
 }
 
 /// The console's pages (and its login), where a reader's token and the login cookie count.
-fn is_console(path: &str) -> bool {
+pub fn is_console(path: &str) -> bool {
     path == "/ui" || path.starts_with("/ui/")
 }
 
