@@ -242,7 +242,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?:^|[^A-Za-z0-9_\-])(00D[A-Za-z0-9]{12,15}![A-Za-z0-9_.]{80,})", group: 1, validator: None },
     D { id: "sentry_token", description: "Sentry organization or user auth token (sntrys_/sntryu_)",
         keywords: &["sntrys_", "sntryu_"],
-        regex: r"(?:^|[^A-Za-z0-9_\-])(sntrys_eyJ[A-Za-z0-9+/]{30,}={0,2}_[A-Za-z0-9+/]{43}|sntryu_[a-f0-9]{64})(?:[^A-Za-z0-9_\-+/=]|$)", group: 1, validator: None },
+        regex: r"(?:^|[^A-Za-z0-9_\-])(sntrys_eyJ[A-Za-z0-9+/=_\-]{40,}|sntryu_[a-f0-9]{64})(?:[^A-Za-z0-9_\-+/=]|$)", group: 1, validator: None },
     D { id: "supabase_secret_key", description: "Supabase personal access token or secret API key (sbp_/sb_secret_)",
         keywords: &["sbp_", "sb_secret_"],
         regex: r"(?:^|[^A-Za-z0-9_\-])(sbp_(?:v0_)?[a-f0-9]{40}|sb_secret_[A-Za-z0-9_\-]{24,})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
@@ -1545,6 +1545,17 @@ pub(crate) mod tests {
             format!("SENTRY_AUTH_TOKEN={sntrys}"),
             sntrys,
         );
+        // Written without the `_` after the payload's padding, its secret in the URL-safe
+        // alphabet: still the vendor's prefix and payload, and a secret all the same.
+        let sntrys_variant = format!(
+            "sntrys_eyJpYXQiOjE3MDAwMDAwMDAuMCwidXJsIjoiaHR0cHM6Ly9zZW50cnkuaW8ifQ=={}",
+            cycle("v8D-Kq2_Lz9wXv3RnT", 43)
+        );
+        tp(
+            "sentry_token",
+            format!("token: {sntrys_variant}"),
+            sntrys_variant,
+        );
         let sntryu = format!("sntryu_{}", cycle("3f9a1c7e5b2d8046", 64));
         tp(
             "sentry_token",
@@ -2144,11 +2155,6 @@ pub(crate) mod tests {
             ("dropbox_access_token", "openssl.cnf and sl.short"),
             ("salesforce_access_token", "org 00D5g000004ABCD has no session"),
             ("sentry_token", "sntrys_short and sntryu_3f9a"),
-            (
-                // Not a token's shape: the part after the last `_` is 42 characters, not 43.
-                "sentry_token",
-                "sntrys_eyJpYXQiOjE3MDAwMDAwMDAuMCwidXJsIjoiaHR0cHM6Ly9zZW50cnkuaW8ifQ_Ab3kQ9mX2pL7vR4tY8wN6bC1dF5gH0jKaZ3kQ9mX2p",
-            ),
             (
                 // `okta` inside another word (booktable) is not the vendor's name.
                 "okta_api_token",
