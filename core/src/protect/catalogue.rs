@@ -149,7 +149,9 @@ const DETECTORS: &[D] = &[
         keywords: &["sg."],
         regex: r"(?:^|[^A-Za-z0-9_])(SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?:[^A-Za-z0-9_\-]|$)", group: 1, validator: None },
     D { id: "twilio_api_key", description: "Twilio API key SID (SK + 32 hex)",
-        keywords: &["sk"],
+        // `sk` and a hex digit, not `sk` alone: a two-byte keyword is looked for under every
+        // third byte, and "task", "ask" and "sku" sent the keyword pass into its automaton.
+        keywords: &["sk0", "sk1", "sk2", "sk3", "sk4", "sk5", "sk6", "sk7", "sk8", "sk9", "ska", "skb", "skc", "skd", "ske", "skf"],
         regex: r"(?-u:\b)(SK[0-9a-fA-F]{32})(?-u:\b)", group: 1, validator: None },
     D { id: "mailchimp_api_key", description: "Mailchimp API key (32 hex + -usN)",
         keywords: &["-us"],
