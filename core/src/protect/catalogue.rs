@@ -527,7 +527,8 @@ const DETECTORS: &[D] = &[
     // blank too.
     D { id: "cli_password_short_flag", description: "Password after the -p flag of mysql, mariadb, docker/podman/nerdctl login or sshpass",
         // The container tools' names, not `login`: `"login"` is a JSON key in every other
-        // user record, and flagged this regex on each (8% of protect on order records).
+        // user record, and flagged this regex on each (2% of protect's instructions on
+        // order records).
         keywords: &["mysql", "mariadb", "docker", "podman", "nerdctl", "sshpass"],
         regex: r#"(?:(?-u:\b)(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?-u:\b)[^\n|;&]*?\s["']?-p|(?-u:\b)(?:docker|podman|nerdctl)\s+login(?-u:\b)[^\n|;&]*?\s-p\s+|(?-u:\b)sshpass\s+-p\s*)["']?([^\s"'\-][^\s"']*)"#, group: 1, validator: None },
     // Positional passwords: where the command or call takes a user then a password, the word
