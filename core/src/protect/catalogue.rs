@@ -2460,6 +2460,34 @@ pub(crate) mod tests {
         }
     }
 
+    /// A keyword of two bytes stands in the keyword pass's trigram table under every third
+    /// byte, and one of one byte is compared at every byte: each must be one its detector
+    /// cannot do without. `sk` (Twilio's `SK` and 32 hex digits, now `sk0`…`skf`) walked the
+    /// keyword automaton at every "task", "ask" and "sku".
+    #[test]
+    fn keywords_of_two_bytes_or_less_are_those_nothing_longer_replaces() {
+        let mut short: Vec<(&str, &str)> = DETECTORS
+            .iter()
+            .flat_map(|d| {
+                d.keywords
+                    .iter()
+                    .filter(|k| k.len() <= 2)
+                    .map(|k| (d.id, *k))
+            })
+            .collect();
+        short.sort_unstable();
+        assert_eq!(
+            short,
+            [
+                // `…Q~…`: the marker is two bytes, its neighbours any token character.
+                ("azure_ad_client_secret", "q~"),
+                // `-u user:pass` after any whitespace, Unicode's included.
+                ("curl_user_credentials", "-u"),
+                ("email_address", "@"),
+            ]
+        );
+    }
+
     #[test]
     fn a_changed_regex_keeps_no_token_run_gate() {
         assert_eq!(
