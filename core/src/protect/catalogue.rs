@@ -1561,6 +1561,13 @@ pub(crate) mod tests {
             format!("token: {sntrys_variant}"),
             sntrys_variant,
         );
+        // The shortest it takes: 40 token characters after `eyJ`.
+        let sntrys_shortest = "sntrys_eyJpYXQiOjE3MDAwMDAwMDAuMCwidXJsIjoiaHR0cHM";
+        tp(
+            "sentry_token",
+            format!("sentry {sntrys_shortest} cut short"),
+            sntrys_shortest.to_string(),
+        );
         let sntryu = format!("sntryu_{}", cycle("3f9a1c7e5b2d8046", 64));
         tp(
             "sentry_token",
@@ -2160,6 +2167,11 @@ pub(crate) mod tests {
             ("dropbox_access_token", "openssl.cnf and sl.short"),
             ("salesforce_access_token", "org 00D5g000004ABCD has no session"),
             ("sentry_token", "sntrys_short and sntryu_3f9a"),
+            (
+                // The payload's run stops one short of the 40 a token takes after `eyJ`.
+                "sentry_token",
+                "sentry sntrys_eyJpYXQiOjE3MDAwMDAwMDAuMCwidXJsIjoiaHR0cH cut short",
+            ),
             (
                 // `okta` inside another word (booktable) is not the vendor's name.
                 "okta_api_token",
