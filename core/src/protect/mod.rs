@@ -9,6 +9,7 @@
 //! item records which rules fired and how often, never what they removed.
 
 pub mod attention;
+pub mod block_classes;
 pub mod catalogue;
 pub mod confirmation;
 pub mod engine;

@@ -13,7 +13,7 @@
 //! ASCII passes every gate (the regexes' `\d` and `\s` are Unicode classes; the byte tests
 //! here are not).
 
-use super::lanes;
+use super::block_classes::BlockClasses;
 
 /// A shape some detector's match cannot do without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,8 @@ pub enum ShapeGate {
     CardDigits,
     /// Two capital letters and two digits: the start of an IBAN.
     CountryAndCheckDigits,
-    /// A run of digits and dots holding three dots: a dotted IPv4 address.
+    /// A run of digits and dots holding three dots, each right after a digit: a dotted IPv4
+    /// address.
     DottedQuad,
     /// A run of hex digits and colons holding `::` or seven colons: an IPv6 address.
     HexColons,
@@ -119,158 +120,298 @@ impl Shapes {
     }
 }
 
-/// Calls `found` with each gate's shape and the byte at which it is completed, in one pass
-/// over `b` (bytes that are not ASCII end every run).
+/// Calls `found` with each gate's shape and the byte at which it is completed, in order of
+/// those bytes (at one byte, in the order of the list of gates below), 64 bytes a step.
+///
+/// Five shapes are a few bytes around one byte, tested for all 64 of a block at once with
+/// shifts of its class masks. Three are runs that may cross blocks: a card's digits, a dotted
+/// quad's dots, an IPv6 address's colons. Each is counted only at the few bytes that could
+/// complete it, from where its run starts in the block, plus what the run carried in from the
+/// blocks before ([`RunsCarried`]).
 fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
-    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
-    let digits = |from: usize, n: usize| (from..from + n).all(digit);
-    // Runs: digits joined by single spaces or dashes (cards), digits and dots (IPv4), hex
-    // digits and colons (IPv6). Most bytes of most strings are letters and punctuation
-    // of no shape (`OTHER`): they end every run and cost one table look-up.
-    let (mut card, mut dots, mut colons, mut double_colon) = (0usize, 0usize, 0usize, false);
-    let mut i = 0;
-    while i < b.len() {
-        // Eight bytes with no digit, `:` or `+` hold no part of any shape worth keeping
-        // a run across (every shape has a digit or a colon within any eight bytes of it,
-        // and every check at a separator looks at digits beside it): skip them at once.
-        if let Some(x) = lanes::load(b, i) {
-            if lanes::within(x, b'0', b':') | lanes::equal(x, b'+') == 0 {
-                (card, dots, colons, double_colon) = (0, 0, 0, false);
-                i += 8;
-                continue;
-            }
-        }
-        let c = b[i];
-        let class = BYTE_CLASS[usize::from(c)];
-        if class == DIGIT {
-            // A run of digits at once (ids, amounts and timestamps are full of them). No
-            // digit is before `i`: runs are taken whole, and eight bytes skipped hold none.
-            let start = i;
-            i += 1 + b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
-            // A card number begins with 2-6 where no digit is before it (its regex reads
-            // a byte that is not one there): the run counts from its first such digit,
-            // so long ids of zeros and epoch milliseconds (`1733385600000`) stay shut.
-            // Two capitals before two digits: an IBAN's country and check digits.
-            if start >= 2
-                && i - start >= 2
-                && b[start - 1].is_ascii_uppercase()
-                && b[start - 2].is_ascii_uppercase()
-            {
-                found(ShapeGate::CountryAndCheckDigits, start);
-            }
-            if card > 0 || matches!(c, b'2'..=b'6') {
-                // Each digit that makes the count 13 or more completes the shape.
-                let from = start + 12_usize.saturating_sub(card);
-                card += i - start;
-                for at in from..i {
-                    found(ShapeGate::CardDigits, at);
-                }
-            }
+    let mut prev = BlockClasses::default();
+    let mut cur = BlockClasses::at(b, 0);
+    let mut carried = RunsCarried::default();
+    let mut base = 0;
+    while base < b.len() {
+        let next = BlockClasses::at(b, base + 64);
+        // Every shape holds a digit, a colon, a dot or a plus in the block where it is
+        // completed; prose and JSON punctuation between numbers hold none.
+        if cur.digit | cur.colon | cur.dot | cur.plus == 0 {
+            carried = RunsCarried {
+                // Hex letters alone go on an IPv6 run.
+                colons: if cur.hex == u64::MAX {
+                    carried.colons
+                } else {
+                    RunCount::default()
+                },
+                ..RunsCarried::default()
+            };
+            (prev, cur) = (cur, next);
+            base += 64;
             continue;
         }
-        if class == OTHER || class == HEX_LETTER {
-            // Letters and bytes of no shape up to the next digit or separator, in one step:
-            // any of no shape ends every run; hex letters alone (inside an IPv6 run) end a
-            // card's and a dotted quad's run, and no check looks at a letter (hex ids and
-            // digests are mostly these and digits). No eight bytes from one of them are
-            // skipped whole: the eight from `i` hold a digit, `:` or `+`, at or after the
-            // next digit or separator.
-            let mut no_shape = class == OTHER;
-            i += 1;
-            while let Some(&c) = b.get(i) {
-                match BYTE_CLASS[usize::from(c)] {
-                    OTHER => no_shape = true,
-                    HEX_LETTER => {}
-                    _ => break,
+        let block = Block {
+            prev: &prev,
+            cur: &cur,
+            next: &next,
+        };
+        let gates = [
+            (
+                ShapeGate::CountryAndCheckDigits,
+                block.country_and_check_digits(),
+            ),
+            (ShapeGate::CardDigits, block.card_digits(&mut carried.card)),
+            (ShapeGate::DottedQuad, block.dotted_quad(&mut carried.dots)),
+            (ShapeGate::HexColons, block.hex_colons(&mut carried.colons)),
+            (ShapeGate::PlusDigit, block.plus_digit()),
+            (
+                ShapeGate::DigitsSeparatorDigits,
+                block.digits_separator_digits(),
+            ),
+            (ShapeGate::SocialSecurity, block.social_security()),
+        ];
+        let mut any = gates.iter().fold(0, |all, (_, m)| all | m);
+        while any != 0 {
+            let j = any.trailing_zeros();
+            any &= any - 1;
+            for (gate, mask) in &gates {
+                if mask & (1 << j) != 0 {
+                    found(*gate, base + j as usize);
                 }
-                i += 1;
             }
-            if no_shape {
-                (card, dots, colons, double_colon) = (0, 0, 0, false);
-            } else {
-                (card, dots) = (0, 0);
-            }
-            continue;
         }
-        i += 1;
-        // The body below reads `i` as the byte's own position.
-        let i = i - 1;
-        // Not a digit: the card run goes on only over one space or dash between digits.
-        let between_digits = i >= 1 && digit(i - 1) && digit(i + 1);
-        if !(matches!(c, b' ' | b'-') && between_digits) {
-            card = 0;
-        }
-        if c == b'.' {
-            dots += 1;
-            if dots >= 3 {
-                found(ShapeGate::DottedQuad, i);
-            }
-        } else {
-            dots = 0;
-        }
-        if c == b':' {
-            colons += 1;
-            double_colon |= i >= 1 && b[i - 1] == b':';
-            if colons >= 7 || double_colon {
-                found(ShapeGate::HexColons, i);
-            }
-        } else {
-            (colons, double_colon) = (0, false);
-        }
-        match c {
-            b'+' if matches!(b.get(i + 1), Some(b'1'..=b'9')) => {
-                found(ShapeGate::PlusDigit, i);
-            }
-            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | b'.' | b'-'
-                if i >= 3 && digits(i - 3, 3) && digits(i + 1, 4) =>
-            {
-                found(ShapeGate::DigitsSeparatorDigits, i);
-            }
-            _ => {}
-        }
-        if c == b'-'
-            && i >= 3
-            && digits(i - 3, 3)
-            && digits(i + 1, 2)
-            && b.get(i + 3) == Some(&b'-')
-            && digits(i + 4, 4)
-        {
-            found(ShapeGate::SocialSecurity, i);
-        }
+        (prev, cur) = (cur, next);
+        base += 64;
     }
 }
 
-/// Bytes of no shape: letters other than hex digits and capitals before digits, quotes,
-/// brackets, ... (an IBAN's capitals are looked at from its digits).
-const OTHER: u8 = 0;
-const DIGIT: u8 = 1;
-/// `a`-`f` and `A`-`F`: inside an IPv6 run.
-const HEX_LETTER: u8 = 2;
-/// Separators and signs some shape is made of: whitespace, `.`, `-`, `:`, `+`.
-const MARK: u8 = 3;
+/// One block's classes beside its neighbours' (for what stands a few bytes before or after).
+struct Block<'a> {
+    prev: &'a BlockClasses,
+    cur: &'a BlockClasses,
+    next: &'a BlockClasses,
+}
 
-/// The class of each byte.
-const BYTE_CLASS: [u8; 256] = {
-    let mut t = [OTHER; 256];
-    let mut i = 0;
-    while i < 256 {
-        let c = i as u8;
-        t[i] = if c.is_ascii_digit() {
-            DIGIT
-        } else if c.is_ascii_hexdigit() {
-            HEX_LETTER
-        } else if matches!(
-            c,
-            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | b'.' | b'-' | b':' | b'+'
-        ) {
-            MARK
-        } else {
-            OTHER
-        };
-        i += 1;
+/// What the runs that reach the end of a block carry into the next one.
+#[derive(Default)]
+struct RunsCarried {
+    card: CardRun,
+    dots: RunCount,
+    colons: RunCount,
+}
+
+/// Within a run of digits and single spaces or dashes between digits: whether the card count
+/// has begun (at a 2-6 with no digit before it) and how many digits it holds.
+#[derive(Default, Clone, Copy)]
+struct CardRun {
+    begun: bool,
+    digits: u64,
+}
+
+/// How many of a kind of byte a run holds so far, and whether it holds a pair of them (`::`).
+#[derive(Default, Clone, Copy)]
+struct RunCount {
+    count: u64,
+    pair: bool,
+}
+
+/// Bit `j` set when byte `j - k` of the block is in the class (`k` in 1..64).
+fn back(prev: u64, cur: u64, k: u32) -> u64 {
+    (cur << k) | (prev >> (64 - k))
+}
+
+/// Bit `j` set when byte `j + k` of the block is in the class (`k` in 1..64).
+fn ahead(cur: u64, next: u64, k: u32) -> u64 {
+    (cur >> k) | (next << (64 - k))
+}
+
+/// Bits `from..=to`.
+fn bits(from: u32, to: u32) -> u64 {
+    (u64::MAX >> (63 - to)) & (u64::MAX << from)
+}
+
+/// Where the run `run` holding byte `j` starts in the block: `None` when it holds every byte
+/// before `j` (it may have begun in an earlier block).
+fn run_start(run: u64, j: u32) -> Option<u32> {
+    let outside = !run & (u64::MAX >> (63 - j)) & !(1 << j);
+    (outside != 0).then(|| 64 - outside.leading_zeros())
+}
+
+impl Block<'_> {
+    /// Bit `j` set when byte `j - k` is a digit.
+    fn digit_back(&self, k: u32) -> u64 {
+        back(self.prev.digit, self.cur.digit, k)
     }
-    t
-};
+
+    /// Bit `j` set when the `n` bytes from `j + from` are digits.
+    fn digits_ahead(&self, from: u32, n: u32) -> u64 {
+        (from..from + n).fold(u64::MAX, |m, k| {
+            m & ahead(self.cur.digit, self.next.digit, k)
+        })
+    }
+
+    /// Bit `j` set when the three bytes before `j` are digits.
+    fn three_digits_back(&self) -> u64 {
+        self.digit_back(1) & self.digit_back(2) & self.digit_back(3)
+    }
+
+    /// `+` and a digit 1-9.
+    fn plus_digit(&self) -> u64 {
+        self.cur.plus & ahead(self.cur.nonzero_digit, self.next.nonzero_digit, 1)
+    }
+
+    /// Three digits, a separator and four digits: at the separator.
+    fn digits_separator_digits(&self) -> u64 {
+        let c = self.cur;
+        (c.white | c.dot | c.dash) & self.three_digits_back() & self.digits_ahead(1, 4)
+    }
+
+    /// `ddd-dd-dddd`: at the first dash.
+    fn social_security(&self) -> u64 {
+        self.cur.dash
+            & self.three_digits_back()
+            & self.digits_ahead(1, 2)
+            & ahead(self.cur.dash, self.next.dash, 3)
+            & self.digits_ahead(4, 4)
+    }
+
+    /// Two capitals and two digits: at the first digit.
+    fn country_and_check_digits(&self) -> u64 {
+        let upper = |k| back(self.prev.upper, self.cur.upper, k);
+        self.cur.digit & self.digits_ahead(1, 1) & upper(1) & upper(2)
+    }
+
+    /// Digits and the spaces or dashes joining two of them: a card number's run.
+    fn card_run(c: &BlockClasses, digit_before: u64, digit_after: u64) -> u64 {
+        c.digit | ((c.space | c.dash) & digit_before & digit_after)
+    }
+
+    fn card_digits(&self, carried: &mut CardRun) -> u64 {
+        let c = self.cur;
+        let run = Block::card_run(c, self.digit_back(1), ahead(c.digit, self.next.digit, 1));
+        // Bit 0 of the previous block's run is not needed (only its last twelve are).
+        let prev_run = Block::card_run(
+            self.prev,
+            self.prev.digit << 1,
+            ahead(self.prev.digit, c.digit, 1),
+        );
+        // A digit that makes thirteen has twelve bytes of the run before it.
+        // (Most runs are short: the mask empties after a step or two.)
+        let mut thirteen = run;
+        for k in 1..13 {
+            if thirteen == 0 {
+                break;
+            }
+            thirteen &= back(prev_run, run, k);
+        }
+        // Where the count may begin: a 2-6 with no digit before it.
+        let begins = c.card_first_digit & !self.digit_back(1);
+        let state_at = |j: u32| -> CardRun {
+            let (from, before) = match run_start(run, j) {
+                Some(s) => (s, CardRun::default()),
+                None => (0, *carried),
+            };
+            if before.begun {
+                return CardRun {
+                    begun: true,
+                    digits: before.digits + u64::from((c.digit & bits(from, j)).count_ones()),
+                };
+            }
+            match begins & bits(from, j) {
+                0 => CardRun::default(),
+                b => CardRun {
+                    begun: true,
+                    digits: u64::from((c.digit & bits(b.trailing_zeros(), j)).count_ones()),
+                },
+            }
+        };
+        let mut out = 0;
+        let mut candidates = c.digit & thirteen;
+        while candidates != 0 {
+            let j = candidates.trailing_zeros();
+            candidates &= candidates - 1;
+            if state_at(j).digits >= 13 {
+                out |= 1 << j;
+            }
+        }
+        *carried = if run >> 63 != 0 {
+            state_at(63)
+        } else {
+            CardRun::default()
+        };
+        out
+    }
+
+    /// A dot in a run of digits and dots that holds three dots after digits up to it.
+    fn dotted_quad(&self, carried: &mut RunCount) -> u64 {
+        let c = self.cur;
+        let run = c.digit | c.dot;
+        let prev_run = self.prev.digit | self.prev.dot;
+        let after_digit = c.dot & self.digit_back(1);
+        // Three dots after digits take six bytes of the run: five before the third.
+        let candidates = (1..6).fold(after_digit, |m, k| m & back(prev_run, run, k));
+        counted_run(run, after_digit, 0, candidates, carried, |n| n.count >= 3)
+    }
+
+    /// A colon in a run of hex digits and colons that holds seven colons, or `::`, up to it.
+    fn hex_colons(&self, carried: &mut RunCount) -> u64 {
+        let c = self.cur;
+        let run = c.hex | c.colon;
+        let prev_run = self.prev.hex | self.prev.colon;
+        let pairs = c.colon & back(self.prev.colon, c.colon, 1);
+        let candidates = c.colon & back(prev_run, run, 1);
+        counted_run(run, c.colon, pairs, candidates, carried, |n| {
+            n.count >= 7 || n.pair
+        })
+    }
+}
+
+/// The candidates `candidates` (members of `run`) at which the count of `members` (and of
+/// `pairs`) in their run, from where it starts (or, run from an earlier block, from what it
+/// carried), passes `complete`; `carried` then becomes what the run at the block's end holds.
+fn counted_run(
+    run: u64,
+    members: u64,
+    pairs: u64,
+    candidates: u64,
+    carried: &mut RunCount,
+    complete: impl Fn(RunCount) -> bool,
+) -> u64 {
+    let state_at = |j: u32| {
+        let (from, before) = match run_start(run, j) {
+            Some(s) => (s, RunCount::default()),
+            None => (0, *carried),
+        };
+        // `count_ones` is a dozen instructions without POPCNT (not in the x86-64
+        // baseline): most runs hold no member.
+        let held = members & bits(from, j);
+        RunCount {
+            count: before.count
+                + if held == 0 {
+                    0
+                } else {
+                    u64::from(held.count_ones())
+                },
+            pair: before.pair || pairs & bits(from, j) != 0,
+        }
+    };
+    let mut out = 0;
+    let mut left = candidates;
+    while left != 0 {
+        let j = left.trailing_zeros();
+        left &= left - 1;
+        if complete(state_at(j)) {
+            out |= 1 << j;
+        }
+    }
+    *carried = if run >> 63 != 0 {
+        state_at(63)
+    } else {
+        RunCount::default()
+    };
+    out
+}
 
 #[cfg(test)]
 mod tests {
@@ -348,25 +489,14 @@ mod tests {
         assert_eq!(gated().len(), 7);
     }
 
-    /// The gates one byte at a time, as the definitions read (eight bytes without a digit,
-    /// `:` or `+` end every run; no run taken whole, no class table): what `each_shape` must
-    /// report exactly.
+    /// The gates one byte at a time, as the definitions read (no class table, no run taken
+    /// whole, no block): what `each_shape` must report exactly.
     fn each_shape_bytewise(b: &[u8]) -> Vec<(ShapeGate, usize)> {
         let mut out = Vec::new();
         let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
         let digits = |from: usize, n: usize| (from..from + n).all(digit);
         let (mut card, mut dots, mut colons, mut double_colon) = (0usize, 0usize, 0usize, false);
-        let mut next = 0;
-        while next < b.len() {
-            let i = next;
-            next += 1;
-            let plain = |c: &u8| !(c.is_ascii_digit() || matches!(c, b':' | b'+'));
-            if b.get(i..i + 8).is_some_and(|w| w.iter().all(plain)) {
-                (card, dots, colons, double_colon) = (0, 0, 0, false);
-                next = i + 8;
-                continue;
-            }
-            let c = b[i];
+        for (i, &c) in b.iter().enumerate() {
             if c.is_ascii_digit() {
                 if card > 0 || (matches!(c, b'2'..=b'6') && !(i >= 1 && digit(i - 1))) {
                     card += 1;
@@ -387,8 +517,13 @@ mod tests {
             if !(matches!(c, b' ' | b'-') && between_digits) {
                 card = 0;
             }
-            dots = if c == b'.' { dots + 1 } else { 0 };
-            if dots >= 3 {
+            // Digits go on a dotted quad's run; only a dot right after a digit counts.
+            match c {
+                b'.' if i >= 1 && digit(i - 1) => dots += 1,
+                b'.' => {}
+                _ => dots = 0,
+            }
+            if c == b'.' && i >= 1 && digit(i - 1) && dots >= 3 {
                 out.push((ShapeGate::DottedQuad, i));
             }
             if c == b':' {
