@@ -171,10 +171,8 @@ fn each_shape(b: &[u8], mut found: impl FnMut(ShapeGate, usize)) {
             ),
             (ShapeGate::SocialSecurity, block.social_security()),
         ];
-        let mut any = gates.iter().fold(0, |all, (_, m)| all | m);
-        while any != 0 {
-            let j = any.trailing_zeros();
-            any &= any - 1;
+        let any = gates.iter().fold(0, |all, (_, m)| all | m);
+        for j in set_bits(any) {
             for (gate, mask) in &gates {
                 if mask & (1 << j) != 0 {
                     found(*gate, base + j as usize);
@@ -307,10 +305,11 @@ impl Block<'_> {
         }
         // Where the count may begin: a 2-6 with no digit before it.
         let begins = c.card_first_digit & !self.digit_back(1);
+        let carried_in = *carried;
         let state_at = |j: u32| -> CardRun {
             let (from, before) = match run_start(run, j) {
                 Some(s) => (s, CardRun::default()),
-                None => (0, *carried),
+                None => (0, carried_in),
             };
             if before.begun {
                 return CardRun {
@@ -326,21 +325,13 @@ impl Block<'_> {
                 },
             }
         };
-        let mut out = 0;
-        let mut candidates = c.digit & thirteen;
-        while candidates != 0 {
-            let j = candidates.trailing_zeros();
-            candidates &= candidates - 1;
-            if state_at(j).digits >= 13 {
-                out |= 1 << j;
-            }
-        }
-        *carried = if run >> 63 != 0 {
-            state_at(63)
-        } else {
-            CardRun::default()
-        };
-        out
+        completed_in_run(
+            run,
+            c.digit & thirteen,
+            state_at,
+            |n| n.digits >= 13,
+            carried,
+        )
     }
 
     /// A dot in a run of digits and dots that holds three dots after digits up to it.
@@ -378,10 +369,11 @@ fn counted_run(
     carried: &mut RunCount,
     complete: impl Fn(RunCount) -> bool,
 ) -> u64 {
+    let carried_in = *carried;
     let state_at = |j: u32| {
         let (from, before) = match run_start(run, j) {
             Some(s) => (s, RunCount::default()),
-            None => (0, *carried),
+            None => (0, carried_in),
         };
         // `count_ones` is a dozen instructions without POPCNT (not in the x86-64
         // baseline): most runs hold no member.
@@ -396,21 +388,39 @@ fn counted_run(
             pair: before.pair || pairs & bits(from, j) != 0,
         }
     };
-    let mut out = 0;
-    let mut left = candidates;
-    while left != 0 {
-        let j = left.trailing_zeros();
-        left &= left - 1;
-        if complete(state_at(j)) {
-            out |= 1 << j;
-        }
-    }
+    completed_in_run(run, candidates, state_at, complete, carried)
+}
+
+/// The candidates `candidates` (members of `run`) whose state, as `state_at` tells it, passes
+/// `complete`; `carried` then becomes the state at the block's last byte when the run reaches
+/// it, and starts afresh when it does not.
+fn completed_in_run<S: Default>(
+    run: u64,
+    candidates: u64,
+    state_at: impl Fn(u32) -> S,
+    complete: impl Fn(S) -> bool,
+    carried: &mut S,
+) -> u64 {
+    let out = set_bits(candidates)
+        .filter(|&j| complete(state_at(j)))
+        .fold(0, |out, j| out | 1 << j);
     *carried = if run >> 63 != 0 {
         state_at(63)
     } else {
-        RunCount::default()
+        S::default()
     };
     out
+}
+
+/// The positions of the bits set in `mask`, lowest first.
+fn set_bits(mut mask: u64) -> impl Iterator<Item = u32> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let j = mask.trailing_zeros();
+            mask &= mask - 1;
+            j
+        })
+    })
 }
 
 #[cfg(test)]
