@@ -588,7 +588,7 @@ const DETECTORS: &[D] = &[
         regex: r"(?i)(?-u:\b)(?:phone|tel|telephone|mobile|cell|fax|call(?:\s+me)?(?:\s+(?:at|on))?|whatsapp|sms|dial)(?-u:\b)[^\d\n+(]{0,20}((?:\+\d{1,3}[\s.\-]?)?(?:\(\d{1,4}\)[\s.\-]?)?\d{2,5}(?:[\s.\-]?\d{2,5}){1,4}(?:\s?x\d{1,5})?)(?:[^\w]|$)", group: 1, validator: Some(Validator::PhoneDigits7) },
     D { id: "payment_card_number", description: "Payment card number (13-19 digits, Luhn-valid, issuer prefix)",
         keywords: &[],
-        regex: r"(?:^|[^0-9A-Za-z\-.])([2-6]\d{3}(?:[ \-]?\d{4}){2}[ \-]?\d{1,4}(?:[ \-]?\d{1,3})?)(?:[^0-9A-Za-z\-.]|$)", group: 1, validator: Some(Validator::Luhn) },
+        regex: r"(?:^|[^0-9A-Za-z\-.])([2-6][0-9]{3}(?:[ \-]?[0-9]{4}){2}[ \-]?[0-9]{1,4}(?:[ \-]?[0-9]{1,3})?)(?:[^0-9A-Za-z\-.]|$)", group: 1, validator: Some(Validator::Luhn) },
     D { id: "iban", description: "International bank account number (mod-97-valid)",
         keywords: &[],
         regex: r"(?:^|[^A-Za-z0-9])([A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30})(?:[^A-Za-z0-9]|$)", group: 1, validator: Some(Validator::IbanMod97) },

@@ -1,19 +1,21 @@
 //! Where a detector's group stands in a match, known from the match alone.
 //!
 //! Finding a capture group costs the regex crate a second engine over every match (a bounded
-//! backtracker, 0.3-0.6 µs on a 60-byte value): most of a marked value's scan. Most catalogue
-//! rules have one of two shapes whose group follows from the match's own bounds:
+//! backtracker, 0.2-0.6 µs on a 60-byte value): most of a marked value's scan. Most catalogue
+//! rules have a shape whose group follows from the match's own bounds:
 //! - zero-width assertions around the group (`\b(ghp_…)\b`): the group is the match;
-//! - one character of context on each side, or the text's edge
-//!   (`(?:^|[^A-Za-z0-9_\-])(sk-…)(?:[^A-Za-z0-9_\-]|$)`), where no string of the group
-//!   begins with a character the context before may be, or ends with one the context after
-//!   may be: then whether the match's first (last) character is context is decided by that
-//!   character alone.
+//! - context on either side that no character of which may begin (end) the group: one
+//!   character or the text's edge (`(?:^|[^A-Za-z0-9_\-])(sk-…)(?:[^A-Za-z0-9_\-]|$)`), or
+//!   longer (`(?:[^\w\-.]|\.(?:[\s"]|$)|$)` after a phone number, which ends in a digit).
+//!   Then the group begins at the match's first character that may begin it and ends after
+//!   its last that may end it. Where some characters may be both (a phone number may begin
+//!   with `(`, and `(` may stand before it), a match whose edge is one of them is left to
+//!   the capture pass.
 //!
-//! The shape and both conditions are read from the regex's syntax tree; any other rule keeps
+//! The shape and the condition are read from the regex's syntax tree; any other rule keeps
 //! the capture pass.
 
-use regex_syntax::hir::{Class, ClassUnicode, Hir, HirKind, Look};
+use regex_syntax::hir::{Class, ClassUnicode, Hir, HirKind};
 
 /// How a detector's group is found in a match.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,13 +24,19 @@ pub enum GroupPlace {
     Captured,
     /// The whole match.
     WholeMatch,
-    /// The match less its first character where `before` holds it (else the match began at
-    /// the text's start) and less its last where `after` holds it (else it ended at the end).
+    /// From the match's first character of `first` to its last of `last`. A character of
+    /// the context before the group may be in `first` only if it is in `unsure_first`, after
+    /// it in `last` only if in `unsure_last`: where the match's first (last) character of
+    /// `first` (`last`) is one of those, the capture pass tells.
     Trimmed {
-        /// The context before the group: one character of this class, or the text's start.
-        before: ClassUnicode,
-        /// The context after the group: one character of this class, or the text's end.
-        after: ClassUnicode,
+        /// Every character the group may begin with.
+        first: CharSet,
+        /// Every character the group may end with.
+        last: CharSet,
+        /// The characters of `first` the context before may hold.
+        unsure_first: CharSet,
+        /// The characters of `last` the context after may hold.
+        unsure_last: CharSet,
     },
 }
 
@@ -55,14 +63,15 @@ impl GroupPlace {
             return GroupPlace::Captured;
         };
         let body = &capture.sub;
+        let (pre, post) = (&items[..at], &items[at + 1..]);
         // The group must be the only one, and never empty.
         if capture.index != 1
             || holds_capture(body)
+            || pre.iter().chain(post).any(holds_capture)
             || body.properties().minimum_len().is_none_or(|n| n == 0)
         {
             return GroupPlace::Captured;
         }
-        let (pre, post) = (&items[..at], &items[at + 1..]);
         if pre
             .iter()
             .chain(post)
@@ -70,61 +79,99 @@ impl GroupPlace {
         {
             return GroupPlace::WholeMatch;
         }
-        let ([pre], [post]) = (pre, post) else {
-            return GroupPlace::Captured;
-        };
         let (Some(before), Some(after), Some(first), Some(last)) = (
-            one_char_or_edge(pre, Look::Start),
-            one_char_or_edge(post, Look::End),
+            alphabet(pre),
+            alphabet(post),
             edge_chars(body, End::First),
             edge_chars(body, End::Last),
         ) else {
             return GroupPlace::Captured;
         };
-        let disjoint = |a: &ClassUnicode, b: &ClassUnicode| {
+        let both = |a: &ClassUnicode, b: &ClassUnicode| {
             let mut both = a.clone();
             both.intersect(b);
-            both.ranges().is_empty()
+            both
         };
-        if disjoint(&first, &before) && disjoint(&last, &after) {
-            GroupPlace::Trimmed { before, after }
-        } else {
-            GroupPlace::Captured
+        let (unsure_first, unsure_last) = (both(&first, &before), both(&last, &after));
+        // Where every character that may begin (end) the group may also be context, the
+        // match alone never tells.
+        if unsure_first == first || unsure_last == last {
+            return GroupPlace::Captured;
+        }
+        GroupPlace::Trimmed {
+            first: CharSet::new(&first),
+            last: CharSet::new(&last),
+            unsure_first: CharSet::new(&unsure_first),
+            unsure_last: CharSet::new(&unsure_last),
         }
     }
 
-    /// The group's bytes in `text` for the match at `m`; `None` for [`GroupPlace::Captured`].
+    /// The group's bytes in `text` for the match at `m`; `None` where the match alone does
+    /// not tell (always for [`GroupPlace::Captured`]): the capture pass does.
     pub fn group(&self, text: &str, m: std::ops::Range<usize>) -> Option<std::ops::Range<usize>> {
         match self {
             GroupPlace::Captured => None,
             GroupPlace::WholeMatch => Some(m),
-            GroupPlace::Trimmed { before, after } => {
+            GroupPlace::Trimmed {
+                first,
+                last,
+                unsure_first,
+                unsure_last,
+            } => {
                 let inside = text.get(m.clone())?;
-                let first = inside.chars().next()?;
-                let last = inside.chars().next_back()?;
-                // Past the text's start the context must be a character; at it, a character
-                // of the class, since no string of the group begins with one.
-                let start = if m.start > 0 || holds(before, first) {
-                    m.start + first.len_utf8()
-                } else {
-                    m.start
-                };
-                let end = if m.end < text.len() || holds(after, last) {
-                    m.end - last.len_utf8()
-                } else {
-                    m.end
-                };
+                let (from, a) = inside.char_indices().find(|&(_, c)| first.holds(c))?;
+                let (to, z) = inside.char_indices().rev().find(|&(_, c)| last.holds(c))?;
+                if unsure_first.holds(a) || unsure_last.holds(z) {
+                    return None;
+                }
+                let (start, end) = (m.start + from, m.start + to + z.len_utf8());
                 (start < end).then_some(start..end)
             }
         }
     }
 }
 
-fn holds(class: &ClassUnicode, c: char) -> bool {
-    class
-        .ranges()
-        .iter()
-        .any(|r| r.start() <= c && c <= r.end())
+/// A set of characters, ASCII ones looked up in a bitmap: a context is mostly one or two
+/// ASCII characters, and a Unicode class (`\w`) has hundreds of ranges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CharSet {
+    ascii: u128,
+    /// The ranges past ASCII, sorted.
+    wide: Vec<(char, char)>,
+}
+
+impl CharSet {
+    fn new(class: &ClassUnicode) -> CharSet {
+        let mut ascii = 0u128;
+        let mut wide = Vec::new();
+        for r in class.ranges() {
+            for c in r.start()..=r.end().min('\x7f') {
+                ascii |= 1 << u32::from(c);
+            }
+            if r.end() > '\x7f' {
+                wide.push((r.start().max('\u{80}'), r.end()));
+            }
+        }
+        CharSet { ascii, wide }
+    }
+
+    fn holds(&self, c: char) -> bool {
+        match u32::from(c) {
+            n @ 0..=0x7f => self.ascii & (1 << n) != 0,
+            _ => self
+                .wide
+                .binary_search_by(|&(lo, hi)| {
+                    if hi < c {
+                        std::cmp::Ordering::Less
+                    } else if lo > c {
+                        std::cmp::Ordering::Greater
+                    } else {
+                        std::cmp::Ordering::Equal
+                    }
+                })
+                .is_ok(),
+        }
+    }
 }
 
 /// True when `h` holds a capture group.
@@ -137,21 +184,28 @@ fn holds_capture(h: &Hir) -> bool {
     }
 }
 
-/// The class of `(?:edge|[class])` (either order), where `edge` is the text's start or end.
-fn one_char_or_edge(h: &Hir, edge: Look) -> Option<ClassUnicode> {
-    let HirKind::Alternation(items) = h.kind() else {
-        return None;
-    };
-    let mut class = None;
-    let mut has_edge = false;
-    for item in items {
-        match item.kind() {
-            HirKind::Look(look) if *look == edge => has_edge = true,
-            HirKind::Class(Class::Unicode(c)) if class.is_none() => class = Some(c.clone()),
-            _ => return None,
+/// Every character any string of the concatenation `items` may hold; `None` where the tree
+/// holds what this does not read (bytes classes, text that is not UTF-8).
+fn alphabet(items: &[Hir]) -> Option<ClassUnicode> {
+    let mut all = ClassUnicode::empty();
+    for h in items {
+        match h.kind() {
+            HirKind::Empty | HirKind::Look(_) => {}
+            HirKind::Literal(lit) => {
+                for c in std::str::from_utf8(&lit.0).ok()?.chars() {
+                    all.union(&ClassUnicode::new([
+                        regex_syntax::hir::ClassUnicodeRange::new(c, c),
+                    ]));
+                }
+            }
+            HirKind::Class(Class::Unicode(c)) => all.union(c),
+            HirKind::Class(Class::Bytes(_)) => return None,
+            HirKind::Repetition(r) => all.union(&alphabet(std::slice::from_ref(&r.sub))?),
+            HirKind::Capture(c) => all.union(&alphabet(std::slice::from_ref(&c.sub))?),
+            HirKind::Concat(items) | HirKind::Alternation(items) => all.union(&alphabet(items)?),
         }
     }
-    class.filter(|_| has_edge && items.len() == 2)
+    Some(all)
 }
 
 /// Which end of a string.
@@ -213,23 +267,27 @@ mod tests {
             GroupPlace::of(r"\b(ghp_[A-Za-z0-9]{36})\b", 1),
             GroupPlace::WholeMatch
         );
-        assert!(matches!(
-            GroupPlace::of(
-                r"(?:^|[^A-Za-z0-9_\-])(sk-[A-Za-z0-9]{20,})(?:[^A-Za-z0-9_\-]|$)",
-                1
-            ),
-            GroupPlace::Trimmed { .. }
-        ));
-        for refused in [
-            // The group may begin with what the context before may be.
-            r"(?:^|[^a-z])([a-z0-9]+)(?:[^a-z0-9]|$)",
-            // ... or end with what the context after may be.
-            r"(?:^|[^a-z])([a-z]+[0-9]?)(?:[^a-z]|$)",
-            // Multi-line edges, two groups, an empty group, more context.
+        for placed in [
+            r"(?:^|[^A-Za-z0-9_\-])(sk-[A-Za-z0-9]{20,})(?:[^A-Za-z0-9_\-]|$)",
+            // Context of more than one character, none of which may end the group.
+            r#"(?:^|[^\w+\-.])([2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|\.(?:[\s"]|$)|$)"#,
             r"(?m)(?:^|[^a-z])([a-z]+)(?:[^a-z]|$)",
+            r"(?:^|[^a-z])([a-z]+)",
+        ] {
+            assert!(
+                matches!(GroupPlace::of(placed, 1), GroupPlace::Trimmed { .. }),
+                "{placed}"
+            );
+        }
+        for refused in [
+            // Every character that may begin the group may be context before it.
+            r"[^\n]{0,24}?(?:^|[^A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{24,})",
+            // ... or end it, after it.
+            r"(?:^|[^a-z])([a-z]+)[a-z\-]*",
+            // Two groups, an empty group, groups in an alternation.
             r"(?:^|[^a-z])([a-z]+)(x)?(?:[^a-z]|$)",
+            r"(x)?(?:^|[^a-z])([a-z]+)(?:[^a-z]|$)",
             r"(?:^|[^a-z])([a-z]*)(?:[^a-z]|$)",
-            r"key[:=](?:^|[^a-z])([a-z]+)(?:[^a-z]|$)",
             r"(?:^|[^a-z])(?:([a-z]+)|([0-9]+))(?:[^a-z0-9]|$)",
         ] {
             assert_eq!(
@@ -256,5 +314,86 @@ mod tests {
         assert_eq!(at("abc2"), Some("abc".to_string()));
         assert_eq!(at("é abc é"), Some("abc".to_string()));
         assert_eq!(at("éabcé"), Some("abc".to_string()));
+    }
+
+    /// Where the character at a placed group's edge may also be context, the capture pass
+    /// is asked; elsewhere the group is placed.
+    #[test]
+    fn an_edge_character_that_may_be_context_is_left_to_the_capture_pass() {
+        for (pattern, text, placed) in [
+            // The group may begin with a digit, which the context before may be.
+            (r"(?:^|[^a-z])([a-z0-9]+)(?:[^a-z0-9]|$)", "1abc", None),
+            (
+                r"(?:^|[^a-z])([a-z0-9]+)(?:[^a-z0-9]|$)",
+                "!abc1!",
+                Some("abc1"),
+            ),
+            // ... or end with one, which the context after may be.
+            (r"(?:^|[^a-z])([a-z]+[0-9]?)(?:[^a-z]|$)", "abc12", None),
+            (
+                r"(?:^|[^a-z])([a-z]+[0-9]?)(?:[^a-z]|$)",
+                "abc!",
+                Some("abc"),
+            ),
+            // `\d` is Unicode's: a digit past ASCII after the group.
+            (r"(?:^|[^0-9a-z])([a-z]+\d)(?:[^0-9a-z]|$)", "ab1٣", None),
+            (
+                r"(?:^|[^0-9a-z])([a-z]+\d)(?:[^0-9a-z]|$)",
+                "ab1 ",
+                Some("ab1"),
+            ),
+            // Literal context holding what the group may begin with.
+            (r"key[:=](?:^|[^a-z])([a-z]+)(?:[^a-z]|$)", "key=:abc", None),
+            // A phone number in parentheses.
+            (
+                r#"(?:^|[^\w+\-.])((?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.\-])[2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|$)"#,
+                "((415) 555-0132",
+                None,
+            ),
+            (
+                r#"(?:^|[^\w+\-.])((?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.\-])[2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|$)"#,
+                " 415-555-0132 ",
+                Some("415-555-0132"),
+            ),
+        ] {
+            let place = GroupPlace::of(pattern, 1);
+            assert!(matches!(place, GroupPlace::Trimmed { .. }), "{pattern}");
+            let m = regex::Regex::new(pattern)
+                .expect("compiles")
+                .captures(text)
+                .expect("matches");
+            let group = place.group(text, m.get(0).expect("a match").range());
+            assert_eq!(
+                group.clone().map(|r| &text[r]),
+                placed,
+                "{pattern} on {text:?}"
+            );
+            if let Some(r) = group {
+                assert_eq!(
+                    m.get(1).map(|g| g.range()),
+                    Some(r),
+                    "{pattern} on {text:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn trims_longer_context_to_the_groups_edge_characters() {
+        let pattern = r#"(?:^|[^\w+\-.])([2-9]\d{2}[\s.\-]\d{4})(?:[^\w\-.]|\.(?:[\s"]|$)|$)"#;
+        let place = GroupPlace::of(pattern, 1);
+        let re = regex::Regex::new(pattern).expect("compiles");
+        for (text, group) in [
+            ("call 555-0132. now", "555-0132"),
+            ("555-0132.", "555-0132"),
+            ("(555-0132\")", "555-0132"),
+            ("é 555 0132 é", "555 0132"),
+            ("x 555.0132!", "555.0132"),
+        ] {
+            let m = re.captures(text).expect("matches");
+            let placed = place.group(text, m.get(0).expect("a match").range());
+            assert_eq!(placed.map(|r| &text[r]), Some(group), "{text}");
+            assert_eq!(m.get(1).map(|g| g.as_str()), Some(group), "{text}");
+        }
     }
 }
