@@ -1075,13 +1075,15 @@ impl Detector {
         from: usize,
         caps: &mut Option<regex::CaptureLocations>,
     ) -> Option<MatchAndGroup> {
+        let mut from = from;
         if self.place != GroupPlace::Captured {
             let all = self.regex.find_at(text, from)?.range();
             if let Some(g) = self.place.group(text, all.clone()) {
                 return Some((all, Some((g.start, g.end))));
             }
-            // The match alone does not tell where its group is: the capture pass, from the
-            // same place, finds the same match.
+            // The match alone does not tell where its group is: the capture pass from its
+            // start finds the same match (the text before it still read for look-behind).
+            from = all.start;
         }
         let caps = caps.get_or_insert_with(|| self.regex.capture_locations());
         let all = self.regex.captures_read_at(caps, text, from)?.range();
