@@ -1072,10 +1072,9 @@ impl Detector {
     fn next_match(
         &self,
         text: &str,
-        from: usize,
+        mut from: usize,
         caps: &mut Option<regex::CaptureLocations>,
     ) -> Option<MatchAndGroup> {
-        let mut from = from;
         if self.place != GroupPlace::Captured {
             let all = self.regex.find_at(text, from)?.range();
             if let Some(g) = self.place.group(text, all.clone()) {
@@ -1355,11 +1354,6 @@ mod group_place_properties {
             .filter(|d| d.place != GroupPlace::Captured)
             .count();
         let grouped = r.detectors.iter().filter(|d| d.group != 0).count();
-        for d in &r.detectors {
-            if d.group != 0 {
-                eprintln!("PLACE {} {}", d.id, d.place != GroupPlace::Captured);
-            }
-        }
         // Exact, so that a rule changed to a shape the placement cannot read is noticed.
         assert_eq!((placed, grouped), (149, 173));
     }
