@@ -51,6 +51,44 @@ impl BlockClasses {
     }
 }
 
+/// Which of the 64 bytes of `b` from `at` are ASCII letters or digits, bit `j` byte `j`;
+/// bytes past its end are not. The learned values' pass reads word starts from it.
+pub fn alphanumeric_at(b: &[u8], at: usize) -> u64 {
+    let Some(rest) = b.get(at..).filter(|r| !r.is_empty()) else {
+        return 0;
+    };
+    match rest.first_chunk::<64>() {
+        Some(block) => alphanumeric(block),
+        None => {
+            let mut padded = [0u8; 64];
+            padded[..rest.len()].copy_from_slice(rest);
+            alphanumeric(&padded)
+        }
+    }
+}
+
+/// Which bytes of `block` are ASCII letters or digits.
+fn alphanumeric(block: &[u8; 64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: SSE2 is part of the x86-64 baseline (as for `classify`).
+        unsafe { sse2::alphanumeric(block) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        alphanumeric_bytewise(block)
+    }
+}
+
+/// Which bytes of `block` are ASCII letters or digits, one byte at a time: the definition.
+pub fn alphanumeric_bytewise(block: &[u8; 64]) -> u64 {
+    block
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.is_ascii_alphanumeric())
+        .fold(0, |m, (j, _)| m | 1 << j)
+}
+
 /// The classes of `block`.
 fn classify(block: &[u8; 64]) -> BlockClasses {
     #[cfg(target_arch = "x86_64")]
@@ -114,17 +152,36 @@ mod sse2 {
         _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8))
     }
 
+    /// The 16 bytes of `sixteen` in one register.
+    #[target_feature(enable = "sse2")]
+    fn load(sixteen: &[u8]) -> __m128i {
+        let half = |from: usize| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&sixteen[from..from + 8]);
+            i64::from_le_bytes(word)
+        };
+        _mm_set_epi64x(half(8), half(0))
+    }
+
+    /// Which bytes of `block` are ASCII letters or digits, 16 bytes at a step.
+    #[target_feature(enable = "sse2")]
+    pub fn alphanumeric(block: &[u8; 64]) -> u64 {
+        let mut m = 0;
+        for (q, sixteen) in block.chunks_exact(16).enumerate() {
+            let v = load(sixteen);
+            let folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
+            let alnum = _mm_or_si128(within(v, b'0', b'9'), within(folded, b'a', b'z'));
+            m |= u64::from(_mm_movemask_epi8(alnum) as u16) << (16 * q);
+        }
+        m
+    }
+
     /// The classes of `block`, 16 bytes at a step.
     #[target_feature(enable = "sse2")]
     pub fn classify(block: &[u8; 64]) -> BlockClasses {
         let mut c = BlockClasses::default();
         for (q, sixteen) in block.chunks_exact(16).enumerate() {
-            let half = |from: usize| {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(&sixteen[from..from + 8]);
-                i64::from_le_bytes(word)
-            };
-            let v = _mm_set_epi64x(half(8), half(0));
+            let v = load(sixteen);
             let bits = |m: __m128i| u64::from(_mm_movemask_epi8(m) as u16) << (16 * q);
             let digit = within(v, b'0', b'9');
             c.digit |= bits(digit);
@@ -183,6 +240,24 @@ mod tests {
             block.copy_from_slice(&bytes);
             prop_assert_eq!(classify(&block), classify_bytewise(&block));
             prop_assert_eq!(BlockClasses::at(&bytes, 0), classify_bytewise(&block));
+        }
+
+        /// The same for letters and digits, a short tail padded with bytes that are neither
+        /// (`@`, `[`, `` ` `` and `{` stand beside the letters; `0xc1` and `0xfa` fold onto them).
+        #[test]
+        fn letters_and_digits_are_their_bytewise_definition(
+            bytes in proptest::collection::vec(
+                prop_oneof![any::<u8>(), "[0-9a-zA-Z@\\[`{/:]".prop_map(|s| s.as_bytes()[0])],
+                64,
+            ),
+            cut in 0usize..=64,
+        ) {
+            let mut block = [0u8; 64];
+            block.copy_from_slice(&bytes);
+            prop_assert_eq!(alphanumeric(&block), alphanumeric_bytewise(&block));
+            let mut short = [0u8; 64];
+            short[..cut].copy_from_slice(&bytes[..cut]);
+            prop_assert_eq!(alphanumeric_at(&bytes[..cut], 0), alphanumeric_bytewise(&short));
         }
     }
 }
