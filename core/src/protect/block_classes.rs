@@ -54,38 +54,71 @@ impl BlockClasses {
 /// Which of the 64 bytes of `b` from `at` are ASCII letters or digits, bit `j` byte `j`;
 /// bytes past its end are not. The learned values' pass reads word starts from it.
 pub fn alphanumeric_at(b: &[u8], at: usize) -> u64 {
+    mask_at(b, at, alphanumeric)
+}
+
+/// Which of the 64 bytes of `b` from `at` are token bytes (letters, digits, `+ / _ -`: the
+/// base64 alphabets, [`super::validators::is_token_byte`]); bytes past its end are not.
+pub fn token_bytes_at(b: &[u8], at: usize) -> u64 {
+    mask_at(b, at, token_bytes)
+}
+
+/// `mask` of the 64 bytes of `b` from `at`, padded with zero bytes (in no class) past its end.
+#[inline]
+fn mask_at(b: &[u8], at: usize, mask: fn(&[u8; 64]) -> u64) -> u64 {
     let Some(rest) = b.get(at..).filter(|r| !r.is_empty()) else {
         return 0;
     };
     match rest.first_chunk::<64>() {
-        Some(block) => alphanumeric(block),
+        Some(block) => mask(block),
         None => {
             let mut padded = [0u8; 64];
             padded[..rest.len()].copy_from_slice(rest);
-            alphanumeric(&padded)
+            mask(&padded)
         }
     }
 }
 
 /// Which bytes of `block` are ASCII letters or digits.
+#[inline]
 fn alphanumeric(block: &[u8; 64]) -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: SSE2 is part of the x86-64 baseline (as for `classify`).
-        unsafe { sse2::alphanumeric(block) }
+        unsafe { sse2::alphanumeric(block, false) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        alphanumeric_bytewise(block)
+        bytewise(block, u8::is_ascii_alphanumeric)
     }
 }
 
-/// Which bytes of `block` are ASCII letters or digits, one byte at a time: the definition.
-pub fn alphanumeric_bytewise(block: &[u8; 64]) -> u64 {
+/// Which bytes of `block` are token bytes.
+#[inline]
+fn token_bytes(block: &[u8; 64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: as above.
+        unsafe { sse2::alphanumeric(block, true) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        bytewise(block, is_token_byte)
+    }
+}
+
+/// A token byte, as [`super::validators::is_token_byte`] has it.
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn is_token_byte(x: &u8) -> bool {
+    super::validators::is_token_byte(*x)
+}
+
+/// Which bytes of `block` pass `test`, one byte at a time: the definition.
+pub fn bytewise(block: &[u8; 64], test: impl Fn(&u8) -> bool) -> u64 {
     block
         .iter()
         .enumerate()
-        .filter(|(_, x)| x.is_ascii_alphanumeric())
+        .filter(|(_, x)| test(x))
         .fold(0, |m, (j, _)| m | 1 << j)
 }
 
@@ -163,15 +196,22 @@ mod sse2 {
         _mm_set_epi64x(half(8), half(0))
     }
 
-    /// Which bytes of `block` are ASCII letters or digits, 16 bytes at a step.
+    /// Which bytes of `block` are ASCII letters or digits, and with `token` also `+ / _ -`,
+    /// 16 bytes at a step.
     #[target_feature(enable = "sse2")]
-    pub fn alphanumeric(block: &[u8; 64]) -> u64 {
+    pub fn alphanumeric(block: &[u8; 64], token: bool) -> u64 {
         let mut m = 0;
         for (q, sixteen) in block.chunks_exact(16).enumerate() {
             let v = load(sixteen);
             let folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
-            let alnum = _mm_or_si128(within(v, b'0', b'9'), within(folded, b'a', b'z'));
-            m |= u64::from(_mm_movemask_epi8(alnum) as u16) << (16 * q);
+            let mut set = _mm_or_si128(within(v, b'0', b'9'), within(folded, b'a', b'z'));
+            if token {
+                // `+` and `/` are 0x2b and 0x2f; `-` is 0x2d; `_` is 0x5f.
+                let marks = _mm_or_si128(equal(v, b'+'), equal(v, b'/'));
+                let joins = _mm_or_si128(equal(v, b'-'), equal(v, b'_'));
+                set = _mm_or_si128(set, _mm_or_si128(marks, joins));
+            }
+            m |= u64::from(_mm_movemask_epi8(set) as u16) << (16 * q);
         }
         m
     }
@@ -242,22 +282,26 @@ mod tests {
             prop_assert_eq!(BlockClasses::at(&bytes, 0), classify_bytewise(&block));
         }
 
-        /// The same for letters and digits, a short tail padded with bytes that are neither
-        /// (`@`, `[`, `` ` `` and `{` stand beside the letters; `0xc1` and `0xfa` fold onto them).
+        /// The same for letters and digits and for token bytes, a short tail padded with
+        /// bytes in neither (`@`, `[`, `` ` `` and `{` stand beside the letters; `0xc1` and
+        /// `0xfa` fold onto them; `,` and `.` beside `+`, `-` and `/`).
         #[test]
-        fn letters_and_digits_are_their_bytewise_definition(
+        fn letters_digits_and_token_bytes_are_their_bytewise_definition(
             bytes in proptest::collection::vec(
-                prop_oneof![any::<u8>(), "[0-9a-zA-Z@\\[`{/:]".prop_map(|s| s.as_bytes()[0])],
+                prop_oneof![any::<u8>(), "[0-9a-zA-Z@\\[`{/:+,.\\-_^]".prop_map(|s| s.as_bytes()[0])],
                 64,
             ),
             cut in 0usize..=64,
         ) {
             let mut block = [0u8; 64];
             block.copy_from_slice(&bytes);
-            prop_assert_eq!(alphanumeric(&block), alphanumeric_bytewise(&block));
+            prop_assert_eq!(alphanumeric(&block), bytewise(&block, u8::is_ascii_alphanumeric));
+            prop_assert_eq!(token_bytes(&block), bytewise(&block, is_token_byte));
             let mut short = [0u8; 64];
             short[..cut].copy_from_slice(&bytes[..cut]);
-            prop_assert_eq!(alphanumeric_at(&bytes[..cut], 0), alphanumeric_bytewise(&short));
+            let cut = &bytes[..cut];
+            prop_assert_eq!(alphanumeric_at(cut, 0), bytewise(&short, u8::is_ascii_alphanumeric));
+            prop_assert_eq!(token_bytes_at(cut, 0), bytewise(&short, is_token_byte));
         }
     }
 }
