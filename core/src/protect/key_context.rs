@@ -1364,21 +1364,44 @@ fn password_label_at(text: &str, at: usize) -> Option<usize> {
     // Every keyword hit asks, most of them `pass`, `key` or `token`: the first byte turns
     // them away (a capital and its small letter share it in Cyrillic, Greek and Latin
     // Extended).
+    // The labels key bytes cannot spell, with their lengths in characters, worked out once:
+    // every keyword hit asks.
+    static SPELLED_APART: std::sync::LazyLock<Vec<(&str, usize)>> =
+        std::sync::LazyLock::new(|| {
+            PASSWORD_LABELS
+                .iter()
+                .filter(|l| !l.is_ascii() || l.contains(' '))
+                .map(|l| (*l, l.chars().count()))
+                .collect()
+        });
     let first = text.as_bytes().get(at)?.to_ascii_lowercase();
     let rest = text.get(at..)?;
-    PASSWORD_LABELS
+    // A second byte in ASCII on both sides must be the same letter (`key` is no `kata sandi`).
+    let second = text.as_bytes().get(at + 1).map(u8::to_ascii_lowercase);
+    let may_be = |l: &str| {
+        let l = l.as_bytes();
+        l[0] == first && (!l[1].is_ascii() || !second.is_some_and(|c| c.is_ascii() && c != l[1]))
+    };
+    SPELLED_APART
         .iter()
-        .filter(|l| l.as_bytes()[0] == first && (!l.is_ascii() || l.contains(' ')))
-        .find_map(|l| {
-            let n = l.chars().count();
+        .filter(|(l, _)| may_be(l))
+        .find_map(|&(l, n)| {
             let end = rest.char_indices().nth(n).map_or(rest.len(), |(i, _)| i);
             let word = &rest[..end];
+            // ASCII is lowercased in place; only other text is lowercased into a new string.
+            let same = if word.is_ascii() {
+                word.eq_ignore_ascii_case(l)
+            } else {
+                word.to_lowercase() == l
+            };
             // The label ends a word: `parolă` but not `парольный`. In the scripts that put no
             // blank between words, a particle may follow it (`パスワードは…`).
-            let next = rest[end..].chars().next();
-            let ends_word = !next.is_some_and(char::is_alphanumeric)
-                || particle_at(&rest.as_bytes()[end..]).is_some();
-            (word.to_lowercase() == *l && ends_word).then_some(end)
+            let ends_word = || {
+                let next = rest[end..].chars().next();
+                !next.is_some_and(char::is_alphanumeric)
+                    || particle_at(&rest.as_bytes()[end..]).is_some()
+            };
+            (same && ends_word()).then_some(end)
         })
 }
 
@@ -3429,12 +3452,11 @@ fn prose_candidate(
     let b = text.as_bytes();
     let at = past_whose(text, at);
     let rest = &text[at..];
-    let english = COPULAS.iter().find(|c| starts_with_ignoring_case(rest, c));
-    let foreign = english.is_none().then(|| {
-        OTHER_COPULAS
-            .iter()
-            .find(|c| starts_with_ignoring_case(rest, c))
-    });
+    // Most hits are followed by none: their first byte turns the lists away at once.
+    let first = rest.as_bytes().first().map(u8::to_ascii_lowercase);
+    let opens = |c: &&&str| Some(c.as_bytes()[0]) == first && starts_with_ignoring_case(rest, c);
+    let english = COPULAS.iter().find(opens);
+    let foreign = english.is_none().then(|| OTHER_COPULAS.iter().find(opens));
     let foreign = foreign.flatten();
     let particle = particle_at(rest.as_bytes());
     // `set the token to …`: `to` joins a key to its value after a verb that sets one.
