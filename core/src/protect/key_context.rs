@@ -1361,11 +1361,10 @@ fn is_password_label_key(key: &str) -> bool {
 /// The length in bytes of the password label ([`is_password_label_key`]) that starts at
 /// `at`: key bytes alone would cut it short. Case is ignored.
 fn password_label_at(text: &str, at: usize) -> Option<usize> {
-    // Every keyword hit asks, most of them `pass`, `key` or `token`: the first byte turns
-    // them away (a capital and its small letter share it in Cyrillic, Greek and Latin
-    // Extended).
-    // The labels key bytes cannot spell, with their lengths in characters, worked out once:
-    // every keyword hit asks.
+    // Every keyword hit asks, most of them `pass`, `key` or `token`: the first two bytes turn
+    // them away (a capital and its small letter share the first in Cyrillic, Greek and Latin
+    // Extended). The labels key bytes cannot spell, with their lengths in characters, are
+    // listed once.
     static SPELLED_APART: std::sync::LazyLock<Vec<(&str, usize)>> =
         std::sync::LazyLock::new(|| {
             PASSWORD_LABELS
@@ -1376,7 +1375,7 @@ fn password_label_at(text: &str, at: usize) -> Option<usize> {
         });
     let first = text.as_bytes().get(at)?.to_ascii_lowercase();
     let rest = text.get(at..)?;
-    // A second byte in ASCII on both sides must be the same letter (`key` is no `kata sandi`).
+    // A second byte in ASCII on both sides must be the same (`key` is no `kata sandi`).
     let second = text.as_bytes().get(at + 1).map(u8::to_ascii_lowercase);
     let may_be = |l: &str| {
         let l = l.as_bytes();
