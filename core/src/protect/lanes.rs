@@ -1,10 +1,10 @@
 //! Eight bytes tested at once, as the lanes of one `u64` (SWAR: no `unsafe`, no target
 //! features).
 //!
-//! The passes over whole documents (keywords, learned values' word starts, digits, JSON
-//! strings) test every byte against a class. One byte at a time, each class test is a branch,
-//! and text ends runs of a class so often that the mispredicted branches were most of the
-//! time. Here a class test gives the high bit of each byte of the class, and the positions
+//! The passes over whole documents (keywords, digits, JSON strings) test every byte against
+//! a class. One byte at a time, each class test is a branch, and text ends runs of a class so
+//! often that the mispredicted branches were most of the time. (Passes that read whole
+//! 64-byte blocks use [`super::block_classes`] instead.) Here a class test gives the high bit of each byte of the class, and the positions
 //! come out of the mask bit by bit.
 
 /// One in every byte.
@@ -41,11 +41,6 @@ pub fn equal(x: u64, c: u8) -> u64 {
 /// `x` with its ASCII capitals made small, other bytes as they are.
 pub fn fold_ascii(x: u64) -> u64 {
     x | (within(x, b'A', b'Z') >> 2)
-}
-
-/// The high bit of each ASCII letter or digit of `x`.
-pub fn alphanumeric(x: u64) -> u64 {
-    within(x, b'0', b'9') | within(x, b'A', b'Z') | within(x, b'a', b'z')
 }
 
 /// The byte positions (0-7) of a mask of high bits, lowest first.
@@ -98,7 +93,6 @@ mod tests {
             let hi = lo.saturating_add(span).min(0x7f);
             prop_assert_eq!(within(x, lo, hi), each(x, |b| (lo..=hi).contains(&b)));
             prop_assert_eq!(equal(x, c), each(x, |b| b == c));
-            prop_assert_eq!(alphanumeric(x), each(x, |b| b.is_ascii_alphanumeric()));
             let folded = u64::from_le_bytes(x.to_le_bytes().map(|b| b.to_ascii_lowercase()));
             prop_assert_eq!(fold_ascii(x), folded);
             let mask = each(x, |b| b % 3 == 0);
@@ -110,7 +104,7 @@ mod tests {
         #[test]
         fn lane_tests_hold_at_the_edges(bytes in proptest::array::uniform8(prop_oneof![Just(0u8), Just(0x7f), Just(0x80), Just(0xff), Just(b'0' - 1), Just(b'9' + 1), Just(b'@'), Just(b'['), Just(b'`'), Just(b'{'), 0u8..=255])) {
             let x = u64::from_le_bytes(bytes);
-            prop_assert_eq!(alphanumeric(x), each(x, |b| b.is_ascii_alphanumeric()));
+            prop_assert_eq!(within(x, b'0', b'9'), each(x, |b| b.is_ascii_digit()));
             prop_assert_eq!(within(x, 0, 0x1f), each(x, |b| b < 0x20));
             prop_assert_eq!(equal(x, 0x80), each(x, |b| b == 0x80));
         }
