@@ -37,44 +37,35 @@ pub struct BlockClasses {
 impl BlockClasses {
     /// The classes of the 64 bytes of `b` from `at`; bytes past its end are in none.
     pub fn at(b: &[u8], at: usize) -> BlockClasses {
-        let Some(rest) = b.get(at..).filter(|r| !r.is_empty()) else {
-            return BlockClasses::default();
-        };
-        match rest.first_chunk::<64>() {
-            Some(block) => classify(block),
-            None => {
-                let mut padded = [0u8; 64];
-                padded[..rest.len()].copy_from_slice(rest);
-                classify(&padded)
-            }
-        }
+        block_at(b, at, classify)
     }
 }
 
 /// Which of the 64 bytes of `b` from `at` are ASCII letters or digits, bit `j` byte `j`;
 /// bytes past its end are not. The learned values' pass reads word starts from it.
 pub fn alphanumeric_at(b: &[u8], at: usize) -> u64 {
-    mask_at(b, at, alphanumeric)
+    block_at(b, at, alphanumeric)
 }
 
 /// Which of the 64 bytes of `b` from `at` are token bytes (letters, digits, `+ / _ -`: the
 /// base64 alphabets, [`super::validators::is_token_byte`]); bytes past its end are not.
 pub fn token_bytes_at(b: &[u8], at: usize) -> u64 {
-    mask_at(b, at, token_bytes)
+    block_at(b, at, token_bytes)
 }
 
-/// `mask` of the 64 bytes of `b` from `at`, padded with zero bytes (in no class) past its end.
+/// `class` of the 64 bytes of `b` from `at`, padded with zero bytes (in no class) past its end;
+/// nothing (`T::default()`) past the end.
 #[inline]
-fn mask_at(b: &[u8], at: usize, mask: fn(&[u8; 64]) -> u64) -> u64 {
+fn block_at<T: Default>(b: &[u8], at: usize, class: impl Fn(&[u8; 64]) -> T) -> T {
     let Some(rest) = b.get(at..).filter(|r| !r.is_empty()) else {
-        return 0;
+        return T::default();
     };
     match rest.first_chunk::<64>() {
-        Some(block) => mask(block),
+        Some(block) => class(block),
         None => {
             let mut padded = [0u8; 64];
             padded[..rest.len()].copy_from_slice(rest);
-            mask(&padded)
+            class(&padded)
         }
     }
 }
