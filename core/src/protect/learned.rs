@@ -105,6 +105,25 @@ struct Index {
     /// Where its values may start: most word starts are ruled out by one bit test before
     /// any hashing (512 bytes inline: an empty index allocates nothing).
     starts: StartBits,
+    /// No value of it is shorter (values taken out leave it as it was: a bound, not the
+    /// length); `usize::MAX` while it never held one.
+    shortest: Shortest,
+}
+
+/// The length of a collection's shortest value, at most: a text shorter than it holds none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shortest(usize);
+
+impl Default for Shortest {
+    fn default() -> Self {
+        Shortest(usize::MAX)
+    }
+}
+
+impl Shortest {
+    fn note(&mut self, len: usize) {
+        self.0 = self.0.min(len);
+    }
 }
 
 /// One bit per hash of the first two bytes of a value.
@@ -193,6 +212,7 @@ impl Index {
         };
         self.bytes += e.text.len();
         self.starts.set(e.text.as_bytes());
+        self.shortest.note(e.text.len());
         self.by_prefix.entry(k).or_default().push(Arc::clone(&e));
         self.order.push_back(e);
     }
@@ -280,6 +300,9 @@ pub struct TenantScope {
     /// Where the snapshot's values and the batch's may start: all three indexes' bits, kept
     /// as one so that a string's pass tests one table (most strings are short values).
     starts: StartBits,
+    /// Shorter than every value of the snapshot and of the batch: a string shorter than this
+    /// is not passed at all (most attribute values are).
+    shortest: Shortest,
     fresh: Index,
     min_bytes: usize,
     /// Most values (and their bytes) one batch learns: what a tenant keeps at most, since
@@ -293,7 +316,8 @@ impl TenantScope {
     /// Every place a value this tenant learned stands in `text`: one pass over the word
     /// starts, each looked up in the indexes that hold anything.
     pub fn find(&self, text: &str, out: &mut Vec<Hit>) {
-        if !self.enabled {
+        // Shorter than every value (and than none held: the bound is then the largest).
+        if !self.enabled || text.len() < PREFIX_BYTES.max(self.shortest.0) {
             return;
         }
         let all = [&*self.snapshot.base, &*self.snapshot.recent, &self.fresh];
@@ -305,7 +329,7 @@ impl TenantScope {
         }
         let indexes = &indexes[..n];
         let b = text.as_bytes();
-        if indexes.is_empty() || b.len() < PREFIX_BYTES {
+        if indexes.is_empty() {
             return;
         }
         let mut now = None;
@@ -383,6 +407,7 @@ impl TenantScope {
             at: Instant::now(),
         }));
         self.starts.set(value.as_bytes());
+        self.shortest.note(value.len());
     }
 }
 
@@ -452,6 +477,7 @@ impl LearnedValues {
         TenantScope {
             tenant: tenant.to_string(),
             starts: snapshot.base.starts.union(&snapshot.recent.starts),
+            shortest: Shortest(snapshot.base.shortest.0.min(snapshot.recent.shortest.0)),
             snapshot,
             fresh: Index::default(),
             min_bytes: self.config.min_bytes.max(PREFIX_BYTES),
