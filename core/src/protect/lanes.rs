@@ -3,9 +3,9 @@
 //!
 //! The passes over whole documents (keywords, digits, JSON strings) test every byte against
 //! a class. One byte at a time, each class test is a branch, and text ends runs of a class so
-//! often that the mispredicted branches were most of the time. (Passes that read whole
-//! 64-byte blocks use [`super::block_classes`] instead.) Here a class test gives the high bit of each byte of the class, and the positions
-//! come out of the mask bit by bit.
+//! often that the mispredicted branches were most of the time. Here a class test gives the
+//! high bit of each byte of the class, and the positions come out of the mask bit by bit.
+//! (Passes that read whole 64-byte blocks use [`super::block_classes`] instead.)
 
 /// One in every byte.
 pub const ONES: u64 = 0x0101_0101_0101_0101;
