@@ -8,11 +8,15 @@
 //! ([`Redactor::scan_document`](super::engine::Redactor::scan_document)), escapes, percent
 //! signs, and base64 tokens whose text holds a finding. A value that no mark
 //! overlaps is left as it was sent, unscanned. The marks are a necessary condition for a
-//! finding, never a sufficient one: a marked value is scanned exactly as before.
+//! finding, never a sufficient one: a marked value is scanned exactly as before, except that
+//! where it is written without an escape, the survey's keyword hits and shapes inside it are
+//! handed to its scan, which replays them instead of passing over the value again.
 
 use std::ops::Range;
 
+use super::engine::KeywordHit;
 use super::learned;
+use super::shape::Shapes;
 
 /// The places of one document where a value's scan could find something.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +28,11 @@ pub struct Attention {
     /// Base64 tokens that decode to readable text holding no finding when the marks were
     /// made: one may once a value it holds is learned. Sorted, apart.
     readable: Vec<Range<usize>>,
+    /// Every keyword hit of the document, by start, when the survey's pass gave them.
+    keyword_hits: Option<Vec<KeywordHit>>,
+    /// Where each shape of the document was completed, and its gate, when the survey found
+    /// them ([`Shapes::marks`]).
+    shape_completions: Option<Vec<(usize, u8)>>,
 }
 
 impl Attention {
@@ -33,6 +42,8 @@ impl Attention {
             marks: None,
             learned_at: 0,
             readable: Vec::new(),
+            keyword_hits: None,
+            shape_completions: None,
         }
     }
 
@@ -62,7 +73,60 @@ impl Attention {
             marks: Some(marks),
             learned_at,
             readable,
+            keyword_hits: None,
+            shape_completions: None,
         }
+    }
+
+    /// The same, knowing every keyword hit of the document (in the keyword pass's order) and,
+    /// where found, where each of its shapes was completed ([`Shapes::marks`]).
+    pub fn with_keyword_hits(
+        self,
+        hits: Vec<KeywordHit>,
+        shape_completions: Option<Vec<(usize, u8)>>,
+    ) -> Attention {
+        Attention {
+            keyword_hits: Some(hits),
+            shape_completions,
+            ..self
+        }
+    }
+
+    /// The same, the document's keyword hits and shapes forgotten (tests compare the two).
+    #[cfg(test)]
+    pub fn without_keyword_hits(self) -> Attention {
+        Attention {
+            keyword_hits: None,
+            shape_completions: None,
+            ..self
+        }
+    }
+
+    /// The shapes of the string `inner` of the document (between its quotes), `text`, where
+    /// the survey found them and it is ASCII (a string that is not passes every gate).
+    pub fn shapes_within(&self, inner: Range<usize>, text: &str) -> Option<Shapes> {
+        let completed = self.shape_completions.as_deref()?;
+        text.is_ascii()
+            .then(|| Shapes::completed_within(completed, inner))
+    }
+
+    /// The keyword hits that lie wholly within `range` of the document, moved to start from
+    /// it, in the pass's order: every hit a pass over that text alone reports. `None` when
+    /// the document's hits are not known.
+    pub fn keyword_hits_within(
+        &self,
+        range: Range<usize>,
+    ) -> Option<impl Iterator<Item = KeywordHit> + '_> {
+        let hits = self.keyword_hits.as_deref()?;
+        let from = hits.partition_point(|(_, h)| h.start < range.start);
+        let inside = &hits[from..];
+        let to = inside.partition_point(|(_, h)| h.start < range.end);
+        Some(
+            inside[..to]
+                .iter()
+                .filter(move |(_, h)| h.end <= range.end)
+                .map(move |(p, h)| (*p, h.start - range.start..h.end - range.start)),
+        )
     }
 
     /// True when the key or value at `range` of `text` must be scanned: it holds an escape or
@@ -99,6 +163,32 @@ impl Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hits_within_a_range_are_those_wholly_inside_it_moved_to_its_start() {
+        let hits = vec![
+            (0, 2..6),
+            (1, 4..7),
+            (2, 5..9),
+            (3, 5..11),
+            (4, 9..10),
+            (5, 11..12),
+        ];
+        let a = Attention::from_marks(vec![], 0).with_keyword_hits(hits, None);
+        let within = |r: Range<usize>| a.keyword_hits_within(r).map(Iterator::collect::<Vec<_>>);
+        assert_eq!(
+            within(4..11),
+            Some(vec![(1, 0..3), (2, 1..5), (3, 1..7), (4, 5..6)])
+        );
+        assert_eq!(within(5..10), Some(vec![(2, 0..4), (4, 4..5)]));
+        assert_eq!(within(12..20), Some(vec![]));
+        assert_eq!(
+            Attention::everywhere()
+                .keyword_hits_within(0..4)
+                .map(|h| h.count()),
+            None
+        );
+    }
 
     #[test]
     fn a_value_is_scanned_where_a_mark_overlaps_it_and_only_there() {

@@ -207,6 +207,12 @@ pub struct DocumentScan {
     /// them overlaps, written between quotes and with no escape, holds no finding of a
     /// detector or learned value.
     pub marks: Vec<Range<usize>>,
+    /// Every keyword hit, in the pass's order (by start): a value's own scan replays those
+    /// inside it ([`with_known_keyword_hits`]) instead of passing over it again.
+    pub keyword_hits: Vec<KeywordHit>,
+    /// Where each shape was completed, and its gate ([`Shapes::marks`]); `None` when no
+    /// detector has a shape gate.
+    pub shape_completions: Option<Vec<(usize, u8)>>,
 }
 
 /// How far a detector pass goes.
@@ -287,6 +293,58 @@ const KEY_VERDICT_SLOTS: usize = 4;
 
 /// The generation of the next redactor built.
 static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// The keyword hits of one text, known before its scan (see [`with_known_keyword_hits`]).
+    static KNOWN_HITS: std::cell::RefCell<KnownHits> = const {
+        std::cell::RefCell::new(KnownHits {
+            generation: None,
+            text: String::new(),
+            hits: Vec::new(),
+            shapes: None,
+        })
+    };
+}
+
+/// The keyword hits (pattern, range) of `text` under the redactor of `generation`, in the
+/// keyword pass's order; `generation` is `None` when nothing is known.
+struct KnownHits {
+    generation: Option<u64>,
+    text: String,
+    hits: Vec<(usize, Range<usize>)>,
+    shapes: Option<Shapes>,
+}
+
+/// A keyword hit of a surveyed document: the keyword's pattern index and where it stands.
+pub type KeywordHit = (usize, Range<usize>);
+
+/// Runs `f` with the keyword hits of `text` known to `r`'s scans: `hits` (pattern, range in
+/// `text`, in the pass's order) are what `r`'s keyword pass over `text` reports, taken from the
+/// pass over the document `text` stands in (a keyword inside a substring is a keyword inside
+/// the document, and the document's hits inside it are all the substring's). A scan of a
+/// text equal to `text` replays them instead of passing over it again, and takes `shapes`,
+/// where known, as the text's [`Shapes`]; any other text is passed as always. What is known
+/// is forgotten when `f` returns.
+pub fn with_known_keyword_hits<R>(
+    r: &Redactor,
+    text: &str,
+    hits: impl Iterator<Item = KeywordHit>,
+    shapes: Option<Shapes>,
+    f: impl FnOnce() -> R,
+) -> R {
+    KNOWN_HITS.with(|k| {
+        let mut k = k.borrow_mut();
+        k.generation = Some(r.generation);
+        k.text.clear();
+        k.text.push_str(text);
+        k.hits.clear();
+        k.hits.extend(hits);
+        k.shapes = shapes;
+    });
+    let out = f();
+    KNOWN_HITS.with(|k| k.borrow_mut().generation = None);
+    out
+}
 
 thread_local! {
     /// Verdicts for keys seen before (keys repeat across items; globs are costly per key),
@@ -629,9 +687,10 @@ impl Redactor {
         self.flag_unfiltered(run);
         // Where the key-context keywords start: the judgment reads the text around them.
         let mut judged_hits: Vec<usize> = Vec::new();
-        let went_through = self.keyword_pass(text, run, &mut judged_hits, |owner, _| {
-            !(stop_on_rule_key && self.hit_may_be_rule_key(owner))
-        });
+        let (went_through, known_shapes) =
+            self.keyword_pass(text, run, &mut judged_hits, None, |owner, _| {
+                !(stop_on_rule_key && self.hit_may_be_rule_key(owner))
+            });
         if !went_through {
             return None;
         }
@@ -654,7 +713,7 @@ impl Redactor {
         if run.iter().any(|&w| w != 0) {
             let digits = super::validators::ascii_digits(text);
             let lower_key = key.filter(|_| self.detectors_read_keys).map(lowercase);
-            let mut shapes = None;
+            let mut shapes = known_shapes;
             let flagged = Flagged {
                 digits,
                 lower_key: lower_key.as_deref(),
@@ -680,22 +739,31 @@ impl Redactor {
         let mut bits = DetectorBits::new(self.detectors.len());
         let run = bits.as_mut();
         let mut judged_hits: Vec<usize> = Vec::new();
-        self.keyword_pass(text, run, &mut judged_hits, |owner, at| {
-            if self.hit_may_be_rule_key(owner) {
-                clean = false;
-            }
-            if owner != KEY_LITERAL {
-                marks.push(at);
-            }
-            true
-        });
+        let mut keyword_hits = Vec::new();
+        self.keyword_pass(
+            text,
+            run,
+            &mut judged_hits,
+            Some(&mut keyword_hits),
+            |owner, at| {
+                if self.hit_may_be_rule_key(owner) {
+                    clean = false;
+                }
+                if owner != KEY_LITERAL {
+                    marks.push(at);
+                }
+                true
+            },
+        );
         let mut learned_hits = Vec::new();
         learned::find_in_scope(text, &mut learned_hits);
         clean &= learned_hits.is_empty();
         marks.extend(learned_hits.into_iter().map(|h| h.range));
         // The detectors without keywords each have a shape gate: where their shapes are
         // completed is where they can find something.
-        let mut shapes = (!self.unfiltered.is_empty()).then(|| Shapes::marks(text, &mut marks));
+        let mut shape_completions = Vec::new();
+        let mut shapes = (!self.unfiltered.is_empty())
+            .then(|| Shapes::marks(text, &mut marks, &mut shape_completions));
         // Whether the document is clean, as the clean-JSON test always told: every detector
         // a keyword flagged, and every gated one, over the whole text (no need once a key
         // word or learned value said it is not).
@@ -711,7 +779,12 @@ impl Redactor {
             self.run_flagged(text, run, &flagged, &mut shapes, &mut found, Until::First);
             clean = found.is_empty();
         }
-        Some(DocumentScan { clean, marks })
+        Some(DocumentScan {
+            clean,
+            marks,
+            keyword_hits,
+            shape_completions: shapes.is_some().then_some(shape_completions),
+        })
     }
 
     /// True when the keyword hit of `owner` is a key-rule literal, or a word that may be a
@@ -731,20 +804,26 @@ impl Redactor {
     }
 
     /// The keyword pass over `text`: sets in `run` each detector a keyword flags, notes in
-    /// `judged_hits` where the key-context keywords start, and calls `on_hit` with each hit's
-    /// owner (`KEY_LITERAL` for a key-rule literal) and range first; false, and the pass
-    /// stopped, as soon as `on_hit` says false.
+    /// `judged_hits` where the key-context keywords start, adds each hit (pattern, range) to
+    /// `record`, and calls `on_hit` with each hit's owner (`KEY_LITERAL` for a key-rule
+    /// literal) and range first; false, and the pass stopped, as soon as `on_hit` says false.
+    /// A text whose hits are known ([`with_known_keyword_hits`]) has them replayed, and its
+    /// shapes, where known, come back with them.
     fn keyword_pass(
         &self,
         text: &str,
         run: &mut [u64],
         judged_hits: &mut Vec<usize>,
+        mut record: Option<&mut Vec<KeywordHit>>,
         mut on_hit: impl FnMut(usize, Range<usize>) -> bool,
-    ) -> bool {
+    ) -> (bool, Option<Shapes>) {
         let Some(keywords) = &self.keywords else {
-            return true;
+            return (true, None);
         };
-        keywords.each(text, |p, range| {
+        let mut hit = |p: usize, range: Range<usize>| {
+            if let Some(hits) = record.as_deref_mut() {
+                hits.push((p, range.clone()));
+            }
             let i = self.keyword_owner[p];
             if !on_hit(i, range.clone()) {
                 return false;
@@ -756,7 +835,19 @@ impl Redactor {
                 run[i / 64] |= 1 << (i % 64);
             }
             true
-        })
+        };
+        // A value of a surveyed document: its hits are the document's, replayed.
+        let replayed = KNOWN_HITS.with(|k| {
+            let k = k.borrow();
+            (k.generation == Some(self.generation) && k.text == text).then(|| {
+                let went_through = k.hits.iter().all(|(p, range)| hit(*p, range.clone()));
+                (went_through, k.shapes)
+            })
+        });
+        match replayed {
+            Some(known) => known,
+            None => (keywords.each(text, hit), None),
+        }
     }
 
     /// Runs the detectors set in `run` that `text` can hold a finding of (enough digits, a
@@ -1317,6 +1408,43 @@ mod token_run_gate {
             let text = parts.concat();
             prop_assert_eq!(scanned(gated, &text), scanned(ungated, &text), "{:?}", text);
         }
+    }
+}
+
+#[cfg(test)]
+mod known_hits_tests {
+    use super::*;
+
+    fn redactor() -> Redactor {
+        Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"k")).expect("compiles")
+    }
+
+    /// Known hits stand in for the keyword pass of an equal text under the same redactor, and
+    /// of nothing else: with none known (a deliberately wrong list), a keyword-led finding is
+    /// not looked for; another text, another redactor, or after `f` returns, it is.
+    #[test]
+    fn known_hits_replace_the_pass_over_an_equal_text_only() {
+        let (r, other) = (redactor(), redactor());
+        let text = "export DB_PASSWORD=Zx9qLm2Vb7wQ";
+        let rules = |r: &Redactor, t: &str| -> Vec<String> {
+            r.scan_under(t, None)
+                .iter()
+                .map(|f| f.rule.to_string())
+                .collect()
+        };
+        assert_eq!(rules(&r, text), ["secret_key_assignment"]);
+        let (during, beside, elsewhere) =
+            with_known_keyword_hits(&r, text, std::iter::empty(), None, || {
+                (
+                    rules(&r, text),
+                    rules(&other, text),
+                    rules(&r, "export DB_PASSWORD=Zx9qLm2Vb7wQ "),
+                )
+            });
+        assert!(during.is_empty(), "{during:?}");
+        assert_eq!(beside, ["secret_key_assignment"]);
+        assert_eq!(elsewhere, ["secret_key_assignment"]);
+        assert_eq!(rules(&r, text), ["secret_key_assignment"]);
     }
 }
 

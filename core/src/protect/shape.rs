@@ -79,7 +79,13 @@ impl Shapes {
     /// byte at which each shape is completed, and every run of bytes that are not ASCII (a
     /// string holding one passes every gate). A string of `text` bounded by bytes of no
     /// shape (a JSON string's quotes) that holds none of these passes no gate on its own.
-    pub fn marks(text: &str, out: &mut Vec<std::ops::Range<usize>>) -> Shapes {
+    /// In `completed`, each shape's gate (as [`Shapes::completed_within`] reads it) and the
+    /// byte at which it is completed, in order of those bytes.
+    pub fn marks(
+        text: &str,
+        out: &mut Vec<std::ops::Range<usize>>,
+        completed: &mut Vec<(usize, u8)>,
+    ) -> Shapes {
         let b = text.as_bytes();
         let mut push = |at: std::ops::Range<usize>| match out.last_mut() {
             Some(last) if last.end >= at.start && last.start <= at.start => {
@@ -105,6 +111,7 @@ impl Shapes {
         let mut found = 0u8;
         each_shape(b, |gate, i| {
             found |= gate.bit();
+            completed.push((i, gate.bit()));
             push(i..i + 1);
         });
         if ascii {
@@ -112,6 +119,17 @@ impl Shapes {
         } else {
             Shapes::ALL
         }
+    }
+
+    /// The shapes of the ASCII string at `range` of a text whose shapes were completed where
+    /// `completed` says ([`Shapes::marks`]), when bytes of no shape stand on either side of it
+    /// (a JSON string's quotes): no shape runs across those, so the shapes completed inside
+    /// it are the ones it holds alone.
+    pub fn completed_within(completed: &[(usize, u8)], range: std::ops::Range<usize>) -> Shapes {
+        let from = completed.partition_point(|(at, _)| *at < range.start);
+        let inside = &completed[from..];
+        let to = inside.partition_point(|(at, _)| *at < range.end);
+        Shapes(inside[..to].iter().fold(0, |bits, (_, gate)| bits | gate))
     }
 
     /// True when the text holds `gate`'s shape.
@@ -583,6 +601,30 @@ mod tests {
             let mut slow = each_shape_bytewise(text.as_bytes());
             slow.sort_by_key(|&(g, i)| (i, g as u8));
             prop_assert_eq!(fast, slow, "{:?}", text);
+        }
+
+        /// The shapes completed inside a quoted string of a text are the string's own shapes,
+        /// whatever stands around its quotes.
+        #[test]
+        fn a_quoted_strings_shapes_are_those_completed_inside_it(
+            parts in proptest::collection::vec(
+                "([0-9]{1,16}|[a-fA-F]{1,6}|[g-zG-Z{},_]{1,12}|[ .:+\\-]|:[0-9a-fA-F]{1,4}){0,8}",
+                1..6,
+            ),
+        ) {
+            let text = parts.join("\"");
+            let (mut marks, mut completed) = (Vec::new(), Vec::new());
+            Shapes::marks(&text, &mut marks, &mut completed);
+            let mut at = 0;
+            for part in &parts {
+                let inner = at..at + part.len();
+                prop_assert_eq!(
+                    Shapes::completed_within(&completed, inner).0,
+                    Shapes::of(part).0,
+                    "{:?} in {:?}", part, text
+                );
+                at += part.len() + 1;
+            }
         }
 
         /// No string a gated detector's regex matches is turned away by its gate: strings of

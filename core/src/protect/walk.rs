@@ -509,7 +509,8 @@ fn survey(r: &Redactor, text: &str, key: Option<&str>) -> Survey {
     }
     marks.extend(scan.marks);
     Survey::Scan {
-        attention: Attention::with_readable_base64(marks, learned_at, readable),
+        attention: Attention::with_readable_base64(marks, learned_at, readable)
+            .with_keyword_hits(scan.keyword_hits, scan.shape_completions),
         base64_text,
     }
 }
@@ -675,7 +676,10 @@ fn json_edits(
                 let facts = keys.facts(r, k);
                 if !facts.clean {
                     let found = if attention.needs_scan(text, range.clone()) {
-                        r.redact_text_under(k, None, hits)
+                        let as_written = reads_as_written(text, range, k);
+                        with_survey_hits(r, text, range, as_written, attention, || {
+                            r.redact_text_under(k, None, hits)
+                        })
                     } else {
                         None
                     };
@@ -771,8 +775,14 @@ fn json_edits(
                 if !must_scan && !attention.needs_scan(text, v.range.clone()) {
                     continue;
                 }
+                let as_written = string
+                    .as_deref()
+                    .is_some_and(|t| reads_as_written(text, &v.range, t));
                 let mut t = string.map(std::borrow::Cow::into_owned).unwrap_or_default();
-                if redact_string_under(r, &mut t, hits, at, key) {
+                let changed = with_survey_hits(r, text, &v.range, as_written, attention, || {
+                    redact_string_under(r, &mut t, hits, at, key)
+                });
+                if changed {
                     edits.push((v.range.clone(), json_text::replace_string(raw, &t)));
                 }
             }
@@ -803,6 +813,38 @@ fn json_edits(
             .map(|r| (r, String::new())),
     );
     edits
+}
+
+/// True when the JSON string at `raw` of `text` (quotes included) reads `decoded` as
+/// written: no escape changed a byte.
+fn reads_as_written(text: &str, raw: &std::ops::Range<usize>, decoded: &str) -> bool {
+    text.get(raw.start + 1..raw.end.saturating_sub(1)) == Some(decoded)
+}
+
+/// Runs `f`, a scan of the JSON string at `raw` of `text` (quotes included), with the
+/// survey's keyword hits and shapes inside it known to the scans
+/// ([`super::engine::with_known_keyword_hits`]) where the string reads as written
+/// (`as_written`: the hits of the text as written are then the decoded text's).
+fn with_survey_hits<R>(
+    r: &Redactor,
+    text: &str,
+    raw: &std::ops::Range<usize>,
+    as_written: bool,
+    attention: &Attention,
+    f: impl FnOnce() -> R,
+) -> R {
+    let inner = raw.start + 1..raw.end.saturating_sub(1);
+    match (
+        as_written,
+        text.get(inner.clone()),
+        attention.keyword_hits_within(inner.clone()),
+    ) {
+        (true, Some(t), Some(known)) => {
+            let shapes = attention.shapes_within(inner, t);
+            super::engine::with_known_keyword_hits(r, t, known, shapes, f)
+        }
+        _ => f(),
+    }
 }
 
 /// True when a JSON string in `text` starts with a flag: `"-` and a letter or `-`.
@@ -2489,6 +2531,17 @@ mod json_in_place_properties {
     /// not at all when clean, else the values its marks overlap) or scanning every value: the
     /// text out, the counts, how many values were learned.
     fn protect_with(r: &Redactor, text: &str, marked: bool) -> (String, Redactions, u64) {
+        protect_knowing(r, text, marked, true)
+    }
+
+    /// As [`protect_with`]; with `hits_known` false, the values' scans pass over their text
+    /// for keywords instead of replaying the survey's hits.
+    fn protect_knowing(
+        r: &Redactor,
+        text: &str,
+        marked: bool,
+        hits_known: bool,
+    ) -> (String, Redactions, u64) {
         in_fresh_scope(|hits| {
             let Ok(doc) = json_text::read(text, usize::MAX) else {
                 return String::new();
@@ -2497,7 +2550,8 @@ mod json_in_place_properties {
             // Marked, a document the survey finds clean is not read at all.
             let attention = match survey(r, text, None) {
                 Survey::Clean if marked => return text.to_string(),
-                Survey::Scan { attention: a, .. } if marked => a,
+                Survey::Scan { attention: a, .. } if marked && hits_known => a,
+                Survey::Scan { attention: a, .. } if marked => a.without_keyword_hits(),
                 _ => Attention::everywhere(),
             };
             let edits = json_edits(r, text, &doc, hits, 1, &attention);
@@ -2640,6 +2694,27 @@ mod json_in_place_properties {
             prop_assert_eq!(&marked, &every, "{}", text);
             prop_assert_eq!(marked_hits, every_hits);
             prop_assert_eq!(marked_learned, every_learned);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// A value's scan that replays the survey's keyword hits inside it protects every
+        /// document exactly as one that passes over the value again: the same bytes out,
+        /// the same counts, the same values learned.
+        #[test]
+        fn replaying_the_surveys_keyword_hits_is_passing_again(
+            v in busy_document(),
+            style in 0u8..6,
+        ) {
+            let r = &*REDACTOR;
+            let text = written(&v, style);
+            let (known, known_hits, known_learned) = protect_knowing(r, &text, true, true);
+            let (passed, passed_hits, passed_learned) = protect_knowing(r, &text, true, false);
+            prop_assert_eq!(&known, &passed, "{}", text);
+            prop_assert_eq!(known_hits, passed_hits);
+            prop_assert_eq!(known_learned, passed_learned);
         }
     }
 
