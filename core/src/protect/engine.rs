@@ -207,11 +207,12 @@ pub struct DocumentScan {
     /// them overlaps, written between quotes and with no escape, holds no finding of a
     /// detector or learned value.
     pub marks: Vec<Range<usize>>,
-    /// Every keyword hit, in the pass's order (by start): a value's own scan replays those
-    /// inside it ([`with_known_keyword_hits`]) instead of passing over it again.
+    /// Every keyword hit of a document that is not clean, in the pass's order (by start): a
+    /// value's own scan replays those inside it ([`with_known_keyword_hits`]) instead of
+    /// passing over it again. Empty for a clean document (no value of it is scanned).
     pub keyword_hits: Vec<KeywordHit>,
-    /// Where each shape was completed, and its gate ([`Shapes::marks`]); `None` when no
-    /// detector has a shape gate.
+    /// Where each shape of a document that is not clean was completed, and its gate
+    /// ([`Shapes::marks`]); `None` for a clean one, or when no detector has a shape gate.
     pub shape_completions: Option<Vec<(usize, u8)>>,
 }
 
@@ -314,6 +315,16 @@ struct KnownHits {
     hits: Vec<(usize, Range<usize>)>,
     shapes: Option<Shapes>,
 }
+
+thread_local! {
+    /// A clean document's keyword hits and shape completions, emptied, for the next
+    /// document's survey to fill ([`Redactor::scan_document`]).
+    static SURVEY_BUFFERS: std::cell::RefCell<SurveyBuffers> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// A survey's keyword hits and shape completions ([`DocumentScan`]).
+type SurveyBuffers = (Vec<KeywordHit>, Vec<(usize, u8)>);
 
 /// A keyword hit of a surveyed document: the keyword's pattern index and where it stands.
 pub type KeywordHit = (usize, Range<usize>);
@@ -739,7 +750,10 @@ impl Redactor {
         let mut bits = DetectorBits::new(self.detectors.len());
         let run = bits.as_mut();
         let mut judged_hits: Vec<usize> = Vec::new();
-        let mut keyword_hits = Vec::new();
+        // Kept for a document that is not clean (its values' scans replay them); a clean
+        // one's buffers go back for the next document, so most documents allocate none.
+        let (mut keyword_hits, mut shape_completions) =
+            SURVEY_BUFFERS.with(|b| std::mem::take(&mut *b.borrow_mut()));
         self.keyword_pass(
             text,
             run,
@@ -761,7 +775,6 @@ impl Redactor {
         marks.extend(learned_hits.into_iter().map(|h| h.range));
         // The detectors without keywords each have a shape gate: where their shapes are
         // completed is where they can find something.
-        let mut shape_completions = Vec::new();
         let mut shapes = (!self.unfiltered.is_empty())
             .then(|| Shapes::marks(text, &mut marks, &mut shape_completions));
         // Whether the document is clean, as the clean-JSON test always told: every detector
@@ -778,6 +791,17 @@ impl Redactor {
             // Clean or not is all it asks: the first finding answers.
             self.run_flagged(text, run, &flagged, &mut shapes, &mut found, Until::First);
             clean = found.is_empty();
+        }
+        if clean {
+            keyword_hits.clear();
+            shape_completions.clear();
+            SURVEY_BUFFERS.with(|b| *b.borrow_mut() = (keyword_hits, shape_completions));
+            return Some(DocumentScan {
+                clean,
+                marks,
+                keyword_hits: Vec::new(),
+                shape_completions: None,
+            });
         }
         Some(DocumentScan {
             clean,
