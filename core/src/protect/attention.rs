@@ -78,16 +78,17 @@ impl Attention {
         }
     }
 
-    /// The same, knowing every keyword hit of the document (in the keyword pass's order) and,
-    /// where found, where each of its shapes was completed ([`Shapes::marks`]).
+    /// The same, knowing, where the survey kept them, every keyword hit of the document (in
+    /// the keyword pass's order) and where each of its shapes was completed
+    /// ([`Shapes::marks`]).
     pub fn with_keyword_hits(
         self,
-        hits: Vec<KeywordHit>,
+        hits: Option<Vec<KeywordHit>>,
         shape_completions: Option<Vec<(usize, u8)>>,
     ) -> Attention {
         Attention {
-            keyword_hits: Some(hits),
-            shape_completions,
+            shape_completions: shape_completions.filter(|_| hits.is_some()),
+            keyword_hits: hits,
             ..self
         }
     }
@@ -174,7 +175,7 @@ mod tests {
             (4, 9..10),
             (5, 11..12),
         ];
-        let a = Attention::from_marks(vec![], 0).with_keyword_hits(hits, None);
+        let a = Attention::from_marks(vec![], 0).with_keyword_hits(Some(hits), None);
         let within = |r: Range<usize>| a.keyword_hits_within(r).map(Iterator::collect::<Vec<_>>);
         assert_eq!(
             within(4..11),

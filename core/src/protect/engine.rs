@@ -209,8 +209,9 @@ pub struct DocumentScan {
     pub marks: Vec<Range<usize>>,
     /// Every keyword hit of a document that is not clean, in the pass's order (by start): a
     /// value's own scan replays those inside it ([`with_known_keyword_hits`]) instead of
-    /// passing over it again. Empty for a clean document (no value of it is scanned).
-    pub keyword_hits: Vec<KeywordHit>,
+    /// passing over it again. `None` for a clean document: not kept (a document may be clean
+    /// here and still be read value by value, for its base64 tokens, escapes or flags).
+    pub keyword_hits: Option<Vec<KeywordHit>>,
     /// Where each shape of a document that is not clean was completed, and its gate
     /// ([`Shapes::marks`]); `None` for a clean one, or when no detector has a shape gate.
     pub shape_completions: Option<Vec<(usize, u8)>>,
@@ -799,14 +800,14 @@ impl Redactor {
             return Some(DocumentScan {
                 clean,
                 marks,
-                keyword_hits: Vec::new(),
+                keyword_hits: None,
                 shape_completions: None,
             });
         }
         Some(DocumentScan {
             clean,
             marks,
-            keyword_hits,
+            keyword_hits: Some(keyword_hits),
             shape_completions: shapes.is_some().then_some(shape_completions),
         })
     }
@@ -1441,6 +1442,28 @@ mod known_hits_tests {
 
     fn redactor() -> Redactor {
         Redactor::new(&RedactionConfig::default(), KeyedHasher::new(b"k")).expect("compiles")
+    }
+
+    /// A clean document's hits are not kept: such a document may still be read value by
+    /// value (a flag, a base64 token, an escape), and its values must then be passed, not
+    /// handed an empty list. A document with a finding keeps every hit, in order.
+    #[test]
+    fn only_a_document_that_is_not_clean_keeps_its_hits() {
+        let r = redactor();
+        let clean = r#"{"args": ["--verbose", "-n"], "note": "ghp_ and sk- are prefixes"}"#;
+        let scan = r.scan_document(clean).expect("localizable");
+        assert!(scan.clean);
+        assert_eq!(scan.keyword_hits, None);
+        assert_eq!(scan.shape_completions, None);
+        let found = r#"{"note": "export DB_PASSWORD=Zx9qLm2Vb7wQ", "token": "x"}"#;
+        let scan = r.scan_document(found).expect("localizable");
+        assert!(!scan.clean);
+        let hits = scan.keyword_hits.expect("kept");
+        assert!(!hits.is_empty());
+        assert!(
+            hits.windows(2).all(|w| w[0].1.start <= w[1].1.start),
+            "{hits:?}"
+        );
     }
 
     /// Known hits stand in for the keyword pass of an equal text under the same redactor, and
