@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use super::engine::KeywordHit;
 use super::learned;
-use super::shape::Shapes;
+use super::shape::{ShapeCompletion, Shapes};
 
 /// The places of one document where a value's scan could find something.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct Attention {
     keyword_hits: Option<Vec<KeywordHit>>,
     /// Where each shape of the document was completed, and its gate, when the survey found
     /// them ([`Shapes::marks`]).
-    shape_completions: Option<Vec<(usize, u8)>>,
+    shape_completions: Option<Vec<ShapeCompletion>>,
 }
 
 impl Attention {
@@ -84,7 +84,7 @@ impl Attention {
     pub fn with_keyword_hits(
         self,
         hits: Option<Vec<KeywordHit>>,
-        shape_completions: Option<Vec<(usize, u8)>>,
+        shape_completions: Option<Vec<ShapeCompletion>>,
     ) -> Attention {
         Attention {
             shape_completions: shape_completions.filter(|_| hits.is_some()),

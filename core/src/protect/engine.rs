@@ -15,7 +15,7 @@ use super::key_context::{self, Judgment, KeyClass, Syntax};
 use super::keywords::KeywordSearch;
 use super::learned;
 use super::rules::{Action, DetectorSpec, KeyGlob, KeyRuleSpec, RedactionConfig};
-use super::shape::{ShapeGate, Shapes};
+use super::shape::{ShapeCompletion, ShapeGate, Shapes};
 use super::validators::Validator;
 use super::KeyedHasher;
 use crate::event::Redactions;
@@ -214,7 +214,7 @@ pub struct DocumentScan {
     pub keyword_hits: Option<Vec<KeywordHit>>,
     /// Where each shape of a document that is not clean was completed, and its gate
     /// ([`Shapes::marks`]); `None` for a clean one, or when no detector has a shape gate.
-    pub shape_completions: Option<Vec<(usize, u8)>>,
+    pub shape_completions: Option<Vec<ShapeCompletion>>,
 }
 
 /// How far a detector pass goes.
@@ -325,7 +325,7 @@ thread_local! {
 }
 
 /// A survey's keyword hits and shape completions ([`DocumentScan`]).
-type SurveyBuffers = (Vec<KeywordHit>, Vec<(usize, u8)>);
+type SurveyBuffers = (Vec<KeywordHit>, Vec<ShapeCompletion>);
 
 /// A keyword hit of a surveyed document: the keyword's pattern index and where it stands.
 pub type KeywordHit = (usize, Range<usize>);

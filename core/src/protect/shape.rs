@@ -15,6 +15,10 @@
 
 use super::block_classes::BlockClasses;
 
+/// Where a shape was completed (a byte of the text) and its gate's bit, as
+/// [`Shapes::marks`] reports it and [`Shapes::completed_within`] reads it.
+pub type ShapeCompletion = (usize, u8);
+
 /// A shape some detector's match cannot do without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShapeGate {
@@ -84,7 +88,7 @@ impl Shapes {
     pub fn marks(
         text: &str,
         out: &mut Vec<std::ops::Range<usize>>,
-        completed: &mut Vec<(usize, u8)>,
+        completed: &mut Vec<ShapeCompletion>,
     ) -> Shapes {
         let b = text.as_bytes();
         let mut push = |at: std::ops::Range<usize>| match out.last_mut() {
@@ -125,7 +129,10 @@ impl Shapes {
     /// `completed` says ([`Shapes::marks`]), when bytes of no shape stand on either side of it
     /// (a JSON string's quotes): no shape runs across those, so the shapes completed inside
     /// it are the ones it holds alone.
-    pub fn completed_within(completed: &[(usize, u8)], range: std::ops::Range<usize>) -> Shapes {
+    pub fn completed_within(
+        completed: &[ShapeCompletion],
+        range: std::ops::Range<usize>,
+    ) -> Shapes {
         let from = completed.partition_point(|(at, _)| *at < range.start);
         let inside = &completed[from..];
         let to = inside.partition_point(|(at, _)| *at < range.end);

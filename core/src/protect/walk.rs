@@ -676,7 +676,7 @@ fn json_edits(
                 let facts = keys.facts(r, k);
                 if !facts.clean {
                     let found = if attention.needs_scan(text, range.clone()) {
-                        let as_written = reads_as_written(text, range, k);
+                        let as_written = reads_as_written(own_key[i].as_ref());
                         with_survey_hits(r, text, range, as_written, attention, || {
                             r.redact_text_under(k, None, hits)
                         })
@@ -775,9 +775,7 @@ fn json_edits(
                 if !must_scan && !attention.needs_scan(text, v.range.clone()) {
                     continue;
                 }
-                let as_written = string
-                    .as_deref()
-                    .is_some_and(|t| reads_as_written(text, &v.range, t));
+                let as_written = reads_as_written(string.as_ref());
                 let mut t = string.map(std::borrow::Cow::into_owned).unwrap_or_default();
                 let changed = with_survey_hits(r, text, &v.range, as_written, attention, || {
                     redact_string_under(r, &mut t, hits, at, key)
@@ -815,10 +813,10 @@ fn json_edits(
     edits
 }
 
-/// True when the JSON string at `raw` of `text` (quotes included) reads `decoded` as
-/// written: no escape changed a byte.
-fn reads_as_written(text: &str, raw: &std::ops::Range<usize>, decoded: &str) -> bool {
-    text.get(raw.start + 1..raw.end.saturating_sub(1)) == Some(decoded)
+/// True when a JSON string token's decoded text ([`json_text::decode_string`]) reads as
+/// written: it borrowed the token's inside, which it does exactly when no escape is there.
+fn reads_as_written(decoded: Option<&std::borrow::Cow<'_, str>>) -> bool {
+    matches!(decoded, Some(std::borrow::Cow::Borrowed(_)))
 }
 
 /// Runs `f`, a scan of the JSON string at `raw` of `text` (quotes included), with the
