@@ -54,6 +54,13 @@ pub fn positions(mut mask: u64) -> impl Iterator<Item = usize> {
     })
 }
 
+/// A mask of high bits as one bit per byte: bit k set where byte k's high bit is.
+pub fn bits(mask: u64) -> u32 {
+    // Byte k's bit, moved to bit 8k, times this constant lands at bit 56 + k with no carry
+    // from the bytes below (each column sums to less than 256).
+    (((mask & HIGH) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,7 +104,8 @@ mod tests {
             prop_assert_eq!(fold_ascii(x), folded);
             let mask = each(x, |b| b % 3 == 0);
             let want: Vec<usize> = (0..8).filter(|k| x.to_le_bytes()[*k] % 3 == 0).collect();
-            prop_assert_eq!(positions(mask).collect::<Vec<_>>(), want);
+            prop_assert_eq!(positions(mask).collect::<Vec<_>>(), want.clone());
+            prop_assert_eq!(bits(mask), want.iter().fold(0, |m, k| m | 1 << k));
         }
 
         /// The same on bytes near the class edges, where a carry would go wrong.
