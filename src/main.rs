@@ -8,7 +8,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     no_transparent_huge_pages();
+    toolwatch::memory::install_give_back(give_back_freed_memory);
     toolwatch_cli::cli::main()
+}
+
+/// Has mimalloc return the memory it holds free to the system now, not after its purge delay
+/// (a second): the daemon calls it while its resident memory is over its target
+/// (`toolwatch::memory`).
+fn give_back_freed_memory() {
+    // SAFETY: mi_collect takes a flag and works on the allocator's own state, which it
+    // guards itself; it is documented as callable from any thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
 /// Transparent huge pages off for this process. mimalloc advises them for its arena, so each

@@ -244,6 +244,10 @@ pub struct PipelineConfig {
     /// Memory for everything held between the receivers and the outputs together (see
     /// [`crate::memory`]).
     pub memory_limit: ByteSize,
+    /// The process's resident memory to keep under: the holders give way by what the
+    /// process holds beyond their counts (see [`crate::memory`]). None by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resident_limit: Option<ByteSize>,
 }
 
 impl Default for PipelineConfig {
@@ -251,6 +255,7 @@ impl Default for PipelineConfig {
         PipelineConfig {
             workers: 0,
             memory_limit: ByteSize(512 << 20),
+            resident_limit: None,
         }
     }
 }
@@ -470,6 +475,16 @@ impl Config {
                 ),
             });
         }
+        let resident = self.pipeline.resident_limit.map_or(0, |b| b.0);
+        if resident != 0 && resident < self.pipeline.memory_limit.0 {
+            return Err(ConfigError::Invalid {
+                origin: "pipeline.resident_limit".into(),
+                message: format!(
+                    "{resident} is under pipeline.memory_limit ({}): the resident memory holds the budget's and more; raise it, or leave it out",
+                    self.pipeline.memory_limit.0
+                ),
+            });
+        }
         let memory = crate::memory::MemoryBudget::new(self.pipeline.memory_limit.as_usize());
         let window =
             crate::archive::write::consumer::RecentSpans::memory_bytes(self.archive.dedup_spans.0);
@@ -635,6 +650,10 @@ fn env_value(raw: &str) -> toml::Value {
     }
 }
 
+/// Keys without a default value (absent from the defaults' table), which the environment may
+/// still set.
+const OPTIONAL_KEYS: &[&str] = &["pipeline.resident_limit"];
+
 fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
     let (last, parents) = match path.split_last() {
         Some(split) => split,
@@ -652,7 +671,7 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
             }
         };
     }
-    if !current.contains_key(last) {
+    if !current.contains_key(last) && !OPTIONAL_KEYS.contains(&path.join(".").as_str()) {
         return Err(format!("no configuration key `{}`", path.join(".")));
     }
     current.insert(last.clone(), value);
@@ -689,6 +708,23 @@ mod tests {
         assert!(
             e.to_string().contains("not 64 hex digits") && !e.to_string().contains("nothex"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_resident_limit_is_read_and_one_under_the_memory_limit_is_refused() {
+        let c = Config::from_toml("[pipeline]\nresident_limit = \"640MiB\"\n", "r.toml")
+            .expect("parses");
+        assert_eq!(c.pipeline.resident_limit, Some(ByteSize(640 << 20)));
+        c.validate().expect("above the memory limit");
+        assert_eq!(Config::default().pipeline.resident_limit, None);
+        let c = Config::from_toml("[pipeline]\nresident_limit = \"256MiB\"\n", "r.toml")
+            .expect("parses");
+        let err = c.validate().expect_err("under the memory limit");
+        assert!(
+            err.to_string()
+                .starts_with("pipeline.resident_limit: 268435456 is under pipeline.memory_limit"),
+            "{err}"
         );
     }
 

@@ -18,12 +18,20 @@
 //!   allowance the receivers refuse (HTTP 429, gRPC `RESOURCE_EXHAUSTED`): before decoding a
 //!   request, and again once it is decompressed if others are in flight too.
 //!
-//! The bytes are estimates of heap memory, counted where the data is held; what no holder
-//! counts (code, the rules' automata, thread stacks, the allocator's slack) is outside the
-//! limit.
+//! The bytes are estimates of heap memory, counted where the data is held. What no holder
+//! counts (code, the rules' automata, thread stacks, the allocator's pages among freed
+//! blocks) is outside the limit, unless `[pipeline] resident_limit` is set: then the
+//! process's resident memory is read ten times a second ([`ResidentWatch`]), what it holds
+//! beyond the holders' counts is taken out of their pool (averaged over about two seconds),
+//! and over the resident limit the allocator gives freed memory back at once. The shares
+//! shrink with the pool; the pool never falls below a quarter of the limit (a limit near the
+//! process's own footprint cannot be kept, and the pipeline must go on). It is off by
+//! default because what no holder counts grows with a run and with tenants (BENCHMARKS.md,
+//! "Memory"), and holders squeezed for it cost CPU per span.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Heap bytes of a decoded batch per byte of its journal payload, about (each string and
 /// vector is allocated on its own; the payload is packed).
@@ -95,15 +103,30 @@ impl Holder {
 #[derive(Debug)]
 pub struct MemoryBudget {
     limit: usize,
+    /// `pipeline.resident_limit`: 0, none.
+    resident_limit: usize,
     held: [AtomicUsize; Holder::ALL.len()],
+    /// Resident bytes beyond the holders' counts, as last measured; nothing until then.
+    uncounted: AtomicUsize,
+    /// Resident bytes, as last measured; nothing until then.
+    resident: AtomicUsize,
 }
 
 impl MemoryBudget {
-    /// A budget of `limit` bytes.
+    /// A budget of `limit` bytes, with no resident limit.
     pub fn new(limit: usize) -> Arc<MemoryBudget> {
+        MemoryBudget::with_resident_limit(limit, 0)
+    }
+
+    /// A budget of `limit` bytes whose holders give way to keep the process's resident
+    /// memory under `resident_limit` (0: no resident limit).
+    pub fn with_resident_limit(limit: usize, resident_limit: usize) -> Arc<MemoryBudget> {
         Arc::new(MemoryBudget {
             limit,
+            resident_limit,
             held: Default::default(),
+            uncounted: AtomicUsize::new(0),
+            resident: AtomicUsize::new(0),
         })
     }
 
@@ -119,7 +142,55 @@ impl MemoryBudget {
 
     /// `holder`'s own share of the limit.
     pub fn share(&self, holder: Holder) -> usize {
-        (self.limit / 16).saturating_mul(holder.sixteenths())
+        share_of(self.limit, holder)
+    }
+
+    /// The resident memory the process is kept under (0: none).
+    pub fn resident_limit(&self) -> usize {
+        self.resident_limit
+    }
+
+    /// Records the process's resident memory: under a resident limit, what it holds beyond
+    /// the holders' counts comes out of their pool, averaged over the last few readings.
+    /// True when the process is over its resident limit (freed memory should go back to the
+    /// system now).
+    pub fn observe_resident(&self, resident: usize) -> bool {
+        let uncounted = resident.saturating_sub(self.total());
+        // A sixteenth of each new reading (ten a second): a Parquet file's encoding holds
+        // tens of megabytes for a moment, and a pool that dipped with it would refuse
+        // requests (each refusal costs its client a retry delay) for memory soon given back.
+        let before = self.resident.swap(resident, Ordering::Relaxed);
+        let average = if before == 0 {
+            uncounted
+        } else {
+            // A sixteenth of the way, rounded towards the reading: it is reached, not neared.
+            let old = self.uncounted.load(Ordering::Relaxed);
+            if uncounted >= old {
+                old + (uncounted - old).div_ceil(16)
+            } else {
+                old - (old - uncounted).div_ceil(16)
+            }
+        };
+        self.uncounted.store(average, Ordering::Relaxed);
+        self.resident_limit > 0 && resident > self.resident_limit
+    }
+
+    /// Resident bytes, as last measured (nothing before the first measurement).
+    pub fn resident(&self) -> usize {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    /// What the holders may hold together now: the limit, or under a resident limit that
+    /// less what the process holds beyond their counts, at most the limit and at least a
+    /// quarter of it.
+    pub fn pool(&self) -> usize {
+        if self.resident_limit == 0 {
+            return self.limit;
+        }
+        let uncounted = self.uncounted.load(Ordering::Relaxed);
+        self.resident_limit
+            .saturating_sub(uncounted)
+            .clamp(self.limit / 4, self.limit)
     }
 
     /// What `holder` holds now.
@@ -159,24 +230,28 @@ impl MemoryBudget {
             .filter(|&&h| h != Holder::Intake)
             .map(|&h| held[h.index()])
             .sum();
-        let intake_share = self.share(Holder::Intake);
+        let pool = self.pool();
+        let intake_share = share_of(pool, Holder::Intake);
         match holder {
-            Holder::Intake => intake_share.min(self.limit.saturating_sub(consumers)),
+            Holder::Intake => intake_share.min(pool.saturating_sub(consumers)),
             _ => {
                 let others = consumers - held[holder.index()];
-                let pool = self.limit.saturating_sub(intake_share);
+                let consumers_pool = pool.saturating_sub(intake_share);
                 // A borrower leaves a sixteenth free: a stage coming back for its share then
                 // does not squeeze the intake before the borrower has given back.
-                let lendable = pool.saturating_sub(others).saturating_sub(self.limit / 16);
-                self.share(holder).max(lendable)
+                let lendable = consumers_pool
+                    .saturating_sub(others)
+                    .saturating_sub(pool / 16);
+                share_of(pool, holder).max(lendable)
             }
         }
     }
 
-    /// True when the holders together hold more than the limit (a borrower has not given
-    /// back yet): every stage that can give back should.
+    /// True when the holders together hold more than their pool (a borrower has not given
+    /// back yet, or the process's uncounted memory grew): every stage that can give back
+    /// should.
     pub fn over_limit(&self) -> bool {
-        self.total() > self.limit
+        self.total() > self.pool()
     }
 
     /// True when `holder` holds more than its allowance: it should give back.
@@ -206,6 +281,109 @@ impl MemoryBudget {
             bytes,
         }
     }
+}
+
+/// Waits, up to `wait`, until the intake may take a request in: true then, false when the
+/// deadline passed first. A consumer over its allowance gives back within a record or two,
+/// and a request refused costs its client a retry delay; one that waits, only the wait.
+pub async fn wait_for_intake(budget: &MemoryBudget, wait: Duration) -> bool {
+    /// How often a waiting request looks at the budget again.
+    const POLL: Duration = Duration::from_millis(5);
+    let deadline = tokio::time::Instant::now() + wait;
+    while !budget.admits() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    true
+}
+
+/// `holder`'s share of `pool` bytes.
+fn share_of(pool: usize, holder: Holder) -> usize {
+    (pool / 16).saturating_mul(holder.sixteenths())
+}
+
+/// How often [`ResidentWatch`] reads the process's resident memory: often enough that a
+/// blast's growth between two readings is a small part of the limit.
+pub const RESIDENT_PERIOD: Duration = Duration::from_millis(100);
+
+/// How freed memory is given back to the system now: the binary's allocator knows how.
+static GIVE_BACK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Installs how freed memory is given back to the system (the binary does, for its
+/// allocator; the first one installed is kept). Without one, nothing is forced back.
+pub fn install_give_back(give_back: fn()) {
+    let _ = GIVE_BACK.set(give_back);
+}
+
+/// Reads the process's resident memory into a [`MemoryBudget`], and over its resident limit
+/// has the allocator give freed memory back to the system.
+pub struct ResidentWatch {
+    budget: Arc<MemoryBudget>,
+}
+
+impl ResidentWatch {
+    /// A watch over `budget`.
+    pub fn new(budget: Arc<MemoryBudget>) -> ResidentWatch {
+        ResidentWatch { budget }
+    }
+
+    /// Reads once; false where the resident memory cannot be read (not Linux).
+    pub fn read_once(&self) -> bool {
+        let Some(resident) = resident_bytes() else {
+            return false;
+        };
+        if self.budget.observe_resident(resident) {
+            if let Some(give_back) = GIVE_BACK.get() {
+                give_back();
+            }
+        }
+        true
+    }
+
+    /// Reads every [`RESIDENT_PERIOD`] on a thread of its own until the budget is dropped;
+    /// nothing without a resident limit (the gauge is read at each scrape then) or where the
+    /// resident memory cannot be read.
+    pub fn spawn(self) -> std::io::Result<()> {
+        if self.budget.resident_limit() == 0 || !self.read_once() {
+            return Ok(());
+        }
+        let budget = Arc::downgrade(&self.budget);
+        drop(self);
+        std::thread::Builder::new()
+            .name("toolwatch-resident".into())
+            .spawn(move || loop {
+                std::thread::sleep(RESIDENT_PERIOD);
+                let Some(budget) = budget.upgrade() else {
+                    return;
+                };
+                ResidentWatch { budget }.read_once();
+            })
+            .map(drop)
+    }
+}
+
+/// The process's resident memory in bytes, from `/proc/self/statm`; `None` elsewhere.
+pub fn resident_bytes() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages.saturating_mul(page_size()))
+}
+
+/// The system's page size (4 KiB where it cannot be asked).
+fn page_size() -> usize {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf reads a constant of the system and touches no memory of ours.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if let Ok(n) = usize::try_from(n) {
+            if n > 0 {
+                return n;
+            }
+        }
+    }
+    4096
 }
 
 /// Bytes held under a [`MemoryBudget`] while this lives.
@@ -280,6 +458,107 @@ mod tests {
         assert!(!b.over(Holder::Archive));
         assert_eq!(b.allowance(Holder::Intake), 64 * MIB);
         assert!(b.admits());
+    }
+
+    #[test]
+    fn the_pool_shrinks_by_what_the_process_holds_beyond_the_counts() {
+        let b = MemoryBudget::with_resident_limit(512 * MIB, 576 * MIB);
+        // Readings held long enough for the average to reach them; the last answer.
+        let settle = |resident: usize| {
+            let mut over = false;
+            for _ in 0..400 {
+                over = b.observe_resident(resident);
+            }
+            over
+        };
+        b.set(Holder::Archive, 200 * MIB);
+        // 50 MiB beside the counts, less than the resident limit leaves them: the pool is
+        // the limit, and nothing is forced back.
+        assert!(!settle(250 * MIB));
+        assert_eq!(b.resident(), 250 * MIB);
+        assert_eq!(b.pool(), 512 * MIB);
+        assert_eq!(b.allowance(Holder::Archive), 416 * MIB);
+        // 400 MiB beside them (the allocator's slack after a blast): the holders get what is
+        // left of the target, the shares shrink with it, and freed memory is forced back.
+        assert!(settle(600 * MIB));
+        assert_eq!(b.pool(), 176 * MIB);
+        // The archive holds more than the pool: the intake refuses until it gives back.
+        assert_eq!(b.allowance(Holder::Intake), 0);
+        assert!(!b.admits());
+        // The archive borrows the pool less the intake's share and a sixteenth: 143 MiB.
+        assert_eq!(b.allowance(Holder::Archive), 143 * MIB);
+        assert_eq!(b.allowance(Holder::Assembly), 33 * MIB);
+        assert!(b.over(Holder::Archive));
+        assert!(b.over_limit());
+        // Everything the archive held goes, but the slack stays: never below a quarter.
+        b.set(Holder::Archive, 0);
+        settle(700 * MIB);
+        assert_eq!(b.pool(), 128 * MIB);
+        assert!(!b.over_limit());
+        assert_eq!(b.allowance(Holder::Intake), 16 * MIB);
+        assert!(b.admits());
+        // Given back to the system, the pool is whole again; 100 MiB beside the counts
+        // takes 36 MiB of it.
+        assert!(!settle(50 * MIB));
+        assert_eq!(b.pool(), 512 * MIB);
+        settle(100 * MIB);
+        assert_eq!(b.pool(), 476 * MIB);
+    }
+
+    #[test]
+    fn one_reading_moves_the_pool_a_sixteenth_of_the_way() {
+        let b = MemoryBudget::with_resident_limit(512 * MIB, 576 * MIB);
+        // The first reading is taken whole.
+        b.observe_resident(64 * MIB);
+        assert_eq!(b.pool(), 512 * MIB);
+        // 400 MiB more for one reading (an encoder's moment): the pool gives up a sixteenth
+        // of it, and nothing is forced back (under the resident limit).
+        assert!(!b.observe_resident(464 * MIB));
+        assert_eq!(b.pool(), 576 * MIB - 89 * MIB);
+        // Gone at the next: back a sixteenth of the way, rounded towards the reading.
+        b.observe_resident(64 * MIB);
+        assert_eq!(b.pool(), 576 * MIB - (89 * MIB - (25 * MIB).div_ceil(16)));
+        // Over the resident limit, freed memory is forced back.
+        assert!(b.observe_resident(577 * MIB));
+    }
+
+    #[test]
+    fn the_resident_memory_is_read_from_the_system() {
+        if cfg!(target_os = "linux") {
+            let rss = resident_bytes().expect("statm");
+            // A test process holds some megabytes and far less than a terabyte.
+            assert!((MIB..(1 << 40)).contains(&rss), "{rss}");
+            let b = MemoryBudget::new(512 * MIB);
+            assert!(ResidentWatch::new(Arc::clone(&b)).read_once());
+            assert!(b.resident() >= MIB);
+            // Without a resident limit, the reading changes nothing.
+            assert!(!b.observe_resident(1 << 40));
+            assert_eq!(b.pool(), 512 * MIB);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_waits_for_memory_given_back_within_the_wait_and_no_longer() {
+        let b = MemoryBudget::new(16 * MIB);
+        let wait = Duration::from_millis(250);
+        let first = b.hold(Holder::Intake, 8 * MIB);
+        // Given back 100 ms later: the waiting request is taken.
+        let waiting = tokio::spawn({
+            let b = Arc::clone(&b);
+            async move { wait_for_intake(&b, wait).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished());
+        drop(first);
+        assert!(waiting.await.expect("joins"));
+        // Held past the wait: refused at its deadline, not before.
+        let _held = b.hold(Holder::Intake, 8 * MIB);
+        let started = tokio::time::Instant::now();
+        assert!(!wait_for_intake(&b, wait).await);
+        assert!(started.elapsed() >= wait);
+        assert!(started.elapsed() < wait + Duration::from_millis(10));
+        // Room at once: no wait at all.
+        assert!(wait_for_intake(&MemoryBudget::new(16 * MIB), wait).await);
     }
 
     #[test]

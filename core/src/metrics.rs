@@ -154,6 +154,8 @@ pub struct Metrics {
     memory: std::sync::OnceLock<std::sync::Arc<crate::memory::MemoryBudget>>,
     memory_held: Family<Labels1, Gauge>,
     memory_limit: Gauge,
+    memory_pool: Gauge,
+    memory_resident: Gauge,
     /// Compactions by table; files and bytes merged (`in`) and written (`out`).
     compactions: Family<Labels1, Counter>,
     /// Readers' flushes: from the request to every writer done (by outcome), and each
@@ -790,6 +792,8 @@ impl Metrics {
             memory: std::sync::OnceLock::new(),
             memory_held: Family::default(),
             memory_limit: Gauge::default(),
+            memory_pool: Gauge::default(),
+            memory_resident: Gauge::default(),
             compactions: Family::default(),
             reader_flush: Family::new_with_constructor(flush_buckets),
             reader_flush_write: Family::new_with_constructor(flush_buckets),
@@ -967,6 +971,16 @@ impl Metrics {
             m.memory_limit.clone(),
         );
         registry.register(
+            "memory_pool_bytes",
+            "What the holders may hold together now: pipeline.memory_limit, or under pipeline.resident_limit that less what the process holds resident beyond their counts (at least a quarter of the limit)",
+            m.memory_pool.clone(),
+        );
+        registry.register(
+            "memory_resident_bytes",
+            "The process's resident memory: as last read for pipeline.resident_limit, else read at the scrape (0 where it cannot be read)",
+            m.memory_resident.clone(),
+        );
+        registry.register(
             "archive_reader_flush_seconds",
             "Readers' flush requests (POST /v1/archive/flush), from the request to every archive writer done, by outcome (flushed, timeout)",
             m.reader_flush.clone(),
@@ -1039,6 +1053,15 @@ impl Metrics {
         if let Some(memory) = self.memory.get() {
             self.memory_limit
                 .set(i64::try_from(memory.limit()).unwrap_or(i64::MAX));
+            self.memory_pool
+                .set(i64::try_from(memory.pool()).unwrap_or(i64::MAX));
+            // Without a resident limit nothing reads it between scrapes.
+            let resident = match memory.resident() {
+                0 => crate::memory::resident_bytes().unwrap_or(0),
+                read => read,
+            };
+            self.memory_resident
+                .set(i64::try_from(resident).unwrap_or(i64::MAX));
             for h in crate::memory::Holder::ALL {
                 self.memory_held
                     .get_or_create(&[("holder", h.as_str())])

@@ -167,8 +167,18 @@ pub async fn run(
         })?;
     }
     let metrics = Arc::new(Metrics::new());
-    let memory = MemoryBudget::new(config.pipeline.memory_limit.as_usize());
+    let memory = MemoryBudget::with_resident_limit(
+        config.pipeline.memory_limit.as_usize(),
+        config
+            .pipeline
+            .resident_limit
+            .map_or(0, crate::units::ByteSize::as_usize),
+    );
     metrics.watch_memory(Arc::clone(&memory));
+    // Under a resident limit, what no holder counts comes out of the holders' pool.
+    crate::memory::ResidentWatch::new(Arc::clone(&memory))
+        .spawn()
+        .map_err(|e| ServeError::Thread(e.to_string()))?;
     // The window fills within minutes and stays full: held from the start.
     memory.set(
         Holder::Windows,

@@ -16,6 +16,10 @@ use crate::otlp_json::post;
 /// A value that must never appear in a response, a log line or a metric.
 const CANARY: &str = "sk-live-CANARY0b7e3d51aa";
 
+/// A secret the default rules find (a GitHub token's shape), planted where executors put
+/// text.
+const TOKEN: &str = "ghp_R4nD0mCanaryT0kenAbCdEfGhIjKlMnOpQr1";
+
 const MIB: usize = 1 << 20;
 
 fn span(trace: u8, n: u64, note: &str) -> Span {
@@ -142,4 +146,85 @@ async fn over_its_memory_the_intake_refuses_and_a_request_sent_again_is_kept_onc
     assert_eq!(per_trace, expected);
     // The canary was redacted before anything was kept, and the log never saw it.
     assert!(!d.log_text().contains(CANARY));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_resident_limit_the_holders_give_way_to_what_they_do_not_count() {
+    // A debug build holds more than 24 MiB resident before any request (code, the rules'
+    // automata): under a resident limit of 32 MiB the holders' pool is at its floor, a
+    // quarter of the limit.
+    let env = [
+        ("TOOLWATCH_PIPELINE__MEMORY_LIMIT", "32MiB"),
+        ("TOOLWATCH_PIPELINE__RESIDENT_LIMIT", "32MiB"),
+        ("TOOLWATCH_ARCHIVE__DEDUP_SPANS", "10000"),
+    ];
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    });
+    // Read ten times a second, averaged: the pool reaches its floor within seconds.
+    wait_for("the pool at its floor", || {
+        (d.metric("toolwatch_memory_pool_bytes") == Some((8 * MIB) as f64)).then_some(())
+    });
+    let resident = d
+        .metric("toolwatch_memory_resident_bytes")
+        .expect("resident gauge");
+    assert!(resident > (24 * MIB) as f64, "{resident}");
+
+    // The pipeline goes on at its floor: requests are taken and archived, a planted token
+    // redacted, and nothing of it in the gauges or the log.
+    let url = format!("{}/v1/traces", d.http_url());
+    for t in 1..=3u8 {
+        let spans = (0..100)
+            .map(|n| span(t, n, &format!("deploy with {TOKEN}")))
+            .collect();
+        let (status, answer) = post(
+            &url,
+            "application/x-protobuf",
+            None,
+            spans_request(vec![], spans).encode_to_vec(),
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    }
+    assert_eq!(refused_for_memory(&d, "http"), 0.0);
+    let metrics = d.admin_get("/metrics").1;
+    assert!(!metrics.contains(TOKEN));
+    d.stop();
+    let rows = read_table(&d.data_dir, "spans");
+    assert_eq!(rows.len(), 300);
+    assert!(rows.iter().all(|r| !serde_json::Value::Object(r.clone())
+        .to_string()
+        .contains(CANARY)));
+    assert!(!d.log_text().contains(CANARY));
+}
+
+#[test]
+fn without_a_resident_limit_the_pool_is_the_memory_limit() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        env: vec![
+            (
+                "TOOLWATCH_PIPELINE__MEMORY_LIMIT".to_string(),
+                "64MiB".to_string(),
+            ),
+            (
+                "TOOLWATCH_ARCHIVE__DEDUP_SPANS".to_string(),
+                "10000".to_string(),
+            ),
+        ],
+        ..Default::default()
+    });
+    // Read at each scrape, for the gauge.
+    wait_for("the resident memory to be read", || {
+        d.metric("toolwatch_memory_resident_bytes")
+            .filter(|&r| r > 0.0)
+    });
+    assert_eq!(
+        d.metric("toolwatch_memory_pool_bytes"),
+        Some((64 * MIB) as f64)
+    );
+    d.stop();
 }

@@ -130,7 +130,7 @@ async fn receive<M: Ingestible>(
     };
     let wire_bytes = raw.len();
     // Held until the request is answered: the journal has committed its record by then.
-    let mut held = ctx.admit_memory(wire_bytes)?;
+    let mut held = ctx.admit_memory(wire_bytes).await?;
     ctx.admit_sender(&origin, wire_bytes)?;
     let (compressed, payload) = frame(&raw, limit)?;
     let message = match (compressed, gzip) {

@@ -140,7 +140,7 @@ async fn receive<M: Ingestible>(
     let raw = super::read_body(body, ctx.max_body_bytes).await?;
     let wire_bytes = raw.len();
     // Held until the request is answered: the journal has committed its record by then.
-    let mut held = ctx.admit_memory(wire_bytes)?;
+    let mut held = ctx.admit_memory(wire_bytes).await?;
     ctx.admit_sender(&origin, wire_bytes)?;
     let plain = if gzip {
         Bytes::from(decode::gunzip(&raw, ctx.max_body_bytes)?)

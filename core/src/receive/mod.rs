@@ -27,6 +27,12 @@ use crate::pipeline::{Intake, Origin, Refusal};
 use decode::{DecodeError, OtlpRequest};
 use normalize::NormalizeError;
 
+/// How long a request waits for the intake's memory before it is refused. A consumer over
+/// its allowance gives back within a record or two (an archive file written, a request
+/// summarized), mostly well inside this; a refusal costs its client a retry delay
+/// (`limits.retry_after`, a second by default), a wait only this.
+pub const MEMORY_WAIT: Duration = Duration::from_millis(250);
+
 /// What the receivers share.
 pub struct ReceiverContext {
     /// Where accepted batches go.
@@ -216,10 +222,11 @@ impl ReceiverContext {
     }
 
     /// Holds memory for a request of `body_bytes` until the guard is dropped (once it is
-    /// answered), or refuses it when the intake is at its allowance of the memory budget:
-    /// then nothing more is held, and the client retries later.
-    pub fn admit_memory(&self, body_bytes: usize) -> Result<HeldBytes, ReceiveError> {
-        if !self.memory.admits() {
+    /// answered). While the intake is at its allowance of the memory budget the request
+    /// waits, up to [`MEMORY_WAIT`], for a consumer to give back; then it is refused: nothing
+    /// more is held, and the client retries later.
+    pub async fn admit_memory(&self, body_bytes: usize) -> Result<HeldBytes, ReceiveError> {
+        if !crate::memory::wait_for_intake(&self.memory, MEMORY_WAIT).await {
             return Err(self.over_memory());
         }
         Ok(self.memory.hold(
