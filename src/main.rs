@@ -13,8 +13,8 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Has mimalloc return the memory it holds free to the system now, not after its purge delay
-/// (a second): the daemon calls it while its resident memory is over its target
-/// (`toolwatch::memory`).
+/// (a second): the daemon calls it while its resident memory is over
+/// `pipeline.resident_limit` (`toolwatch::memory`).
 fn give_back_freed_memory() {
     // SAFETY: mi_collect takes a flag and works on the allocator's own state, which it
     // guards itself; it is documented as callable from any thread at any time.

@@ -110,6 +110,8 @@ pub struct MemoryBudget {
     uncounted: AtomicUsize,
     /// Resident bytes, as last measured; nothing until then.
     resident: AtomicUsize,
+    /// Bodies of requests waiting for the intake's memory ([`wait_for_intake`]).
+    waiting: AtomicUsize,
 }
 
 impl MemoryBudget {
@@ -127,6 +129,7 @@ impl MemoryBudget {
             held: Default::default(),
             uncounted: AtomicUsize::new(0),
             resident: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         })
     }
 
@@ -283,12 +286,24 @@ impl MemoryBudget {
     }
 }
 
-/// Waits, up to `wait`, until the intake may take a request in: true then, false when the
-/// deadline passed first. A consumer over its allowance gives back within a record or two,
-/// and a request refused costs its client a retry delay; one that waits, only the wait.
-pub async fn wait_for_intake(budget: &MemoryBudget, wait: Duration) -> bool {
+/// Waits, up to `wait`, until the intake may take in a request whose body holds
+/// `body_bytes`: true then, false when the deadline passed first, or at once when the bodies
+/// already waiting hold the intake's share (a wait must not hold more than a refusal would).
+/// A consumer over its allowance gives back within a record or two, and a request refused
+/// costs its client a retry delay; one that waits, only the wait.
+pub async fn wait_for_intake(budget: &MemoryBudget, wait: Duration, body_bytes: usize) -> bool {
     /// How often a waiting request looks at the budget again.
     const POLL: Duration = Duration::from_millis(5);
+    if budget.admits() {
+        return true;
+    }
+    let room = share_of(budget.pool(), Holder::Intake);
+    let waiting = budget.waiting.fetch_add(body_bytes, Ordering::Relaxed);
+    // Given back however the wait ends (the future may also be dropped).
+    let _waiting = WaitingBody { budget, body_bytes };
+    if waiting.saturating_add(body_bytes) > room {
+        return false;
+    }
     let deadline = tokio::time::Instant::now() + wait;
     while !budget.admits() {
         if tokio::time::Instant::now() >= deadline {
@@ -297,6 +312,20 @@ pub async fn wait_for_intake(budget: &MemoryBudget, wait: Duration) -> bool {
         tokio::time::sleep(POLL).await;
     }
     true
+}
+
+/// A body counted as waiting for the intake while this lives.
+struct WaitingBody<'a> {
+    budget: &'a MemoryBudget,
+    body_bytes: usize,
+}
+
+impl Drop for WaitingBody<'_> {
+    fn drop(&mut self) {
+        self.budget
+            .waiting
+            .fetch_sub(self.body_bytes, Ordering::Relaxed);
+    }
 }
 
 /// `holder`'s share of `pool` bytes.
@@ -545,20 +574,28 @@ mod tests {
         // Given back 100 ms later: the waiting request is taken.
         let waiting = tokio::spawn({
             let b = Arc::clone(&b);
-            async move { wait_for_intake(&b, wait).await }
+            async move { wait_for_intake(&b, wait, 1000).await }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiting.is_finished());
+        // The waiting body is counted while it waits; more than the intake's share (2 MiB)
+        // waiting is refused at once.
+        assert_eq!(b.waiting.load(Ordering::Relaxed), 1000);
+        let started = tokio::time::Instant::now();
+        assert!(!wait_for_intake(&b, wait, 2 * MIB).await);
+        assert_eq!(started.elapsed(), Duration::ZERO);
         drop(first);
         assert!(waiting.await.expect("joins"));
+        assert_eq!(b.waiting.load(Ordering::Relaxed), 0);
         // Held past the wait: refused at its deadline, not before.
         let _held = b.hold(Holder::Intake, 8 * MIB);
         let started = tokio::time::Instant::now();
-        assert!(!wait_for_intake(&b, wait).await);
+        assert!(!wait_for_intake(&b, wait, 1000).await);
         assert!(started.elapsed() >= wait);
         assert!(started.elapsed() < wait + Duration::from_millis(10));
+        assert_eq!(b.waiting.load(Ordering::Relaxed), 0);
         // Room at once: no wait at all.
-        assert!(wait_for_intake(&MemoryBudget::new(16 * MIB), wait).await);
+        assert!(wait_for_intake(&MemoryBudget::new(16 * MIB), wait, 1000).await);
     }
 
     #[test]

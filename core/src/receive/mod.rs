@@ -223,10 +223,11 @@ impl ReceiverContext {
 
     /// Holds memory for a request of `body_bytes` until the guard is dropped (once it is
     /// answered). While the intake is at its allowance of the memory budget the request
-    /// waits, up to [`MEMORY_WAIT`], for a consumer to give back; then it is refused: nothing
-    /// more is held, and the client retries later.
+    /// waits, up to [`MEMORY_WAIT`], for a consumer to give back (unless the bodies already
+    /// waiting hold the intake's share); then it is refused: nothing more is held, and the
+    /// client retries later.
     pub async fn admit_memory(&self, body_bytes: usize) -> Result<HeldBytes, ReceiveError> {
-        if !crate::memory::wait_for_intake(&self.memory, MEMORY_WAIT).await {
+        if !crate::memory::wait_for_intake(&self.memory, MEMORY_WAIT, body_bytes).await {
             return Err(self.over_memory());
         }
         Ok(self.memory.hold(
