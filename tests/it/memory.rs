@@ -48,6 +48,17 @@ fn refused_for_memory(d: &Daemon, transport: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// The daemon with `env` set.
+fn daemon_with(env: &[(&str, &str)]) -> Daemon {
+    Daemon::start_with(DaemonOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_its_memory_the_intake_refuses_and_a_request_sent_again_is_kept_once() {
     // 16 MiB: the intake's share is 2 MiB. The journal waits 3 s for others to share a
@@ -57,13 +68,7 @@ async fn over_its_memory_the_intake_refuses_and_a_request_sent_again_is_kept_onc
         ("TOOLWATCH_ARCHIVE__DEDUP_SPANS", "10000"),
         ("TOOLWATCH_JOURNAL__GROUP_COMMIT", "3s"),
     ];
-    let mut d = Daemon::start_with(DaemonOptions {
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..Default::default()
-    });
+    let mut d = daemon_with(&env);
     assert_eq!(
         d.metric("toolwatch_memory_limit_bytes"),
         Some((16 * MIB) as f64)
@@ -158,13 +163,7 @@ async fn under_a_resident_limit_the_holders_give_way_to_what_they_do_not_count()
         ("TOOLWATCH_PIPELINE__RESIDENT_LIMIT", "32MiB"),
         ("TOOLWATCH_ARCHIVE__DEDUP_SPANS", "10000"),
     ];
-    let mut d = Daemon::start_with(DaemonOptions {
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..Default::default()
-    });
+    let mut d = daemon_with(&env);
     // Read ten times a second, averaged: the pool reaches its floor within seconds.
     wait_for("the pool at its floor", || {
         (d.metric("toolwatch_memory_pool_bytes") == Some((8 * MIB) as f64)).then_some(())
@@ -204,19 +203,10 @@ async fn under_a_resident_limit_the_holders_give_way_to_what_they_do_not_count()
 
 #[test]
 fn without_a_resident_limit_the_pool_is_the_memory_limit() {
-    let mut d = Daemon::start_with(DaemonOptions {
-        env: vec![
-            (
-                "TOOLWATCH_PIPELINE__MEMORY_LIMIT".to_string(),
-                "64MiB".to_string(),
-            ),
-            (
-                "TOOLWATCH_ARCHIVE__DEDUP_SPANS".to_string(),
-                "10000".to_string(),
-            ),
-        ],
-        ..Default::default()
-    });
+    let mut d = daemon_with(&[
+        ("TOOLWATCH_PIPELINE__MEMORY_LIMIT", "64MiB"),
+        ("TOOLWATCH_ARCHIVE__DEDUP_SPANS", "10000"),
+    ]);
     // Read at each scrape, for the gauge.
     wait_for("the resident memory to be read", || {
         d.metric("toolwatch_memory_resident_bytes")
